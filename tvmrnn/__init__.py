@@ -1,0 +1,14 @@
+"""tvmrnn: fused LSTM, GRU and vanilla RNN layers, written once as TVM tensor expressions.
+
+>>> rnn = tvmrnn.build("lstm", input_size=13, hidden_size=37, batch_size=3)
+>>> w = rnn.pack_weights(tvmrnn.params_from_torch(torch_lstm))
+>>> y, hy, cy = rnn.forward(w, x)
+"""
+from .autodiff import CellDefinitionError
+from .cells import CELLS, Cell, get_cell
+from .rnn import RNN, PackedWeights, Workspace, build
+from .torch_params import params_from_torch
+
+__version__ = "0.1.0"
+__all__ = ["build", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
+           "get_cell", "CellDefinitionError"]

@@ -1,0 +1,70 @@
+"""Arrays at the boundary: validation, allocation and DLPack hand-over, for NumPy and PyTorch.
+
+Arrays come in as NumPy arrays (CPU) or DLPack-capable tensors (PyTorch, CPU or CUDA); outputs
+are allocated in the same framework on the same device and handed to the kernels through
+DLPack, so nothing is copied. Every check names the argument and what was expected.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm_ffi
+
+
+def _is_torch(a) -> bool:
+    return type(a).__module__.startswith("torch") and hasattr(a, "is_contiguous")
+
+
+class Frame:
+    """The framework and device of the caller's arrays: outputs are made like them."""
+
+    def __init__(self, kind: str, device):
+        self.kind, self.device = kind, device  # kind: "numpy" or "torch"
+
+    @staticmethod
+    def of(name: str, a) -> "Frame":
+        if isinstance(a, np.ndarray):
+            return Frame("numpy", None)
+        if _is_torch(a):
+            return Frame("torch", a.device)
+        raise TypeError(f"{name}: expected a numpy.ndarray or a torch.Tensor, got {type(a).__name__}")
+
+    @property
+    def device_kind(self) -> str:
+        return "cpu" if self.kind == "numpy" else self.device.type
+
+    def describe(self) -> str:
+        return "a NumPy array (CPU)" if self.kind == "numpy" else f"a torch tensor on {self.device}"
+
+    def empty(self, shape):
+        if self.kind == "numpy":
+            return np.empty(shape, np.float32)
+        import torch
+        return torch.empty(shape, dtype=torch.float32, device=self.device)
+
+    def zeros(self, shape):
+        if self.kind == "numpy":
+            return np.zeros(shape, np.float32)
+        import torch
+        return torch.zeros(shape, dtype=torch.float32, device=self.device)
+
+    def check(self, name: str, a, shape) -> None:
+        """Raise unless ``a`` is a contiguous float32 array of ``shape`` in this frame."""
+        other = Frame.of(name, a)
+        if other.kind != self.kind or other.device_kind != self.device_kind or (
+                self.kind == "torch" and other.device != self.device):
+            raise ValueError(f"{name}: expected {self.describe()} like the other inputs, got {other.describe()}")
+        dtype = str(a.dtype)
+        if dtype not in ("float32", "torch.float32"):
+            raise TypeError(f"{name}: expected dtype float32, got {dtype}")
+        if tuple(a.shape) != tuple(shape):
+            raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+        contiguous = a.flags["C_CONTIGUOUS"] if self.kind == "numpy" else a.is_contiguous()
+        if not contiguous:
+            raise ValueError(f"{name}: expected a C-contiguous array (call .contiguous() / np.ascontiguousarray)")
+
+
+def to_tvm(a):
+    """Hand an array to TVM through DLPack, without a copy."""
+    if isinstance(a, np.ndarray) and not a.flags["WRITEABLE"]:
+        a = np.array(a)  # numpy will not export a read-only array through DLPack
+    return tvm_ffi.from_dlpack(a)

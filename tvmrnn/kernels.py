@@ -1,0 +1,236 @@
+"""Tensor-expression kernels, each for one step (or one fixed-size chunk of steps), static shapes.
+
+Every kernel that a sequence runs is defined here, from the cell's derivation for the two
+pointwise ones and as plain GEMMs for the rest. They are the units that get scheduled (and
+tuned): none depends on the sequence length, which the sequence driver (:mod:`tvmrnn.sequence`)
+supplies by running them in loops over views of whole-sequence buffers.
+
+Layouts (see :mod:`tvmrnn.layout`): weights are packed K-major and gate-interleaved,
+``w[k, j, g]`` for input feature k, hidden unit j, gate g (EcoRNN's layout: one unit's gates
+sit side by side, so the fused step finds all gates of a unit together); gate projections are
+``(…, N, H, G)``; gradients of weights are produced in PyTorch's ``(G, H, K)`` layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import tvm
+import tvm_ffi
+from tvm import te
+
+from .autodiff import Derivation, derive
+from .cells import Cell
+
+F32 = "float32"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A per-step kernel: its PrimFunc and the role of each parameter, in order."""
+
+    name: str  # names the workload, e.g. "recurrent_step_lstm_train_n3_h37"
+    func: tvm.tirx.PrimFunc
+    roles: tuple[str, ...]
+
+
+def _make(name, inputs: dict, outputs: dict) -> Kernel:
+    func = te.create_prim_func(list(inputs.values()) + list(outputs.values()))
+    return Kernel(name, func.with_attr("global_symbol", name), tuple(inputs) + tuple(outputs))
+
+
+def _substitute(expr, env: dict):
+    """Replace the derivation's scalar variables by tensor loads."""
+    def replace(v, mutator):
+        for var, value in env.items():
+            if v.same_as(var):
+                return value
+        return v
+    return tvm_ffi.structural_mutate(expr, [(tvm.ir.Var, replace)])
+
+
+def _outputs(name, shape, exprs: dict, env_of) -> dict:
+    """One multi-output compute (a shared loop nest) for several pointwise results."""
+    roles = list(exprs)
+    if not roles:
+        return {}
+    tensors = te.compute(shape, lambda *i: [_substitute(exprs[r], env_of(*i)) for r in roles], name=name)
+    tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+    return dict(zip(roles, tensors))
+
+
+@lru_cache(maxsize=None)
+def derivation(cell: Cell) -> Derivation:
+    return derive(cell)
+
+
+def input_projection(steps, batch, in_size, hidden, gates) -> Kernel:
+    """``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]`` for a chunk of steps."""
+    x = te.placeholder((steps, batch, in_size), F32, "x")
+    w = te.placeholder((in_size, hidden, gates), F32, "w")
+    b = te.placeholder((hidden, gates), F32, "b")
+    k = te.reduce_axis((0, in_size), "k")
+    mm = te.compute((steps, batch, hidden, gates),
+                    lambda t, n, j, g: te.sum(x[t, n, k] * w[k, j, g], axis=k), name="matmul")
+    gx = te.compute(mm.shape, lambda t, n, j, g: mm[t, n, j, g] + b[j, g], name="gx")
+    return _make(f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}",
+                 {"x": x, "w": w, "b": b}, {"gx": gx})
+
+
+def recurrent_step(cell: Cell, batch, hidden, train: bool) -> Kernel:
+    """The recurrent GEMM fused with the cell's gate math, for one step.
+
+    Outputs h_t twice (into the state and into the layer output), c_t, and for training the
+    values the derivation keeps for the backward.
+    """
+    d = derivation(cell)
+    G = cell.num_gates
+    gx = te.placeholder((batch, hidden, G), F32, "gx")
+    h_prev = te.placeholder((batch, hidden), F32, "h_prev")
+    w = te.placeholder((hidden, hidden, G), F32, "w")
+    b = te.placeholder((hidden, G), F32, "b")
+    inputs = {"gx": gx, "h_prev": h_prev, "w": w, "b": b}
+    if cell.has_cell_state:
+        inputs["c_prev"] = te.placeholder((batch, hidden), F32, "c_prev")
+    k = te.reduce_axis((0, hidden), "k")
+    gh = te.compute((batch, hidden, G), lambda n, j, g: te.sum(h_prev[n, k] * w[k, j, g], axis=k),
+                    name="recurrent_projection")
+
+    def env(n, j):
+        e = {d.h_prev: h_prev[n, j]}
+        for g in range(G):
+            e[d.x_gates[g]] = gx[n, j, g]
+            e[d.h_gates[g]] = gh[n, j, g] + b[j, g]
+        if cell.has_cell_state:
+            e[d.c_prev] = inputs["c_prev"][n, j]
+        return e
+
+    exprs = {"h": d.h_out, "y": d.h_out}
+    if cell.has_cell_state:
+        exprs["c"] = d.c_out
+    if train:
+        exprs.update({f"saved{i}": e for i, (_, e) in enumerate(d.saved)})
+    outputs = _outputs("step", (batch, hidden), exprs, env)
+    mode = "train" if train else "infer"
+    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}", inputs, outputs)
+
+
+def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
+    """The derived backward of the gate math for one step.
+
+    Inputs: dy (gradient of this step's output), the carried dh (and dc) from the next step,
+    the saved values, and whichever of h_{t-1}, c_{t-1}, h_t, c_t the derivation reads.
+    Outputs: the gradient of every gate's input projection (``dgx{g}``) and, when it differs
+    (GRU), of its recurrent projection (``dgh{g}``); the direct part of dh_{t-1}; dc_{t-1}.
+    """
+    d = derivation(cell)
+    G = cell.num_gates
+    shape = (batch, hidden)
+    names = {"dy": None, "dh": None}
+    if cell.has_cell_state:
+        names["dc"] = None
+    if d.saved:
+        names["saved"] = (batch, hidden, len(d.saved))
+    states = [("h_prev", d.h_prev), ("c_prev", d.c_prev), ("h_next", d.h_next), ("c_next", d.c_next)]
+    for role, var in states:
+        if var is not None and d.backward_uses(var):
+            names[role] = None
+    inputs = {role: te.placeholder(s or shape, F32, role) for role, s in names.items()}
+
+    def env(n, j):
+        e = {d.dh: inputs["dy"][n, j] + inputs["dh"][n, j]}
+        if d.dc is not None:
+            e[d.dc] = inputs["dc"][n, j]
+        for i, (var, _) in enumerate(d.saved):
+            e[var] = inputs["saved"][n, j, i]
+        for role, var in states:
+            if role in inputs:
+                e[var] = inputs[role][n, j]
+        return e
+
+    exprs = {f"dgx{g}": d.grad_x[g] for g in range(G)}
+    if not d.gate_grads_shared:
+        exprs.update({f"dgh{g}": d.grad_h[g] for g in range(G)})
+    if d.grad_h_prev is not None:
+        exprs["dh_direct"] = d.grad_h_prev
+    if d.grad_c_prev is not None:
+        exprs["dc_prev"] = d.grad_c_prev
+    outputs = _outputs("pointwise_backward", shape, exprs, env)
+    return _make(f"pointwise_backward_{cell.name}_n{batch}_h{hidden}", inputs, outputs)
+
+
+def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:
+    """``dh_{t-1}[n, k] = sum_{j,g} dgh[n, j, g] w[k, j, g]`` (+ the pointwise's direct part)."""
+    dgh = te.placeholder((batch, hidden, gates), F32, "dgh")
+    w = te.placeholder((hidden, hidden, gates), F32, "w")
+    inputs = {"dgh": dgh, "w": w}
+    j = te.reduce_axis((0, hidden), "j")
+    g = te.reduce_axis((0, gates), "g")
+    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[k, j, g], axis=[j, g]),
+                    name="matmul")
+    if direct:
+        inputs["dh_direct"] = te.placeholder((batch, hidden), F32, "dh_direct")
+        out = te.compute(mm.shape, lambda n, k: mm[n, k] + inputs["dh_direct"][n, k], name="dh")
+    else:
+        out = te.compute(mm.shape, lambda n, k: mm[n, k], name="dh")
+    suffix = "_direct" if direct else ""
+    return _make(f"recurrent_backward_n{batch}_h{hidden}_g{gates}{suffix}", inputs, {"dh": out})
+
+
+def weight_gradient(steps, batch, in_size, hidden, gates) -> Kernel:
+    """Accumulate ``dw[g, j, k] += sum_{t,n} dg[t, n, j, g] a[t, n, k]`` over a chunk of steps.
+
+    ``dw`` is in PyTorch's layout (row g*H + j); the caller passes the same buffer as ``acc``
+    and ``dw``, so the running sum stays in place and its order (chunk by chunk, in time
+    order) is fixed: the result is bit-identical from run to run.
+    """
+    dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
+    a = te.placeholder((steps, batch, in_size), F32, "a")
+    acc = te.placeholder((gates, hidden, in_size), F32, "acc")
+    t = te.reduce_axis((0, steps), "t")
+    n = te.reduce_axis((0, batch), "n")
+    mm = te.compute(acc.shape, lambda g, j, k: te.sum(dg[t, n, j, g] * a[t, n, k], axis=[t, n]),
+                    name="matmul")
+    out = te.compute(acc.shape, lambda g, j, k: acc[g, j, k] + mm[g, j, k], name="dw")
+    return _make(f"weight_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}",
+                 {"dg": dg, "a": a, "acc": acc}, {"dw": out})
+
+
+def bias_gradient(steps, batch, hidden, gates) -> Kernel:
+    """Accumulate ``db[g, j] += sum_{t,n} dg[t, n, j, g]`` over a chunk of steps (in place)."""
+    dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
+    acc = te.placeholder((gates, hidden), F32, "acc")
+    t = te.reduce_axis((0, steps), "t")
+    n = te.reduce_axis((0, batch), "n")
+    total = te.compute(acc.shape, lambda g, j: te.sum(dg[t, n, j, g], axis=[t, n]), name="sum")
+    out = te.compute(acc.shape, lambda g, j: acc[g, j] + total[g, j], name="db")
+    return _make(f"bias_gradient_t{steps}_n{batch}_h{hidden}_g{gates}", {"dg": dg, "acc": acc}, {"db": out})
+
+
+def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool) -> Kernel:
+    """``dx[t, n, k] (+)= sum_{j,g} dg[t, n, j, g] w[k, j, g]`` for a chunk of steps.
+
+    With ``accumulate`` the caller passes the same buffer as ``acc`` and ``dx`` (the second
+    direction of a bidirectional layer adds to what the first wrote).
+    """
+    dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
+    w = te.placeholder((in_size, hidden, gates), F32, "w")
+    inputs = {"dg": dg, "w": w}
+    j = te.reduce_axis((0, hidden), "j")
+    g = te.reduce_axis((0, gates), "g")
+    mm = te.compute((steps, batch, in_size),
+                    lambda t, n, k: te.sum(dg[t, n, j, g] * w[k, j, g], axis=[j, g]), name="matmul")
+    if accumulate:
+        inputs["acc"] = te.placeholder(mm.shape, F32, "acc")
+        out = te.compute(mm.shape, lambda t, n, k: inputs["acc"][t, n, k] + mm[t, n, k], name="dx")
+    else:
+        out = te.compute(mm.shape, lambda t, n, k: mm[t, n, k], name="dx")
+    suffix = "_acc" if accumulate else ""
+    return _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out})
+
+
+def copy(batch, hidden) -> Kernel:
+    """``dst = src`` for one (N, H) state: moves initial/final states in and out."""
+    src = te.placeholder((batch, hidden), F32, "src")
+    dst = te.compute(src.shape, lambda n, j: src[n, j], name="dst")
+    return _make(f"copy_n{batch}_h{hidden}", {"src": src}, {"dst": dst})

@@ -1,0 +1,93 @@
+"""Parameter names and the packed weight layout: PyTorch's layout in, the kernels' layout out.
+
+PyTorch keeps, per layer ``l`` and direction (suffix ``_reverse`` for the backward one),
+``weight_ih_l{l}`` ``(G*H, K_l)``, ``weight_hh_l{l}`` ``(G*H, H)``, ``bias_ih_l{l}`` and
+``bias_hh_l{l}`` ``(G*H,)``, gates stacked in the cell's order; K_0 is the input size and
+K_l = D*H above. tvmrnn packs all of them into one flat float32 buffer (as cuDNN does), each
+weight K-major and gate-interleaved (``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``.
+Gradients come back in PyTorch's layout, also from one flat buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one parameter sits in a flat buffer."""
+
+    name: str  # PyTorch parameter name
+    layer: int
+    direction: int
+    kind: str  # "weight_ih", "weight_hh", "bias_ih", "bias_hh"
+    torch_shape: tuple[int, ...]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.torch_shape))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """All parameters of a configuration, in PyTorch's order, with their flat offsets."""
+
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    num_directions: int
+    num_gates: int
+    slots: tuple[Slot, ...]
+    total: int
+
+    @staticmethod
+    def create(input_size, hidden_size, num_layers, num_directions, num_gates) -> "Layout":
+        slots, offset = [], 0
+        GH = num_gates * hidden_size
+        for layer in range(num_layers):
+            in_size = input_size if layer == 0 else num_directions * hidden_size
+            for direction in range(num_directions):
+                suffix = f"_l{layer}" + ("_reverse" if direction else "")
+                for kind, shape in (("weight_ih", (GH, in_size)), ("weight_hh", (GH, hidden_size)),
+                                    ("bias_ih", (GH,)), ("bias_hh", (GH,))):
+                    slot = Slot(kind + suffix, layer, direction, kind, shape, offset)
+                    slots.append(slot)
+                    offset += slot.size
+        return Layout(input_size, hidden_size, num_layers, num_directions, num_gates, tuple(slots), offset)
+
+    def slot(self, layer: int, direction: int, kind: str) -> Slot:
+        return next(s for s in self.slots if (s.layer, s.direction, s.kind) == (layer, direction, kind))
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.slots]
+
+    def pack(self, params: dict) -> np.ndarray:
+        """PyTorch-named float32 arrays -> the flat packed buffer (numpy, host)."""
+        missing = [n for n in self.names if n not in params]
+        if missing:
+            raise ValueError(f"params: missing parameter(s) {missing}; expected {self.names}")
+        unknown = sorted(set(params) - set(self.names))
+        if unknown:
+            raise ValueError(f"params: unexpected parameter(s) {unknown} for this configuration; "
+                             f"expected {self.names}")
+        flat = np.empty(self.total, np.float32)
+        G, H = self.num_gates, self.hidden_size
+        for s in self.slots:
+            a = np.asarray(params[s.name])
+            if a.shape != s.torch_shape:
+                raise ValueError(f"params[{s.name!r}]: expected shape {s.torch_shape}, got {a.shape}")
+            if not np.issubdtype(a.dtype, np.floating):
+                raise TypeError(f"params[{s.name!r}]: expected a floating-point array, got {a.dtype}")
+            if s.kind.startswith("weight"):
+                packed = a.reshape(G, H, -1).transpose(2, 1, 0)  # (K, H, G)
+            else:
+                packed = a.reshape(G, H).T  # (H, G)
+            flat[s.offset:s.offset + s.size] = packed.astype(np.float32).ravel()
+        return flat
+
+    def split(self, flat):
+        """A flat buffer in PyTorch's layout -> {name: view of the right shape} (no copies)."""
+        return {s.name: flat[s.offset:s.offset + s.size].reshape(s.torch_shape) for s in self.slots}

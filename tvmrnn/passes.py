@@ -1,0 +1,263 @@
+"""Whole forward and backward passes of a multi-layer, possibly bidirectional RNN, as Programs.
+
+Buffers (T is the run-time sequence length, LD = layers x directions, D*H = layer output width):
+
+* ``x`` (T, N, I), ``y`` (T, N, D*H), or batch-first (N, T, ·): the user's arrays, used in place.
+* ``gx`` (T, N, H, G): one layer-direction's input projections, all steps (a temporary).
+* training workspace, kept for the backward: ``hs``/``cs`` (LD, T+1, N, H), every step's state
+  in time order (the forward direction's h0 sits at row 0, the reverse one's at row T);
+  ``saved`` (LD, T, N, H, S), the values the derivation keeps; ``layer_out`` (L-1, T, N, D*H),
+  the outputs of inner layers (the inputs of the layers above).
+* inference keeps no workspace: states ping-pong between two rows, layer outputs between two.
+
+Time runs forwards for direction 0 and backwards for direction 1; step ``u`` of direction 1
+is time ``T-1-u``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import tirx
+
+from . import kernels
+from .cells import Cell
+from .layout import Layout
+from .sequence import Program
+
+CHUNK_STEPS = (16, 1)  # the all-steps GEMMs run over chunks of 16 steps, then single steps
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything ``build`` fixes: the kernels depend on these, not on the sequence length."""
+
+    cell: Cell
+    input_size: int
+    hidden_size: int
+    num_layers: int
+    bidirectional: bool
+    batch_size: int
+    batch_first: bool
+
+    @property
+    def num_directions(self) -> int:
+        return 2 if self.bidirectional else 1
+
+    @property
+    def layout(self) -> Layout:
+        return Layout.create(self.input_size, self.hidden_size, self.num_layers,
+                             self.num_directions, self.cell.num_gates)
+
+    @property
+    def num_saved(self) -> int:
+        return len(kernels.derivation(self.cell).saved)
+
+    def seq_shape(self, T, features):
+        return (self.batch_size, T, features) if self.batch_first else (T, self.batch_size, features)
+
+    @property
+    def seq_axes(self):
+        return ("n", "t", "k") if self.batch_first else ("t", "n", "k")
+
+    def workspace_shapes(self, T) -> dict:
+        """Shapes of the training workspace arrays (beside the input x, which it also keeps)."""
+        L, LD, N, H = self.num_layers, self.num_layers * self.num_directions, self.batch_size, self.hidden_size
+        shapes = {"hs": (LD, T + 1, N, H)}
+        if self.cell.has_cell_state:
+            shapes["cs"] = (LD, T + 1, N, H)
+        if self.num_saved:
+            shapes["saved"] = (LD, T, N, H, self.num_saved)
+        if L > 1:
+            shapes["layer_out"] = (L - 1, T, N, self.num_directions * H)
+        return shapes
+
+
+def _time(config, T, d, u):
+    return u if d == 0 else T - 1 - u
+
+
+def forward_program(config: Config, schedule, train: bool) -> Program:
+    c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
+    G, LD, I = c.num_gates, L * D, config.input_size
+    layout = config.layout
+    prog = Program("forward_train" if train else "forward", schedule)
+    T = tirx.Var("T", "int32")
+    x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
+    h0 = prog.tensor("h0", (LD, N, H), ("ld", "n", "j"))
+    c0 = prog.tensor("c0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
+    w = prog.flat("w", layout.total)
+    y = prog.tensor("y", config.seq_shape(T, D * H), tuple("j" if a == "k" else a for a in config.seq_axes))
+    hy = prog.tensor("hy", (LD, N, H), ("ld", "n", "j"))
+    cy = prog.tensor("cy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
+    gx = prog.tensor("gx", (T, N, H, G), ("t", "n", "j", "g"))
+    if train:
+        shapes = config.workspace_shapes(T)
+        hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
+        cs = prog.tensor("cs", shapes["cs"], ("ld", "t", "n", "j")) if c.has_cell_state else None
+        saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
+        outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
+    else:
+        hs = prog.tensor("h_state", (LD, 2, N, H), ("ld", "t", "n", "j"))
+        cs = prog.tensor("c_state", (LD, 2, N, H), ("ld", "t", "n", "j")) if c.has_cell_state else None
+        outs = prog.tensor("layer_out", (min(L - 1, 2), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
+
+    copy = kernels.copy(N, H)
+    step = kernels.recurrent_step(c, N, H, train)
+    for l in range(L):
+        in_size = I if l == 0 else D * H
+        if l == 0:
+            def layer_in(start, size):
+                return x.at("t", "n", "k", t=start)
+        else:
+            def layer_in(start, size, _l=l):
+                return outs.at("t", "n", "j", l=(_l - 1) if train else (_l - 1) % 2, t=start)
+        if l == L - 1:
+            def layer_out(s, d):
+                return y.at("n", "j", t=s, j=d * H)
+        else:
+            def layer_out(s, d, _l=l):
+                return outs.at("n", "j", l=_l if train else _l % 2, t=s, j=d * H)
+        for d in range(D):
+            ld = l * D + d
+            w_ih = w.piece(layout.slot(l, d, "weight_ih").offset)
+            b_ih = w.piece(layout.slot(l, d, "bias_ih").offset)
+            w_hh = w.piece(layout.slot(l, d, "weight_hh").offset)
+            b_hh = w.piece(layout.slot(l, d, "bias_hh").offset)
+
+            def projection(start, size):
+                k = kernels.input_projection(size, N, in_size, H, G)
+                prog.call(k, x=layer_in(start, size), w=w_ih, b=b_ih, gx=gx.at("t", "n", "j", "g", t=start))
+            prog.chunked(T, CHUNK_STEPS, projection)
+
+            # State rows: training keeps all T+1 in time order; inference alternates two.
+            if train:
+                first, last = (0, T) if d == 0 else (T, 0)
+                prev_row = (lambda s: s) if d == 0 else (lambda s: s + 1)
+                next_row = (lambda s: s + 1) if d == 0 else (lambda s: s)
+            else:
+                first, last = 0, tirx.floormod(T, 2)
+            prog.call(copy, src=h0.at("n", "j", ld=ld), dst=hs.at("n", "j", ld=ld, t=first))
+            if cs is not None:
+                prog.call(copy, src=c0.at("n", "j", ld=ld), dst=cs.at("n", "j", ld=ld, t=first))
+            with prog.loop(T, "step") as u:
+                s = _time(config, T, d, u)
+                rows = (prev_row(s), next_row(s)) if train else (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
+                views = dict(gx=gx.at("n", "j", "g", t=s), w=w_hh, b=b_hh,
+                             h_prev=hs.at("n", "j", ld=ld, t=rows[0]), h=hs.at("n", "j", ld=ld, t=rows[1]),
+                             y=layer_out(s, d))
+                if cs is not None:
+                    views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
+                if train:
+                    views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i) for i in range(config.num_saved)})
+                prog.call(step, **views)
+            prog.call(copy, src=hs.at("n", "j", ld=ld, t=last), dst=hy.at("n", "j", ld=ld))
+            if cs is not None:
+                prog.call(copy, src=cs.at("n", "j", ld=ld, t=last), dst=cy.at("n", "j", ld=ld))
+    return prog
+
+
+def backward_program(config: Config, schedule) -> Program:
+    c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
+    G, LD, I = c.num_gates, L * D, config.input_size
+    layout = config.layout
+    deriv = kernels.derivation(c)
+    prog = Program("backward", schedule)
+    T = tirx.Var("T", "int32")
+    y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
+    dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)
+    dhy = prog.tensor("dhy", (LD, N, H), ("ld", "n", "j"))
+    dcy = prog.tensor("dcy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
+    w = prog.flat("w", layout.total)
+    x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
+    shapes = config.workspace_shapes(T)
+    hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
+    cs = prog.tensor("cs", shapes["cs"], ("ld", "t", "n", "j")) if c.has_cell_state else None
+    saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
+    outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
+    dx = prog.tensor("dx", config.seq_shape(T, I), config.seq_axes)
+    dh0 = prog.tensor("dh0", (LD, N, H), ("ld", "n", "j"))
+    dc0 = prog.tensor("dc0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
+    dw = prog.flat("dw", layout.total)  # PyTorch layout; the caller zeroes it
+    dgx = prog.tensor("dgx", (T, N, H, G), ("t", "n", "j", "g"))
+    dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (T, N, H, G), ("t", "n", "j", "g"))
+    dlayer = prog.tensor("dlayer_out", (min(L - 1, 2), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
+    dh_carry = prog.tensor("dh_carry", (2, N, H), ("slot", "n", "j"))
+    dc_carry = prog.tensor("dc_carry", (2, N, H), ("slot", "n", "j")) if c.has_cell_state else None
+    dh_direct = prog.tensor("dh_direct", (N, H), ("n", "j")) if deriv.grad_h_prev is not None else None
+
+    copy = kernels.copy(N, H)
+    pointwise = kernels.pointwise_backward(c, N, H)
+    recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None)
+    for l in reversed(range(L)):
+        in_size = I if l == 0 else D * H
+        if l == L - 1:
+            def d_out(**at):
+                return dy.at(*at.pop("axes"), **at)
+        else:
+            def d_out(_l=l, **at):
+                return dlayer.at(*at.pop("axes"), l=_l % 2, **at)
+        if l == 0:
+            def layer_in(start):
+                return x.at("t", "n", "k", t=start)
+
+            def d_in(start):
+                return dx.at("t", "n", "k", t=start)
+        else:
+            def layer_in(start, _l=l):
+                return outs.at("t", "n", "j", l=_l - 1, t=start)
+
+            def d_in(start, _l=l):
+                return dlayer.at("t", "n", "j", l=(_l - 1) % 2, t=start)
+        for d in range(D):
+            ld = l * D + d
+            slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+            w_hh = w.piece(slot["weight_hh"])
+            prev_row = (lambda s: s) if d == 0 else (lambda s: s + 1)
+            next_row = (lambda s: s + 1) if d == 0 else (lambda s: s)
+            prog.call(copy, src=dhy.at("n", "j", ld=ld), dst=dh_carry.at("n", "j", slot=0))
+            if c.has_cell_state:
+                prog.call(copy, src=dcy.at("n", "j", ld=ld), dst=dc_carry.at("n", "j", slot=0))
+            with prog.loop(T, "step") as v:
+                s = _time(config, T, d, T - 1 - v)  # walk the forward's steps in reverse
+                cur, nxt = tirx.floormod(v, 2), tirx.floormod(v + 1, 2)
+                views = {"dy": d_out(axes=("n", "j"), t=s, j=d * H), "dh": dh_carry.at("n", "j", slot=cur)}
+                if c.has_cell_state:
+                    views.update(dc=dc_carry.at("n", "j", slot=cur), dc_prev=dc_carry.at("n", "j", slot=nxt))
+                if saved is not None:
+                    views["saved"] = saved.at("n", "j", "s", ld=ld, t=s)
+                state_rows = {"h_prev": (hs, prev_row(s)), "h_next": (hs, next_row(s)),
+                              "c_prev": (cs, prev_row(s)), "c_next": (cs, next_row(s))}
+                for role, (buf, row) in state_rows.items():
+                    if role in pointwise.roles:
+                        views[role] = buf.at("n", "j", ld=ld, t=row)
+                for g in range(G):
+                    views[f"dgx{g}"] = dgx.at("n", "j", t=s, g=g)
+                    if not deriv.gate_grads_shared:
+                        views[f"dgh{g}"] = dgh.at("n", "j", t=s, g=g)
+                if dh_direct is not None:
+                    views["dh_direct"] = dh_direct.at("n", "j")
+                prog.call(pointwise, **views)
+                rviews = dict(dgh=dgh.at("n", "j", "g", t=s), w=w_hh, dh=dh_carry.at("n", "j", slot=nxt))
+                if dh_direct is not None:
+                    rviews["dh_direct"] = dh_direct.at("n", "j")
+                prog.call(recurrent, **rviews)
+            prog.call(copy, src=dh_carry.at("n", "j", slot=tirx.floormod(T, 2)), dst=dh0.at("n", "j", ld=ld))
+            if c.has_cell_state:
+                prog.call(copy, src=dc_carry.at("n", "j", slot=tirx.floormod(T, 2)), dst=dc0.at("n", "j", ld=ld))
+
+            def gradients(start, size, _d=d, _slot=slot, _ld=ld):
+                prev = start if _d == 0 else start + 1
+                for dg, kind_w, kind_b, a, k_size in (
+                        (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
+                        (dgh, "weight_hh", "bias_hh", hs.at("t", "n", "j", ld=_ld, t=prev), H)):
+                    chunk = dg.at("t", "n", "j", "g", t=start)
+                    piece = dw.piece(_slot[kind_w])
+                    prog.call(kernels.weight_gradient(size, N, k_size, H, G), dg=chunk, a=a, acc=piece, dw=piece)
+                    bias = dw.piece(_slot[kind_b])
+                    prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
+                views = dict(dg=dgx.at("t", "n", "j", "g", t=start), w=w.piece(_slot["weight_ih"]), dx=d_in(start))
+                if _d > 0:
+                    views["acc"] = d_in(start)
+                prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0), **views)
+            prog.chunked(T, CHUNK_STEPS, gradients)
+    return prog

@@ -1,0 +1,226 @@
+"""``tvmrnn.build`` and the object it returns: pack weights, run forward, training forward, backward."""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+
+from . import target as targets
+from .arrays import Frame, to_tvm
+from .cells import get_cell
+from .default_schedule import default_schedule
+from .passes import Config, backward_program, forward_program
+
+_INT32_MAX = 2**31 - 1
+
+
+class PackedWeights:
+    """All parameters of one configuration in the kernels' layout, on the target's device."""
+
+    def __init__(self, owner: "RNN", flat):
+        self.owner, self.flat = owner, flat
+
+    @property
+    def nbytes(self) -> int:
+        return self.owner.config.layout.total * 4
+
+
+class Workspace:
+    """What the training forward keeps for the backward (cuDNN's "reserve space").
+
+    Holds references to the input ``x`` and to the states, saved gate values and inner layer
+    outputs of every step; :meth:`RNN.backward` reads them instead of recomputing.
+    """
+
+    def __init__(self, owner: "RNN", frame: Frame, T: int, x, arrays: dict):
+        self.owner, self.frame, self.T, self.x, self.arrays = owner, frame, T, x, arrays
+
+    @property
+    def workspace_bytes(self) -> int:
+        return sum(int(np.prod(a.shape)) * 4 for a in self.arrays.values())
+
+
+def _check_options(name, value, kind, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"{name}: expected {kind.__name__}, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: expected >= {minimum}, got {value}")
+
+
+def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
+          batch_size: int = 1, batch_first: bool = False, target=None) -> "RNN":
+    """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
+
+    Parameters
+    ----------
+    cell : str
+        ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+    input_size, hidden_size, num_layers, bidirectional, batch_first
+        As for ``torch.nn.LSTM``.
+    batch_size : int
+        The batch size N every call will use (the kernels are built for it).
+    target : None, dict, str or tvm.target.Target
+        None builds for this machine's CPU; e.g. ``"nvidia/nvidia-h100"`` for an H100.
+
+    Returns
+    -------
+    RNN
+    """
+    cell = get_cell(cell)
+    for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
+                        ("num_layers", num_layers), ("batch_size", batch_size)):
+        _check_options(name, value, int, 1)
+    for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
+    config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first)
+    return RNN(config, targets.resolve(target))
+
+
+class RNN:
+    """A built RNN. Arrays are float32, seq-first ``(T, N, ·)`` unless ``batch_first``.
+
+    NumPy arrays in give NumPy arrays out; torch tensors (CPU or CUDA) give torch tensors on the
+    same device, without copies.
+    """
+
+    def __init__(self, config: Config, target: tvm.target.Target):
+        self.config, self.target = config, target
+        self.device_kind, self.device_index = targets.device_of(target)
+
+        def schedule(kernel):
+            return default_schedule(kernel, target)
+
+        programs = (forward_program(config, schedule, train=False),
+                    forward_program(config, schedule, train=True),
+                    backward_program(config, schedule))
+        self.executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
+        self._params = {p.name: [t.name for t in p.params] for p in programs}
+        self._tensors = {p.name: {t.name: t for t in p.params} for p in programs}
+        self._module = None
+
+    def _run(self, program: str, frame: Frame, T: int, arrays: dict) -> None:
+        """Call a pass with its named arrays; temporaries it needs beyond those are made here."""
+        args = []
+        for name in self._params[program]:
+            if name not in arrays:  # a temporary: shape from the program, with T bound
+                arrays[name] = frame.empty(self._tensors[program][name].concrete_shape(T))
+            a = arrays[name]
+            args.append(a if isinstance(a, tvm.runtime.Tensor) else to_tvm(a))
+        self.module[program](*args)
+
+    @property
+    def module(self):
+        if self._module is None:
+            self._module = self.executable.jit() if hasattr(self.executable, "jit") else self.executable
+        return self._module
+
+    def __repr__(self):
+        c = self.config
+        return (f"tvmrnn.RNN({c.cell.name!r}, input_size={c.input_size}, hidden_size={c.hidden_size}, "
+                f"num_layers={c.num_layers}, bidirectional={c.bidirectional}, batch_size={c.batch_size}, "
+                f"batch_first={c.batch_first}, target={self.target.kind.name!r})")
+
+    # ---- weights ----------------------------------------------------------------------------
+    def pack_weights(self, params) -> PackedWeights:
+        """PyTorch-named parameters (numpy arrays or tensors) -> the kernels' packed layout."""
+        if not hasattr(params, "items"):
+            raise TypeError(f"params: expected a mapping of PyTorch parameter names to arrays, "
+                            f"got {type(params).__name__}")
+        host = {k: (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in params.items()}
+        flat = self.config.layout.pack(host)
+        if self.device_kind == "cuda":
+            flat = tvm.runtime.tensor(flat, device=tvm.cuda(self.device_index))
+        return PackedWeights(self, flat)
+
+    def _check_weights(self, w):
+        if not isinstance(w, PackedWeights):
+            raise TypeError(f"w: expected the result of pack_weights, got {type(w).__name__}")
+        if w.owner.config != self.config:
+            raise ValueError("w: these weights were packed for a different configuration")
+        return w.flat if self.device_kind == "cuda" else to_tvm(w.flat)
+
+    # ---- validation -------------------------------------------------------------------------
+    def _frame_and_length(self, name, x, features):
+        frame = Frame.of(name, x)
+        if frame.device_kind != self.device_kind:
+            raise ValueError(f"{name}: this RNN was built for {self.target.kind.name} "
+                             f"({self.device_kind}); got {frame.describe()}")
+        c = self.config
+        if len(x.shape) != 3:
+            raise ValueError(f"{name}: expected a 3-d array {c.seq_shape('T', features)}, got shape {tuple(x.shape)}")
+        T = int(x.shape[1] if c.batch_first else x.shape[0])
+        if T < 1:
+            raise ValueError(f"{name}: the sequence length T must be >= 1, got {T}")
+        frame.check(name, x, c.seq_shape(T, features))
+        largest = T * c.batch_size * max(c.input_size, c.num_directions * c.hidden_size,
+                                         c.hidden_size * c.cell.num_gates * c.num_layers * c.num_directions)
+        if largest > _INT32_MAX:
+            raise ValueError(f"{name}: T={T} makes buffers beyond 2**31 elements; split the sequence")
+        return frame, T
+
+    def _state(self, frame, name, value, needed=True):
+        c = self.config
+        shape = (c.num_layers * c.num_directions, c.batch_size, c.hidden_size)
+        if value is None:
+            return frame.zeros(shape) if needed else None
+        if not needed:
+            raise ValueError(f"{name}: a {c.cell.name} has no cell state; pass {name}=None")
+        frame.check(name, value, shape)
+        return value
+
+    # ---- passes -----------------------------------------------------------------------------
+    def _forward(self, w, x, h0, c0, train):
+        c = self.config
+        wflat = self._check_weights(w)
+        frame, T = self._frame_and_length("x", x, c.input_size)
+        has_c = c.cell.has_cell_state
+        LD, N, H, D = c.num_layers * c.num_directions, c.batch_size, c.hidden_size, c.num_directions
+        arrays = {"x": x, "h0": self._state(frame, "h0", h0), "w": wflat,
+                  "y": frame.empty(c.seq_shape(T, D * H)), "hy": frame.empty((LD, N, H))}
+        if has_c:
+            arrays.update(c0=self._state(frame, "c0", c0), cy=frame.empty((LD, N, H)))
+        else:
+            self._state(frame, "c0", c0, needed=False)
+        ws = {k: frame.empty(s) for k, s in c.workspace_shapes(T).items()} if train else {}
+        arrays.update(ws)
+        self._run("forward_train" if train else "forward", frame, T, arrays)
+        outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
+        return outputs + (Workspace(self, frame, T, x, ws),) if train else outputs
+
+    def forward(self, w, x, h0=None, c0=None):
+        """Inference forward. Returns ``(y, hy, cy)``; ``cy`` is None for cells without a cell state.
+
+        ``x``: ``(T, N, input_size)`` (``(N, T, ·)`` if batch_first); ``h0``/``c0``:
+        ``(num_layers * num_directions, N, hidden_size)`` or None for zeros.
+        """
+        return self._forward(w, x, h0, c0, train=False)
+
+    def forward_train(self, w, x, h0=None, c0=None):
+        """Training forward: ``(y, hy, cy, ws)``, ``ws`` being what :meth:`backward` needs."""
+        return self._forward(w, x, h0, c0, train=True)
+
+    def backward(self, w, ws: Workspace, dy, dhy=None, dcy=None) -> dict:
+        """Gradients from a training forward's workspace and the gradients of its outputs.
+
+        Returns ``{"x", "h0", "c0" (lstm), and every PyTorch parameter name}``.
+        """
+        c = self.config
+        wflat = self._check_weights(w)
+        if not isinstance(ws, Workspace) or ws.owner is not self:
+            raise TypeError("ws: expected the workspace returned by this RNN's forward_train")
+        frame, T = ws.frame, ws.T
+        D, H, N, LD = c.num_directions, c.hidden_size, c.batch_size, c.num_layers * c.num_directions
+        frame.check("dy", dy, c.seq_shape(T, D * H))
+        arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy), "w": wflat, "x": ws.x, **ws.arrays,
+                  "dx": frame.empty(c.seq_shape(T, c.input_size)), "dh0": frame.empty((LD, N, H)),
+                  "dw": frame.zeros((c.layout.total,))}  # weight gradients accumulate in place
+        if c.cell.has_cell_state:
+            arrays.update(dcy=self._state(frame, "dcy", dcy), dc0=frame.empty((LD, N, H)))
+        else:
+            self._state(frame, "dcy", dcy, needed=False)
+        self._run("backward", frame, T, arrays)
+        grads = {"x": arrays["dx"], "h0": arrays["dh0"]}
+        if c.cell.has_cell_state:
+            grads["c0"] = arrays["dc0"]
+        grads.update(c.layout.split(arrays["dw"]))
+        return grads

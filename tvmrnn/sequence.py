@@ -1,0 +1,184 @@
+"""The sequence driver: whole forward and backward passes as single TIR functions.
+
+Per-step kernels (:mod:`tvmrnn.kernels`), once scheduled, are embedded in loops over the
+sequence: each kernel parameter becomes a strided view (``DeclBuffer``) into a whole-sequence
+buffer at an offset that depends on the loop variables, so the tuned per-step code runs
+unchanged at every step while the sequence length ``T`` stays a run-time variable. One call
+runs a whole pass: no Python per time step. On a GPU the loops stay on the host and each
+embedded kernel becomes one launch per step.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
+
+import tvm
+import tvm_ffi
+from tvm import s_tir, tirx
+
+from .kernels import Kernel
+
+F32 = "float32"
+I32 = "int32"
+
+
+def _const(v):
+    return tirx.const(v, I32) if isinstance(v, int) else v
+
+
+@dataclass
+class View:
+    """A request for a view: which tensor, which of its axes map to the kernel's, where it starts."""
+
+    tensor: "SequenceTensor"
+    axes: tuple[str, ...]
+    start: dict
+
+
+class SequenceTensor:
+    """A driver parameter: a buffer whose axes have names, so views can be asked for by name."""
+
+    def __init__(self, name: str, shape, axes: tuple[str, ...]):
+        if len(shape) != len(axes):
+            raise AssertionError(f"{name}: {len(shape)} dims but axes {axes}")
+        self.name, self.shape, self.axes = name, tuple(_const(s) for s in shape), tuple(axes)
+        self.buffer = tirx.decl_buffer(self.shape, F32, name, data_alignment=4, offset_factor=1)
+        strides, acc = [], _const(1)
+        for s in reversed(self.shape):
+            strides.append(acc)
+            acc = acc * s
+        self.strides = dict(zip(self.axes, reversed(strides)))
+
+    def concrete_shape(self, length: int) -> tuple[int, ...]:
+        """The shape for sequence length ``length`` (shapes use T, integers, + and * only)."""
+        def value(e):
+            if isinstance(e, int):
+                return e
+            if isinstance(e, tvm.ir.Var):
+                return length
+            if isinstance(e, tirx.IntImm):
+                return int(e.value)
+            if isinstance(e, tirx.Add):
+                return value(e.a) + value(e.b)
+            if isinstance(e, tirx.Mul):
+                return value(e.a) * value(e.b)
+            raise AssertionError(f"{self.name}: unexpected shape expression {e}")
+        return tuple(value(s) for s in self.shape)
+
+    def at(self, *axes: str, **start) -> View:
+        """A view whose dimensions are ``axes`` of this tensor, starting at ``start``.
+
+        Axes of this tensor that are not in ``axes`` must be fixed by ``start``.
+        """
+        unknown = [a for a in (*axes, *start) if a not in self.axes]
+        loose = [a for a in self.axes if a not in axes and a not in start]
+        if unknown or loose:
+            raise AssertionError(f"{self.name}: bad view {axes} {start} of axes {self.axes}")
+        return View(self, axes, start)
+
+
+class FlatTensor(SequenceTensor):
+    """A flat buffer of packed pieces (weights, weight gradients), viewed at element offsets."""
+
+    def __init__(self, name: str, size: int):
+        super().__init__(name, (size,), ("element",))
+
+    def piece(self, offset: int) -> View:
+        return View(self, (), {"element": offset})
+
+
+def _make_view(view: View, param) -> tuple:
+    """The view buffer for kernel parameter ``param`` and the statement that declares it."""
+    t = view.tensor
+    offset = _const(0)
+    for axis, start in view.start.items():
+        offset = offset + _const(start) * t.strides[axis]
+    if view.axes:
+        if len(view.axes) != len(param.shape):
+            raise AssertionError(f"{t.name}: view axes {view.axes} for a {len(param.shape)}-d parameter")
+        strides = [t.strides[a] for a in view.axes]
+    else:  # a packed piece: compact in its own shape
+        strides, acc = [], _const(1)
+        for s in reversed(param.shape):
+            strides.append(acc)
+            acc = acc * s
+        strides.reverse()
+    buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=strides,
+                           elem_offset=offset, data_alignment=4, offset_factor=1)
+    return buf, tirx.DeclBuffer(buf, data=tirx.buffer_data(t.buffer))
+
+
+class Program:
+    """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
+
+    def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc]):
+        self.name = name
+        self.schedule = schedule
+        self.params: list[SequenceTensor] = []
+        self._scheduled: dict[str, tirx.PrimFunc] = {}
+        self._stack: list[list] = [[]]
+
+    def tensor(self, name, shape, axes) -> SequenceTensor:
+        t = SequenceTensor(name, shape, axes)
+        self.params.append(t)
+        return t
+
+    def flat(self, name, size) -> FlatTensor:
+        t = FlatTensor(name, size)
+        self.params.append(t)
+        return t
+
+    def call(self, kernel: Kernel, **views: View) -> None:
+        """Run ``kernel`` here, each of its parameters bound to a view (by role)."""
+        if set(views) != set(kernel.roles):
+            raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
+        if kernel.name not in self._scheduled:
+            self._scheduled[kernel.name] = self.schedule(kernel)
+        func = s_tir.renew_defs(self._scheduled[kernel.name])  # fresh variables per embedding
+        decls, mapping = [], []
+        for param, role in zip(func.params, kernel.roles):
+            buf, decl = _make_view(views[role], param)
+            decls.append(decl)
+            mapping.append((param, buf))
+
+        def replace(v, mutator):
+            for old, new in mapping:
+                if v.same_as(old):
+                    return new
+            return v
+
+        body = tvm_ffi.structural_mutate(func.body, [(tvm.ir.Var, replace)])
+        self._stack[-1].append(tirx.SeqStmt(decls + [body]))
+
+    @contextmanager
+    def loop(self, extent, name="i"):
+        """``for i in range(extent)``: statements emitted inside go into the loop body."""
+        var = tirx.Var(name, I32)
+        self._stack.append([])
+        yield var
+        body = self._stack.pop()
+        if body:
+            self._stack[-1].append(tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
+                                            tirx.SeqStmt(body) if len(body) > 1 else body[0]))
+
+    def chunked(self, length, sizes: tuple[int, ...], emit: Callable) -> None:
+        """Cover ``range(length)`` with chunks: as many of ``sizes[0]`` as fit, then ``sizes[1]``...
+
+        ``emit(start, size)`` emits the calls for one chunk. ``sizes`` must end with 1, so that
+        every length is covered while each kernel keeps a static chunk size.
+        """
+        if sizes[-1] != 1:
+            raise AssertionError("chunk sizes must end with 1")
+        start = _const(0)
+        for size in sizes:
+            count = tirx.floordiv(_const(length) - start, size) if size > 1 else _const(length) - start
+            with self.loop(count, f"chunk{size}") as i:
+                emit(start + i * size, size)
+            start = start + count * size
+
+    def build(self) -> tirx.PrimFunc:
+        stmts = self._stack[0]
+        body = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+        func = tirx.PrimFunc([t.buffer for t in self.params], body)
+        return func.with_attr("global_symbol", self.name)

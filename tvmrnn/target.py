@@ -1,0 +1,50 @@
+"""Targets: what ``build(target=...)`` accepts, and the host CPU when none is given."""
+from __future__ import annotations
+
+import os
+
+import tvm
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def host_target() -> tvm.target.Target:
+    """This machine's CPU as an LLVM target, from LLVM's host detection.
+
+    The CPU name alone can promise more than a virtual machine exposes, so AVX-512 is only
+    used when the kernel reports ``avx512f`` (else we fall back to the AVX2 level).
+    """
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    flags = _cpu_flags()
+    if flags and "avx512f" not in flags:
+        cpu = "x86-64-v3" if "avx2" in flags else "x86-64"
+    return tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": os.cpu_count() or 1})
+
+
+def resolve(target) -> tvm.target.Target:
+    """None (this CPU), a TVM Target, a dict or a tag such as ``"nvidia/nvidia-h100"``."""
+    if target is None:
+        return host_target()
+    try:
+        t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
+    except Exception as err:  # TVM raises its own error types for unknown kinds and tags
+        raise ValueError(f"target: cannot make a TVM target of {target!r}: {err}") from None
+    if t.kind.name not in ("llvm", "cuda"):
+        raise ValueError(f"target: tvmrnn builds for 'llvm' (CPU) and 'cuda' targets, got {t.kind.name!r}")
+    if t.kind.name == "cuda" and t.host is None:
+        t = tvm.target.Target(t, host=host_target())
+    return t
+
+
+def device_of(target: tvm.target.Target) -> tuple[str, int]:
+    """The (DLPack-style) device kind this target's kernels run on: ("cpu", 0) or ("cuda", 0)."""
+    return ("cuda", 0) if target.kind.name == "cuda" else ("cpu", 0)
