@@ -106,7 +106,12 @@ class RNN:
                 arrays[name] = frame.empty(self._tensors[program][name].concrete_shape(T))
             a = arrays[name]
             args.append(a if isinstance(a, tvm.runtime.Tensor) else to_tvm(a))
-        self.module[program](*args)
+        if frame.kind == "torch" and frame.device_kind == "cuda":
+            import tvm_ffi
+            with tvm_ffi.use_torch_stream():  # launch on PyTorch's current stream, in its order
+                self.module[program](*args)
+        else:
+            self.module[program](*args)
 
     @property
     def module(self):

@@ -30,10 +30,22 @@ def host_target() -> tvm.target.Target:
     return tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": os.cpu_count() or 1})
 
 
+def cuda_target(device_index: int = 0) -> tvm.target.Target:
+    """The CUDA target for the GPU the driver reports (its compute capability as ``arch``)."""
+    dev = tvm.cuda(device_index)
+    if not dev.exist:
+        raise ValueError(f"target: no CUDA device {device_index} on this machine")
+    arch = "sm_" + dev.compute_version.replace(".", "")
+    return tvm.target.Target({"kind": "cuda", "arch": arch}, host=host_target())
+
+
 def resolve(target) -> tvm.target.Target:
-    """None (this CPU), a TVM Target, a dict or a tag such as ``"nvidia/nvidia-h100"``."""
+    """None (this CPU), ``"cuda"`` (this machine's GPU), a TVM Target, a dict or a tag such as
+    ``"nvidia/nvidia-h100"``."""
     if target is None:
         return host_target()
+    if target == "cuda":
+        return cuda_target()
     try:
         t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     except Exception as err:  # TVM raises its own error types for unknown kinds and tags

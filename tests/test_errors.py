@@ -1,0 +1,109 @@
+"""Bad input gets a clear ValueError/TypeError naming the argument; never a crash or a wrong answer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tvmrnn
+from conftest import H, I, N, built, torch_module
+
+
+@pytest.fixture(scope="module")
+def lstm():
+    rnn = built("lstm", 1, False)
+    torch.manual_seed(0)
+    return rnn, rnn.pack_weights(tvmrnn.params_from_torch(torch_module("lstm", I, H, 1, False, False)))
+
+
+@pytest.fixture(scope="module")
+def gru():
+    rnn = built("gru", 1, False)
+    torch.manual_seed(0)
+    return rnn, rnn.pack_weights(tvmrnn.params_from_torch(torch_module("gru", I, H, 1, False, False)))
+
+
+def x_of(T=4, n=N, features=I, dtype=np.float32):
+    return np.random.default_rng(0).standard_normal((T, n, features)).astype(dtype)
+
+
+def test_unknown_cell():
+    with pytest.raises(ValueError, match="cell: unknown cell 'lstmm'"):
+        tvmrnn.build("lstmm", input_size=4, hidden_size=4)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(hidden_size=0), ValueError, "hidden_size: expected >= 1"),
+    (dict(num_layers=1.5), TypeError, "num_layers: expected int"),
+    (dict(bidirectional="yes"), TypeError, "bidirectional: expected bool"),
+    (dict(target="nonsense-target"), ValueError, "target"),
+])
+def test_bad_build_options(kwargs, error, match):
+    args = dict(input_size=4, hidden_size=4, batch_size=2) | kwargs
+    with pytest.raises(error, match=match):
+        tvmrnn.build("gru", **args)
+
+
+@pytest.mark.parametrize("x, error, match", [
+    (x_of(n=N + 1), ValueError, r"x: expected shape \(4, 3, 13\)"),
+    (x_of(features=I + 1), ValueError, r"x: expected shape"),
+    (x_of()[0], ValueError, "x: expected a 3-d array"),
+    (x_of(T=0), ValueError, "T must be >= 1"),
+    (x_of(dtype=np.float64), TypeError, "x: expected dtype float32, got float64"),
+    (x_of(dtype=np.int32), TypeError, "x: expected dtype float32, got int32"),
+    (np.asfortranarray(x_of()), ValueError, "x: expected a C-contiguous array"),
+    (x_of(T=8)[::2], ValueError, "x: expected a C-contiguous array"),
+    ([[[1.0]]], TypeError, "x: expected a numpy.ndarray or a torch.Tensor"),
+    (torch.zeros(4, N, I, device="meta"), ValueError, "x: this RNN was built for llvm"),
+])
+def test_bad_x(lstm, x, error, match):
+    rnn, w = lstm
+    with pytest.raises(error, match=match):
+        rnn.forward(w, x)
+
+
+def test_states_must_match(lstm, gru):
+    rnn, w = lstm
+    with pytest.raises(ValueError, match=r"h0: expected shape \(1, 3, 37\)"):
+        rnn.forward(w, x_of(), h0=np.zeros((2, N, H), np.float32))
+    with pytest.raises(TypeError, match="c0: expected dtype float32"):
+        rnn.forward(w, x_of(), c0=np.zeros((1, N, H)))
+    with pytest.raises(ValueError, match="h0: expected a NumPy array"):
+        rnn.forward(w, x_of(), h0=torch.zeros(1, N, H))
+    g, gw = gru
+    with pytest.raises(ValueError, match="c0: a gru has no cell state"):
+        g.forward(gw, x_of(), c0=np.zeros((1, N, H), np.float32))
+
+
+def test_bad_parameters(lstm):
+    rnn, _ = lstm
+    torch.manual_seed(0)
+    params = tvmrnn.params_from_torch(torch_module("lstm", I, H, 1, False, False))
+    missing = {k: v for k, v in params.items() if k != "bias_hh_l0"}
+    with pytest.raises(ValueError, match=r"params: missing parameter\(s\) \['bias_hh_l0'\]"):
+        rnn.pack_weights(missing)
+    misshaped = dict(params, weight_hh_l0=params["weight_hh_l0"][:, :-1])
+    with pytest.raises(ValueError, match=r"params\['weight_hh_l0'\]: expected shape \(148, 37\), got \(148, 36\)"):
+        rnn.pack_weights(misshaped)
+    with pytest.raises(ValueError, match="unexpected parameter"):
+        rnn.pack_weights(dict(params, weight_ih_l1=params["weight_ih_l0"]))
+    with pytest.raises(TypeError, match="params: expected a mapping"):
+        rnn.pack_weights([1, 2])
+    with pytest.raises(TypeError, match="params_from_torch: expected"):
+        tvmrnn.params_from_torch(42)
+
+
+def test_weights_and_workspace_must_belong(lstm, gru):
+    rnn, w = lstm
+    g, gw = gru
+    with pytest.raises(TypeError, match="w: expected the result of pack_weights"):
+        rnn.forward({"weight_ih_l0": 1}, x_of())
+    with pytest.raises(ValueError, match="w: these weights were packed for a different configuration"):
+        rnn.forward(gw, x_of())
+    y, _, _, ws = rnn.forward_train(w, x_of())
+    with pytest.raises(TypeError, match="ws: expected the workspace returned by this RNN's forward_train"):
+        g.backward(gw, ws, y)
+    with pytest.raises(ValueError, match=r"dy: expected shape \(4, 3, 37\)"):
+        rnn.backward(w, ws, y[:-1].copy())
+    with pytest.raises(TypeError, match="dy: expected dtype float32"):
+        rnn.backward(w, ws, y.astype(np.float64))

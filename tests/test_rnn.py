@@ -1,0 +1,130 @@
+"""Forward and backward of every configuration against torch.nn.LSTM/GRU/RNN in float64.
+
+Tolerance: relative error 1e-4. Our kernels compute in float32 and sum at most a few hundred
+products per output (K <= 2*37 per GEMM, T*N <= 150 per weight gradient), so rounding stays
+near 1e-6; 1e-4 leaves room for the recurrence amplifying it over 50 steps but catches any
+wrong index, gate order or missing term, which show up at 1e-2 or more.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tvmrnn
+from conftest import H, I, N, built, rel_error, torch_module
+
+CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
+TOL = 1e-4
+
+
+def _reference(cell, num_layers, bidirectional, batch_first, seed=0):
+    torch.manual_seed(seed)
+    return torch_module(cell, I, H, num_layers, bidirectional, batch_first).double()
+
+
+def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=True, target=None,
+           as_array=lambda a: a):
+    """Run forward, training forward and backward on ``as_array`` inputs; compare with torch."""
+    rnn = built(cell, num_layers, bidirectional, batch_first, target=target)
+    ref = _reference(cell, num_layers, bidirectional, batch_first)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    D = 2 if bidirectional else 1
+    has_c = cell == "lstm"
+    x = rng.standard_normal((N, T, I) if batch_first else (T, N, I)).astype(np.float32)
+    state = (num_layers * D, N, H)
+    h0 = rng.standard_normal(state).astype(np.float32) if with_states else None
+    c0 = rng.standard_normal(state).astype(np.float32) if with_states and has_c else None
+
+    arr = lambda a: None if a is None else as_array(a)  # noqa: E731
+    y, hy, cy, ws = rnn.forward_train(w, arr(x), arr(h0), arr(c0))
+    y_inf, hy_inf, cy_inf = rnn.forward(w, arr(x), arr(h0), arr(c0))
+
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h0t = torch.tensor(h0 if h0 is not None else np.zeros(state), dtype=torch.float64, requires_grad=True)
+    c0t = torch.tensor(c0 if c0 is not None else np.zeros(state), dtype=torch.float64, requires_grad=True)
+    if has_c:
+        yr, (hyr, cyr) = ref(xt, (h0t, c0t))
+    else:
+        yr, hyr = ref(xt, h0t)
+    for got in (y, y_inf):
+        assert rel_error(got, yr) < TOL
+    for got in (hy, hy_inf):
+        assert rel_error(got, hyr) < TOL
+    if has_c:
+        assert rel_error(cy, cyr) < TOL and rel_error(cy_inf, cyr) < TOL
+    else:
+        assert cy is None and cy_inf is None
+
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    dhy = rng.standard_normal(state).astype(np.float32)
+    dcy = rng.standard_normal(state).astype(np.float32) if has_c else None
+    grads = rnn.backward(w, ws, arr(dy), arr(dhy), arr(dcy))
+    loss = (yr * torch.from_numpy(dy).double()).sum() + (hyr * torch.from_numpy(dhy).double()).sum()
+    if has_c:
+        loss = loss + (cyr * torch.from_numpy(dcy).double()).sum()
+    loss.backward()
+    expected = {"x": xt.grad, "h0": h0t.grad, **({"c0": c0t.grad} if has_c else {})}
+    expected.update({name: p.grad for name, p in ref.named_parameters()})
+    assert set(grads) == set(expected)
+    for name, e in expected.items():
+        assert rel_error(grads[name], e) < TOL, name
+
+
+@pytest.mark.parametrize("T", [1, 7, 50])
+@pytest.mark.parametrize("batch_first", [False, True], ids=["seq_first", "batch_first"])
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bidir"])
+@pytest.mark.parametrize("num_layers", [1, 2, 3])
+@pytest.mark.parametrize("cell", CELLS)
+def test_matches_torch(cell, num_layers, bidirectional, batch_first, T, rng):
+    _check(cell, num_layers, bidirectional, batch_first, T, rng)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_zero_initial_states(cell, rng):
+    _check(cell, 2, True, False, 5, rng, with_states=False)
+
+
+def test_sequence_length_changes_without_rebuilding(rng):
+    rnn = built("gru", 2, True)
+    compiled = rnn.executable
+    for T in (3, 17, 33, 2):  # around the 16-step chunk size, both ways
+        _check("gru", 2, True, False, T, rng)
+    assert rnn.executable is compiled
+
+
+def test_weight_gradients_are_deterministic(rng):
+    rnn = built("lstm", 2, True)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(_reference("lstm", 2, True, False)))
+    x = rng.standard_normal((40, N, I)).astype(np.float32)
+    _, _, _, ws = rnn.forward_train(w, x)
+    dy = rng.standard_normal((40, N, 2 * H)).astype(np.float32)
+    first, second = rnn.backward(w, ws, dy), rnn.backward(w, ws, dy)
+    for name in first:
+        assert np.array_equal(first[name], second[name]), name
+
+
+def test_torch_tensors_in_give_torch_tensors_out(rng):
+    rnn = built("lstm", 1, False)
+    ref = _reference("lstm", 1, False, False)
+    w = rnn.pack_weights(ref.state_dict())  # a state_dict of tensors is accepted as is
+    x = torch.randn(6, N, I)
+    y, hy, cy, ws = rnn.forward_train(w, x)
+    assert all(isinstance(t, torch.Tensor) for t in (y, hy, cy))
+    assert ws.x is x  # the workspace keeps the caller's input, not a copy
+    yr, _ = ref(x.double())
+    assert rel_error(y, yr) < TOL
+    grads = rnn.backward(w, ws, torch.ones_like(y))
+    assert all(isinstance(g, torch.Tensor) for g in grads.values())
+
+
+def test_inference_keeps_no_workspace_and_training_reports_it(rng):
+    rnn = built("lstm", 2, True)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(_reference("lstm", 2, True, False)))
+    x = rng.standard_normal((9, N, I)).astype(np.float32)
+    assert len(rnn.forward(w, x)) == 3
+    ws = rnn.forward_train(w, x)[3]
+    # states h and c (T+1 rows), 5 saved LSTM values, one inner layer output, per layer-direction
+    LD = 4
+    expected = 4 * (2 * LD * 10 * N * H + LD * 9 * N * H * 5 + 9 * N * 2 * H)
+    assert ws.workspace_bytes == expected
