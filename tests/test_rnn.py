@@ -108,7 +108,7 @@ def test_torch_tensors_in_give_torch_tensors_out(rng):
     rnn = built("lstm", 1, False)
     ref = _reference("lstm", 1, False, False)
     w = rnn.pack_weights(ref.state_dict())  # a state_dict of tensors is accepted as is
-    x = torch.randn(6, N, I)
+    x = torch.randn(6, N, I, requires_grad=True)  # a leaf that requires grad is read as is
     y, hy, cy, ws = rnn.forward_train(w, x)
     assert all(isinstance(t, torch.Tensor) for t in (y, hy, cy))
     assert ws.x is x  # the workspace keeps the caller's input, not a copy

@@ -67,4 +67,6 @@ def to_tvm(a):
     """Hand an array to TVM through DLPack, without a copy."""
     if isinstance(a, np.ndarray) and not a.flags["WRITEABLE"]:
         a = np.array(a)  # numpy will not export a read-only array through DLPack
+    elif _is_torch(a) and a.requires_grad:
+        a = a.detach()  # same storage; DLPack refuses tensors that require grad
     return tvm_ffi.from_dlpack(a)

@@ -147,9 +147,10 @@ class RNN:
     # ---- validation -------------------------------------------------------------------------
     def _frame_and_length(self, name, x, features):
         frame = Frame.of(name, x)
-        if frame.device_kind != self.device_kind:
+        index = frame.device.index if frame.kind == "torch" and frame.device.index is not None else 0
+        if frame.device_kind != self.device_kind or index != self.device_index:
             raise ValueError(f"{name}: this RNN was built for {self.target.kind.name} "
-                             f"({self.device_kind}); got {frame.describe()}")
+                             f"({self.device_kind}:{self.device_index}); got {frame.describe()}")
         c = self.config
         if len(x.shape) != 3:
             raise ValueError(f"{name}: expected a 3-d array {c.seq_shape('T', features)}, got shape {tuple(x.shape)}")
@@ -157,10 +158,10 @@ class RNN:
         if T < 1:
             raise ValueError(f"{name}: the sequence length T must be >= 1, got {T}")
         frame.check(name, x, c.seq_shape(T, features))
-        largest = T * c.batch_size * max(c.input_size, c.num_directions * c.hidden_size,
-                                         c.hidden_size * c.cell.num_gates * c.num_layers * c.num_directions)
+        largest = max(int(np.prod(t.concrete_shape(T))) for ts in self._tensors.values() for t in ts.values())
         if largest > _INT32_MAX:
-            raise ValueError(f"{name}: T={T} makes buffers beyond 2**31 elements; split the sequence")
+            raise ValueError(f"{name}: T={T} makes buffers of over 2**31 elements (32-bit indexing); "
+                             f"split the sequence")
         return frame, T
 
     def _state(self, frame, name, value, needed=True):
