@@ -40,3 +40,35 @@ def test_outputs_are_cuda_tensors_and_numpy_is_refused():
     assert y.is_cuda and hy.is_cuda and cy is None
     with pytest.raises(ValueError, match="x: this RNN was built for cuda"):
         rnn.forward(w, x.cpu().numpy())
+
+
+def test_h100_package_in_a_fresh_process_through_the_torch_dropin(tmp_path):
+    """Export for nvidia/nvidia-h100, load elsewhere, train-step through tvmrnn.torch.LSTM on CUDA."""
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / "lstm_h100.so"
+    tvmrnn.build("lstm", input_size=I, hidden_size=37, num_layers=2, bidirectional=True, batch_size=N,
+                 target="nvidia/nvidia-h100").export(path)
+    script = f"""
+import torch, tvmrnn, tvmrnn.torch as tt
+torch.backends.cudnn.allow_tf32 = False
+rnn = tvmrnn.load({str(path)!r}, device="cuda")
+torch.manual_seed(0)
+ref = torch.nn.LSTM({I}, 37, 2, bidirectional=True).cuda()
+ours = tt.LSTM({I}, 37, 2, bidirectional=True, package=rnn).cuda()
+ours.load_state_dict(ref.state_dict())
+x = torch.randn(20, {N}, {I}, device="cuda", requires_grad=True)
+err = lambda a, b: ((a - b).norm() / b.norm()).item()
+y, (h, c) = ours(x); (y.sum() + h.sum() + c.sum()).backward()
+gx, gw = x.grad.clone(), ours.weight_hh_l1_reverse.grad
+x.grad = None
+yr, (hr, cr) = ref(x); (yr.sum() + hr.sum() + cr.sum()).backward()
+worst = max(err(y, yr), err(gx, x.grad), err(gw, ref.weight_hh_l1_reverse.grad))
+print(f"h100 package via tvmrnn.torch.LSTM vs torch.nn.LSTM (cuDNN): y {{err(y, yr):.1e}}, dx {{err(gx, x.grad):.1e}}, dW {{err(gw, ref.weight_hh_l1_reverse.grad):.1e}}")
+assert worst < 1e-4, worst
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    print(run.stdout)
+    assert run.returncode == 0, run.stderr

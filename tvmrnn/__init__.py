@@ -4,11 +4,13 @@
 >>> w = rnn.pack_weights(tvmrnn.params_from_torch(torch_lstm))
 >>> y, hy, cy = rnn.forward(w, x)
 """
+__version__ = "0.1.0"
+
 from .autodiff import CellDefinitionError
 from .cells import CELLS, Cell, get_cell
 from .rnn import RNN, PackedWeights, Workspace, build
 from .torch_params import params_from_torch
+from .package import PackageError, load
 
-__version__ = "0.1.0"
 __all__ = ["build", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
-           "get_cell", "CellDefinitionError"]
+           "get_cell", "CellDefinitionError", "load", "PackageError"]

@@ -234,3 +234,10 @@ def copy(batch, hidden) -> Kernel:
     src = te.placeholder((batch, hidden), F32, "src")
     dst = te.compute(src.shape, lambda n, j: src[n, j], name="dst")
     return _make(f"copy_n{batch}_h{hidden}", {"src": src}, {"dst": dst})
+
+
+def gate_transpose(gates, hidden, in_size) -> Kernel:
+    """Weight packing: PyTorch's ``(G, H, K)`` (rows g*H + j) -> the kernels' ``(K, H, G)``."""
+    src = te.placeholder((gates, hidden, in_size), F32, "src")
+    dst = te.compute((in_size, hidden, gates), lambda k, j, g: src[g, j, k], name="dst")
+    return _make(f"gate_transpose_g{gates}_h{hidden}_k{in_size}", {"src": src}, {"dst": dst})

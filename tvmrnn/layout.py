@@ -4,8 +4,10 @@ PyTorch keeps, per layer ``l`` and direction (suffix ``_reverse`` for the backwa
 ``weight_ih_l{l}`` ``(G*H, K_l)``, ``weight_hh_l{l}`` ``(G*H, H)``, ``bias_ih_l{l}`` and
 ``bias_hh_l{l}`` ``(G*H,)``, gates stacked in the cell's order; K_0 is the input size and
 K_l = D*H above. tvmrnn packs all of them into one flat float32 buffer (as cuDNN does), each
-weight K-major and gate-interleaved (``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``.
-Gradients come back in PyTorch's layout, also from one flat buffer.
+weight K-major and gate-interleaved (``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``; the
+transposition itself is a compiled pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs
+on the device and ships inside exported libraries. Gradients come back in PyTorch's layout,
+also from one flat buffer.
 """
 from __future__ import annotations
 
@@ -64,8 +66,11 @@ class Layout:
     def names(self) -> list[str]:
         return [s.name for s in self.slots]
 
-    def pack(self, params: dict) -> np.ndarray:
-        """PyTorch-named float32 arrays -> the flat packed buffer (numpy, host)."""
+    def check(self, params) -> None:
+        """Raise unless ``params`` holds exactly this configuration's parameters, well shaped."""
+        if not hasattr(params, "items"):
+            raise TypeError(f"params: expected a mapping of PyTorch parameter names to arrays, "
+                            f"got {type(params).__name__}")
         missing = [n for n in self.names if n not in params]
         if missing:
             raise ValueError(f"params: missing parameter(s) {missing}; expected {self.names}")
@@ -73,20 +78,12 @@ class Layout:
         if unknown:
             raise ValueError(f"params: unexpected parameter(s) {unknown} for this configuration; "
                              f"expected {self.names}")
-        flat = np.empty(self.total, np.float32)
-        G, H = self.num_gates, self.hidden_size
         for s in self.slots:
-            a = np.asarray(params[s.name])
-            if a.shape != s.torch_shape:
-                raise ValueError(f"params[{s.name!r}]: expected shape {s.torch_shape}, got {a.shape}")
-            if not np.issubdtype(a.dtype, np.floating):
+            a = params[s.name]
+            if tuple(a.shape) != s.torch_shape:
+                raise ValueError(f"params[{s.name!r}]: expected shape {s.torch_shape}, got {tuple(a.shape)}")
+            if "float" not in str(a.dtype):
                 raise TypeError(f"params[{s.name!r}]: expected a floating-point array, got {a.dtype}")
-            if s.kind.startswith("weight"):
-                packed = a.reshape(G, H, -1).transpose(2, 1, 0)  # (K, H, G)
-            else:
-                packed = a.reshape(G, H).T  # (H, G)
-            flat[s.offset:s.offset + s.size] = packed.astype(np.float32).ravel()
-        return flat
 
     def split(self, flat):
         """A flat buffer in PyTorch's layout -> {name: view of the right shape} (no copies)."""

@@ -261,3 +261,16 @@ def backward_program(config: Config, schedule) -> Program:
                 prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0), **views)
             prog.chunked(T, CHUNK_STEPS, gradients)
     return prog
+
+
+def packing_program(config: Config, schedule) -> Program:
+    """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device."""
+    layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
+    prog = Program("pack_weights", schedule)
+    src = prog.flat("params", layout.total)
+    dst = prog.flat("w", layout.total)
+    for slot in layout.slots:
+        k_size = slot.torch_shape[1] if len(slot.torch_shape) == 2 else 1  # a bias is a (G, H, 1) weight
+        kernel = kernels.gate_transpose(G, H, k_size)
+        prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
+    return prog

@@ -1,4 +1,9 @@
-"""``tvmrnn.build`` and the object it returns: pack weights, run forward, training forward, backward."""
+"""``tvmrnn.build`` and the object it returns: pack weights, run forward, training forward, backward.
+
+An :class:`RNN` needs only a compiled module, its :class:`~tvmrnn.passes.Config` and, for each
+pass, the names and shapes (affine in T) of its arguments. ``build`` gets those by compiling;
+``tvmrnn.load`` reads them from an exported library without compiling anything.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +13,10 @@ from . import target as targets
 from .arrays import Frame, to_tvm
 from .cells import get_cell
 from .default_schedule import default_schedule
-from .passes import Config, backward_program, forward_program
+from .passes import Config, backward_program, forward_program, packing_program
 
 _INT32_MAX = 2**31 - 1
+PASSES = ("forward", "forward_train", "backward", "pack_weights")
 
 
 class PackedWeights:
@@ -59,7 +65,8 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     batch_size : int
         The batch size N every call will use (the kernels are built for it).
     target : None, dict, str or tvm.target.Target
-        None builds for this machine's CPU; e.g. ``"nvidia/nvidia-h100"`` for an H100.
+        None builds for this machine's CPU, ``"cuda"`` for this machine's GPU; or e.g.
+        ``"nvidia/nvidia-h100"``, ``{"kind": "llvm", "mcpu": "sapphirerapids"}``.
 
     Returns
     -------
@@ -73,37 +80,54 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
     config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first)
-    return RNN(config, targets.resolve(target))
+    target = targets.resolve(target)
+
+    def schedule(kernel):
+        return default_schedule(kernel, target)
+
+    programs = (forward_program(config, schedule, train=False), forward_program(config, schedule, train=True),
+                backward_program(config, schedule), packing_program(config, schedule))
+    executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
+    signatures = {p.name: [t.signature() for t in p.params] for p in programs}
+    return RNN(config, target, executable.jit(), signatures, executable)
 
 
 class RNN:
-    """A built RNN. Arrays are float32, seq-first ``(T, N, ·)`` unless ``batch_first``.
+    """A built (or loaded) RNN. Arrays are float32, seq-first ``(T, N, ·)`` unless ``batch_first``.
 
     NumPy arrays in give NumPy arrays out; torch tensors (CPU or CUDA) give torch tensors on the
     same device, without copies.
     """
 
-    def __init__(self, config: Config, target: tvm.target.Target):
-        self.config, self.target = config, target
-        self.device_kind, self.device_index = targets.device_of(target)
+    def __init__(self, config: Config, target: tvm.target.Target, module, signatures: dict,
+                 executable=None, device_index: int = 0):
+        self.config, self.target, self.module = config, target, module
+        self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
+        self.executable = executable  # the compiled Executable, when built here
+        self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
+        self.device_index = device_index if self.device_kind == "cuda" else 0
 
-        def schedule(kernel):
-            return default_schedule(kernel, target)
+    def __repr__(self):
+        c = self.config
+        return (f"tvmrnn.RNN({c.cell.name!r}, input_size={c.input_size}, hidden_size={c.hidden_size}, "
+                f"num_layers={c.num_layers}, bidirectional={c.bidirectional}, batch_size={c.batch_size}, "
+                f"batch_first={c.batch_first}, target={self.target.kind.name!r})")
 
-        programs = (forward_program(config, schedule, train=False),
-                    forward_program(config, schedule, train=True),
-                    backward_program(config, schedule))
-        self.executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
-        self._params = {p.name: [t.name for t in p.params] for p in programs}
-        self._tensors = {p.name: {t.name: t for t in p.params} for p in programs}
-        self._module = None
+    def export(self, path) -> str:
+        """Write one shared library with every pass and its metadata (see :mod:`tvmrnn.package`)."""
+        from .package import export
+        return export(self, path)
+
+    def shapes(self, program: str, T: int) -> dict:
+        """The shape of every argument of a pass, for sequence length T."""
+        return {name: tuple(a * T + b for a, b in dims) for name, dims in self.signatures[program]}
 
     def _run(self, program: str, frame: Frame, T: int, arrays: dict) -> None:
         """Call a pass with its named arrays; temporaries it needs beyond those are made here."""
         args = []
-        for name in self._params[program]:
-            if name not in arrays:  # a temporary: shape from the program, with T bound
-                arrays[name] = frame.empty(self._tensors[program][name].concrete_shape(T))
+        for name, shape in self.shapes(program, T).items():
+            if name not in arrays:
+                arrays[name] = frame.empty(shape)
             a = arrays[name]
             args.append(a if isinstance(a, tvm.runtime.Tensor) else to_tvm(a))
         if frame.kind == "torch" and frame.device_kind == "cuda":
@@ -113,42 +137,48 @@ class RNN:
         else:
             self.module[program](*args)
 
-    @property
-    def module(self):
-        if self._module is None:
-            self._module = self.executable.jit() if hasattr(self.executable, "jit") else self.executable
-        return self._module
-
-    def __repr__(self):
-        c = self.config
-        return (f"tvmrnn.RNN({c.cell.name!r}, input_size={c.input_size}, hidden_size={c.hidden_size}, "
-                f"num_layers={c.num_layers}, bidirectional={c.bidirectional}, batch_size={c.batch_size}, "
-                f"batch_first={c.batch_first}, target={self.target.kind.name!r})")
-
     # ---- weights ----------------------------------------------------------------------------
     def pack_weights(self, params) -> PackedWeights:
-        """PyTorch-named parameters (numpy arrays or tensors) -> the kernels' packed layout."""
-        if not hasattr(params, "items"):
-            raise TypeError(f"params: expected a mapping of PyTorch parameter names to arrays, "
-                            f"got {type(params).__name__}")
-        host = {k: (v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)) for k, v in params.items()}
-        flat = self.config.layout.pack(host)
-        if self.device_kind == "cuda":
-            flat = tvm.runtime.tensor(flat, device=tvm.cuda(self.device_index))
-        return PackedWeights(self, flat)
+        """PyTorch-named parameters (numpy arrays or tensors) -> the kernels' packed layout.
+
+        Torch tensors already on this RNN's device are packed there, without a trip to the host.
+        """
+        layout = self.config.layout
+        layout.check(params)
+        values = [params[name] for name in layout.names]
+        on_device = all(hasattr(v, "detach") for v in values) and self._accepts(Frame.of("params", values[0]))
+        if on_device:
+            import torch
+            frame = Frame.of("params", values[0])
+            flat = torch.cat([v.detach().reshape(-1).to(torch.float32) for v in values])
+        else:
+            frame = Frame("numpy", None)
+            flat = np.concatenate([np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, np.float32).ravel()
+                                   for v in values])
+            if self.device_kind == "cuda":
+                flat = tvm.runtime.tensor(flat, device=tvm.cuda(self.device_index))
+                packed = tvm.runtime.empty(flat.shape, "float32", device=tvm.cuda(self.device_index))
+                self.module["pack_weights"](flat, packed)
+                return PackedWeights(self, packed)
+        packed = frame.empty((layout.total,))
+        self._run("pack_weights", frame, 0, {"params": flat, "w": packed})
+        return PackedWeights(self, packed)
 
     def _check_weights(self, w):
         if not isinstance(w, PackedWeights):
             raise TypeError(f"w: expected the result of pack_weights, got {type(w).__name__}")
         if w.owner.config != self.config:
             raise ValueError("w: these weights were packed for a different configuration")
-        return w.flat if self.device_kind == "cuda" else to_tvm(w.flat)
+        return w.flat
 
     # ---- validation -------------------------------------------------------------------------
+    def _accepts(self, frame: Frame) -> bool:
+        index = frame.device.index if frame.kind == "torch" and frame.device.index is not None else 0
+        return frame.device_kind == self.device_kind and index == self.device_index
+
     def _frame_and_length(self, name, x, features):
         frame = Frame.of(name, x)
-        index = frame.device.index if frame.kind == "torch" and frame.device.index is not None else 0
-        if frame.device_kind != self.device_kind or index != self.device_index:
+        if not self._accepts(frame):
             raise ValueError(f"{name}: this RNN was built for {self.target.kind.name} "
                              f"({self.device_kind}:{self.device_index}); got {frame.describe()}")
         c = self.config
@@ -158,7 +188,7 @@ class RNN:
         if T < 1:
             raise ValueError(f"{name}: the sequence length T must be >= 1, got {T}")
         frame.check(name, x, c.seq_shape(T, features))
-        largest = max(int(np.prod(t.concrete_shape(T))) for ts in self._tensors.values() for t in ts.values())
+        largest = max(int(np.prod(s)) for p in PASSES for s in self.shapes(p, T).values())
         if largest > _INT32_MAX:
             raise ValueError(f"{name}: T={T} makes buffers of over 2**31 elements (32-bit indexing); "
                              f"split the sequence")
@@ -179,19 +209,17 @@ class RNN:
         c = self.config
         wflat = self._check_weights(w)
         frame, T = self._frame_and_length("x", x, c.input_size)
-        has_c = c.cell.has_cell_state
-        LD, N, H, D = c.num_layers * c.num_directions, c.batch_size, c.hidden_size, c.num_directions
-        arrays = {"x": x, "h0": self._state(frame, "h0", h0), "w": wflat,
-                  "y": frame.empty(c.seq_shape(T, D * H)), "hy": frame.empty((LD, N, H))}
-        if has_c:
-            arrays.update(c0=self._state(frame, "c0", c0), cy=frame.empty((LD, N, H)))
+        arrays = {"x": x, "h0": self._state(frame, "h0", h0), "w": wflat}
+        if c.cell.has_cell_state:
+            arrays["c0"] = self._state(frame, "c0", c0)
         else:
             self._state(frame, "c0", c0, needed=False)
-        ws = {k: frame.empty(s) for k, s in c.workspace_shapes(T).items()} if train else {}
-        arrays.update(ws)
         self._run("forward_train" if train else "forward", frame, T, arrays)
         outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
-        return outputs + (Workspace(self, frame, T, x, ws),) if train else outputs
+        if not train:
+            return outputs
+        kept = {k: arrays[k] for k in c.workspace_shapes(T)}
+        return outputs + (Workspace(self, frame, T, x, kept),)
 
     def forward(self, w, x, h0=None, c0=None):
         """Inference forward. Returns ``(y, hy, cy)``; ``cy`` is None for cells without a cell state.
@@ -215,13 +243,11 @@ class RNN:
         if not isinstance(ws, Workspace) or ws.owner is not self:
             raise TypeError("ws: expected the workspace returned by this RNN's forward_train")
         frame, T = ws.frame, ws.T
-        D, H, N, LD = c.num_directions, c.hidden_size, c.batch_size, c.num_layers * c.num_directions
-        frame.check("dy", dy, c.seq_shape(T, D * H))
+        frame.check("dy", dy, c.seq_shape(T, c.num_directions * c.hidden_size))
         arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy), "w": wflat, "x": ws.x, **ws.arrays,
-                  "dx": frame.empty(c.seq_shape(T, c.input_size)), "dh0": frame.empty((LD, N, H)),
                   "dw": frame.zeros((c.layout.total,))}  # weight gradients accumulate in place
         if c.cell.has_cell_state:
-            arrays.update(dcy=self._state(frame, "dcy", dcy), dc0=frame.empty((LD, N, H)))
+            arrays["dcy"] = self._state(frame, "dcy", dcy)
         else:
             self._state(frame, "dcy", dcy, needed=False)
         self._run("backward", frame, T, arrays)

@@ -66,6 +66,13 @@ class SequenceTensor:
             raise AssertionError(f"{self.name}: unexpected shape expression {e}")
         return tuple(value(s) for s in self.shape)
 
+    def signature(self) -> list:
+        """``[name, [[a, b], ...]]``: dimension i is ``a*T + b`` (what a loader needs to allocate)."""
+        at0, at1 = self.concrete_shape(0), self.concrete_shape(1)
+        if self.concrete_shape(2) != tuple(2 * (y - x) + x for x, y in zip(at0, at1)):
+            raise AssertionError(f"{self.name}: shape is not affine in T")
+        return [self.name, [[y - x, x] for x, y in zip(at0, at1)]]
+
     def at(self, *axes: str, **start) -> View:
         """A view whose dimensions are ``axes`` of this tensor, starting at ``start``.
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env python3
+"""Build a tvmrnn configuration for a target and export it as one shared library.
+
+    python scripts/export.py lstm --input-size 800 --hidden-size 800 --batch-size 20 \
+        --num-layers 5 --bidirectional --target nvidia/nvidia-h100 -o lstm_h100.so
+"""
+import argparse
+import json
+
+import tvmrnn
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cell", choices=sorted(tvmrnn.CELLS))
+    p.add_argument("--input-size", type=int, required=True)
+    p.add_argument("--hidden-size", type=int, required=True)
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--batch-first", action="store_true")
+    p.add_argument("--target", default=None,
+                   help='a TVM tag ("nvidia/nvidia-h100"), "cuda" (this GPU), a JSON dict '
+                        '(\'{"kind": "llvm", "mcpu": "sapphirerapids"}\'); default: this CPU')
+    p.add_argument("-o", "--output", required=True, help="the .so to write")
+    a = p.parse_args()
+    target = json.loads(a.target) if a.target and a.target.startswith("{") else a.target
+    rnn = tvmrnn.build(a.cell, input_size=a.input_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
+                       bidirectional=a.bidirectional, batch_size=a.batch_size, batch_first=a.batch_first,
+                       target=target)
+    print(f"wrote {rnn.export(a.output)}: {rnn}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Exported packages: one .so, loaded in a fresh process, refused clearly where it cannot run."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+import tvmrnn
+from tvmrnn import package
+from conftest import H, I, N, built, rel_error, torch_module
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pkg") / "lstm.so"
+    built("lstm", 2, True).export(path)
+    return str(path)
+
+
+def test_loads_in_a_fresh_process_and_matches(exported, tmp_path):
+    """A new interpreter loads the .so (compiling nothing) and gives the built RNN's results."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((8, N, I)).astype(np.float32)
+    dy = rng.standard_normal((8, N, 2 * H)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "dy.npy", dy)
+    script = f"""
+import sys, numpy as np, torch, tvmrnn, tvm
+torch.manual_seed(0)
+compiles = []
+tvm.compile = lambda *a, **k: compiles.append(a)  # loading must not compile
+m = torch.nn.LSTM({I}, {H}, 2, bidirectional=True)
+rnn = tvmrnn.load({exported!r})
+w = rnn.pack_weights(tvmrnn.params_from_torch(m))
+x, dy = np.load(r"{tmp_path}/x.npy"), np.load(r"{tmp_path}/dy.npy")
+y, hy, cy, ws = rnn.forward_train(w, x)
+g = rnn.backward(w, ws, dy)
+np.savez(r"{tmp_path}/out.npz", y=y, dx=g["x"], dw=g["weight_hh_l1_reverse"])
+assert not compiles
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO)
+    out = np.load(tmp_path / "out.npz")
+    torch.manual_seed(0)
+    rnn = built("lstm", 2, True)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(torch.nn.LSTM(I, H, 2, bidirectional=True)))
+    y, _, _, ws = rnn.forward_train(w, x)
+    g = rnn.backward(w, ws, dy)
+    assert np.array_equal(out["y"], y) and np.array_equal(out["dx"], g["x"])
+    assert np.array_equal(out["dw"], g["weight_hh_l1_reverse"])
+
+
+def test_metadata_describes_the_package(exported):
+    meta = package.read_metadata(exported)
+    assert json.loads(tvm.runtime.load_module(exported)["tvmrnn_metadata"]()) == meta  # the FFI twin
+    assert (meta["cell"], meta["input_size"], meta["hidden_size"], meta["num_layers"]) == ("lstm", I, H, 2)
+    assert meta["bidirectional"] and not meta["batch_first"] and meta["dtype"] == "float32"
+    assert meta["tvm_version"] == tvm.__version__ and meta["target_kind"] == "llvm"
+    assert set(meta["signatures"]) == {"forward", "forward_train", "backward", "pack_weights"}
+    assert meta["weights_size"] == sum(int(np.prod(s)) for _, s, _ in meta["parameters"])
+    assert "weight_layout" in meta and "features" in meta["cpu"]
+
+
+def test_not_a_package(tmp_path):
+    text = tmp_path / "notes.so"
+    text.write_text("not a library")
+    with pytest.raises(tvmrnn.PackageError, match="not a loadable shared library"):
+        tvmrnn.load(text)
+    with pytest.raises(FileNotFoundError):
+        tvmrnn.load(tmp_path / "missing.so")
+    other = tmp_path / "plain.so"  # a real TVM library, but not ours
+    tvm.compile(tvm.IRModule({"main": tvmrnn.kernels.copy(2, 2).func}), target="llvm").export_library(str(other))
+    with pytest.raises(tvmrnn.PackageError, match="not a tvmrnn package"):
+        tvmrnn.load(other)
+
+
+def test_avx512_package_refused_on_a_cpu_without_it(tmp_path, monkeypatch):
+    path = tmp_path / "spr.so"
+    tvmrnn.build("gru", input_size=8, hidden_size=8, batch_size=2,
+                 target={"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}).export(path)
+    monkeypatch.setattr(package, "_cpu_flags", lambda: {"sse2", "avx", "avx2", "fma"})
+    with pytest.raises(tvmrnn.PackageError, match=r"needs \['avx512f'.*sapphirerapids"):
+        tvmrnn.load(path)
+
+
+def test_other_tvm_version_refused(exported, monkeypatch):
+    monkeypatch.setattr(tvm, "__version__", "0.99.0")
+    with pytest.raises(tvmrnn.PackageError, match="built with TVM 0.27.0.post1, this is TVM 0.99.0"):
+        tvmrnn.load(exported)
+
+
+@pytest.mark.skipif(tvm.cuda(0).exist, reason="checks the refusal on a machine without a GPU")
+def test_cuda_package_refused_without_a_gpu(tmp_path):
+    path = tmp_path / "h100.so"
+    tvmrnn.build("lstm", input_size=8, hidden_size=8, batch_size=2, target="nvidia/nvidia-h100").export(path)
+    with pytest.raises(tvmrnn.PackageError, match="for a CUDA GPU .sm_90a. and this machine has no CUDA device"):
+        tvmrnn.load(path)
+    with pytest.raises(tvmrnn.PackageError, match="is for cuda, not device 'cpu'"):
+        tvmrnn.load(path, device="cpu")
+
+
+def test_export_script(tmp_path):
+    out = tmp_path / "rnn.so"
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "export.py"), "rnn_relu", "--input-size", "5",
+                    "--hidden-size", "6", "--batch-size", "2", "--num-layers", "2", "--batch-first", "-o", str(out)],
+                   check=True, cwd=REPO)
+    rnn = tvmrnn.load(out)
+    assert rnn.config.cell.name == "rnn_relu" and rnn.config.batch_first and rnn.config.num_layers == 2
+
+
+def test_cpp_example_matches_python(exported, tmp_path):
+    binary = tmp_path / "run_forward"
+    subprocess.run(["g++", "-std=c++17", "-O2", os.path.join(REPO, "examples", "cpp", "run_forward.cc"),
+                    *package.cxx_flags(), "-o", str(binary)], check=True)
+    torch.manual_seed(0)
+    params = tvmrnn.params_from_torch(torch.nn.LSTM(I, H, 2, bidirectional=True))
+    rnn = tvmrnn.load(exported)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    np.concatenate([params[n].ravel() for n in rnn.config.layout.names]).tofile(tmp_path / "in" / "params.f32")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((11, N, I)).astype(np.float32)
+    c0 = rng.standard_normal((4, N, H)).astype(np.float32)
+    x.tofile(tmp_path / "in" / "x.f32")
+    c0.tofile(tmp_path / "in" / "c0.f32")
+    run = subprocess.run([str(binary), exported, "11", str(tmp_path / "in"), str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    y, hy, cy = rnn.forward(rnn.pack_weights(params), x, None, c0)
+    assert np.array_equal(np.fromfile(tmp_path / "out" / "y.f32", np.float32).reshape(y.shape), y)
+    assert np.array_equal(np.fromfile(tmp_path / "out" / "cy.f32", np.float32).reshape(cy.shape), cy)
+    bad = subprocess.run([str(binary), exported, "12", str(tmp_path / "in"), str(tmp_path / "out")],
+                         capture_output=True, text=True)  # x.f32 holds 11 steps, not 12
+    assert bad.returncode == 1 and "x.f32: expected" in bad.stderr

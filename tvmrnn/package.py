@@ -1,0 +1,169 @@
+"""Exported packages: one shared library per configuration and target, and loading it back.
+
+The library holds every pass (``forward``, ``forward_train``, ``backward``, ``pack_weights``)
+and a function ``tvmrnn_metadata`` returning JSON: the configuration, the target (CPU features
+or CUDA architecture), the TVM version, the weight layout and each pass's argument signature.
+``load`` reads that first and refuses a library this machine cannot run, before any kernel
+runs; it compiles and tunes nothing. C++ programs use the same two facts (see ``examples/cpp``).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import tempfile
+
+import tvm
+import tvm_ffi
+
+from . import __version__
+from .cells import Cell, get_cell, CELLS
+from .passes import Config
+from .rnn import RNN
+from .target import _cpu_flags
+
+FORMAT = "tvmrnn-package"
+FORMAT_VERSION = 1
+METADATA_FUNCTION = "tvmrnn_metadata"
+_CPU_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "avx")
+
+
+class PackageError(ValueError):
+    """A library that is not a tvmrnn package, or one this machine or TVM cannot run."""
+
+
+def metadata(rnn: RNN) -> dict:
+    c, t = rnn.config, rnn.target
+    meta = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "tvmrnn_version": __version__,
+        "tvm_version": tvm.__version__,
+        "cell": c.cell.name, "gates": list(c.cell.gates), "has_cell_state": c.cell.has_cell_state,
+        "input_size": c.input_size, "hidden_size": c.hidden_size, "num_layers": c.num_layers,
+        "bidirectional": c.bidirectional, "batch_size": c.batch_size, "batch_first": c.batch_first,
+        "dtype": "float32",
+        "target": str(t), "target_kind": t.kind.name,
+        "weight_layout": "one flat float32 buffer; per parameter, in PyTorch's order: weights (K, H, G) "
+                         "gate-interleaved, biases (H, G); pack_weights(params, w) converts PyTorch's flat layout",
+        "parameters": [[s.name, list(s.torch_shape), s.offset] for s in c.layout.slots],
+        "weights_size": c.layout.total,
+        "signatures": rnn.signatures,
+        "workspace_arrays": sorted(c.workspace_shapes(1)),
+    }
+    host = t.host if t.kind.name == "cuda" else t
+    meta["cpu"] = {"mcpu": str(host.attrs.get("mcpu", "")),
+                   "features": [f for f in _CPU_FEATURES if tvm.target.codegen.llvm_cpu_has_features(f, host)]}
+    if t.kind.name == "cuda":
+        meta["cuda_arch"] = str(t.attrs["arch"])
+    return meta
+
+
+def _metadata_object(meta: dict, workdir: str) -> str:
+    """Compile a tiny C++ function returning the metadata JSON; linked into the library."""
+    text = json.dumps(meta, sort_keys=True)
+    source = os.path.join(workdir, "tvmrnn_metadata.cc")
+    with open(source, "w") as f:
+        # Twice: as a TVM FFI function (mod["tvmrnn_metadata"]() from Python or C++), and as a plain
+        # C function that ctypes can read before TVM loads the library (a CUDA package cannot even
+        # be opened by TVM on a machine without CUDA, and we want to say why).
+        f.write('#include <tvm/ffi/function.h>\n#include <tvm/ffi/string.h>\n'
+                f'static const char* kMetadata = R"TVMRNN({text})TVMRNN";\n'
+                f'extern "C" __attribute__((visibility("default"))) const char* {METADATA_FUNCTION}_json() '
+                '{ return kMetadata; }\n'
+                'static tvm::ffi::String Metadata() { return kMetadata; }\n'
+                f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({METADATA_FUNCTION}, Metadata);\n")
+    obj = source[:-3] + ".o"
+    includes = [f"-I{p}" for p in (tvm_ffi.libinfo.find_include_path(), tvm_ffi.libinfo.find_dlpack_include_path())]
+    cmd = [os.environ.get("CXX", "g++"), "-std=c++17", "-O1", "-fPIC", "-c", source, "-o", obj, *includes]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"export: compiling the metadata function failed:\n{' '.join(cmd)}\n{done.stderr}")
+    return obj
+
+
+def cxx_flags() -> list[str]:
+    """Compiler and linker flags for a C++ program that loads packages (see examples/cpp)."""
+    ffi_lib = tvm_ffi.libinfo.find_libtvm_ffi()
+    runtime = os.path.join(os.path.dirname(tvm.__file__), "lib", "libtvm_runtime.so")
+    lib_dirs = sorted({os.path.dirname(ffi_lib), os.path.dirname(runtime)})
+    return ([f"-I{tvm_ffi.libinfo.find_include_path()}", f"-I{tvm_ffi.libinfo.find_dlpack_include_path()}"]
+            # libtvm_runtime provides what compiled kernels call (workspaces, thread pool)
+            + [ffi_lib, "-Wl,--no-as-needed", runtime] + [f"-Wl,-rpath,{d}" for d in lib_dirs])
+
+
+def export(rnn: RNN, path: str) -> str:
+    """Write ``rnn`` (a built one) as one shared library at ``path``; returns the path."""
+    if rnn.executable is None:
+        raise ValueError("export: this RNN was loaded from a library; copy that file instead")
+    path = os.fspath(path)
+    with tempfile.TemporaryDirectory() as workdir:
+        rnn.executable.export_library(path, addons=[_metadata_object(metadata(rnn), workdir)])
+    return path
+
+
+def read_metadata(path) -> dict:
+    """The package's metadata, read with ctypes: nothing of TVM's runs."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"load: no such file {path!r}")
+    try:
+        library = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    except OSError as err:
+        raise PackageError(f"load: {path!r} is not a loadable shared library: {err}") from None
+    try:
+        function = getattr(library, f"{METADATA_FUNCTION}_json")
+        function.restype = ctypes.c_char_p
+        meta = json.loads(function().decode())
+    except (AttributeError, ValueError):
+        meta = None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise PackageError("load: not a tvmrnn package (no tvmrnn metadata in the library)")
+    return meta
+
+
+def check_machine(meta: dict, device_index: int) -> None:
+    """Raise PackageError unless this machine and TVM can run the package."""
+    if meta["format_version"] != FORMAT_VERSION:
+        raise PackageError(f"load: package format {meta['format_version']}, this tvmrnn reads {FORMAT_VERSION}")
+    if meta["tvm_version"] != tvm.__version__:
+        raise PackageError(f"load: the package was built with TVM {meta['tvm_version']}, "
+                           f"this is TVM {tvm.__version__}; rebuild it (scripts/export.py)")
+    flags = _cpu_flags()
+    missing = [f for f in meta["cpu"]["features"] if flags and f not in flags]
+    if missing:
+        raise PackageError(f"load: the package's CPU code needs {missing} (built for mcpu="
+                           f"{meta['cpu']['mcpu']!r}), which this CPU lacks; rebuild it for this machine")
+    if meta["target_kind"] == "cuda":
+        dev = tvm.cuda(device_index)
+        if not dev.exist:
+            raise PackageError(f"load: the package is for a CUDA GPU ({meta['cuda_arch']}) and this machine "
+                               f"has no CUDA device {device_index}")
+        arch = meta["cuda_arch"].replace("sm_", "").rstrip("a")
+        have = dev.compute_version.replace(".", "")
+        if arch != have:
+            raise PackageError(f"load: the package is for {meta['cuda_arch']}, GPU {device_index} is "
+                               f"sm_{have}; rebuild it for this GPU")
+
+
+def load(path, device=None) -> RNN:
+    """Load an exported package. ``device``: None, ``"cpu"``, ``"cuda"`` or ``"cuda:1"``.
+
+    The returned object has the same ``pack_weights / forward / forward_train / backward``
+    contract as :func:`tvmrnn.build`.
+    """
+    path = os.fspath(path)
+    device_index = 0
+    if device is not None:
+        kind, _, index = str(device).partition(":")
+        device_index = int(index or 0)
+    meta = read_metadata(path)
+    if device is not None and str(device).partition(":")[0] != ("cuda" if meta["target_kind"] == "cuda" else "cpu"):
+        raise PackageError(f"load: the package is for {meta['target_kind']}, not device {device!r}")
+    check_machine(meta, device_index)
+    module = tvm.runtime.load_module(path)
+    name = meta["cell"]
+    cell = get_cell(name) if name in CELLS else Cell(name, tuple(meta["gates"]), meta["has_cell_state"], None)
+    config = Config(cell, meta["input_size"], meta["hidden_size"], meta["num_layers"], meta["bidirectional"],
+                    meta["batch_size"], meta["batch_first"])
+    target = tvm.target.Target(json.loads(meta["target"]) if meta["target"].startswith("{") else meta["target"])
+    return RNN(config, target, module, meta["signatures"], device_index=device_index)
