@@ -22,12 +22,14 @@ def main():
     p.add_argument("--target", default=None,
                    help='a TVM tag ("nvidia/nvidia-h100"), "cuda" (this GPU), a JSON dict '
                         '(\'{"kind": "llvm", "mcpu": "sapphirerapids"}\'); default: this CPU')
+    p.add_argument("--tuning-logs", default=None,
+                   help="folder of per-target MetaSchedule logs (default: the repository's tuning_logs/)")
     p.add_argument("-o", "--output", required=True, help="the .so to write")
     a = p.parse_args()
     target = json.loads(a.target) if a.target and a.target.startswith("{") else a.target
     rnn = tvmrnn.build(a.cell, input_size=a.input_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
                        bidirectional=a.bidirectional, batch_size=a.batch_size, batch_first=a.batch_first,
-                       target=target)
+                       target=target, tuning_logs=a.tuning_logs)
     print(f"wrote {rnn.export(a.output)}: {rnn}")
 
 

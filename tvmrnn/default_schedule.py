@@ -31,8 +31,9 @@ def _extent(sch, loop) -> int:
 
 
 def default_schedule(kernel: Kernel, target: tvm.target.Target) -> tvm.tirx.PrimFunc:
-    sch = s_tir.Schedule(kernel.func)
-    params = kernel.func.params
+    func = s_tir.renew_defs(kernel.func)  # a copy: Schedule edits its input in place
+    sch = s_tir.Schedule(func)
+    params = func.params
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     outputs = [b for b in blocks if _writes_param(sch, b, params)]
     intermediates = [b for b in blocks if not _writes_param(sch, b, params)]

@@ -12,8 +12,8 @@ import tvm
 from . import target as targets
 from .arrays import Frame, to_tvm
 from .cells import get_cell
-from .default_schedule import default_schedule
 from .passes import Config, backward_program, forward_program, packing_program
+from .tuning import report_untuned, scheduler
 
 _INT32_MAX = 2**31 - 1
 PASSES = ("forward", "forward_train", "backward", "pack_weights")
@@ -53,7 +53,7 @@ def _check_options(name, value, kind, minimum=None):
 
 
 def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
-          batch_size: int = 1, batch_first: bool = False, target=None) -> "RNN":
+          batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None) -> "RNN":
     """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
 
     Parameters
@@ -67,6 +67,11 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     target : None, dict, str or tvm.target.Target
         None builds for this machine's CPU, ``"cuda"`` for this machine's GPU; or e.g.
         ``"nvidia/nvidia-h100"``, ``{"kind": "llvm", "mcpu": "sapphirerapids"}``.
+    tuning_logs : None, str or False
+        Where to look for MetaSchedule records (a folder of per-target folders). None: the
+        ``TVMRNN_TUNING_LOGS`` environment variable, else the repository's ``tuning_logs/``.
+        Kernels without a record use a default schedule (a warning says so, once); False uses
+        default schedules throughout.
 
     Returns
     -------
@@ -81,15 +86,15 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
             raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
     config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first)
     target = targets.resolve(target)
-
-    def schedule(kernel):
-        return default_schedule(kernel, target)
-
+    schedule, used = scheduler(target, tuning_logs)
     programs = (forward_program(config, schedule, train=False), forward_program(config, schedule, train=True),
                 backward_program(config, schedule), packing_program(config, schedule))
     executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
-    return RNN(config, target, executable.jit(), signatures, executable)
+    report_untuned(target, used)
+    rnn = RNN(config, target, executable.jit(), signatures, executable)
+    rnn.schedules = used  # kernel name -> "tuned" or "default"
+    return rnn
 
 
 class RNN:

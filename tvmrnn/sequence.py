@@ -27,6 +27,22 @@ def _const(v):
     return tirx.const(v, I32) if isinstance(v, int) else v
 
 
+def evaluate(e, length: int) -> int:
+    """Value of an integer expression in the sequence length ``T`` (the only variable we use)."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, tvm.ir.Var):
+        return length
+    if isinstance(e, tirx.IntImm):
+        return int(e.value)
+    ops = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+           tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b}
+    for kind, f in ops.items():
+        if isinstance(e, kind):
+            return f(evaluate(e.a, length), evaluate(e.b, length))
+    raise AssertionError(f"unexpected integer expression {e}")
+
+
 @dataclass
 class View:
     """A request for a view: which tensor, which of its axes map to the kernel's, where it starts."""
@@ -51,20 +67,8 @@ class SequenceTensor:
         self.strides = dict(zip(self.axes, reversed(strides)))
 
     def concrete_shape(self, length: int) -> tuple[int, ...]:
-        """The shape for sequence length ``length`` (shapes use T, integers, + and * only)."""
-        def value(e):
-            if isinstance(e, int):
-                return e
-            if isinstance(e, tvm.ir.Var):
-                return length
-            if isinstance(e, tirx.IntImm):
-                return int(e.value)
-            if isinstance(e, tirx.Add):
-                return value(e.a) + value(e.b)
-            if isinstance(e, tirx.Mul):
-                return value(e.a) * value(e.b)
-            raise AssertionError(f"{self.name}: unexpected shape expression {e}")
-        return tuple(value(s) for s in self.shape)
+        """The shape for sequence length ``length``."""
+        return tuple(evaluate(s, length) for s in self.shape)
 
     def signature(self) -> list:
         """``[name, [[a, b], ...]]``: dimension i is ``a*T + b`` (what a loader needs to allocate)."""
@@ -125,6 +129,9 @@ class Program:
         self.params: list[SequenceTensor] = []
         self._scheduled: dict[str, tirx.PrimFunc] = {}
         self._stack: list[list] = [[]]
+        self._extents: list = []  # extents of the loops being emitted, innermost last
+        self.kernels: dict[str, Kernel] = {}
+        self._call_extents: dict[str, list] = {}  # kernel name -> loop extents of each call
 
     def tensor(self, name, shape, axes) -> SequenceTensor:
         t = SequenceTensor(name, shape, axes)
@@ -142,6 +149,8 @@ class Program:
             raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
         if kernel.name not in self._scheduled:
             self._scheduled[kernel.name] = self.schedule(kernel)
+            self.kernels[kernel.name] = kernel
+        self._call_extents.setdefault(kernel.name, []).append(list(self._extents))
         func = s_tir.renew_defs(self._scheduled[kernel.name])  # fresh variables per embedding
         decls, mapping = [], []
         for param, role in zip(func.params, kernel.roles):
@@ -163,7 +172,9 @@ class Program:
         """``for i in range(extent)``: statements emitted inside go into the loop body."""
         var = tirx.Var(name, I32)
         self._stack.append([])
+        self._extents.append(_const(extent))
         yield var
+        self._extents.pop()
         body = self._stack.pop()
         if body:
             self._stack[-1].append(tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
@@ -183,6 +194,19 @@ class Program:
             with self.loop(count, f"chunk{size}") as i:
                 emit(start + i * size, size)
             start = start + count * size
+
+    def calls(self, length: int) -> dict[str, int]:
+        """How many times each kernel runs in one pass over a sequence of ``length`` steps."""
+        counts = {}
+        for name, calls in self._call_extents.items():
+            total = 0
+            for extents in calls:
+                n = 1
+                for e in extents:
+                    n *= max(evaluate(e, length), 0)
+                total += n
+            counts[name] = total
+        return counts
 
     def build(self) -> tirx.PrimFunc:
         stmts = self._stack[0]

@@ -36,7 +36,11 @@ def cuda_target(device_index: int = 0) -> tvm.target.Target:
     if not dev.exist:
         raise ValueError(f"target: no CUDA device {device_index} on this machine")
     arch = "sm_" + dev.compute_version.replace(".", "")
-    return tvm.target.Target({"kind": "cuda", "arch": arch}, host=host_target())
+    # the limits MetaSchedule's rules and the GPU verifier read (the tags carry them too)
+    return tvm.target.Target({"kind": "cuda", "arch": arch, "max_threads_per_block": dev.max_threads_per_block,
+                              "max_shared_memory_per_block": dev.max_shared_memory_per_block,
+                              "thread_warp_size": dev.warp_size, "max_num_threads": dev.max_threads_per_block,
+                              "registers_per_block": 65536}, host=host_target())
 
 
 def resolve(target) -> tvm.target.Target:

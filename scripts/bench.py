@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""tvmrnn against PyTorch, side by side in one process on the same inputs.
+
+    python scripts/bench.py --device cuda --preset ds2 --json bench_h100.json
+    python scripts/bench.py --device cpu --threads 16 lstm --num-layers 1 --json bench_spr.json
+    python scripts/bench.py --plot bench_h100.json bench_spr.json   # PNG charts from saved results
+
+For each configuration: builds tvmrnn (tuned records from tuning_logs/ where they exist), loads the
+same weights into torch.nn.LSTM/GRU/RNN, runs both on the same input, checks they agree, and times
+inference (forward) and training (forward + backward with the same output gradient). Prints
+samples/s (N / seconds per batch, the median of --reps) for each side and the ratio.
+On CUDA: cuDNN with TF32 off on both sides, plus a row with TF32 allowed for cuDNN (tvmrnn computes
+in plain fp32 either way). On the CPU: PyTorch's CPU path; both sides use --threads threads.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+CELLS = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+DS2 = dict(T=300, N=20, I=800, H=800)
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("cells", nargs="*", default=[], help="default: all four")
+    p.add_argument("--preset", choices=["ds2"], help="Deep Speech 2: T=300 N=20 I=H=800, 1 layer and 5 "
+                                                     "bidirectional layers, every cell given")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--target", help="tvmrnn's target (default: this GPU for --device cuda, this CPU for cpu), "
+                                    "e.g. a JSON dict")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for both sides")
+    p.add_argument("--seq-len", "-T", type=int, default=DS2["T"])
+    p.add_argument("--batch-size", "-N", type=int, default=DS2["N"])
+    p.add_argument("--input-size", type=int, default=DS2["I"])
+    p.add_argument("--hidden-size", type=int, default=DS2["H"])
+    p.add_argument("--num-layers", type=int, nargs="*", default=None, help="e.g. 1 5")
+    p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--max-seconds", type=float, default=20.0, help="per side and pass, fewer reps if slower")
+    p.add_argument("--no-train", action="store_true")
+    p.add_argument("--tuning-logs", default=None)
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--plot", nargs="*", help="draw PNG charts from result files and exit")
+    return p.parse_args()
+
+
+def configs(a):
+    cells = a.cells or list(CELLS)
+    if a.preset == "ds2":
+        return [(c, 1, False) for c in cells] + [(c, 5, True) for c in cells]
+    return [(c, L, a.bidirectional) for L in (a.num_layers or [1]) for c in cells]
+
+
+def timed(fn, sync, reps, max_seconds):
+    fn()
+    sync()  # warm-up (and first-call allocations)
+    times, start = [], time.perf_counter()
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > max_seconds and len(times) >= 3:
+            break
+    return statistics.median(times), len(times)
+
+
+def rel(a, b):
+    import torch
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / max(float(b.norm()), 1e-30))
+
+
+def torch_rnn(cell, I, H, L, bidir):
+    import torch
+    kw = dict(num_layers=L, bidirectional=bidir)
+    if cell == "lstm":
+        return torch.nn.LSTM(I, H, **kw)
+    if cell == "gru":
+        return torch.nn.GRU(I, H, **kw)
+    return torch.nn.RNN(I, H, nonlinearity=cell[4:], **kw)
+
+
+def bench_one(a, cell, L, bidir, tvmrnn, torch):
+    T, N, I, H = a.seq_len, a.batch_size, a.input_size, a.hidden_size
+    dev = torch.device(a.device)
+    target = json.loads(a.target) if a.target and a.target.startswith("{") else a.target
+    target = target or ("cuda" if a.device == "cuda" else None)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    torch.manual_seed(0)
+    ref = torch_rnn(cell, I, H, L, bidir).to(dev)
+    t0 = time.perf_counter()
+    rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
+                       target=target, tuning_logs=a.tuning_logs)
+    build_s = time.perf_counter() - t0
+    tuned = sum(1 for v in rnn.schedules.values() if v == "tuned")
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    x = torch.randn(T, N, I, device=dev)
+    dy = torch.randn(T, N, H * (2 if bidir else 1), device=dev)
+    row = dict(cell=cell, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, device=a.device,
+               build_s=round(build_s, 1), tuned_kernels=f"{tuned}/{len(rnn.schedules)}")
+    results = []
+
+    def record(name, ours, theirs, agree):
+        (ts, tn), (rs, rn) = ours, theirs
+        r = dict(row, pass_=name, tvmrnn_sps=N / ts, torch_sps=N / rs, ratio=rs / ts, rel_error=agree,
+                 tvmrnn_ms=1e3 * ts, torch_ms=1e3 * rs, reps=min(tn, rn))
+        results.append(r)
+        print(f"{cell:8s} L={L} {'bi ' if bidir else 'uni'} {name:16s} tvmrnn {N / ts:9.1f}  torch {N / rs:9.1f} "
+              f"samples/s  ratio {rs / ts:5.2f}x  rel err {agree:.1e}", flush=True)
+
+    # inference
+    with torch.no_grad():
+        y_ref = ref(x)[0]
+        y = rnn.forward(w, x)[0]
+        agree = rel(y, y_ref)
+        ours = timed(lambda: rnn.forward(w, x), sync, a.reps, a.max_seconds)
+        for tf32 in ([False, True] if a.device == "cuda" else [False]):
+            torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            theirs = timed(lambda: ref(x), sync, a.reps, a.max_seconds)
+            record("inference" + (" (cuDNN TF32)" if tf32 else ""), ours, theirs,
+                   agree if not tf32 else rel(y, ref(x)[0]))
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if a.no_train:
+        return results
+
+    # training: forward keeping the workspace, backward with the same output gradient
+    def ours_train():
+        y, hy, cy, ws = rnn.forward_train(w, x)
+        return rnn.backward(w, ws, dy)
+
+    xr = x.clone().requires_grad_(True)
+
+    def theirs_train():
+        ref.zero_grad(set_to_none=True)
+        xr.grad = None
+        ref(xr)[0].backward(dy)
+
+    g = ours_train()
+    theirs_train()
+    agree = max(rel(g["x"], xr.grad), rel(g["weight_hh_l0"], ref.weight_hh_l0.grad))
+    ours = timed(ours_train, sync, a.reps, a.max_seconds)
+    theirs = timed(theirs_train, sync, a.reps, a.max_seconds)
+    record("training", ours, theirs, agree)
+    return results
+
+
+def machine(torch, a):
+    info = dict(python=platform.python_version(), torch=torch.__version__, threads=a.threads,
+                cpu=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"))
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if a.device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name()
+        info["cudnn"] = torch.backends.cudnn.version()
+    return info
+
+
+def plot(paths):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    for path in paths:
+        data = json.load(open(path))
+        rows = [r for r in data["results"] if "TF32" not in r["pass_"]]
+        labels = [f"{r['cell']}\n{r['num_layers']}{'bi' if r['bidirectional'] else ''} {r['pass_'][:5]}" for r in rows]
+        fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4))
+        xs = range(len(rows))
+        ax.bar([i - 0.2 for i in xs], [r["torch_sps"] for r in rows], 0.4, label="PyTorch")
+        ax.bar([i + 0.2 for i in xs], [r["tvmrnn_sps"] for r in rows], 0.4, label="tvmrnn")
+        ax.set_xticks(list(xs), labels, fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("samples/s")
+        m = data["machine"]
+        ax.set_title(f"{m.get('gpu', m['cpu'])}, {m['date']}", fontsize=9)
+        ax.legend()
+        fig.tight_layout()
+        out = os.path.splitext(path)[0] + ".png"
+        fig.savefig(out, dpi=120)
+        print("wrote", out)
+
+
+def main():
+    a = parse()
+    if a.plot:
+        return plot(a.plot)
+    os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))  # before TVM starts its thread pool
+    import torch
+    torch.set_num_threads(a.threads)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import tvmrnn
+    info = machine(torch, a)
+    print(json.dumps(info))
+    results = []
+    for cell, L, bidir in configs(a):
+        results += bench_one(a, cell, L, bidir, tvmrnn, torch)
+        if a.json:  # after every configuration, so a cut-off run keeps what it measured
+            with open(a.json, "w") as f:
+                json.dump(dict(machine=info, results=results), f, indent=1)
+    if a.json:
+        print("wrote", a.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""MetaSchedule tuning on this CPU, in seconds: records, resume, use by build, damaged logs, RPC."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import tvmrnn
+from tvmrnn import tuning
+from tvmrnn.cells import CELLS
+from tvmrnn.passes import Config
+from conftest import rel_error, torch_module
+
+CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
+STEP = "recurrent_step_rnn_tanh_infer_n2_h8"
+
+
+def _tune(log_dir, trials=4, **kwargs):
+    lines = []
+    results = tuning.tune([CONFIG], tvmrnn.target.host_target(), log_dir=str(log_dir), trials_per_task=trials,
+                          kernels=[STEP], num_trials_per_iter=4, out=lines.append, **kwargs)
+    return results, lines
+
+
+@pytest.fixture(scope="module")
+def tuned_logs(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("logs")
+    results, lines = _tune(log_dir)
+    return log_dir, results, lines
+
+
+def test_tiny_tuning_run_writes_records(tuned_logs):
+    log_dir, results, lines = tuned_logs
+    (task, best_us, trials), = results
+    assert task.kernel.name == STEP and trials >= 4 and best_us is not None and best_us > 0
+    assert any("trials" in line and "ETA" in line for line in lines)  # progress was shown
+    folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
+    assert glob.glob(os.path.join(folder, "*_tuning_record.json"))
+
+
+def test_rerun_resumes_without_repeating_trials(tuned_logs):
+    log_dir, _, _ = tuned_logs
+    folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
+    before = sorted(glob.glob(os.path.join(folder, "*")))
+    results, lines = _tune(log_dir)
+    assert results[0][2] == tuned_logs[1][0][2]  # same number of trials: none repeated
+    assert any("skipped" in line for line in lines)
+    assert sorted(glob.glob(os.path.join(folder, "*"))) == before  # no new files, none rewritten
+
+
+def test_build_uses_the_log_and_still_matches_torch(tuned_logs, rng):
+    log_dir, _, _ = tuned_logs
+    rnn = tvmrnn.build("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, tuning_logs=str(log_dir))
+    assert rnn.schedules[STEP] == "tuned"
+    assert rnn.schedules["copy_n2_h8"] == "default"
+    torch.manual_seed(0)
+    ref = torch_module("rnn_tanh", 4, 8, 1, False, False).double()
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    x = rng.standard_normal((30, 2, 4)).astype(np.float32)
+    y, hy, _ = rnn.forward(w, x)
+    assert rel_error(y, ref(torch.from_numpy(x).double())[0]) < 1e-4
+
+
+def test_untuned_build_says_so_once(tmp_path):
+    with pytest.warns(tuning.UntunedWarning, match="have no tuning record"):
+        tvmrnn.build("gru", input_size=3, hidden_size=5, batch_size=2, tuning_logs=str(tmp_path))
+
+
+def _copy_logs(src_dir, dst_dir):
+    folder = os.path.join(src_dir, tuning.target_key(tvmrnn.target.host_target()))
+    for path in glob.glob(os.path.join(folder, "*")):
+        with open(path, "rb") as f, open(os.path.join(dst_dir, os.path.basename(path)), "wb") as g:
+            g.write(f.read())
+    return glob.glob(os.path.join(dst_dir, "*_tuning_record.json"))[0]
+
+
+def test_truncated_last_line_is_tolerated(tuned_logs, tmp_path):
+    records = _copy_logs(tuned_logs[0], tmp_path)
+    good = len(tuning.load_records(str(tmp_path)).get_all_tuning_records())
+    with open(records, "ab") as f:
+        f.write(b'[0, [[["b0", "SBlockRV"')  # a run killed mid-write
+    with pytest.warns(UserWarning, match="truncated last line"):
+        db = tuning.load_records(str(tmp_path))
+    assert len(db.get_all_tuning_records()) == good
+
+
+def test_corrupt_record_names_file_and_line(tuned_logs, tmp_path):
+    records = _copy_logs(tuned_logs[0], tmp_path)
+    with open(records) as f:
+        lines = f.read().splitlines(keepends=True)
+    lines.insert(1, '{"this is": "not a record"}\n')
+    with open(records, "w") as f:
+        f.writelines(lines)
+    with pytest.raises(tuning.TuningLogError, match=rf"{os.path.basename(records)}:2: not a MetaSchedule tuning record"):
+        tuning.load_records(str(tmp_path))
+    with open(records, "w") as f:
+        f.writelines(lines[:1] + ["{not json\n"] + lines[1:])
+    with pytest.raises(tuning.TuningLogError, match=r":2: not a JSON line"):
+        tuning.load_records(str(tmp_path))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(what, process, ready, timeout=60.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {process.returncode}")
+        try:
+            if ready():
+                return
+        except (OSError, RuntimeError):
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{what} did not come up in {timeout:.0f} s")
+
+
+def test_tunes_through_the_rpc_tracker(tmp_path):
+    """TVM's stock tracker and server on loopback; measurements go through them."""
+    from tvm import rpc
+
+    port = _free_port()
+    tracker = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                                "--port", str(port), "--port-end", str(port + 1)])
+    server = None
+    try:
+        _wait_for("the RPC tracker", tracker, lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True)
+        server_port = _free_port()
+        server = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
+                                   "--key", "tvmrnn-test", "--host", "127.0.0.1", "--port", str(server_port),
+                                   "--port-end", str(server_port + 1)])
+        _wait_for("the RPC server", server, lambda: rpc.connect_tracker("127.0.0.1", port).summary()
+                  ["queue_info"].get("tvmrnn-test", {}).get("free", 0) > 0)
+        results, _ = _tune(tmp_path, trials=2, rpc_tracker=f"127.0.0.1:{port}", rpc_key="tvmrnn-test")
+        assert results[0][2] >= 2 and results[0][1] is not None
+    finally:
+        for p in (server, tracker):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=10)
+
+
+def test_committed_logs_parse_and_schedules_are_up_to_date():
+    """tuning_logs/ loads without errors and schedules/ is what scripts/schedules.py makes of it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folders = [f for f in glob.glob(os.path.join(root, "tuning_logs", "*")) if os.path.isdir(f)]
+    assert folders
+    for folder in folders:
+        assert len(tuning.load_records(folder).get_all_tuning_records()) > 0
+    check = subprocess.run([sys.executable, os.path.join(root, "scripts", "schedules.py"), "--check"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_committed_h100_logs_build_for_sm90():
+    """The committed H100 records are picked up and embed in the driver (one launch per kernel)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rnn = tvmrnn.build("gru", input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
+                       tuning_logs=os.path.join(root, "tuning_logs"))
+    assert rnn.schedules["recurrent_step_gru_infer_n20_h800"] == "tuned"
+    assert rnn.schedules["recurrent_step_gru_train_n20_h800"] == "tuned"

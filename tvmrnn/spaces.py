@@ -1,0 +1,122 @@
+"""Design spaces of our own for the fused recurrent step (MetaSchedule space generators).
+
+MetaSchedule's default rules tile the recurrent GEMM well, but they cannot keep the gate math
+in the same kernel: the step's outputs (h, y, c and, for training, the kept activations) are
+sibling blocks of one loop nest that all read the GEMM result, and the default rules either
+split them into a second launch or (TVM 0.27: ``AutoInline`` reverse-inlining one sibling
+into the GEMM's write-back) produce a module that does not compile. So the step kernel gets:
+
+* :func:`fused_step_space`, a parameterised schedule whose every knob is a MetaSchedule
+  sampling instruction (so the evolutionary search and the XGBoost model tune it):
+  the output nest ``(n, j)`` is the anchor and the GEMM is computed under it, one thread (GPU)
+  or one core (CPU) owning a slice of hidden units ``j`` with all gates of a unit side by side
+  (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.layout`). Knobs:
+
+  - GPU: hidden units per block, batch rows per thread (register tile over ``n`` reusing each
+    loaded weight), **split-K** across ``threadIdx.y`` with a cross-thread reduction (small
+    batches leave too few output elements to fill the H100 otherwise), unrolling.
+  - CPU: hidden units per core (a core keeps the same slice of the recurrent weights, hence
+    in its own L2, at every step), batch rows per inner tile, the ``(j, g)`` run vectorised
+    over contiguous weights, unrolling.
+
+The workload keeps the output blocks marked not to be inlined (:func:`prepare`), so that
+MetaSchedule's default space also stays correct on it (two launches per step, an intermediate in
+global memory). Logs from 2026-11-23 hold such records; the driver cannot embed them on the GPU
+(:func:`tvmrnn.tuning.embeddable`), so ``build`` skips them and the step space is ours alone.
+
+Other kernels (GEMMs over chunks of steps, gradients, copies) use the default space.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir
+from tvm.s_tir import meta_schedule as ms
+
+from .default_schedule import is_gpu
+from .kernels import Kernel
+
+REDUCTION = "recurrent_projection"
+
+
+def is_fused_step(kernel: Kernel) -> bool:
+    return kernel.name.startswith("recurrent_step_")
+
+
+def _split(sch, loop, parts, max_innermost):
+    factors = sch.sample_perfect_tile(loop, n=parts, max_innermost_factor=max_innermost)
+    return sch.split(loop, factors)
+
+
+def _blocks(sch):
+    root = sch.get_sblock("root")
+    gemm = sch.get_sblock(REDUCTION)
+    outputs = [b for b in sch.get_child_blocks(root) if sch.get(b).name_hint != REDUCTION]
+    return root, gemm, outputs
+
+
+def _unroll(sch, root):
+    sch.annotate(root, "meta_schedule.unroll_explicit", sch.sample_categorical([0, 16, 64, 512], [0.25] * 4))
+
+
+def fused_step_space(target: tvm.target.Target):
+
+    def gpu(sch, split_k: bool):
+        root, gemm, outputs = _blocks(sch)
+        n, j = sch.get_loops(outputs[0])
+        j_block, j_thread = _split(sch, j, 2, 256)
+        n_thread, n_reg = _split(sch, n, 2, 8)
+        sch.reorder(j_block, n_thread, j_thread, n_reg)
+        thread = sch.fuse(n_thread, j_thread)
+        sch.bind(j_block, "blockIdx.x")
+        sch.bind(thread, "threadIdx.x")
+        sch.compute_at(gemm, thread, preserve_unit_loops=True)
+        sch.set_scope(gemm, 0, "local")
+        *_, gn, gj, gg, k = sch.get_loops(gemm)
+        if split_k:  # a cross-thread reduction: its loops must be innermost
+            k_thread, _ = sch.split(k, [sch.sample_categorical([2, 4, 8, 16], [0.25] * 4), None])
+            sch.bind(k_thread, "threadIdx.y")
+        else:  # k outermost: each weight loaded once per thread, reused over its batch rows
+            sch.reorder(k, gn, gj, gg)
+        _unroll(sch, root)
+
+    def cpu(sch):
+        root, gemm, outputs = _blocks(sch)
+        n, j = sch.get_loops(outputs[0])
+        j_core, j_inner = _split(sch, j, 2, 64)
+        sch.reorder(j_core, n, j_inner)
+        sch.parallel(j_core)
+        n_outer, _ = _split(sch, n, 2, 4)
+        sch.compute_at(gemm, n_outer, preserve_unit_loops=True)
+        *_, gn, gj, gg, k = sch.get_loops(gemm)
+        sch.reorder(k, gn, gj, gg)
+        sch.vectorize(sch.fuse(gj, gg))
+        _unroll(sch, root)
+
+    def space(sch):
+        if not is_gpu(target):
+            cpu(sch)
+            return sch
+        variants = [sch.copy(), sch]
+        gpu(variants[0], split_k=False)
+        gpu(variants[1], split_k=True)
+        return variants
+
+    return space
+
+
+def prepare(kernel: Kernel) -> tvm.tirx.PrimFunc:
+    """The kernel as tuned (and looked up): the step's output blocks marked not to be inlined."""
+    if not is_fused_step(kernel):
+        return kernel.func
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))  # Schedule edits its input in place
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        if sch.get(block).name_hint != REDUCTION:
+            sch.annotate(block, "meta_schedule.inline_rule", "disable")
+    return sch.mod["main"]
+
+
+def space_generator(kernel: Kernel, target: tvm.target.Target):
+    """What :func:`tvmrnn.tuning.tune` searches for one kernel."""
+    if not is_fused_step(kernel):
+        return "post-order-apply"
+    return ms.space_generator.ScheduleFn(fused_step_space(target))

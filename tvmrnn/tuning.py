@@ -1,0 +1,455 @@
+"""Tuning with MetaSchedule: tasks from a build's kernels, logs per target, schedules from logs.
+
+* :func:`extract_tasks` turns every kernel a configuration uses into one MetaSchedule task;
+  kernels with the same name have the same workload (the name encodes every shape), so a
+  kernel shared by layers, directions or passes is tuned once. Each task is weighted by how
+  often it runs in one training step at a reference sequence length.
+* Logs live in one folder per target (:func:`target_key`). A tuning run never touches existing
+  files: it appends to a new pair of MetaSchedule JSON files of its own (``<run>_workload.json``,
+  ``<run>_tuning_record.json``). Reading tolerates a truncated last line (a killed run) and
+  stops with the file and line of anything else that does not parse.
+* :func:`scheduler` gives ``build`` the best logged schedule of each kernel, or the default one.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass
+
+import tvm
+import tvm_ffi
+from tvm.s_tir import meta_schedule as ms
+from tvm.ir.utils import derived_object
+
+from . import spaces
+from .default_schedule import default_schedule, is_gpu
+from .kernels import Kernel
+from .passes import Config, backward_program, forward_program, packing_program
+
+REFERENCE_LENGTH = 300  # Deep Speech 2's T: the sequence length task weights are counted at
+DEFAULT_LOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
+
+
+class TuningLogError(ValueError):
+    """A tuning log that cannot be read: names the file and line."""
+
+
+class UntunedWarning(UserWarning):
+    """Some kernels of a build had no tuning record for the target and use default schedules."""
+
+
+def target_key(target: tvm.target.Target) -> str:
+    """The log folder name of a target: ``cuda-sm_90``, ``llvm-sapphirerapids-16c``.
+
+    ``sm_90a`` (the H100 tag's arch) and ``sm_90`` (what the driver reports) share a folder: the
+    tuned kernels use no arch-specific ("a") features.
+    """
+    if target.kind.name == "cuda":
+        return f"cuda-{str(target.attrs['arch']).rstrip('a')}"
+    mcpu = str(target.attrs.get("mcpu", "generic"))
+    cores = target.attrs.get("num-cores")
+    return f"llvm-{mcpu}" + (f"-{int(cores)}c" if cores else "")
+
+
+def workload(kernel: Kernel) -> tvm.IRModule:
+    """The module MetaSchedule tunes and looks up for a kernel (one definition for both).
+
+    A fresh copy each time: ``s_tir.Schedule`` edits the statements of the module it is given
+    in place, and they would otherwise be shared with ``kernel.func``.
+    """
+    func = tvm.s_tir.renew_defs(spaces.prepare(kernel))
+    return tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
+
+
+# ---- logs -----------------------------------------------------------------------------------
+def _read_lines(path: str):
+    """(line number, parsed JSON) of each complete line; a truncated last line is skipped."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    complete = data.endswith(b"\n") or not data
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except ValueError as err:
+            if number == len(lines) and not complete:
+                warnings.warn(f"{path}:{number}: skipping a truncated last line (an interrupted run)")
+                return
+            raise TuningLogError(f"{path}:{number}: not a JSON line: {err}") from None
+
+
+def load_records(folder: str) -> ms.database.MemoryDatabase:
+    """Every workload and tuning record in a log folder, in memory (the files stay as they are)."""
+    db = ms.database.MemoryDatabase()
+    for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
+        record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
+        workloads = []
+        for number, obj in _read_lines(workload_path):
+            try:
+                workloads.append(db.commit_workload(ms.database.Workload.from_json(obj).mod))
+            except Exception as err:
+                raise TuningLogError(f"{workload_path}:{number}: not a MetaSchedule workload: {err}") from None
+        if not os.path.exists(record_path):
+            continue
+        for number, obj in _read_lines(record_path):
+            try:
+                index, record = obj
+                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
+            except Exception as err:
+                raise TuningLogError(f"{record_path}:{number}: not a MetaSchedule tuning record "
+                                     f"for a workload of {os.path.basename(workload_path)}: {err}") from None
+    return db
+
+
+@derived_object
+class LogDatabase(ms.database.PyDatabase):
+    """What MetaSchedule tunes against: all old records (read-only) + this run's new file pair."""
+
+    def __init__(self, folder: str):
+        super().__init__()
+        os.makedirs(folder, exist_ok=True)
+        self.memory = load_records(folder)
+        self.folder, self._writer = folder, None
+
+    @property
+    def writer(self):
+        """This run's own pair of files, created at its first record (reruns with nothing to do add none)."""
+        if self._writer is None:
+            run = time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+            self._writer = ms.database.JSONDatabase(os.path.join(self.folder, f"{run}_workload.json"),
+                                                    os.path.join(self.folder, f"{run}_tuning_record.json"))
+        return self._writer
+
+    def has_workload(self, mod):
+        return self.memory.has_workload(mod)
+
+    def commit_workload(self, mod):
+        self.writer.commit_workload(mod)
+        return self.memory.commit_workload(mod)
+
+    def commit_tuning_record(self, record):
+        self.writer.commit_workload(record.workload.mod)
+        self.writer.commit_tuning_record(record)
+        self.memory.commit_tuning_record(record)
+
+    def get_top_k(self, workload, top_k):
+        return self.memory.get_top_k(workload, top_k)
+
+    def get_all_tuning_records(self):
+        return self.memory.get_all_tuning_records()
+
+    def __len__(self):
+        return len(self.memory)
+
+
+def records_of(db, kernel: Kernel) -> list:
+    mod = workload(kernel)
+    if not db.has_workload(mod):
+        return []
+    return [r for r in db.get_all_tuning_records() if tvm_ffi.structural_equal(r.workload.mod, mod)]
+
+
+def best_latency_us(db, kernel: Kernel) -> float | None:
+    mod = workload(kernel)
+    if not db.has_workload(mod):
+        return None
+    top = db.get_top_k(db.commit_workload(mod), 1)
+    if not top or not top[0].run_secs:
+        return None
+    secs = [float(s) for s in top[0].run_secs]
+    return 1e6 * sum(secs) / len(secs)
+
+
+# ---- tasks ------------------------------------------------------------------------------------
+@dataclass
+class Task:
+    kernel: Kernel
+    calls: int  # runs per training step (forward_train + backward) and inference forward, at REFERENCE_LENGTH
+
+
+def extract_tasks(configs, length: int = REFERENCE_LENGTH) -> list[Task]:
+    """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``."""
+    tasks: dict[str, Task] = {}
+    for config in configs:
+        for program in (forward_program(config, lambda k: k.func, train=False),
+                        forward_program(config, lambda k: k.func, train=True),
+                        backward_program(config, lambda k: k.func),
+                        packing_program(config, lambda k: k.func)):
+            for name, count in program.calls(length).items():
+                task = tasks.setdefault(name, Task(program.kernels[name], 0))
+                task.calls += count
+    return sorted(tasks.values(), key=lambda t: -t.calls)
+
+
+# ---- schedules for build ----------------------------------------------------------------------
+_reported: set = set()
+
+
+def logs_folder(tuning_logs, target) -> str | None:
+    if tuning_logs is False:
+        return None
+    root = tuning_logs if tuning_logs is not None else os.environ.get("TVMRNN_TUNING_LOGS", DEFAULT_LOGS)
+    folder = os.path.join(root, target_key(target))
+    return folder if os.path.isdir(folder) else None
+
+
+def embeddable(func, target) -> bool:
+    """Whether the sequence driver can run this scheduled kernel at every step.
+
+    On a GPU a kernel must be one launch: a schedule that leaves an intermediate in global
+    memory (MetaSchedule's two-launch schedules of the fused step) cannot be embedded in the
+    driver's host loop, so ``build`` takes the best record that can.
+    """
+    if not is_gpu(target):
+        return True
+    scopes = []
+
+    def visit(block, mutator):
+        scopes.extend(b.scope() for b in block.alloc_buffers)
+        return block
+
+    tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)])
+    return all(scope != "global" for scope in scopes)
+
+
+def scheduler(target: tvm.target.Target, tuning_logs=None):
+    """``kernel -> scheduled PrimFunc``: the best logged schedule, else the default one.
+
+    Returns the function and a dict it fills: kernel name -> "tuned" or "default".
+    """
+    folder = logs_folder(tuning_logs, target)
+    db = load_records(folder) if folder else None
+    used: dict[str, str] = {}
+
+    def schedule(kernel: Kernel):
+        if db is not None:
+            mod = workload(kernel)
+            if db.has_workload(mod):
+                for record in db.get_top_k(db.commit_workload(mod), 16):
+                    sch = tvm.s_tir.Schedule(mod)
+                    record.trace.apply_to_schedule(sch, remove_postproc=False)
+                    func = sch.mod["main"]
+                    if embeddable(func, target):
+                        used[kernel.name] = "tuned"
+                        return func
+        used[kernel.name] = "default"
+        return default_schedule(kernel, target)
+
+    return schedule, used
+
+
+def report_untuned(target, used: dict) -> None:
+    """Say once per target and set of kernels that default schedules are in use."""
+    missing = sorted(k for k, how in used.items() if how == "default")
+    key = (target_key(target), tuple(missing))
+    if missing and key not in _reported:
+        _reported.add(key)
+        warnings.warn(f"tvmrnn: {len(missing)} of {len(used)} kernels have no tuning record for "
+                      f"{target_key(target)}; they use default schedules (scripts/tune.py tunes them)",
+                      UntunedWarning, stacklevel=3)
+
+
+# ---- tuning -----------------------------------------------------------------------------------
+@derived_object
+class PoolBuilder(ms.builder.PyBuilder):
+    """MetaSchedule's LocalBuilder, but keeping its worker processes from batch to batch.
+
+    LocalBuilder starts a fresh pool for every batch; each worker imports TVM, which on the GPU
+    machine takes longer than compiling the batch (45 s for 8 candidates that compile in 1.5 s
+    each). This pool is recycled every ``recycle`` batches instead (LocalBuilder's reason for
+    restarting is a slow leak in long-lived workers).
+    """
+
+    def __init__(self, max_workers: int, timeout_sec: float, recycle: int = 25):
+        super().__init__()
+        self.max_workers, self.timeout_sec, self.recycle = max_workers, timeout_sec, recycle
+        self._pool, self._batches = None, 0
+
+    def build(self, build_inputs):
+        from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+        from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
+
+        if self._pool is None or self._batches >= self.recycle:
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool, self._batches = PopenPoolExecutor(max_workers=self.max_workers,
+                                                          timeout=self.timeout_sec), 0
+        self._batches += 1
+        results = []
+        for r in self._pool.map_with_error_catching(
+                lambda x: _worker_func(*x),
+                [(None, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]):
+            if r.status == StatusKind.COMPLETE:
+                results.append(ms.builder.BuilderResult(r.value, None))
+            elif r.status == StatusKind.TIMEOUT:
+                results.append(ms.builder.BuilderResult(None, f"build timed out after {self.timeout_sec} s"))
+            else:
+                results.append(ms.builder.BuilderResult(None, f"build failed: {r.value}"))
+        return results
+
+
+def default_builder(target) -> ms.builder.Builder:
+    """Builder workers and timeouts that fit the machine: on 2 cores the defaults time out."""
+    cores = os.cpu_count() or 1
+    workers = max(1, cores - 4) if cores > 8 else max(1, cores // 2)
+    return PoolBuilder(max_workers=workers, timeout_sec=120 if cores <= 4 else 60)
+
+
+def default_runner(target, rpc_tracker: str | None = None, rpc_key: str | None = None):
+    evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20 if is_gpu(target) else 40,
+                                          enable_cpu_cache_flush=False)
+    if rpc_tracker:
+        host, _, port = rpc_tracker.rpartition(":")
+        config = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=rpc_key,
+                                     session_timeout_sec=120)
+        return ms.runner.RPCRunner(config, evaluator_config=evaluator)
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=evaluator)
+
+
+@derived_object
+class _Progress(ms.measure_callback.PyMeasureCallback):
+    """One line per measured batch: task, trials, best latency so far, ETA."""
+
+    def __init__(self, names, budgets, out):
+        self.names, self.budgets, self.out = names, budgets, out
+        self.done = [0] * len(names)
+        self.best = [float("inf")] * len(names)
+        self.start = time.time()
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
+        self.done[task_id] += len(runner_results)
+        for r in runner_results:
+            if r.run_secs:
+                us = 1e6 * sum(float(s) for s in r.run_secs) / len(r.run_secs)
+                self.best[task_id] = min(self.best[task_id], us)
+        total, left = sum(self.budgets), sum(self.budgets) - sum(self.done)
+        elapsed = time.time() - self.start
+        eta = elapsed / max(sum(self.done), 1) * max(left, 0)
+        best = f"{self.best[task_id]:.1f} us" if self.best[task_id] < float("inf") else "-"
+        self.out(f"[{sum(self.done)}/{total} trials, ETA {eta:.0f} s] task {task_id + 1}/{len(self.names)} "
+                 f"{self.names[task_id]}: {self.done[task_id]}/{self.budgets[task_id]} trials, best {best}")
+
+
+# ---- warm start -------------------------------------------------------------------------------
+def _transfer(trace, mod, target, postprocs):
+    """``trace`` (tuned for another shape or target) replayed on ``mod``, or None.
+
+    Tile sizes that do not fit the new extents are re-sampled; everything else (the structure,
+    thread bindings, unrolling, vector widths) is kept.
+    """
+    def decide(inst, inputs, attrs, decision):
+        if inst.kind.name == "SamplePerfectTile" and decision is not None:
+            extent = sch.get(inputs[0]).extent
+            product = 1
+            for f in decision:
+                product *= int(f)
+            if not isinstance(extent, tvm.tirx.IntImm) or product != int(extent.value):
+                return None
+        return decision
+
+    sch = tvm.s_tir.Schedule(mod, seed=1)
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=decide)
+        sch.enter_postproc()
+        if not all(p.apply(sch) for p in postprocs):
+            return None
+    except Exception:  # the trace names blocks or loops this workload does not have
+        return None
+    return sch
+
+
+def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 8, out=print) -> int:
+    """Measure, for every task without records, the best schedules logged in ``source`` (a log
+    folder for another target or other shapes) that replay on it; the search then starts from
+    them. Returns the number of measurements."""
+    source_db = load_records(source)
+    ranked = sorted((r for r in source_db.get_all_tuning_records() if r.run_secs),
+                    key=lambda r: sum(float(s) for s in r.run_secs) / len(r.run_secs))
+    measured = 0
+    for task in tasks:
+        mod = workload(task.kernel)
+        if records_of(db.memory, task.kernel):
+            continue
+        context = ms.TuneContext(mod, target=target, space_generator=spaces.space_generator(task.kernel, target),
+                                 search_strategy="evolutionary", task_name=task.kernel.name, num_threads=1)
+        postprocs = context.space_generator.postprocs
+        candidates, seen = [], set()
+        for record in ranked:
+            sch = _transfer(record.trace, mod, target, postprocs)
+            if sch is None:
+                continue
+            key = str(sch.trace.simplified(remove_postproc=True))
+            if key not in seen:
+                seen.add(key)
+                candidates.append(sch)
+            if len(candidates) >= per_task:
+                break
+        if not candidates:
+            continue
+        built = builder.build([ms.builder.BuilderInput(c.mod, target) for c in candidates])
+        args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+        ok = [(c, b) for c, b in zip(candidates, built) if b.error_msg is None]
+        results = [r.result() for r in runner.run([
+            ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args_info) for _, b in ok])]
+        token = db.commit_workload(mod)
+        errors = [b.error_msg for b in built if b.error_msg] + [r.error_msg for r in results if r.error_msg]
+        for (c, _), r in zip(ok, results):
+            secs = [float(x) for x in r.run_secs] if r.error_msg is None else None
+            db.commit_tuning_record(ms.database.TuningRecord(c.trace, token, secs, target, args_info))
+        measured += len(candidates)
+        best = best_latency_us(db.memory, task.kernel)
+        out(f"task {task.kernel.name}: warm start measured {len(candidates)} schedules from {source}, "
+            f"best {best:.1f} us" if best else f"task {task.kernel.name}: warm start found nothing that runs"
+            + (f" (first error: {errors[0].strip().splitlines()[-1]})" if errors else ""))
+    return measured
+
+
+def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64, kernels=None,
+         rpc_tracker=None, rpc_key=None, builder=None, runner=None, out=print, num_trials_per_iter=16,
+         warm_start_from: str | None = None, max_tasks: int | None = None, seed: int = 1):
+    """Tune every kernel of ``configs`` for ``target`` up to ``trials_per_task`` trials each.
+
+    Resumes: trials already in the log count, so a rerun only measures what is missing, and a
+    finished task is skipped. ``kernels`` (names or substrings) restricts the tasks, ``max_tasks``
+    keeps the heaviest ones (most runs per training step). ``warm_start_from`` (another log
+    folder) seeds tasks that have no records with that folder's best schedules. Returns
+    ``[(task, best latency in us or None, trials)]``.
+    """
+    folder = os.path.join(log_dir, target_key(target))
+    db = LogDatabase(folder)
+    tasks = [t for t in extract_tasks(configs)
+             if kernels is None or any(k in t.kernel.name for k in kernels)][:max_tasks]
+    builder = builder or default_builder(target)
+    runner = runner or default_runner(target, rpc_tracker, rpc_key)
+    if warm_start_from:
+        warm_start(db, tasks, target, warm_start_from, builder, runner, out=out)
+    todo = [(t, trials_per_task - len(records_of(db.memory, t.kernel))) for t in tasks]
+    todo = [(t, n) for t, n in todo if n > 0]
+    for t in tasks:
+        if all(t is not u for u, _ in todo):
+            out(f"task {t.kernel.name}: {len(records_of(db.memory, t.kernel))} trials logged already, skipped")
+    if todo:
+        contexts = [ms.TuneContext(workload(t.kernel), target=target,
+                                   space_generator=spaces.space_generator(t.kernel, target),
+                                   search_strategy="evolutionary", task_name=t.kernel.name, rand_state=seed + i,
+                                   num_threads="physical")
+                    for i, (t, _) in enumerate(todo)]
+        progress = _Progress([t.kernel.name for t, _ in todo], [n for _, n in todo], out)
+        with tempfile_dir() as work_dir:
+            ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for t, _ in todo], work_dir=work_dir,
+                          max_trials_global=sum(n for _, n in todo), max_trials_per_task=max(n for _, n in todo),
+                          num_trials_per_iter=num_trials_per_iter,
+                          builder=builder, runner=runner,
+                          database=db, cost_model="xgb",
+                          measure_callbacks=ms.measure_callback.MeasureCallback.create("default") + [progress])
+    return [(t, best_latency_us(db.memory, t.kernel), len(records_of(db.memory, t.kernel))) for t in tasks]
+
+
+def tempfile_dir():
+    import tempfile
+    return tempfile.TemporaryDirectory(prefix="tvmrnn-tune-")
