@@ -60,7 +60,7 @@ def test_build_uses_the_log_and_still_matches_torch(tuned_logs, rng):
     log_dir, _, _ = tuned_logs
     rnn = tvmrnn.build("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, tuning_logs=str(log_dir))
     assert rnn.schedules[STEP] == "tuned"
-    assert rnn.schedules["copy_n2_h8"] == "default"
+    assert rnn.schedules["copy_2x8"] == "default"
     torch.manual_seed(0)
     ref = torch_module("rnn_tanh", 4, 8, 1, False, False).double()
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))

@@ -24,7 +24,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.ir.utils import derived_object
 
-from . import spaces
+from . import fast_math, spaces
 from .default_schedule import default_schedule, is_gpu
 from .kernels import Kernel
 from .passes import Config, backward_program, forward_program, packing_program
@@ -227,6 +227,10 @@ def scheduler(target: tvm.target.Target, tuning_logs=None):
     used: dict[str, str] = {}
 
     def schedule(kernel: Kernel):
+        func = pick(kernel)
+        return func if is_gpu(target) else fast_math.vectorisable(func)
+
+    def pick(kernel: Kernel):
         if db is not None:
             mod = workload(kernel)
             if db.has_workload(mod):
