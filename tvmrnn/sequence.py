@@ -235,4 +235,8 @@ class Program:
         stmts = self._stack[0]
         body = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         func = tirx.PrimFunc([t.buffer for t in self.params], body)
-        return func.with_attr("global_symbol", self.name)
+        # Distinct parameters never overlap (the passes allocate every output themselves), so say
+        # so: without it LLVM must assume a kernel's stores may hit its weights and reloads them
+        # at every step of the reduction (4x slower fused step on the CPU). Views of one
+        # parameter still share its data pointer and alias as they should.
+        return func.with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
