@@ -42,6 +42,9 @@ def test_tiny_tuning_run_writes_records(tuned_logs):
     (task, best_us, trials), = results
     assert task.kernel.name == STEP and trials >= 4 and best_us is not None and best_us > 0
     assert any("trials" in line and "ETA" in line for line in lines)  # progress was shown
+    # the default schedule was measured first, so the best record is never worse than it
+    default_us = [float(l.split("default schedule ")[1].split()[0]) for l in lines if "default schedule" in l]
+    assert len(default_us) == 1 and best_us <= default_us[0]
     folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
     assert glob.glob(os.path.join(folder, "*_tuning_record.json"))
 

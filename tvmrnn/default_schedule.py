@@ -158,12 +158,19 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:
     """The default schedule; ``tiles`` (``accumulators``, ``column_vectors``) override the CPU
     GEMM's register tile (``scripts/tile_study.py`` compares them)."""
-    func = s_tir.renew_defs(kernel.func)  # a copy: Schedule edits its input in place
-    sch = s_tir.Schedule(func)
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))  # a copy: Schedule edits its input in place
+    apply(sch, kernel, target, **tiles)
+    return sch.mod["main"]
+
+
+def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
+    """Schedule the kernel held by ``sch`` (its ``main``) the default way. Everything goes through
+    ``sch``'s primitives, so its trace replays the default schedule: tuning measures it as a
+    candidate like any other (:func:`tvmrnn.tuning.tune`)."""
     if kernel.gemm is not None and not is_gpu(target):
         cpu_gemm(sch, kernel, target, **tiles)
-        return sch.mod["main"]
-    params = func.params
+        return
+    params = sch.mod["main"].params
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
     outputs = [b for b in blocks if _writes_param(sch, b, params)]
     intermediates = [b for b in blocks if not _writes_param(sch, b, params)]
@@ -186,4 +193,3 @@ def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.
         sch.compute_at(block, anchor)
         if is_gpu(target):
             sch.set_scope(block, 0, "local")
-    return sch.mod["main"]
