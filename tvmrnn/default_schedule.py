@@ -84,8 +84,8 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         inner *= e
     lead = col_extents[0]
     cap = max(1, column_vectors * lanes // inner)
-    # e.g. 3 gates: 16 units make 48 floats, 3 whole vectors; a ragged tile (20 units, 60 floats)
-    # vectorises into masked code 30x slower (measured on the Xeon)
+    # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
+    # 16 units make 48 floats (3 vectors); 20 units (60 floats) could not be split so.
     lead_tile = _divisor(lead, cap, multiple_of=lanes // math.gcd(lanes, inner))
     if lead_tile == 1:
         lead_tile = _divisor(lead, cap)
