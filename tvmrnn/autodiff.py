@@ -76,7 +76,7 @@ def _children(e) -> list:
         return [e.true_value, e.false_value]
     if isinstance(e, (tvm.ir.Var,) + _LEAVES):
         return []
-    if isinstance(e, tirx.Cast) and e.value.dtype == "bool":
+    if isinstance(e, tirx.Cast) and str(e.value.ty) == "bool":
         raise CellDefinitionError(f"cannot differentiate {e}: a comparison used as a value; "
                                   f"write tirx.Select(condition, a, b) instead")
     raise CellDefinitionError(f"cannot differentiate {type(e).__name__} expression {e}")
