@@ -5,11 +5,11 @@ PyTorch keeps, per layer ``l`` and direction (suffix ``_reverse`` for the backwa
 ``bias_hh_l{l}`` ``(G*H,)``, gates stacked in the cell's order; K_0 is the input size and
 K_l = D*H above. A cell's per-unit parameters (:attr:`tvmrnn.cells.Cell.unit_params`) follow the
 four of each layer and direction, ``{name}_l{l}`` ``(H,)`` each, in the order the cell declares
-them, so together they are one ``(P, H)`` block in both layouts. tvmrnn packs all of them into one flat float32 buffer (as cuDNN does), each
-weight K-major and gate-interleaved (``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``; the
-transposition itself is a compiled pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs
-on the device and ships inside exported libraries. Gradients come back in PyTorch's layout,
-also from one flat buffer.
+them, so together they are one ``(P, H)`` block, the same in both layouts. tvmrnn packs all of
+them into one flat float32 buffer (as cuDNN does), each weight K-major and gate-interleaved
+(``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``; the transposition itself is a compiled
+pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs on the device and ships inside
+exported libraries. Gradients come back in PyTorch's layout, also from one flat buffer.
 """
 from __future__ import annotations
 
