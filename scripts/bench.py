@@ -165,6 +165,9 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
 def bench_custom(a, name, L, bidir, tvmrnn, torch):
     """A custom cell through tvmrnn beside the built-in LSTM (tvmrnn), a per-step loop and torch.compile."""
     from tvmrnn import example_cells
+    if name not in example_cells.EXAMPLES:
+        raise SystemExit(f"--custom: expected one of {sorted(example_cells.EXAMPLES)} (cells with a PyTorch "
+                         f"reference in tvmrnn.example_cells), got {name!r}")
     cell = example_cells.EXAMPLES[name]
     T, N, I, H = a.seq_len, a.batch_size, a.input_size, a.hidden_size
     dev = torch.device(a.device)

@@ -230,6 +230,17 @@ def test_bad_definitions(kwargs, match):
         tvmrnn.define_cell(args.pop("name"), **args)
 
 
+def test_cells_by_name_for_the_scripts():
+    """What scripts/export.py and scripts/tune.py accept for a cell."""
+    from tvmrnn.cells import find_cell
+    assert find_cell("gru") is tvmrnn.CELLS["gru"] and find_cell("mgu") is ex.MGU
+    assert find_cell("tvmrnn.example_cells:LEAKY_RNN") is ex.LEAKY_RNN
+    with pytest.raises(ValueError, match=r"unknown cell 'nope'; expected one of \['gru', .*'peephole_lstm'\]"):
+        find_cell("nope")
+    with pytest.raises(ValueError, match="'tvmrnn.example_cells:EXAMPLES' is not a tvmrnn Cell"):
+        find_cell("tvmrnn.example_cells:EXAMPLES")
+
+
 def test_cell_definition_error_is_a_value_error():
     assert issubclass(tvmrnn.CellDefinitionError, ValueError)
     assert tvmrnn.define_cell("fine", gates=2, math=lambda x, h, hp, cp, p: (x[0] + h[1], None)).gates == ("g0", "g1")

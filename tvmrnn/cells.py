@@ -24,6 +24,7 @@ listed by :attr:`Cell.gates`; each per-unit parameter ``name`` is ``name_l[k]`` 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import keyword
 import numbers
 from dataclasses import dataclass
@@ -228,3 +229,21 @@ def get_cell(cell: str | Cell) -> Cell:
     if not isinstance(cell, str) or cell not in CELLS:
         raise ValueError(f"cell: unknown cell {cell!r}; expected one of {sorted(CELLS)}")
     return CELLS[cell]
+
+
+def find_cell(spec: str) -> Cell:
+    """A cell named on a command line: a built-in cell, an example cell (:mod:`tvmrnn.example_cells`),
+    or ``module:attribute`` naming a :class:`Cell` in an importable module (``mycells:MY_CELL``)."""
+    if spec in CELLS:
+        return CELLS[spec]
+    module, _, attribute = spec.partition(":")
+    if not attribute:
+        from .example_cells import EXAMPLES  # the examples are made with define_cell, below this module
+        if spec in EXAMPLES:
+            return EXAMPLES[spec]
+        raise ValueError(f"cell: unknown cell {spec!r}; expected one of {sorted(CELLS) + sorted(EXAMPLES)} "
+                         f"or module:attribute")
+    cell = getattr(importlib.import_module(module), attribute, None)
+    if not isinstance(cell, Cell):
+        raise ValueError(f"cell: {spec!r} is not a tvmrnn Cell (make one with tvmrnn.define_cell)")
+    return cell
