@@ -8,9 +8,9 @@ missing term shows up at 1e-2 or more).
 """
 from __future__ import annotations
 
-import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -40,9 +40,11 @@ def _params(cell, num_layers, bidirectional, seed=0):
     return {k: v.numpy() for k, v in p32.items()}, p64
 
 
-def _check(name, num_layers, bidirectional, T, rng, batch_first=False, with_states=True):
+def _check(name, num_layers, bidirectional, T, rng, batch_first=False, with_states=True, target=None,
+           as_array=lambda a: a):
+    """Forward, training forward and backward on ``as_array`` inputs against the float64 reference."""
     cell = ex.EXAMPLES[name]
-    rnn = built(cell, num_layers, bidirectional, batch_first)
+    rnn = built(cell, num_layers, bidirectional, batch_first, target=target)
     params, ref_params = _params(cell, num_layers, bidirectional)
     w = rnn.pack_weights(params)
     D, has_c = 2 if bidirectional else 1, cell.has_cell_state
@@ -51,8 +53,9 @@ def _check(name, num_layers, bidirectional, T, rng, batch_first=False, with_stat
     h0 = rng.standard_normal(state).astype(np.float32) if with_states else None
     c0 = rng.standard_normal(state).astype(np.float32) if with_states and has_c else None
 
-    y, hy, cy, ws = rnn.forward_train(w, x, h0, c0)
-    y_inf, hy_inf, cy_inf = rnn.forward(w, x, h0, c0)
+    arr = lambda a: None if a is None else as_array(a)  # noqa: E731
+    y, hy, cy, ws = rnn.forward_train(w, arr(x), arr(h0), arr(c0))
+    y_inf, hy_inf, cy_inf = rnn.forward(w, arr(x), arr(h0), arr(c0))
 
     as64 = lambda a: torch.tensor(a if a is not None else np.zeros(state), dtype=torch.float64,  # noqa: E731
                                   requires_grad=True)
@@ -69,7 +72,7 @@ def _check(name, num_layers, bidirectional, T, rng, batch_first=False, with_stat
     dy = rng.standard_normal(y.shape).astype(np.float32)
     dhy = rng.standard_normal(state).astype(np.float32)
     dcy = rng.standard_normal(state).astype(np.float32) if has_c else None
-    grads = rnn.backward(w, ws, dy, dhy, dcy)
+    grads = rnn.backward(w, ws, arr(dy), arr(dhy), arr(dcy))
     loss = (yr * torch.from_numpy(dy).double()).sum() + (hyr * torch.from_numpy(dhy).double()).sum()
     if has_c:
         loss = loss + (cyr * torch.from_numpy(dcy).double()).sum()
@@ -228,6 +231,18 @@ def test_bad_definitions(kwargs, match):
     args = dict(name="fine", gates=("h",), math=_fine) | kwargs
     with pytest.raises(tvmrnn.CellDefinitionError, match=match):
         tvmrnn.define_cell(args.pop("name"), **args)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("name", ["peephole_lstm", "mgu"])
+def test_cuda_sm90_compiles(name):
+    """No GPU needed: the kernels of a custom cell, per-unit parameters included, compile for sm_90."""
+    rnn = tvmrnn.build(ex.EXAMPLES[name], input_size=16, hidden_size=32, batch_size=4, bidirectional=True,
+                       target={"kind": "cuda", "arch": "sm_90"})
+    (device_module,) = rnn.executable.mod.imports
+    source = device_module.inspect_source()
+    assert device_module.kind == "cuda" and source.count("__global__") >= 10
+    assert ("w_unit_ptr" in source) == bool(ex.EXAMPLES[name].unit_params)
 
 
 def test_cells_by_name_for_the_scripts():
