@@ -69,8 +69,16 @@ def main():
     stale = []
     for folder in sorted(glob.glob(os.path.join(a.logs, "*", ""))):
         key = os.path.basename(os.path.dirname(folder))
+        if key == "superseded":  # kept for the record and for --warm-start-from, not used by build
+            continue
         files = render(folder, kernels)
         out = os.path.join(a.out, key)
+        # schedules of workloads the kernels no longer have (a kernel's definition changed) go
+        old_files = set(os.listdir(out)) if os.path.isdir(out) else set()
+        for name in sorted(old_files - set(files)):
+            stale.append(os.path.join(out, name))
+            if not a.check:
+                os.remove(os.path.join(out, name))
         for name, text in files.items():
             path = os.path.join(out, name)
             old = open(path).read() if os.path.exists(path) else None

@@ -32,11 +32,15 @@ class Kernel:
     name: str  # names the workload, e.g. "recurrent_step_lstm_train_n3_h37"
     func: tvm.tirx.PrimFunc
     roles: tuple[str, ...]
+    # For a GEMM: its reduction block, and the trailing spatial axes of that block along which the
+    # output and the streamed operand are both contiguous (what a CPU schedule vectorises).
+    gemm: str | None = None
+    columns: tuple[str, ...] = ()
 
 
-def _make(name, inputs: dict, outputs: dict) -> Kernel:
+def _make(name, inputs: dict, outputs: dict, gemm=None, columns=()) -> Kernel:
     func = te.create_prim_func(list(inputs.values()) + list(outputs.values()))
-    return Kernel(name, func.with_attr("global_symbol", name), tuple(inputs) + tuple(outputs))
+    return Kernel(name, func.with_attr("global_symbol", name), tuple(inputs) + tuple(outputs), gemm, tuple(columns))
 
 
 def _substitute(expr, env: dict):
@@ -74,7 +78,7 @@ def input_projection(steps, batch, in_size, hidden, gates) -> Kernel:
                     lambda t, n, j, g: te.sum(x[t, n, k] * w[k, j, g], axis=k), name="matmul")
     gx = te.compute(mm.shape, lambda t, n, j, g: mm[t, n, j, g] + b[j, g], name="gx")
     return _make(f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}",
-                 {"x": x, "w": w, "b": b}, {"gx": gx})
+                 {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=("j", "g"))
 
 
 def recurrent_step(cell: Cell, batch, hidden, train: bool) -> Kernel:
@@ -115,7 +119,8 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool) -> Kernel:
         exprs.update({f"saved{i}": e for i, (_, e) in enumerate(d.saved)})
     outputs = _outputs("step", (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
-    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}", inputs, outputs)
+    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}", inputs, outputs,
+                 gemm="recurrent_projection", columns=("j", "g"))
 
 
 def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
@@ -170,13 +175,17 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
 
 
 def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:
-    """``dh_{t-1}[n, k] = sum_{j,g} dgh[n, j, g] w[k, j, g]`` (+ the pointwise's direct part)."""
+    """``dh_{t-1}[n, k] = sum_{g,j} dgh[n, j, g] w[g, j, k]`` (+ the pointwise's direct part).
+
+    ``w`` is W_hh in PyTorch's ``(G, H, K)`` layout (kept beside the packed one, see
+    :mod:`tvmrnn.layout`): the output axis ``k`` is then contiguous in the weights too.
+    """
     dgh = te.placeholder((batch, hidden, gates), F32, "dgh")
-    w = te.placeholder((hidden, hidden, gates), F32, "w")
+    w = te.placeholder((gates, hidden, hidden), F32, "w")
     inputs = {"dgh": dgh, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, gates), "g")
-    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[k, j, g], axis=[j, g]),
+    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[g, j, k], axis=[g, j]),
                     name="matmul")
     if direct:
         inputs["dh_direct"] = te.placeholder((batch, hidden), F32, "dh_direct")
@@ -184,7 +193,8 @@ def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:
     else:
         out = te.compute(mm.shape, lambda n, k: mm[n, k], name="dh")
     suffix = "_direct" if direct else ""
-    return _make(f"recurrent_backward_n{batch}_h{hidden}_g{gates}{suffix}", inputs, {"dh": out})
+    return _make(f"recurrent_backward_n{batch}_h{hidden}_g{gates}{suffix}", inputs, {"dh": out},
+                 gemm="matmul", columns=("k",))
 
 
 def weight_gradient(steps, batch, in_size, hidden, gates) -> Kernel:
@@ -203,47 +213,54 @@ def weight_gradient(steps, batch, in_size, hidden, gates) -> Kernel:
                     name="matmul")
     out = te.compute(acc.shape, lambda g, j, k: acc[g, j, k] + mm[g, j, k], name="dw")
     return _make(f"weight_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}",
-                 {"dg": dg, "a": a, "acc": acc}, {"dw": out})
+                 {"dg": dg, "a": a, "acc": acc}, {"dw": out}, gemm="matmul", columns=("k",))
 
 
 def bias_gradient(steps, batch, hidden, gates) -> Kernel:
-    """Accumulate ``db[g, j] += sum_{t,n} dg[t, n, j, g]`` over a chunk of steps (in place)."""
+    """Accumulate ``db[g, j] += sum_{t,n} dg[t, n, j, g]`` over a chunk of steps (in place).
+
+    The sum is formed as ``(j, g)``, the order ``dg`` is laid out in (contiguous, vectorisable),
+    and transposed into PyTorch's ``(g, j)`` as it is added.
+    """
     dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
     acc = te.placeholder((gates, hidden), F32, "acc")
     t = te.reduce_axis((0, steps), "t")
     n = te.reduce_axis((0, batch), "n")
-    total = te.compute(acc.shape, lambda g, j: te.sum(dg[t, n, j, g], axis=[t, n]), name="sum")
-    out = te.compute(acc.shape, lambda g, j: acc[g, j] + total[g, j], name="db")
-    return _make(f"bias_gradient_t{steps}_n{batch}_h{hidden}_g{gates}", {"dg": dg, "acc": acc}, {"db": out})
+    total = te.compute((hidden, gates), lambda j, g: te.sum(dg[t, n, j, g], axis=[t, n]), name="sum")
+    out = te.compute(acc.shape, lambda g, j: acc[g, j] + total[j, g], name="db")
+    return _make(f"bias_gradient_t{steps}_n{batch}_h{hidden}_g{gates}", {"dg": dg, "acc": acc}, {"db": out},
+                 gemm="sum", columns=("j", "g"))
 
 
 def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool) -> Kernel:
-    """``dx[t, n, k] (+)= sum_{j,g} dg[t, n, j, g] w[k, j, g]`` for a chunk of steps.
+    """``dx[t, n, k] (+)= sum_{g,j} dg[t, n, j, g] w[g, j, k]`` for a chunk of steps.
 
-    With ``accumulate`` the caller passes the same buffer as ``acc`` and ``dx`` (the second
+    ``w`` is W_ih in PyTorch's ``(G, H, K)`` layout, as in :func:`recurrent_backward`. With
+    ``accumulate`` the caller passes the same buffer as ``acc`` and ``dx`` (the second
     direction of a bidirectional layer adds to what the first wrote).
     """
     dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
-    w = te.placeholder((in_size, hidden, gates), F32, "w")
+    w = te.placeholder((gates, hidden, in_size), F32, "w")
     inputs = {"dg": dg, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, gates), "g")
     mm = te.compute((steps, batch, in_size),
-                    lambda t, n, k: te.sum(dg[t, n, j, g] * w[k, j, g], axis=[j, g]), name="matmul")
+                    lambda t, n, k: te.sum(dg[t, n, j, g] * w[g, j, k], axis=[g, j]), name="matmul")
     if accumulate:
         inputs["acc"] = te.placeholder(mm.shape, F32, "acc")
         out = te.compute(mm.shape, lambda t, n, k: inputs["acc"][t, n, k] + mm[t, n, k], name="dx")
     else:
         out = te.compute(mm.shape, lambda t, n, k: mm[t, n, k], name="dx")
     suffix = "_acc" if accumulate else ""
-    return _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out})
+    return _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out},
+                 gemm="matmul", columns=("k",))
 
 
-def copy(batch, hidden) -> Kernel:
-    """``dst = src`` for one (N, H) state: moves initial/final states in and out."""
-    src = te.placeholder((batch, hidden), F32, "src")
+def copy(rows, cols) -> Kernel:
+    """``dst = src`` for a (rows, cols) array: moves states in and out, copies weights."""
+    src = te.placeholder((rows, cols), F32, "src")
     dst = te.compute(src.shape, lambda n, j: src[n, j], name="dst")
-    return _make(f"copy_n{batch}_h{hidden}", {"src": src}, {"dst": dst})
+    return _make(f"copy_{rows}x{cols}", {"src": src}, {"dst": dst})
 
 
 def gate_transpose(gates, hidden, in_size) -> Kernel:

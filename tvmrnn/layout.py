@@ -9,7 +9,12 @@ them, so together they are one ``(P, H)`` block, the same in both layouts. tvmrn
 them into one flat float32 buffer (as cuDNN does), each weight K-major and gate-interleaved
 (``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``; the transposition itself is a compiled
 pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs on the device and ships inside
-exported libraries. Gradients come back in PyTorch's layout, also from one flat buffer.
+exported libraries. The packed buffer holds a second copy of the weights in PyTorch's own
+``(G, H, K)`` layout at ``total + offset``: the backward's data GEMMs (``dx = dg W``,
+``dh = dg W_hh``) produce ``k`` and want it contiguous in the weights (a CPU vectorises along it,
+a GPU warp reads it coalesced), as BLAS's transposed GEMM would. That doubles the weights' memory
+(10 MB more for a DS2 LSTM layer), not the workspace. Gradients come back in PyTorch's layout,
+also from one flat buffer.
 """
 from __future__ import annotations
 
@@ -63,6 +68,11 @@ class Layout:
                     offset += slot.size
         return Layout(input_size, hidden_size, num_layers, num_directions, num_gates, tuple(slots), offset,
                       tuple(unit_params))
+
+    @property
+    def packed_total(self) -> int:
+        """Elements of the packed buffer: the kernels' layout, then the PyTorch-layout copy."""
+        return 2 * self.total
 
     def slot(self, layer: int, direction: int, kind: str) -> Slot:
         return next(s for s in self.slots if (s.layer, s.direction, s.kind) == (layer, direction, kind))

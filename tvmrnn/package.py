@@ -47,8 +47,11 @@ def metadata(rnn: RNN) -> dict:
         "bidirectional": c.bidirectional, "batch_size": c.batch_size, "batch_first": c.batch_first,
         "dtype": "float32",
         "target": str(t), "target_kind": t.kind.name,
-        "weight_layout": "one flat float32 buffer; per parameter, in PyTorch's order: weights (K, H, G) "
-                         "gate-interleaved, biases (H, G); pack_weights(params, w) converts PyTorch's flat layout",
+        "weight_layout": "one flat float32 buffer of packed_weights_size; per parameter, in PyTorch's order: "
+                         "weights (K, H, G) gate-interleaved, biases (H, G); then, from weights_size on, the "
+                         "weights again in PyTorch's (G, H, K) layout; pack_weights(params, w) makes it from "
+                         "PyTorch's flat layout",
+        "packed_weights_size": c.layout.packed_total,
         "parameters": [[s.name, list(s.torch_shape), s.offset] for s in c.layout.slots],
         "weights_size": c.layout.total,
         "signatures": rnn.signatures,

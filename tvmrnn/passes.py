@@ -89,7 +89,7 @@ def forward_program(config: Config, schedule, train: bool) -> Program:
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
     h0 = prog.tensor("h0", (LD, N, H), ("ld", "n", "j"))
     c0 = prog.tensor("c0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
-    w = prog.flat("w", layout.total)
+    w = prog.flat("w", layout.packed_total)
     y = prog.tensor("y", config.seq_shape(T, D * H), tuple("j" if a == "k" else a for a in config.seq_axes))
     hy = prog.tensor("hy", (LD, N, H), ("ld", "n", "j"))
     cy = prog.tensor("cy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
@@ -174,7 +174,7 @@ def backward_program(config: Config, schedule) -> Program:
     dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)
     dhy = prog.tensor("dhy", (LD, N, H), ("ld", "n", "j"))
     dcy = prog.tensor("dcy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
-    w = prog.flat("w", layout.total)
+    w = prog.flat("w", layout.packed_total)
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
     shapes = config.workspace_shapes(T)
     hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
@@ -220,7 +220,7 @@ def backward_program(config: Config, schedule) -> Program:
         for d in range(D):
             ld = l * D + d
             slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
-            w_hh = w.piece(slot["weight_hh"])
+            w_hh = w.piece(layout.total + slot["weight_hh"])  # PyTorch layout (G, H, H)
             prev_row = (lambda s: s) if d == 0 else (lambda s: s + 1)
             next_row = (lambda s: s + 1) if d == 0 else (lambda s: s)
             prog.call(copy, src=dhy.at("n", "j", ld=ld), dst=dh_carry.at("n", "j", slot=0))
@@ -271,7 +271,8 @@ def backward_program(config: Config, schedule) -> Program:
                     unit = dw.piece(layout.unit_offset(l, _d))
                     prog.call(kernels.bias_gradient(size, N, H, P), dg=dunit.at("t", "n", "j", "p", t=start),
                               acc=unit, db=unit)
-                views = dict(dg=dgx.at("t", "n", "j", "g", t=start), w=w.piece(_slot["weight_ih"]), dx=d_in(start))
+                views = dict(dg=dgx.at("t", "n", "j", "g", t=start), w=w.piece(layout.total + _slot["weight_ih"]),
+                             dx=d_in(start))
                 if _d > 0:
                     views["acc"] = d_in(start)
                 prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0), **views)
@@ -280,14 +281,19 @@ def backward_program(config: Config, schedule) -> Program:
 
 
 def packing_program(config: Config, schedule) -> Program:
-    """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device."""
+    """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
+    every parameter transposed for the forward kernels, then the weights copied as they are
+    for the backward's (see :mod:`tvmrnn.layout`)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
     prog = Program("pack_weights", schedule)
     src = prog.flat("params", layout.total)
-    dst = prog.flat("w", layout.total)
+    dst = prog.flat("w", layout.packed_total)
     for slot in layout.slots:
         k_size = slot.torch_shape[1] if len(slot.torch_shape) == 2 else 1  # a bias is a (G, H, 1) weight
         gates = 1 if slot.kind in layout.unit_params else G  # a per-unit parameter: a 1-gate bias, copied
         kernel = kernels.gate_transpose(gates, H, k_size)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
+        if len(slot.torch_shape) == 2:
+            prog.call(kernels.copy(*slot.torch_shape), src=src.piece(slot.offset),
+                      dst=dst.piece(layout.total + slot.offset))
     return prog

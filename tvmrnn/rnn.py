@@ -27,7 +27,7 @@ class PackedWeights:
 
     @property
     def nbytes(self) -> int:
-        return self.owner.config.layout.total * 4
+        return self.owner.config.layout.packed_total * 4
 
 
 class Workspace:
@@ -98,6 +98,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable)
     rnn.schedules = used  # kernel name -> "tuned" or "default"
+    rnn.tuning_logs = tuning_logs
     return rnn
 
 
@@ -113,6 +114,7 @@ class RNN:
         self.config, self.target, self.module = config, target, module
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
+        self.tuning_logs = None  # where build looked for records (None: the default place)
         self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.device_index = device_index if self.device_kind == "cuda" else 0
 
@@ -166,10 +168,10 @@ class RNN:
                                    for v in values])
             if self.device_kind == "cuda":
                 flat = tvm.runtime.tensor(flat, device=tvm.cuda(self.device_index))
-                packed = tvm.runtime.empty(flat.shape, "float32", device=tvm.cuda(self.device_index))
+                packed = tvm.runtime.empty((layout.packed_total,), "float32", device=tvm.cuda(self.device_index))
                 self.module["pack_weights"](flat, packed)
                 return PackedWeights(self, packed)
-        packed = frame.empty((layout.total,))
+        packed = frame.empty((layout.packed_total,))
         self._run("pack_weights", frame, 0, {"params": flat, "w": packed})
         return PackedWeights(self, packed)
 

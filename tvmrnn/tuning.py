@@ -24,7 +24,8 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.ir.utils import derived_object
 
-from . import spaces
+from . import fast_math, spaces
+from .default_schedule import apply as default_schedule_apply
 from .default_schedule import default_schedule, is_gpu
 from .kernels import Kernel
 from .passes import Config, backward_program, forward_program, packing_program
@@ -227,6 +228,10 @@ def scheduler(target: tvm.target.Target, tuning_logs=None):
     used: dict[str, str] = {}
 
     def schedule(kernel: Kernel):
+        func = pick(kernel)
+        return func if is_gpu(target) else fast_math.vectorisable(func)
+
+    def pick(kernel: Kernel):
         if db is not None:
             mod = workload(kernel)
             if db.has_workload(mod):
@@ -363,6 +368,39 @@ def _transfer(trace, mod, target, postprocs):
     return sch
 
 
+def _measure(db, mod, candidates, target, builder, runner) -> list[str]:
+    """Build and run scheduled ``candidates`` of workload ``mod``; commit a record for each (run
+    times, or none for a failure). Returns the error messages."""
+    built = builder.build([ms.builder.BuilderInput(c.mod, target) for c in candidates])
+    args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    ok = [(c, b) for c, b in zip(candidates, built) if b.error_msg is None]
+    results = [r.result() for r in runner.run([
+        ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args_info) for _, b in ok])]
+    token = db.commit_workload(mod)
+    for (c, _), r in zip(ok, results):
+        secs = [float(x) for x in r.run_secs] if r.error_msg is None else None
+        db.commit_tuning_record(ms.database.TuningRecord(c.trace, token, secs, target, args_info))
+    return [b.error_msg for b in built if b.error_msg] + [r.error_msg for r in results if r.error_msg]
+
+
+def seed_defaults(db, tasks, target, builder, runner, out=print) -> int:
+    """Measure the default schedule of every task in ``tasks`` (``tune`` passes the new ones), as
+    a record like any other: the search starts from it, and ``build`` never takes a tuned record slower than the
+    default it would otherwise use. Returns the number of measurements."""
+    measured = 0
+    for task in tasks:
+        mod = workload(task.kernel)
+        sch = tvm.s_tir.Schedule(mod)
+        default_schedule_apply(sch, task.kernel, target)
+        errors = _measure(db, mod, [sch], target, builder, runner)
+        measured += 1
+        best = best_latency_us(db.memory, task.kernel)
+        out(f"task {task.kernel.name}: default schedule {best:.1f} us" if best else
+            f"task {task.kernel.name}: default schedule failed to run: {errors[0].strip().splitlines()[-1]}"
+            if errors else f"task {task.kernel.name}: default schedule has no measurement")
+    return measured
+
+
 def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 8, out=print) -> int:
     """Measure, for every task without records, the best schedules logged in ``source`` (a log
     folder for another target or other shapes) that replay on it; the search then starts from
@@ -391,16 +429,7 @@ def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 
                 break
         if not candidates:
             continue
-        built = builder.build([ms.builder.BuilderInput(c.mod, target) for c in candidates])
-        args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
-        ok = [(c, b) for c, b in zip(candidates, built) if b.error_msg is None]
-        results = [r.result() for r in runner.run([
-            ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args_info) for _, b in ok])]
-        token = db.commit_workload(mod)
-        errors = [b.error_msg for b in built if b.error_msg] + [r.error_msg for r in results if r.error_msg]
-        for (c, _), r in zip(ok, results):
-            secs = [float(x) for x in r.run_secs] if r.error_msg is None else None
-            db.commit_tuning_record(ms.database.TuningRecord(c.trace, token, secs, target, args_info))
+        errors = _measure(db, mod, candidates, target, builder, runner)
         measured += len(candidates)
         best = best_latency_us(db.memory, task.kernel)
         out(f"task {task.kernel.name}: warm start measured {len(candidates)} schedules from {source}, "
@@ -411,13 +440,15 @@ def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 
 
 def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64, kernels=None,
          rpc_tracker=None, rpc_key=None, builder=None, runner=None, out=print, num_trials_per_iter=16,
-         warm_start_from: str | None = None, max_tasks: int | None = None, seed: int = 1):
+         warm_start_from: str | None = None, max_tasks: int | None = None, seed: int = 1,
+         seed_default: bool = True):
     """Tune every kernel of ``configs`` for ``target`` up to ``trials_per_task`` trials each.
 
     Resumes: trials already in the log count, so a rerun only measures what is missing, and a
     finished task is skipped. ``kernels`` (names or substrings) restricts the tasks, ``max_tasks``
     keeps the heaviest ones (most runs per training step). ``warm_start_from`` (another log
-    folder) seeds tasks that have no records with that folder's best schedules. Returns
+    folder) seeds tasks that have no records with that folder's best schedules; ``seed_default``
+    first measures each new task's default schedule (one trial of its budget). Returns
     ``[(task, best latency in us or None, trials)]``.
     """
     folder = os.path.join(log_dir, target_key(target))
@@ -426,8 +457,11 @@ def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64
              if kernels is None or any(k in t.kernel.name for k in kernels)][:max_tasks]
     builder = builder or default_builder(target)
     runner = runner or default_runner(target, rpc_tracker, rpc_key)
+    new = [t for t in tasks if not records_of(db.memory, t.kernel)]
     if warm_start_from:
-        warm_start(db, tasks, target, warm_start_from, builder, runner, out=out)
+        warm_start(db, new, target, warm_start_from, builder, runner, out=out)
+    if seed_default:
+        seed_defaults(db, new, target, builder, runner, out=out)
     todo = [(t, trials_per_task - len(records_of(db.memory, t.kernel))) for t in tasks]
     todo = [(t, n) for t, n in todo if n > 0]
     for t in tasks:

@@ -1,0 +1,20 @@
+"""Where the time goes: the profiler accounts for every kernel a pass runs."""
+from __future__ import annotations
+
+import tvmrnn
+from tvmrnn.profile import profile
+
+
+def test_profile_counts_every_kernel_call():
+    rnn = tvmrnn.build("gru", input_size=5, hidden_size=8, num_layers=2, bidirectional=True, batch_size=2)
+    T = 19  # one 16-step chunk of the all-steps GEMMs, then 3 single steps
+    forward, backward = profile(rnn, T=T, passes=("forward", "backward"), reps=2)
+    assert forward.steps == T * 4 and forward.launches_per_step == 1
+    assert backward.launches_per_step == 2  # pointwise backward and recurrent backward GEMM
+    calls = {k.name: k.calls for k in forward.kernels}
+    assert calls["recurrent_step_gru_infer_n2_h8"] == T * 4
+    assert calls["input_projection_t16_n2_k5_h8_g3"] == 2 and calls["input_projection_t1_n2_k5_h8_g3"] == 3 * 2
+    assert all(k.latency_us > 0 for k in forward.kernels + backward.kernels)
+    assert forward.measured_ms > 0 and forward.group_ms("recurrent") > 0 and forward.group_ms("input GEMM") > 0
+    table = backward.table()
+    assert "weight_gradient" in table and "gap" in table

@@ -1,0 +1,139 @@
+"""Where the time goes: every kernel of a build timed alone, against the whole passes.
+
+Each pass (:mod:`tvmrnn.passes`) is one compiled function that runs scheduled per-step kernels
+in loops. Here each distinct kernel is compiled on its own with the schedule ``build`` gives it
+(tuned record or default), timed with TVM's ``time_evaluator`` on random inputs, and multiplied
+by how often the pass runs it at sequence length ``T``. The difference between the sum and the
+measured pass is what the loops cost beyond their kernels: on a GPU the launch gaps, on a CPU
+the parallel-region start-up and the caches a kernel alone does not see.
+
+Kernels fall in three groups: ``input GEMM`` (the all-steps projections: forward input
+projection, backward weight/bias/input gradients), ``recurrent`` (per-step kernels inside the
+time loop: fused step, pointwise backward, recurrent backward GEMM) and ``other`` (copies).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+
+from .default_schedule import is_gpu
+from .passes import Config, backward_program, forward_program
+from .sequence import Program
+
+# Kernels whose work is one GEMM over a chunk of steps rather than part of the recurrence.
+_GEMM_PREFIXES = ("input_projection", "weight_gradient", "bias_gradient", "input_gradient")
+_STEP_PREFIXES = ("recurrent_step", "pointwise_backward", "recurrent_backward")
+
+
+def group_of(kernel_name: str) -> str:
+    if kernel_name.startswith(_GEMM_PREFIXES):
+        return "input GEMM"
+    if kernel_name.startswith(_STEP_PREFIXES):
+        return "recurrent"
+    return "other"
+
+
+@dataclass
+class KernelTime:
+    name: str
+    group: str
+    calls: int  # per pass at the profiled T
+    latency_us: float  # one call, median
+
+    @property
+    def total_ms(self) -> float:
+        return self.calls * self.latency_us / 1e3
+
+
+@dataclass
+class PassProfile:
+    name: str
+    T: int
+    measured_ms: float  # the whole pass, median
+    kernels: list[KernelTime]
+    steps: int  # time-loop iterations in the pass (steps x layers x directions)
+    launches_per_step: int  # kernels run inside one iteration of a time loop
+
+    @property
+    def kernel_ms(self) -> float:
+        return sum(k.total_ms for k in self.kernels)
+
+    def group_ms(self, group: str) -> float:
+        return sum(k.total_ms for k in self.kernels if k.group == group)
+
+    @property
+    def gap_us_per_step(self) -> float:
+        """Pass time not accounted for by its kernels, per time-loop iteration."""
+        return 1e3 * (self.measured_ms - self.kernel_ms) / max(self.steps, 1)
+
+    def table(self) -> str:
+        lines = [f"{self.name}: {self.measured_ms:.2f} ms measured, {self.kernel_ms:.2f} ms in kernels timed alone; "
+                 f"{self.steps} steps, {self.launches_per_step} kernels per step, "
+                 f"{1e3 * self.measured_ms / max(self.steps, 1):.1f} us per step, "
+                 f"gap {self.gap_us_per_step:.1f} us per step"]
+        for group in ("input GEMM", "recurrent", "other"):
+            ms = self.group_ms(group)
+            lines.append(f"  {group:10s} {ms:9.2f} ms  {100 * ms / max(self.measured_ms, 1e-9):5.1f}% of the pass")
+        for k in sorted(self.kernels, key=lambda k: -k.total_ms):
+            lines.append(f"    {k.name:48s} {k.calls:6d} x {k.latency_us:9.2f} us = {k.total_ms:8.2f} ms")
+        return "\n".join(lines)
+
+
+def _device(target):
+    return tvm.cuda(0) if is_gpu(target) else tvm.cpu(0)
+
+
+def _random_args(func, dev, rng):
+    args = []
+    for param in func.params:
+        shape = [int(s) for s in param.shape]
+        args.append(tvm.runtime.tensor(rng.uniform(-0.5, 0.5, shape).astype("float32"), device=dev))
+    return args
+
+
+def time_kernel(func, target, number: int = 20, repeat: int = 5) -> float:
+    """Median latency of one scheduled kernel alone, in microseconds."""
+    dev = _device(target)
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
+    args = _random_args(func, dev, np.random.default_rng(0))
+    timer = lib.jit().time_evaluator("main", dev, number=number, repeat=repeat)
+    return 1e6 * statistics.median(timer(*args).results)
+
+
+def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
+    """Time one pass of a built RNN and every kernel in it."""
+    dev = _device(rnn.target)
+    rng = np.random.default_rng(0)
+    frame_args = [tvm.runtime.tensor(rng.uniform(-0.5, 0.5, shape).astype("float32"), device=dev)
+                  for shape in rnn.shapes(program.name, T).values()]
+    fn = rnn.module[program.name]
+    fn(*frame_args)
+    dev.sync()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(*frame_args)
+        dev.sync()
+        times.append(time.perf_counter() - t0)
+    kernels = []
+    for name, calls in program.calls(T).items():
+        if calls == 0:
+            continue
+        us = time_kernel(program.scheduled(name), rnn.target)
+        kernels.append(KernelTime(name, group_of(name), calls, us))
+    steps, per_step = program.step_counts(T)
+    return PassProfile(program.name, T, 1e3 * statistics.median(times), kernels, steps, per_step)
+
+
+def profile(rnn, T: int = 300, passes=("forward", "forward_train", "backward"), reps: int = 5) -> list[PassProfile]:
+    """Profile the passes of a built RNN (``tvmrnn.build``) at sequence length ``T``."""
+    from .tuning import scheduler
+    schedule, _ = scheduler(rnn.target, rnn.tuning_logs)
+    programs = {"forward": lambda: forward_program(rnn.config, schedule, train=False),
+                "forward_train": lambda: forward_program(rnn.config, schedule, train=True),
+                "backward": lambda: backward_program(rnn.config, schedule)}
+    return [profile_pass(rnn, programs[p](), T, reps) for p in passes]
