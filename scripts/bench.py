@@ -237,7 +237,8 @@ def bench_custom(a, name, L, bidir, tvmrnn, torch):
                 continue
             if side.startswith("torch.compile"):
                 notes[side] = f"compiled in {time.perf_counter() - t0:.1f} s"
-                fn(), fn()  # its first calls after compiling are still slow (lazy initialisation)
+            for _ in range(3):  # first calls run slow (thread pools, allocations, torch.compile's lazy set-up)
+                fn()
             times[side] = timed(fn, sync, a.reps, a.max_seconds)
         with torch.no_grad():
             agree = rel(rnns[name].forward(weights[name][0], x)[0], loop(x))
