@@ -4,6 +4,7 @@
     python scripts/bench.py --device cuda --preset ds2 --json bench_h100.json
     python scripts/bench.py --device cpu --threads 16 lstm --num-layers 1 --json bench_spr.json
     python scripts/bench.py --plot bench_h100.json bench_spr.json   # PNG charts from saved results
+    python scripts/bench.py --custom peephole_lstm -T 50 -N 20 --input-size 256 --hidden-size 256 --threads 2
 
 For each configuration: builds tvmrnn (tuned records from tuning_logs/ where they exist), loads the
 same weights into torch.nn.LSTM/GRU/RNN, runs both on the same input, checks they agree, and times
@@ -11,6 +12,11 @@ inference (forward) and training (forward + backward with the same output gradie
 samples/s (N / seconds per batch, the median of --reps) for each side and the ratio.
 On CUDA: cuDNN with TF32 off on both sides, plus a row with TF32 allowed for cuDNN (tvmrnn computes
 in plain fp32 either way). On the CPU: PyTorch's CPU path; both sides use --threads threads.
+
+With --custom CELL (an example cell of tvmrnn.example_cells), each configuration instead times that
+cell through tvmrnn beside the built-in LSTM through tvmrnn at the same sizes (same fusion: the
+ratio is the custom cell's cost), the same cell as a per-step PyTorch loop (what a framework user
+writes for a cell cuDNN lacks), and torch.compile of that loop (reported as failed where it fails).
 """
 from __future__ import annotations
 
@@ -42,6 +48,8 @@ def parse():
     p.add_argument("--hidden-size", type=int, default=DS2["H"])
     p.add_argument("--num-layers", type=int, nargs="*", default=None, help="e.g. 1 5")
     p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--custom", metavar="CELL", help="an example custom cell (tvmrnn.example_cells.EXAMPLES) "
+                                                    "against the built-in LSTM, a PyTorch loop and torch.compile")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--max-seconds", type=float, default=20.0, help="per side and pass, fewer reps if slower")
     p.add_argument("--no-train", action="store_true")
@@ -54,7 +62,7 @@ def parse():
 
 
 def configs(a):
-    cells = a.cells or list(CELLS)
+    cells = [a.custom] if a.custom else a.cells or list(CELLS)
     if a.preset == "ds2":
         return [(c, 1, False) for c in cells] + [(c, 5, True) for c in cells]
     return [(c, L, a.bidirectional) for L in (a.num_layers or [1]) for c in cells]
@@ -167,6 +175,93 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     return results
 
 
+def bench_custom(a, name, L, bidir, tvmrnn, torch):
+    """A custom cell through tvmrnn beside the built-in LSTM (tvmrnn), a per-step loop and torch.compile."""
+    from tvmrnn import example_cells
+    if name not in example_cells.EXAMPLES:
+        raise SystemExit(f"--custom: expected one of {sorted(example_cells.EXAMPLES)} (cells with a PyTorch "
+                         f"reference in tvmrnn.example_cells), got {name!r}")
+    cell = example_cells.EXAMPLES[name]
+    T, N, I, H = a.seq_len, a.batch_size, a.input_size, a.hidden_size
+    dev = torch.device(a.device)
+    target = json.loads(a.target) if a.target and a.target.startswith("{") else a.target
+    target = target or ("cuda" if a.device == "cuda" else None)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    sizes = dict(input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N, target=target,
+                 tuning_logs=a.tuning_logs)
+    torch.manual_seed(0)
+    rnns, weights = {}, {}
+    for side, c in ((name, cell), ("lstm", "lstm")):
+        rnns[side] = tvmrnn.build(c, **sizes)
+        params = {k: v.to(dev) for k, v in example_cells.reference_params(c, I, H, L, bidir).items()}
+        weights[side] = (rnns[side].pack_weights(params), params)
+    params = {k: v.clone().requires_grad_(True) for k, v in weights[name][1].items()}
+    x = torch.randn(T, N, I, device=dev)
+    xr = x.clone().requires_grad_(True)
+    dy = torch.randn(T, N, H * (2 if bidir else 1), device=dev)
+
+    def loop(inp):
+        return example_cells.reference_forward(cell, params, inp, num_layers=L, bidirectional=bidir)[0]
+
+    compiled = torch.compile(loop)
+
+    def tvmrnn_pass(side, train):
+        rnn, w = rnns[side], weights[side][0]
+        if not train:
+            return lambda: rnn.forward(w, x)
+        return lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy)
+
+    def torch_pass(fn, train):
+        def run():
+            if not train:
+                with torch.no_grad():
+                    return fn(x)
+            xr.grad = None
+            for p in params.values():
+                p.grad = None
+            fn(xr).backward(dy)
+        return run
+
+    results = []
+    for train in ([False] if a.no_train else [False, True]):
+        pass_ = "training" if train else "inference"
+        sides = {f"tvmrnn {name}": tvmrnn_pass(name, train), "tvmrnn lstm": tvmrnn_pass("lstm", train),
+                 "torch loop": torch_pass(loop, train), "torch.compile loop": torch_pass(compiled, train)}
+        times, notes = {}, {}
+        for side, fn in sides.items():
+            t0 = time.perf_counter()
+            try:
+                fn()  # warm-up; for torch.compile, the compilation
+            except Exception as err:  # torch.compile fails on some setups (no compiler, no Triton)
+                notes[side] = f"failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:120]}"
+                continue
+            if side.startswith("torch.compile"):
+                notes[side] = f"compiled in {time.perf_counter() - t0:.1f} s"
+            for _ in range(3):  # first calls run slow (thread pools, allocations, torch.compile's lazy set-up)
+                fn()
+            times[side] = timed(fn, sync, a.reps, a.max_seconds)
+        with torch.no_grad():
+            agree = rel(rnns[name].forward(weights[name][0], x)[0], loop(x))
+        if train:
+            grads = rnns[name].backward(weights[name][0], rnns[name].forward_train(weights[name][0], x)[3], dy)
+            torch_pass(loop, True)()
+            agree = max(agree, rel(grads["x"], xr.grad), rel(grads["weight_hh_l0"], params["weight_hh_l0"].grad))
+        ours = times[f"tvmrnn {name}"][0]
+        print(f"{name} L={L} {'bi ' if bidir else 'uni'} {pass_} (T={T} N={N} I={I} H={H}), median ms; "
+              f"rel err vs loop {agree:.1e}", flush=True)
+        for side in sides:
+            if side in times:
+                s = times[side][0]
+                print(f"  {side:22s} {1e3 * s:9.2f} ms {N / s:9.1f} samples/s  {s / ours:5.2f}x the custom cell's "
+                      f"time  {notes.get(side, '')}", flush=True)
+            else:
+                print(f"  {side:22s} {notes[side]}", flush=True)
+        results.append(dict(cell=name, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, device=a.device,
+                            pass_=pass_, rel_error=agree, notes=notes, reps=min(n for _, n in times.values()),
+                            ms={side: 1e3 * s for side, (s, _) in times.items()}))
+    return results
+
+
 def machine(torch, a):
     info = dict(python=platform.python_version(), torch=torch.__version__, threads=a.threads,
                 cpu=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"))
@@ -220,7 +315,7 @@ def main():
     print(json.dumps(info))
     results = []
     for cell, L, bidir in configs(a):
-        results += bench_one(a, cell, L, bidir, tvmrnn, torch)
+        results += (bench_custom if a.custom else bench_one)(a, cell, L, bidir, tvmrnn, torch)
         if a.json:  # after every configuration, so a cut-off run keeps what it measured
             with open(a.json, "w") as f:
                 json.dump(dict(machine=info, results=results), f, indent=1)

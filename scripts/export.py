@@ -3,16 +3,23 @@
 
     python scripts/export.py lstm --input-size 800 --hidden-size 800 --batch-size 20 \
         --num-layers 5 --bidirectional --target nvidia/nvidia-h100 -o lstm_h100.so
+    python scripts/export.py peephole_lstm --input-size 80 --hidden-size 256 --batch-size 8 -o peephole.so
 """
 import argparse
 import json
+import os
+import sys
 
-import tvmrnn
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's tvmrnn
+
+import tvmrnn  # noqa: E402
+from tvmrnn.cells import find_cell  # noqa: E402
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cell", choices=sorted(tvmrnn.CELLS))
+    p.add_argument("cell", help=f"{', '.join(sorted(tvmrnn.CELLS))}, an example custom cell "
+                                "(tvmrnn.example_cells) or module:attribute naming a tvmrnn.define_cell cell")
     p.add_argument("--input-size", type=int, required=True)
     p.add_argument("--hidden-size", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)
@@ -27,7 +34,11 @@ def main():
     p.add_argument("-o", "--output", required=True, help="the .so to write")
     a = p.parse_args()
     target = json.loads(a.target) if a.target and a.target.startswith("{") else a.target
-    rnn = tvmrnn.build(a.cell, input_size=a.input_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
+    try:
+        cell = find_cell(a.cell)
+    except ValueError as err:
+        p.error(str(err))
+    rnn = tvmrnn.build(cell, input_size=a.input_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
                        bidirectional=a.bidirectional, batch_size=a.batch_size, batch_first=a.batch_first,
                        target=target, tuning_logs=a.tuning_logs)
     print(f"wrote {rnn.export(a.output)}: {rnn}")

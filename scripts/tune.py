@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tvmrnn  # noqa: E402
 from tvmrnn import tuning  # noqa: E402
 from tvmrnn import target as targets  # noqa: E402
-from tvmrnn.cells import get_cell  # noqa: E402
+from tvmrnn.cells import find_cell  # noqa: E402
 from tvmrnn.passes import Config  # noqa: E402
 
 SIZE_KEYS = ("input_size", "hidden_size", "num_layers", "bidirectional", "batch_size")
@@ -58,7 +58,7 @@ def configs_from(args) -> list[Config]:
         if missing:
             raise SystemExit(f"configuration {i + 1}: missing {', '.join(missing)}")
         for cell in e["cell"] if isinstance(e["cell"], list) else [e["cell"]]:
-            configs.append(Config(get_cell(cell), int(e["input_size"]), int(e["hidden_size"]),
+            configs.append(Config(find_cell(cell), int(e["input_size"]), int(e["hidden_size"]),
                                   int(e.get("num_layers", 1)), bool(e.get("bidirectional", False)),
                                   int(e["batch_size"]), False))
     return configs
@@ -79,7 +79,8 @@ def table(results, out=print):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("cells", nargs="*", help=f"cells to tune: {', '.join(sorted(tvmrnn.CELLS))}")
+    p.add_argument("cells", nargs="*", help=f"cells to tune: {', '.join(sorted(tvmrnn.CELLS))}, an example "
+                                            f"custom cell (tvmrnn.example_cells) or module:attribute")
     p.add_argument("--input-size", type=int)
     p.add_argument("--hidden-size", type=int)
     p.add_argument("--batch-size", type=int)

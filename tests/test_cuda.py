@@ -31,6 +31,14 @@ def test_matches_torch_on_cuda(cell, num_layers, bidirectional, batch_first, T, 
     _check(cell, num_layers, bidirectional, batch_first, T, rng, target="cuda", as_array=to_cuda)
 
 
+@pytest.mark.parametrize("T", [1, 7])
+@pytest.mark.parametrize("layers_directions", [(1, False), (2, True)], ids=["1uni", "2bidir"])
+@pytest.mark.parametrize("name", ["peephole_lstm", "cifg_lstm", "mgu", "leaky_rnn"])
+def test_custom_cells_match_their_references_on_cuda(name, layers_directions, T, rng):
+    from test_custom_cells import _check as check_custom
+    check_custom(name, *layers_directions, T, rng, target="cuda", as_array=to_cuda)
+
+
 def test_outputs_are_cuda_tensors_and_numpy_is_refused():
     rnn = built("gru", 1, False, target="cuda")
     torch.manual_seed(0)

@@ -1,4 +1,5 @@
-"""tvmrnn: fused LSTM, GRU and vanilla RNN layers, written once as TVM tensor expressions.
+"""tvmrnn: fused LSTM, GRU and vanilla RNN layers, and cells of your own (``define_cell``),
+written once as TVM tensor expressions.
 
 >>> rnn = tvmrnn.build("lstm", input_size=13, hidden_size=37, batch_size=3)
 >>> w = rnn.pack_weights(tvmrnn.params_from_torch(torch_lstm))
@@ -7,10 +8,10 @@
 __version__ = "0.1.0"
 
 from .autodiff import CellDefinitionError
-from .cells import CELLS, Cell, get_cell
+from .cells import CELLS, Cell, define_cell, get_cell
 from .rnn import RNN, PackedWeights, Workspace, build
 from .torch_params import params_from_torch
 from .package import PackageError, load
 
 __all__ = ["build", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
-           "get_cell", "CellDefinitionError", "load", "PackageError"]
+           "define_cell", "get_cell", "CellDefinitionError", "load", "PackageError"]

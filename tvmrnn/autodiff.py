@@ -12,17 +12,26 @@ expressions read and that is not available otherwise. Nonlinearities are differe
 terms of their own output (sigmoid' = s(1-s), tanh' = 1-t^2, relu' = [y > 0]), so what is kept
 are gate activations, exactly as in cuDNN, and never a pre-activation that would have to be
 pushed through the nonlinearity again. Values equal to the step's own outputs (h_t, c_t) are
-read back from the state sequence instead of being stored twice.
+read back from the state sequence instead of being stored twice. Per-unit parameters (and
+anything computed from them alone, like a gate ``sigmoid(a)``) are inputs of the backward too,
+read from the weights, so they are recomputed rather than kept once per step.
+
+:func:`derive` is also where a cell's math is checked: it traces the math on symbolic inputs and
+raises :class:`CellDefinitionError`, naming the offending expression, for anything the kernels
+cannot be generated from. :func:`tvmrnn.define_cell` calls it when a cell is defined.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import tvm
 import tvm_ffi
 from tvm import tirx
 
-from .cells import Cell
+if TYPE_CHECKING:  # cells.py imports this module to check its definitions
+    from .cells import Cell
 
 F32 = "float32"
 _LEAVES = (tirx.FloatImm, tirx.IntImm)
@@ -67,7 +76,10 @@ def _children(e) -> list:
         return [e.true_value, e.false_value]
     if isinstance(e, (tvm.ir.Var,) + _LEAVES):
         return []
-    raise CellDefinitionError(f"cannot differentiate {type(e).__name__} expression: {e}")
+    if isinstance(e, tirx.Cast) and str(e.value.ty) == "bool":
+        raise CellDefinitionError(f"cannot differentiate {e}: a comparison used as a value; "
+                                  f"write tirx.Select(condition, a, b) instead")
+    raise CellDefinitionError(f"cannot differentiate {type(e).__name__} expression {e}")
 
 
 def _one_if(cond):
@@ -108,16 +120,30 @@ def _local_derivatives(e) -> list:
             return [_const(1.0) / e.args[0]]
         if name == "tirx.sqrt":
             return [_const(0.5) / e]
-        raise CellDefinitionError(f"cannot differentiate call to {name} in {e}")
+        raise CellDefinitionError(f"cannot differentiate {e}: {name} has no derivative here (differentiable: "
+                                  f"sigmoid, tanh, exp, log, sqrt, +, -, *, /, max, min, Select)")
     return []
+
+
+def _free_vars(e) -> list:
+    """The variables an expression reads, in order of first appearance."""
+    found = []
+
+    def visit(v, visitor):
+        if not any(v.same_as(f) for f in found):
+            found.append(v)
+
+    tvm_ffi.structural_visit(e, [(tvm.ir.Var, visit), (tvm.ir.Expr, lambda v, s: s.default_visit(v))])
+    return found
 
 
 @dataclass
 class Derivation:
     """A cell's forward and derived backward, as scalar expressions per hidden unit.
 
-    Forward inputs: ``x_gates``, ``h_gates`` (projections with biases), ``h_prev``, ``c_prev``.
-    Backward inputs: ``dh`` and ``dc`` (gradients of h_t and c_t), ``saved`` values,
+    Forward inputs: ``x_gates``, ``h_gates`` (projections with biases), ``h_prev``, ``c_prev``,
+    ``params`` (the unit's parameters, in the cell's ``unit_params`` order).
+    Backward inputs: ``dh`` and ``dc`` (gradients of h_t and c_t), ``saved`` values, ``params``,
     ``h_prev``/``c_prev`` and ``h_next``/``c_next`` (h_t, c_t, read from the state sequence).
     """
 
@@ -132,11 +158,13 @@ class Derivation:
     dc: tirx.Var | None
     h_next: tirx.Var
     c_next: tirx.Var | None
+    params: list = field(default_factory=list)  # one Var per unit parameter
     saved: list = field(default_factory=list)  # [(Var in backward, forward expression)]
     grad_x: list = field(default_factory=list)  # d/d x_gates[k]
     grad_h: list = field(default_factory=list)  # d/d h_gates[k]
     grad_h_prev: object | None = None  # direct (pointwise) part only; None when zero
     grad_c_prev: object | None = None
+    grad_params: list = field(default_factory=list)  # d/d params[i], per (n, j): summed over t, n later
 
     @property
     def gate_grads_shared(self) -> bool:
@@ -144,19 +172,8 @@ class Derivation:
         return all(tvm_ffi.structural_equal(a, b) for a, b in zip(self.grad_x, self.grad_h))
 
     def backward_uses(self, var) -> bool:
-        exprs = self.grad_x + self.grad_h + [self.grad_h_prev, self.grad_c_prev]
-        found = []
-
-        def visit(v, visitor):
-            if v.same_as(var):
-                found.append(v)
-                return
-            visitor.default_visit(v)
-
-        for e in exprs:
-            if e is not None:
-                tvm_ffi.structural_visit(e, [(tvm.ir.Var, visit), (tvm.ir.Expr, lambda v, s: s.default_visit(v))])
-        return bool(found)
+        exprs = self.grad_x + self.grad_h + [self.grad_h_prev, self.grad_c_prev] + self.grad_params
+        return any(any(v.same_as(var) for v in _free_vars(e)) for e in exprs if e is not None)
 
 
 def _topological(outputs: list) -> list:
@@ -177,25 +194,116 @@ def _topological(outputs: list) -> list:
     return order
 
 
+class _Gates:
+    """What ``math`` receives as ``x`` and ``h``: gate ``k`` by index or by name, nothing else."""
+
+    def __init__(self, what: str, gates: tuple, values: list):
+        self.what, self.gates, self.values = what, gates, values
+
+    def __getitem__(self, key):
+        if isinstance(key, str) and key in self.gates:
+            return self.values[self.gates.index(key)]
+        if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(self.gates):
+            return self.values[key]
+        raise CellDefinitionError(
+            f"{self.what}[{key!r}] does not exist: the cell has {len(self.gates)} gates {self.gates}, "
+            f"indexed 0..{len(self.gates) - 1} or by name")
+
+    def __len__(self):
+        return len(self.values)
+
+    def __iter__(self):
+        return iter(self.values)
+
+
+class _UnitParams(Mapping):
+    """What ``math`` receives as ``p``: {unit parameter name: that unit's value}."""
+
+    def __init__(self, names: tuple, values: list):
+        self.names, self.values = names, dict(zip(names, values))
+
+    def __getitem__(self, key):
+        if key not in self.values:
+            raise CellDefinitionError(f"p[{key!r}] is not a unit parameter of this cell; it declares "
+                                      f"unit_params={self.names}")
+        return self.values[key]
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)
+
+
+def _trace(cell: Cell, x_gates, h_gates, h_prev, c_prev, params) -> tuple:
+    """Run ``cell.math`` on the symbolic inputs and check what comes back."""
+    try:
+        result = cell.math(_Gates("x", cell.gates, x_gates), _Gates("h", cell.gates, h_gates), h_prev, c_prev,
+                           _UnitParams(cell.unit_params, params))
+    except CellDefinitionError:
+        raise
+    except Exception as err:  # TVM's own errors (mixed dtypes, ...) or Python's (math.exp on a Var)
+        raise CellDefinitionError(f"math raised {type(err).__name__}: {err}") from err
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        raise CellDefinitionError(f"math must return a pair (h_t, c_t), with c_t None when the cell has no "
+                                  f"cell state; it returned {result!r}")
+    h_out, c_out = result
+    if cell.has_cell_state and c_out is None:
+        raise CellDefinitionError("math returned no cell state (c_t is None) but the cell is defined with "
+                                  "cell_state=True")
+    if not cell.has_cell_state and c_out is not None:
+        raise CellDefinitionError(f"math returned a cell state c_t = {c_out} but the cell is defined with "
+                                  f"cell_state=False (return (h_t, None))")
+    for what, out in (("h_t", h_out), ("c_t", c_out)):
+        if out is not None and (not isinstance(out, tvm.ir.Expr) or str(out.ty) != F32):
+            kind = str(out.ty) if isinstance(out, tvm.ir.Expr) else type(out).__name__
+            raise CellDefinitionError(f"{what} = {out!r} is not a float32 expression (it is {kind}); build it "
+                                      f"from the inputs x, h, h_prev, c_prev, p")
+    inputs = [*x_gates, *h_gates, h_prev, *params] + ([c_prev] if c_prev is not None else [])
+    outputs = [e for e in (h_out, c_out) if e is not None]
+    used = [v for e in outputs for v in _free_vars(e)]
+    for v in used:
+        if not any(v.same_as(i) for i in inputs):
+            raise CellDefinitionError(f"the math reads a variable {v.name!r} that is not one of its inputs "
+                                      f"(x[k], h[k], h_prev, c_prev, p[name])")
+    for k, gate in enumerate(cell.gates):
+        if not any(v.same_as(x_gates[k]) or v.same_as(h_gates[k]) for v in used):
+            raise CellDefinitionError(f"gate {k} ({gate!r}) is used neither as x[{k}] nor as h[{k}]: its weights "
+                                      f"would never be trained; declare {len(cell.gates) - 1} gates instead")
+    for name, v in zip(cell.unit_params, params):
+        if not any(u.same_as(v) for u in used):
+            raise CellDefinitionError(f"unit parameter {name!r} is declared but the math never reads p[{name!r}]")
+    return h_out, c_out
+
+
 def derive(cell: Cell) -> Derivation:
-    """Trace ``cell.math`` on symbolic inputs and differentiate it."""
+    """Trace ``cell.math`` on symbolic inputs and differentiate it.
+
+    Raises
+    ------
+    CellDefinitionError
+        For math that kernels cannot be generated from, naming the cell and the expression.
+    """
+    try:
+        return _derive(cell)
+    except CellDefinitionError as err:
+        raise CellDefinitionError(f"cell {cell.name!r}: {err}") from err.__cause__
+
+
+def _derive(cell: Cell) -> Derivation:
     gates = cell.gates
     x_gates = [tirx.Var(f"x_{g}", F32) for g in gates]
     h_gates = [tirx.Var(f"h_{g}", F32) for g in gates]
     h_prev = tirx.Var("h_prev", F32)
     c_prev = tirx.Var("c_prev", F32) if cell.has_cell_state else None
-    h_out, c_out = cell.math(x_gates, h_gates, h_prev, c_prev)
-    if (c_out is None) == cell.has_cell_state:
-        raise CellDefinitionError(
-            f"cell {cell.name!r}: math must return a cell state exactly when has_cell_state is set")
+    params = [tirx.Var(f"p_{name}", F32) for name in cell.unit_params]
+    h_out, c_out = _trace(cell, x_gates, h_gates, h_prev, c_prev, params)
     outputs = [e for e in (h_out, c_out) if e is not None]
-    for out in outputs:
-        if not isinstance(out, tvm.ir.Expr) or str(out.ty) != F32:
-            raise CellDefinitionError(f"cell {cell.name!r}: output {out} is not a float32 expression")
 
     d = Derivation(cell, x_gates, h_gates, h_prev, c_prev, h_out, c_out,
                    dh=tirx.Var("dh", F32), dc=tirx.Var("dc", F32) if c_out is not None else None,
-                   h_next=tirx.Var("h_next", F32), c_next=tirx.Var("c_next", F32) if c_out is not None else None)
+                   h_next=tirx.Var("h_next", F32), c_next=tirx.Var("c_next", F32) if c_out is not None else None,
+                   params=params)
 
     order = _topological(outputs)
     adjoint = {tvm_ffi.StructuralKey(h_out): d.dh}
@@ -219,14 +327,19 @@ def derive(cell: Cell) -> Derivation:
     if c_out is not None:
         available[tvm_ffi.StructuralKey(c_out)] = d.c_next
     keep = {tvm_ffi.StructuralKey(v) for v in (h_prev, c_prev) if v is not None}
+    # Values of the unit's parameters alone are the same at every step: recomputed, never kept.
+    from_params = {tvm_ffi.StructuralKey(n) for n in order
+                   if not _is_const(n) and all(any(v.same_as(p) for p in params) for v in _free_vars(n))}
     forward = {tvm_ffi.StructuralKey(n): n for n in order
-               if not _is_const(n) and tvm_ffi.StructuralKey(n) not in keep}
+               if not _is_const(n) and tvm_ffi.StructuralKey(n) not in keep | from_params}
     saved_by_key = {}
 
     def substitute(e, mutator):
         key = tvm_ffi.StructuralKey(e)
         if key in available:
             return available[key]
+        if key in from_params:
+            return e
         cheap = isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)) and (
             _is_const(e.a) or _is_const(e.b))
         if key in forward and not cheap:  # recompute (1 - z) rather than store it
@@ -252,4 +365,5 @@ def derive(cell: Cell) -> Derivation:
     d.grad_h = [gate_grad(v) for v in h_gates]
     d.grad_h_prev = to_backward(grad(h_prev))
     d.grad_c_prev = to_backward(grad(c_prev)) if c_prev is not None else None
+    d.grad_params = [gate_grad(v) for v in params]
     return d

@@ -96,6 +96,8 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool) -> Kernel:
     inputs = {"gx": gx, "h_prev": h_prev, "w": w, "b": b}
     if cell.has_cell_state:
         inputs["c_prev"] = te.placeholder((batch, hidden), F32, "c_prev")
+    if cell.unit_params:  # the layer-direction's (P, H) block of per-unit parameters
+        inputs["unit"] = te.placeholder((len(cell.unit_params), hidden), F32, "unit")
     k = te.reduce_axis((0, hidden), "k")
     gh = te.compute((batch, hidden, G), lambda n, j, g: te.sum(h_prev[n, k] * w[k, j, g], axis=k),
                     name="recurrent_projection")
@@ -107,6 +109,7 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool) -> Kernel:
             e[d.h_gates[g]] = gh[n, j, g] + b[j, g]
         if cell.has_cell_state:
             e[d.c_prev] = inputs["c_prev"][n, j]
+        e.update({var: inputs["unit"][i, j] for i, var in enumerate(d.params)})
         return e
 
     exprs = {"h": d.h_out, "y": d.h_out}
@@ -126,7 +129,9 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
     Inputs: dy (gradient of this step's output), the carried dh (and dc) from the next step,
     the saved values, and whichever of h_{t-1}, c_{t-1}, h_t, c_t the derivation reads.
     Outputs: the gradient of every gate's input projection (``dgx{g}``) and, when it differs
-    (GRU), of its recurrent projection (``dgh{g}``); the direct part of dh_{t-1}; dc_{t-1}.
+    (GRU), of its recurrent projection (``dgh{g}``); the direct part of dh_{t-1}; dc_{t-1}; and
+    this step's share of each per-unit parameter's gradient (``dp{i}``, per batch row: the
+    sequence sums them over steps and rows afterwards, in a fixed order).
     """
     d = derivation(cell)
     G = cell.num_gates
@@ -140,6 +145,8 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
     for role, var in states:
         if var is not None and d.backward_uses(var):
             names[role] = None
+    if any(d.backward_uses(var) for var in d.params):
+        names["unit"] = (len(d.params), hidden)
     inputs = {role: te.placeholder(s or shape, F32, role) for role, s in names.items()}
 
     def env(n, j):
@@ -151,6 +158,8 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
         for role, var in states:
             if role in inputs:
                 e[var] = inputs[role][n, j]
+        if "unit" in inputs:
+            e.update({var: inputs["unit"][i, j] for i, var in enumerate(d.params)})
         return e
 
     exprs = {f"dgx{g}": d.grad_x[g] for g in range(G)}
@@ -160,6 +169,7 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
         exprs["dh_direct"] = d.grad_h_prev
     if d.grad_c_prev is not None:
         exprs["dc_prev"] = d.grad_c_prev
+    exprs.update({f"dp{i}": grad for i, grad in enumerate(d.grad_params)})
     outputs = _outputs("pointwise_backward", shape, exprs, env)
     return _make(f"pointwise_backward_{cell.name}_n{batch}_h{hidden}", inputs, outputs)
 

@@ -3,15 +3,18 @@
 PyTorch keeps, per layer ``l`` and direction (suffix ``_reverse`` for the backward one),
 ``weight_ih_l{l}`` ``(G*H, K_l)``, ``weight_hh_l{l}`` ``(G*H, H)``, ``bias_ih_l{l}`` and
 ``bias_hh_l{l}`` ``(G*H,)``, gates stacked in the cell's order; K_0 is the input size and
-K_l = D*H above. tvmrnn packs all of them into one flat float32 buffer (as cuDNN does), each
-weight K-major and gate-interleaved (``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``; the
-transposition itself is a compiled pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs
-on the device and ships inside exported libraries. The packed buffer holds a second copy of the
-weights in PyTorch's own ``(G, H, K)`` layout at ``total + offset``: the backward's data GEMMs
-(``dx = dg W``, ``dh = dg W_hh``) produce ``k`` and want it contiguous in the weights (a CPU
-vectorises along it, a GPU warp reads it coalesced), as BLAS's transposed GEMM would. That doubles
-the weights' memory (10 MB more for a DS2 LSTM layer), not the workspace. Gradients come back in
-PyTorch's layout, also from one flat buffer.
+K_l = D*H above. A cell's per-unit parameters (:attr:`tvmrnn.cells.Cell.unit_params`) follow the
+four of each layer and direction, ``{name}_l{l}`` ``(H,)`` each, in the order the cell declares
+them, so together they are one ``(P, H)`` block, the same in both layouts. tvmrnn packs all of
+them into one flat float32 buffer (as cuDNN does), each weight K-major and gate-interleaved
+(``w[k, j, g] = W[g*H + j, k]``), biases ``b[j, g]``; the transposition itself is a compiled
+pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs on the device and ships inside
+exported libraries. The packed buffer holds a second copy of the weights in PyTorch's own
+``(G, H, K)`` layout at ``total + offset``: the backward's data GEMMs (``dx = dg W``,
+``dh = dg W_hh``) produce ``k`` and want it contiguous in the weights (a CPU vectorises along it,
+a GPU warp reads it coalesced), as BLAS's transposed GEMM would. That doubles the weights' memory
+(10 MB more for a DS2 LSTM layer), not the workspace. Gradients come back in PyTorch's layout,
+also from one flat buffer.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ class Slot:
     name: str  # PyTorch parameter name
     layer: int
     direction: int
-    kind: str  # "weight_ih", "weight_hh", "bias_ih", "bias_hh"
+    kind: str  # "weight_ih", "weight_hh", "bias_ih", "bias_hh", or a per-unit parameter's name
     torch_shape: tuple[int, ...]
     offset: int
 
@@ -47,9 +50,10 @@ class Layout:
     num_gates: int
     slots: tuple[Slot, ...]
     total: int
+    unit_params: tuple[str, ...] = ()
 
     @staticmethod
-    def create(input_size, hidden_size, num_layers, num_directions, num_gates) -> "Layout":
+    def create(input_size, hidden_size, num_layers, num_directions, num_gates, unit_params=()) -> "Layout":
         slots, offset = [], 0
         GH = num_gates * hidden_size
         for layer in range(num_layers):
@@ -57,11 +61,13 @@ class Layout:
             for direction in range(num_directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
                 for kind, shape in (("weight_ih", (GH, in_size)), ("weight_hh", (GH, hidden_size)),
-                                    ("bias_ih", (GH,)), ("bias_hh", (GH,))):
+                                    ("bias_ih", (GH,)), ("bias_hh", (GH,)),
+                                    *((name, (hidden_size,)) for name in unit_params)):
                     slot = Slot(kind + suffix, layer, direction, kind, shape, offset)
                     slots.append(slot)
                     offset += slot.size
-        return Layout(input_size, hidden_size, num_layers, num_directions, num_gates, tuple(slots), offset)
+        return Layout(input_size, hidden_size, num_layers, num_directions, num_gates, tuple(slots), offset,
+                      tuple(unit_params))
 
     @property
     def packed_total(self) -> int:
@@ -70,6 +76,10 @@ class Layout:
 
     def slot(self, layer: int, direction: int, kind: str) -> Slot:
         return next(s for s in self.slots if (s.layer, s.direction, s.kind) == (layer, direction, kind))
+
+    def unit_offset(self, layer: int, direction: int) -> int:
+        """Where the ``(P, H)`` block of a layer-direction's per-unit parameters starts."""
+        return self.slot(layer, direction, self.unit_params[0]).offset
 
     @property
     def names(self) -> list[str]:

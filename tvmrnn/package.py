@@ -3,6 +3,9 @@
 The library holds every pass (``forward``, ``forward_train``, ``backward``, ``pack_weights``)
 and a function ``tvmrnn_metadata`` returning JSON: the configuration, the target (CPU features
 or CUDA architecture), the TVM version, the weight layout and each pass's argument signature.
+For the cell it records what running needs without the cell's Python math (gates, cell state,
+per-unit parameters, how many values the training forward keeps), so a package of a custom
+cell loads and runs in a process that never defined the cell.
 ``load`` reads that first and refuses a library this machine cannot run, before any kernel
 runs; it compiles and tunes nothing. C++ programs use the same two facts (see ``examples/cpp``).
 """
@@ -24,7 +27,8 @@ from .rnn import RNN
 from .target import _cpu_flags
 
 FORMAT = "tvmrnn-package"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the cell's per-unit parameters and kept values (custom cells)
+READABLE_VERSIONS = (1, 2)  # 1: built-in cells only; they read as before
 METADATA_FUNCTION = "tvmrnn_metadata"
 _CPU_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "avx")
 
@@ -38,7 +42,7 @@ def metadata(rnn: RNN) -> dict:
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tvmrnn_version": __version__,
         "tvm_version": tvm.__version__,
-        "cell": c.cell.name, "gates": list(c.cell.gates), "has_cell_state": c.cell.has_cell_state,
+        **c.cell.signature,  # cell, gates, has_cell_state, unit_params, num_saved
         "input_size": c.input_size, "hidden_size": c.hidden_size, "num_layers": c.num_layers,
         "bidirectional": c.bidirectional, "batch_size": c.batch_size, "batch_first": c.batch_first,
         "dtype": "float32",
@@ -126,8 +130,9 @@ def read_metadata(path) -> dict:
 
 def check_machine(meta: dict, device_index: int) -> None:
     """Raise PackageError unless this machine and TVM can run the package."""
-    if meta["format_version"] != FORMAT_VERSION:
-        raise PackageError(f"load: package format {meta['format_version']}, this tvmrnn reads {FORMAT_VERSION}")
+    if meta["format_version"] not in READABLE_VERSIONS:
+        raise PackageError(f"load: package format {meta['format_version']}, this tvmrnn reads formats "
+                           f"{list(READABLE_VERSIONS)}")
     if meta["tvm_version"] != tvm.__version__:
         raise PackageError(f"load: the package was built with TVM {meta['tvm_version']}, "
                            f"this is TVM {tvm.__version__}; rebuild it (scripts/export.py)")
@@ -148,6 +153,18 @@ def check_machine(meta: dict, device_index: int) -> None:
                                f"sm_{have}; rebuild it for this GPU")
 
 
+def _cell_of(meta: dict) -> Cell:
+    """The package's cell: the built-in one of that name, else one that carries no math."""
+    name = meta["cell"]
+    if meta["format_version"] == 1:  # built-in cells only, no per-unit parameters
+        return get_cell(name)
+    builtin = CELLS.get(name)
+    if builtin is not None and builtin.signature == {k: meta[k] for k in builtin.signature}:
+        return builtin
+    return Cell(name, tuple(meta["gates"]), meta["has_cell_state"], None, tuple(meta["unit_params"]),
+                num_saved=meta["num_saved"])
+
+
 def load(path, device=None) -> RNN:
     """Load an exported package. ``device``: None, ``"cpu"``, ``"cuda"`` or ``"cuda:1"``.
 
@@ -164,9 +181,7 @@ def load(path, device=None) -> RNN:
         raise PackageError(f"load: the package is for {meta['target_kind']}, not device {device!r}")
     check_machine(meta, device_index)
     module = tvm.runtime.load_module(path)
-    name = meta["cell"]
-    cell = get_cell(name) if name in CELLS else Cell(name, tuple(meta["gates"]), meta["has_cell_state"], None)
-    config = Config(cell, meta["input_size"], meta["hidden_size"], meta["num_layers"], meta["bidirectional"],
-                    meta["batch_size"], meta["batch_first"])
+    config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
+                    meta["bidirectional"], meta["batch_size"], meta["batch_first"])
     target = tvm.target.Target(json.loads(meta["target"]) if meta["target"].startswith("{") else meta["target"])
     return RNN(config, target, module, meta["signatures"], device_index=device_index)

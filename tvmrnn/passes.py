@@ -8,6 +8,8 @@ Buffers (T is the run-time sequence length, LD = layers x directions, D*H = laye
   in time order (the forward direction's h0 sits at row 0, the reverse one's at row T);
   ``saved`` (LD, T, N, H, S), the values the derivation keeps; ``layer_out`` (L-1, T, N, D*H),
   the outputs of inner layers (the inputs of the layers above).
+* ``dunit`` (T, N, H, P): in the backward of a cell with P per-unit parameters, each step's
+  gradient of them per batch row, summed over steps and rows afterwards (a temporary).
 * inference keeps no workspace: states ping-pong between two rows, layer outputs between two.
 
 Time runs forwards for direction 0 and backwards for direction 1; step ``u`` of direction 1
@@ -46,10 +48,12 @@ class Config:
     @property
     def layout(self) -> Layout:
         return Layout.create(self.input_size, self.hidden_size, self.num_layers,
-                             self.num_directions, self.cell.num_gates)
+                             self.num_directions, self.cell.num_gates, self.cell.unit_params)
 
     @property
     def num_saved(self) -> int:
+        if self.cell.num_saved is not None:  # always, for cells made by define_cell or loaded
+            return self.cell.num_saved
         return len(kernels.derivation(self.cell).saved)
 
     def seq_shape(self, T, features):
@@ -123,6 +127,7 @@ def forward_program(config: Config, schedule, train: bool) -> Program:
             b_ih = w.piece(layout.slot(l, d, "bias_ih").offset)
             w_hh = w.piece(layout.slot(l, d, "weight_hh").offset)
             b_hh = w.piece(layout.slot(l, d, "bias_hh").offset)
+            unit = w.piece(layout.unit_offset(l, d)) if c.unit_params else None
 
             def projection(start, size):
                 k = kernels.input_projection(size, N, in_size, H, G)
@@ -147,6 +152,8 @@ def forward_program(config: Config, schedule, train: bool) -> Program:
                              y=layer_out(s, d))
                 if cs is not None:
                     views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
+                if unit is not None:
+                    views["unit"] = unit
                 if train:
                     views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i) for i in range(config.num_saved)})
                 prog.call(step, **views)
@@ -184,6 +191,8 @@ def backward_program(config: Config, schedule) -> Program:
     dh_carry = prog.tensor("dh_carry", (2, N, H), ("slot", "n", "j"))
     dc_carry = prog.tensor("dc_carry", (2, N, H), ("slot", "n", "j")) if c.has_cell_state else None
     dh_direct = prog.tensor("dh_direct", (N, H), ("n", "j")) if deriv.grad_h_prev is not None else None
+    P = len(c.unit_params)
+    dunit = prog.tensor("dunit", (T, N, H, P), ("t", "n", "j", "p")) if P else None
 
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H)
@@ -236,6 +245,9 @@ def backward_program(config: Config, schedule) -> Program:
                         views[f"dgh{g}"] = dgh.at("n", "j", t=s, g=g)
                 if dh_direct is not None:
                     views["dh_direct"] = dh_direct.at("n", "j")
+                if "unit" in pointwise.roles:
+                    views["unit"] = w.piece(layout.unit_offset(l, d))
+                views.update({f"dp{i}": dunit.at("n", "j", t=s, p=i) for i in range(P)})
                 prog.call(pointwise, **views)
                 rviews = dict(dgh=dgh.at("n", "j", "g", t=s), w=w_hh, dh=dh_carry.at("n", "j", slot=nxt))
                 if dh_direct is not None:
@@ -255,6 +267,10 @@ def backward_program(config: Config, schedule) -> Program:
                     prog.call(kernels.weight_gradient(size, N, k_size, H, G), dg=chunk, a=a, acc=piece, dw=piece)
                     bias = dw.piece(_slot[kind_b])
                     prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
+                if P:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
+                    unit = dw.piece(layout.unit_offset(l, _d))
+                    prog.call(kernels.bias_gradient(size, N, H, P), dg=dunit.at("t", "n", "j", "p", t=start),
+                              acc=unit, db=unit)
                 views = dict(dg=dgx.at("t", "n", "j", "g", t=start), w=w.piece(layout.total + _slot["weight_ih"]),
                              dx=d_in(start))
                 if _d > 0:
@@ -274,7 +290,8 @@ def packing_program(config: Config, schedule) -> Program:
     dst = prog.flat("w", layout.packed_total)
     for slot in layout.slots:
         k_size = slot.torch_shape[1] if len(slot.torch_shape) == 2 else 1  # a bias is a (G, H, 1) weight
-        kernel = kernels.gate_transpose(G, H, k_size)
+        gates = 1 if slot.kind in layout.unit_params else G  # a per-unit parameter: a 1-gate bias, copied
+        kernel = kernels.gate_transpose(gates, H, k_size)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2:
             prog.call(kernels.copy(*slot.torch_shape), src=src.piece(slot.offset),

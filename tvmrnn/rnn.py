@@ -58,8 +58,9 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
 
     Parameters
     ----------
-    cell : str
-        ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``.
+    cell : str or Cell
+        ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``, or a cell made by
+        :func:`tvmrnn.define_cell`.
     input_size, hidden_size, num_layers, bidirectional, batch_first
         As for ``torch.nn.LSTM``.
     batch_size : int
@@ -78,6 +79,9 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     RNN
     """
     cell = get_cell(cell)
+    if cell.math is None:
+        raise ValueError(f"cell: {cell.name!r} came from a package and carries no math to build from; "
+                         f"pass the cell made by tvmrnn.define_cell")
     for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                         ("num_layers", num_layers), ("batch_size", batch_size)):
         _check_options(name, value, int, 1)
@@ -243,7 +247,8 @@ class RNN:
     def backward(self, w, ws: Workspace, dy, dhy=None, dcy=None) -> dict:
         """Gradients from a training forward's workspace and the gradients of its outputs.
 
-        Returns ``{"x", "h0", "c0" (lstm), and every PyTorch parameter name}``.
+        Returns ``{"x", "h0", "c0" (cells with a cell state), and every parameter name}``,
+        per-unit parameters included.
         """
         c = self.config
         wflat = self._check_weights(w)

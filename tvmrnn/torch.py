@@ -1,9 +1,12 @@
-"""PyTorch drop-ins: ``tvmrnn.torch.LSTM``, ``GRU`` and ``RNN``.
+"""PyTorch drop-ins: ``tvmrnn.torch.LSTM``, ``GRU`` and ``RNN``, and ``CustomRNN`` for custom cells.
 
-Each subclasses its ``torch.nn`` counterpart, so the constructor, the parameters (names, shapes,
-initialisation), ``state_dict``/``load_state_dict`` and ``.to()`` are PyTorch's own; only
-``forward`` changes: it runs tvmrnn's fused passes through a ``torch.autograd.Function`` whose
-backward is tvmrnn's backward. Tensors reach the kernels through DLPack, without copies.
+Each of the first three subclasses its ``torch.nn`` counterpart, so the constructor, the
+parameters (names, shapes, initialisation), ``state_dict``/``load_state_dict`` and ``.to()`` are
+PyTorch's own; only ``forward`` changes: it runs tvmrnn's fused passes through a
+``torch.autograd.Function`` whose backward is tvmrnn's backward. ``CustomRNN`` is the same for a
+cell made by :func:`tvmrnn.define_cell`, with parameters named and initialised the way PyTorch
+would (and the cell's per-unit parameters after the four of each layer and direction). Tensors
+reach the kernels through DLPack, without copies.
 
 The kernels are built for a fixed batch size: each module builds (or takes, via ``package=``)
 one tvmrnn RNN per (batch size, device) it meets, and caches it.
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from .cells import Cell, get_cell
+from .layout import Layout
 from .rnn import RNN as _FusedRNN
 from .rnn import build
 
@@ -36,9 +41,9 @@ class _Fused(torch.autograd.Function):
 
 
 class _Mixin:
-    """What the three drop-ins share: checks, the per-batch-size cache and ``forward``."""
+    """What the drop-ins share: checks, the per-batch-size cache and ``forward``."""
 
-    _cell: str
+    _cell: str | Cell
 
     def _setup(self, package, target):
         if self.proj_size:
@@ -58,8 +63,9 @@ class _Mixin:
             pc = self._package.config
             have = dict(input_size=pc.input_size, hidden_size=pc.hidden_size, num_layers=pc.num_layers,
                         bidirectional=pc.bidirectional, batch_size=pc.batch_size, batch_first=pc.batch_first)
-            if have != c or pc.cell.name != self._cell:
-                raise ValueError(f"package: built for {pc.cell.name} {have}, this module needs {self._cell} {c}")
+            cell = get_cell(self._cell)
+            if have != c or pc.cell.signature != cell.signature:
+                raise ValueError(f"package: built for {pc.cell.name} {have}, this module needs {cell.name} {c}")
             return self._package
         key = (batch_size, str(device))
         if key not in self._built:
@@ -75,7 +81,7 @@ class _Mixin:
         unbatched = input.dim() == 2
         if unbatched:
             input = input.unsqueeze(1 if not self.batch_first else 0)
-        has_c = self._cell == "lstm"
+        has_c = get_cell(self._cell).has_cell_state
         h0, c0 = (hx if hx is not None else (None, None)) if has_c else (hx, None)
         if unbatched:
             h0 = h0.unsqueeze(1) if h0 is not None else None
@@ -125,3 +131,61 @@ class RNN(_Mixin, torch.nn.RNN):
         super().__init__(*args, **kwargs)
         self._cell = "rnn_" + self.nonlinearity
         self._setup(package, target)
+
+
+class CustomRNN(_Mixin, torch.nn.Module):
+    """A multi-layer RNN of a custom cell (:func:`tvmrnn.define_cell`), used like ``torch.nn.LSTM``.
+
+    Parameters
+    ----------
+    cell : Cell or str
+        A cell made by :func:`tvmrnn.define_cell` (or a built-in cell's name); with ``package``,
+        also the cell of a loaded package (``tvmrnn.load(path).config.cell``), which has no math.
+    input_size, hidden_size, num_layers, bias, batch_first, bidirectional
+        As for ``torch.nn.LSTM`` (``bias`` must stay True).
+    package, target
+        As for :class:`LSTM`: a built or loaded tvmrnn RNN to run on, or where to build.
+
+    Parameters are ``weight_ih_l{k}`` ``(G*hidden_size, K)``, ``weight_hh_l{k}``, ``bias_ih_l{k}``,
+    ``bias_hh_l{k}`` with the cell's G gates stacked in its order, then each per-unit parameter
+    ``{name}_l{k}`` ``(hidden_size,)`` (``_reverse`` for the backward direction). All start uniform
+    in ``(-1/sqrt(hidden_size), 1/sqrt(hidden_size))`` as PyTorch's do, except per-unit
+    parameters the cell gives an ``init`` for. ``forward(input, hx)`` takes and returns states
+    as ``torch.nn.LSTM`` does for cells with a cell state (``hx = (h0, c0)``) and as
+    ``torch.nn.GRU`` does otherwise.
+    """
+
+    def __init__(self, cell, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, bidirectional: bool = False, package=None, target=None,
+                 device=None, dtype=None):
+        super().__init__()
+        self._cell = get_cell(cell)
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
+        self.proj_size, self.dropout = 0, 0.0  # what _setup checks; tvmrnn has neither
+        self._setup(package, target)
+        self._layout = Layout.create(input_size, hidden_size, num_layers, 2 if bidirectional else 1,
+                                     self._cell.num_gates, self._cell.unit_params)
+        for slot in self._layout.slots:
+            self.register_parameter(slot.name, torch.nn.Parameter(torch.empty(slot.torch_shape, device=device,
+                                                                              dtype=dtype)))
+        self.reset_parameters()
+
+    @property
+    def cell(self) -> Cell:
+        return self._cell
+
+    def reset_parameters(self) -> None:
+        bound = self.hidden_size ** -0.5
+        init = dict(self._cell.unit_param_init)
+        with torch.no_grad():
+            for slot in self._layout.slots:
+                param = getattr(self, slot.name)
+                if slot.kind in init:
+                    param.fill_(init[slot.kind])
+                else:
+                    param.uniform_(-bound, bound)
+
+    def extra_repr(self) -> str:
+        return (f"{self._cell.name}, {self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+                f"batch_first={self.batch_first}, bidirectional={self.bidirectional}")
