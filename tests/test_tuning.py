@@ -44,7 +44,7 @@ def test_tiny_tuning_run_writes_records(tuned_logs):
     assert any("trials" in line and "ETA" in line for line in lines)  # progress was shown
     # the default schedule was measured first, so the best record is never worse than it
     default_us = [float(l.split("default schedule ")[1].split()[0]) for l in lines if "default schedule" in l]
-    assert len(default_us) == 1 and best_us <= default_us[0]
+    assert len(default_us) == 1 and best_us <= default_us[0] + 0.05  # printed to 0.1 us
     folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
     assert glob.glob(os.path.join(folder, "*_tuning_record.json"))
 
