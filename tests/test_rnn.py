@@ -128,3 +128,22 @@ def test_inference_keeps_no_workspace_and_training_reports_it(rng):
     LD = 4
     expected = 4 * (2 * LD * 10 * N * H + LD * 9 * N * H * 5 + 9 * N * 2 * H)
     assert ws.workspace_bytes == expected
+
+
+def test_scratch_is_reused_and_results_are_fresh(rng):
+    """Temporaries are kept between CPU calls; what a call returns is never reused by the next."""
+    rnn = built("lstm", num_layers=2, bidirectional=True)
+    ref = torch_module("lstm", I, H, 2, True, False)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    x1, x2 = (rng.standard_normal((7, N, I)).astype(np.float32) for _ in range(2))
+    y1, _, _ = rnn.forward(w, x1)
+    kept = y1.copy()
+    y2, _, _, ws = rnn.forward_train(w, x2)
+    y3, _, _ = rnn.forward(w, x2)
+    assert np.array_equal(y1, kept)  # the second and third calls did not write into the first's output
+    assert np.array_equal(y2, y3) and not np.shares_memory(y2, y3)
+    _, _, _, ws2 = rnn.forward_train(w, x1)
+    assert all(not np.shares_memory(ws.arrays[k], ws2.arrays[k]) for k in ws.arrays)  # workspaces stay apart
+    g = rnn.backward(w, ws, np.ones_like(y2))
+    g2 = rnn.backward(w, ws, np.ones_like(y2))
+    assert all(np.array_equal(g[k], g2[k]) for k in g) and not np.shares_memory(g["x"], g2["x"])

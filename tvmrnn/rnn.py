@@ -6,6 +6,8 @@ pass, the names and shapes (affine in T) of its arguments. ``build`` gets those 
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import tvm
 
@@ -115,6 +117,7 @@ class RNN:
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
         self.tuning_logs = None  # where build looked for records (None: the default place)
+        self._scratch_arrays: dict = {}
         self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.device_index = device_index if self.device_kind == "cuda" else 0
 
@@ -133,12 +136,13 @@ class RNN:
         """The shape of every argument of a pass, for sequence length T."""
         return {name: tuple(a * T + b for a, b in dims) for name, dims in self.signatures[program]}
 
-    def _run(self, program: str, frame: Frame, T: int, arrays: dict) -> None:
-        """Call a pass with its named arrays; temporaries it needs beyond those are made here."""
+    def _run(self, program: str, frame: Frame, T: int, arrays: dict, results=()) -> None:
+        """Call a pass with its named arrays. Arrays it needs beyond those are made here: fresh
+        ones for the names in ``results`` (handed back to the caller), scratch for the rest."""
         args = []
         for name, shape in self.shapes(program, T).items():
             if name not in arrays:
-                arrays[name] = frame.empty(shape)
+                arrays[name] = frame.empty(shape) if name in results else self._scratch(frame, program, name, shape)
             a = arrays[name]
             args.append(a if isinstance(a, tvm.runtime.Tensor) else to_tvm(a))
         if frame.kind == "torch" and frame.device_kind == "cuda":
@@ -147,6 +151,25 @@ class RNN:
                 self.module[program](*args)
         else:
             self.module[program](*args)
+
+    def _scratch(self, frame: Frame, program: str, name: str, shape):
+        """A temporary of a pass (e.g. the input projections of all steps, 77 MB for a DS2 LSTM),
+        kept from call to call on the CPU: a fresh one costs the OS's zeroing of every page at
+        first touch, which was a fifth of a DS2 LSTM inference on the dev machine (cuDNN asks
+        for the same thing as its workspace). Per thread, so concurrent calls from several
+        threads stay apart; on GPUs PyTorch's caching allocator already makes it cheap and keeps
+        streams apart, so there each call allocates."""
+        if frame.device_kind != "cpu":
+            return frame.empty(shape)
+        key = (threading.get_ident(), frame.kind, program, name)
+        held = self._scratch_arrays.get(key)
+        if held is None or tuple(held.shape) != tuple(shape):
+            held = self._scratch_arrays[key] = frame.empty(shape)
+        return held
+
+    def free_scratch(self) -> None:
+        """Drop the temporaries kept between calls (they come back at the next call)."""
+        self._scratch_arrays.clear()
 
     # ---- weights ----------------------------------------------------------------------------
     def pack_weights(self, params) -> PackedWeights:
@@ -225,7 +248,8 @@ class RNN:
             arrays["c0"] = self._state(frame, "c0", c0)
         else:
             self._state(frame, "c0", c0, needed=False)
-        self._run("forward_train" if train else "forward", frame, T, arrays)
+        results = {"y", "hy", "cy"} | (set(c.workspace_shapes(T)) if train else set())
+        self._run("forward_train" if train else "forward", frame, T, arrays, results)
         outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
         if not train:
             return outputs
@@ -262,7 +286,7 @@ class RNN:
             arrays["dcy"] = self._state(frame, "dcy", dcy)
         else:
             self._state(frame, "dcy", dcy, needed=False)
-        self._run("backward", frame, T, arrays)
+        self._run("backward", frame, T, arrays, results={"dx", "dh0", "dc0"})
         grads = {"x": arrays["dx"], "h0": arrays["dh0"]}
         if c.cell.has_cell_state:
             grads["c0"] = arrays["dc0"]
