@@ -74,6 +74,10 @@ class Layout:
         """Elements of the packed buffer: the kernels' layout, then the PyTorch-layout copy."""
         return 2 * self.total
 
+    def torch_copy(self, offset: int) -> int:
+        """Where the PyTorch-layout copy of the weight packed at ``offset`` sits."""
+        return self.total + offset
+
     def slot(self, layer: int, direction: int, kind: str) -> Slot:
         return next(s for s in self.slots if (s.layer, s.direction, s.kind) == (layer, direction, kind))
 

@@ -220,7 +220,7 @@ def backward_program(config: Config, schedule) -> Program:
         for d in range(D):
             ld = l * D + d
             slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
-            w_hh = w.piece(layout.total + slot["weight_hh"])  # PyTorch layout (G, H, H)
+            w_hh = w.piece(layout.torch_copy(slot["weight_hh"]))  # PyTorch layout (G, H, H)
             prev_row = (lambda s: s) if d == 0 else (lambda s: s + 1)
             next_row = (lambda s: s + 1) if d == 0 else (lambda s: s)
             prog.call(copy, src=dhy.at("n", "j", ld=ld), dst=dh_carry.at("n", "j", slot=0))
@@ -271,7 +271,7 @@ def backward_program(config: Config, schedule) -> Program:
                     unit = dw.piece(layout.unit_offset(l, _d))
                     prog.call(kernels.bias_gradient(size, N, H, P), dg=dunit.at("t", "n", "j", "p", t=start),
                               acc=unit, db=unit)
-                views = dict(dg=dgx.at("t", "n", "j", "g", t=start), w=w.piece(layout.total + _slot["weight_ih"]),
+                views = dict(dg=dgx.at("t", "n", "j", "g", t=start), w=w.piece(layout.torch_copy(_slot["weight_ih"])),
                              dx=d_in(start))
                 if _d > 0:
                     views["acc"] = d_in(start)
@@ -295,5 +295,5 @@ def packing_program(config: Config, schedule) -> Program:
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2:
             prog.call(kernels.copy(*slot.torch_shape), src=src.piece(slot.offset),
-                      dst=dst.piece(layout.total + slot.offset))
+                      dst=dst.piece(layout.torch_copy(slot.offset)))
     return prog

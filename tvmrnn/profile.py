@@ -21,7 +21,6 @@ import numpy as np
 import tvm
 
 from .default_schedule import is_gpu
-from .passes import Config, backward_program, forward_program
 from .sequence import Program
 
 # Kernels whose work is one GEMM over a chunk of steps rather than part of the recurrence.
@@ -87,19 +86,16 @@ def _device(target):
     return tvm.cuda(0) if is_gpu(target) else tvm.cpu(0)
 
 
-def _random_args(func, dev, rng):
-    args = []
-    for param in func.params:
-        shape = [int(s) for s in param.shape]
-        args.append(tvm.runtime.tensor(rng.uniform(-0.5, 0.5, shape).astype("float32"), device=dev))
-    return args
+def _random_tensors(shapes, dev):
+    rng = np.random.default_rng(0)
+    return [tvm.runtime.tensor(rng.uniform(-0.5, 0.5, shape).astype("float32"), device=dev) for shape in shapes]
 
 
 def time_kernel(func, target, number: int = 20, repeat: int = 5) -> float:
     """Median latency of one scheduled kernel alone, in microseconds."""
     dev = _device(target)
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
-    args = _random_args(func, dev, np.random.default_rng(0))
+    args = _random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
     timer = lib.jit().time_evaluator("main", dev, number=number, repeat=repeat)
     return 1e6 * statistics.median(timer(*args).results)
 
@@ -107,9 +103,7 @@ def time_kernel(func, target, number: int = 20, repeat: int = 5) -> float:
 def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
     """Time one pass of a built RNN and every kernel in it."""
     dev = _device(rnn.target)
-    rng = np.random.default_rng(0)
-    frame_args = [tvm.runtime.tensor(rng.uniform(-0.5, 0.5, shape).astype("float32"), device=dev)
-                  for shape in rnn.shapes(program.name, T).values()]
+    frame_args = _random_tensors(rnn.shapes(program.name, T).values(), dev)
     fn = rnn.module[program.name]
     fn(*frame_args)
     dev.sync()
@@ -130,10 +124,9 @@ def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
 
 
 def profile(rnn, T: int = 300, passes=("forward", "forward_train", "backward"), reps: int = 5) -> list[PassProfile]:
-    """Profile the passes of a built RNN (``tvmrnn.build``) at sequence length ``T``."""
-    from .tuning import scheduler
-    schedule, _ = scheduler(rnn.target, rnn.tuning_logs)
-    programs = {"forward": lambda: forward_program(rnn.config, schedule, train=False),
-                "forward_train": lambda: forward_program(rnn.config, schedule, train=True),
-                "backward": lambda: backward_program(rnn.config, schedule)}
-    return [profile_pass(rnn, programs[p](), T, reps) for p in passes]
+    """Profile the passes of a built RNN (``tvmrnn.build``) at sequence length ``T``: the kernels
+    timed are the scheduled ones the build compiled."""
+    if not rnn.programs:
+        raise ValueError("rnn: profiling needs an RNN made by tvmrnn.build (a loaded package keeps "
+                         "no per-kernel code)")
+    return [profile_pass(rnn, rnn.programs[p], T, reps) for p in passes]

@@ -100,7 +100,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable)
     rnn.schedules = used  # kernel name -> "tuned" or "default"
-    rnn.tuning_logs = tuning_logs
+    rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.profile
     return rnn
 
 
@@ -116,7 +116,7 @@ class RNN:
         self.config, self.target, self.module = config, target, module
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
-        self.tuning_logs = None  # where build looked for records (None: the default place)
+        self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
         self._scratch_arrays: dict = {}
         self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.device_index = device_index if self.device_kind == "cuda" else 0

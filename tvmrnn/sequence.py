@@ -27,6 +27,14 @@ def _const(v):
     return tirx.const(v, I32) if isinstance(v, int) else v
 
 
+def _iterations(extents, length: int) -> int:
+    """How many times a body nested in loops of these extents runs."""
+    n = 1
+    for e in extents:
+        n *= max(evaluate(e, length), 0)
+    return n
+
+
 def evaluate(e, length: int) -> int:
     """Value of an integer expression in the sequence length ``T`` (the only variable we use)."""
     if isinstance(e, int):
@@ -206,16 +214,8 @@ class Program:
 
     def calls(self, length: int) -> dict[str, int]:
         """How many times each kernel runs in one pass over a sequence of ``length`` steps."""
-        counts = {}
-        for name, calls in self._call_extents.items():
-            total = 0
-            for extents in calls:
-                n = 1
-                for e in extents:
-                    n *= max(evaluate(e, length), 0)
-                total += n
-            counts[name] = total
-        return counts
+        return {name: sum(_iterations(extents, length) for extents in calls)
+                for name, calls in self._call_extents.items()}
 
     def scheduled(self, kernel_name: str) -> tirx.PrimFunc:
         """The scheduled PrimFunc this program embeds for a kernel."""
@@ -223,12 +223,7 @@ class Program:
 
     def step_counts(self, length: int) -> tuple[int, int]:
         """(iterations of all time loops, most kernels run in one iteration) at ``length`` steps."""
-        iterations = 0
-        for extents, _ in self._step_loops:
-            n = 1
-            for e in extents:
-                n *= max(evaluate(e, length), 0)
-            iterations += n
+        iterations = sum(_iterations(extents, length) for extents, _ in self._step_loops)
         return iterations, max((calls for _, calls in self._step_loops), default=0)
 
     def build(self) -> tirx.PrimFunc:
