@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""How the CPU GEMM's register tile changes each Deep Speech 2 kernel's time on this machine.
+"""How the default schedule's tile parameters change each Deep Speech 2 kernel's time on this machine.
 
-    python scripts/tile_study.py --threads 16
+    python scripts/tile_study.py --threads 16            # CPU: the GEMM's register tile
+    python scripts/tile_study.py --device cuda           # GPU: the split-K schedule's shape
 
-For each kernel (the fused steps and the recurrent backward of every cell, the input projection
-chunk) and each tile shape (``--column-vectors`` output vectors wide, rows filling
+CPU: for each kernel (the fused steps and the recurrent backward of every cell, the input
+projection chunk) and each tile shape (``--column-vectors`` output vectors wide, rows filling
 ``--accumulators`` registers), times the default schedule alone (median, microseconds).
+
+GPU: for each per-step kernel (the fused steps and the recurrent backward of every cell) and each
+shape of :func:`tvmrnn.default_schedule.gpu_split_k` (``--block-threads`` threads per block, at
+least ``--min-blocks`` blocks, ``--thread-columns`` output columns per thread), the same. The
+first shape listed first is the default's.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 
@@ -18,29 +25,53 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads")
     p.add_argument("--batch-size", "-N", type=int, default=20)
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--column-vectors", type=int, nargs="*", default=[1, 2, 4])
     p.add_argument("--accumulators", type=int, nargs="*", default=[20, 24])
+    p.add_argument("--block-threads", type=int, nargs="*", default=[256, 128, 64])
+    p.add_argument("--min-blocks", type=int, nargs="*", default=[200, 132, 400])
+    p.add_argument("--thread-columns", type=int, nargs="*", default=[4, 2, 8])
+    p.add_argument("--unroll", type=int, nargs="*", default=[8])
     a = p.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
+    import tvm
     from tvmrnn import fast_math, kernels
     from tvmrnn.cells import CELLS
     from tvmrnn.default_schedule import default_schedule
     from tvmrnn.profile import time_kernel
     from tvmrnn.target import host_target
-    target = host_target()
     N, H = a.batch_size, a.hidden_size
     todo = [kernels.recurrent_step(CELLS[c], N, H, train=False) for c in ("lstm", "gru", "rnn_tanh")]
-    todo += [kernels.recurrent_backward(N, H, 4, False), kernels.input_projection(16, N, H, H, 4)]
-    print(f"{target} threads={a.threads}")
+    if a.device == "cpu":
+        target = host_target()
+        todo += [kernels.recurrent_backward(N, H, 4, False), kernels.input_projection(16, N, H, H, 4)]
+        print(f"{target} threads={a.threads}")
+        shapes = [dict(accumulators=acc, column_vectors=cv) for cv in a.column_vectors for acc in a.accumulators]
+    else:
+        target = tvm.target.Target("nvidia/nvidia-h100") if "H100" in _gpu_name() else tvm.target.Target("cuda")
+        todo += [kernels.recurrent_backward(N, H, g, False) for g in (4, 3, 1)]
+        print(f"{target.attrs.get('arch')} {_gpu_name()}")
+        shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u)
+                  for t, b, c, u in itertools.product(a.block_threads, a.min_blocks, a.thread_columns, a.unroll)]
     for kernel in todo:
-        for cv in a.column_vectors:
-            for acc in a.accumulators:
-                func = fast_math.vectorisable(default_schedule(kernel, target, accumulators=acc, column_vectors=cv))
-                us = time_kernel(func, target, number=50, repeat=5)
-                print(f"{kernel.name:45s} column_vectors={cv} accumulators={acc:2d}: {us:9.1f} us", flush=True)
+        for shape in shapes:
+            func = default_schedule(kernel, target, **shape)
+            if a.device == "cpu":
+                func = fast_math.vectorisable(func)
+            try:
+                us = f"{time_kernel(func, target, number=50, repeat=5):9.1f} us"
+            except Exception as e:  # a shape that does not fit (shared memory, registers) is reported
+                us = f"failed: {str(e).strip().splitlines()[-1][:80]}"
+            knobs = " ".join(f"{k}={v}" for k, v in shape.items())
+            print(f"{kernel.name:45s} {knobs}: {us}", flush=True)
+
+
+def _gpu_name() -> str:
+    import torch
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else ""
 
 
 if __name__ == "__main__":

@@ -31,6 +31,25 @@ def test_cuda_sm90_compiles(cell):
     assert rnn.target.host is not None and rnn.target.host.kind.name == "llvm"
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("sizes", [dict(input_size=13, hidden_size=37, batch_size=3),
+                                   dict(input_size=800, hidden_size=800, batch_size=20)], ids=["odd", "ds2"])
+def test_cuda_default_schedules(sizes):
+    """The GPU default: per-step GEMMs split-K with their partial sums in shared memory, every
+    access scalar. Kernels get views at offsets that need not be a multiple of a vector (a
+    2-layer peephole LSTM at H = 37 faulted on the H100 with dlight's float2 accesses)."""
+    from tvmrnn.example_cells import EXAMPLES
+    rnn = tvmrnn.build(EXAMPLES["peephole_lstm"], **sizes, num_layers=2, bidirectional=True,
+                       target="nvidia/nvidia-h100", tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    assert not re.search(r"\bfloat[248]\b", source), "vector accesses in GPU code"
+    kernels = source.split("extern \"C\" __global__")[1:]
+    # the inference pass launches the input projection (dlight: shared tiles too), the step, copies
+    forward = [k for k in kernels if re.search(r"\bforward_kernel(_\d+)?\(", k.split("{")[0])]
+    assert sum("__shared__" in k and "__syncthreads" in k for k in forward) >= 2
+    assert set(rnn.schedules.values()) == {"default"}
+
+
 @pytest.mark.parametrize("mcpu", ["x86-64-v3", "x86-64"])
 def test_generic_x86_builds_match_torch(mcpu, rng):
     """AVX2 (8-lane tiles) and baseline x86-64 builds are exact too, whatever this CPU has.

@@ -11,9 +11,16 @@ cores by one parallel loop, columns outermost, so that with TVM's static partiti
 loops a core owns the same slice of the weights at every time step (the weights stay in its own
 L2 across steps: the CPU trick of the fused-RNN papers).
 
-Everything else, and every kernel on GPUs, gets one rule: the output nest fused and spread
-over threads (GPU: one thread per output element; CPU: a parallel loop), the reduction per
-output element. Tuning (MetaSchedule) replaces these with better schedules.
+On GPUs the GEMM kernels split by how many output rows they have. The per-step GEMMs (rows: the
+batch) get split-K inside a thread block with the epilogue fused, :func:`gpu_split_k`: at N = 20
+one thread per output element leaves most of an H100 idle, so each block's threads share the
+reduction and meet in shared memory. The GEMMs over chunks of steps or over weights get dlight's
+tiled ``Matmul`` (TVM's own rule-based GPU schedule), without vector accesses.
+
+Everything else (pointwise kernels, copies, the bias gradient) gets one rule: the output nest
+fused and spread over threads (GPU: one thread per output element; CPU: a parallel loop), the
+reduction per output element. Tuning (MetaSchedule) measures the default first and replaces it
+where it finds better.
 """
 from __future__ import annotations
 
@@ -21,10 +28,12 @@ import math
 
 import tvm
 from tvm import s_tir
+from tvm.s_tir import dlight
 
 from .kernels import Kernel
 
 GPU_THREADS = 128
+GPU_SPLIT_K_ROWS = 64  # GEMMs with at most this many output rows get split-K on GPUs
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
 
 
@@ -114,6 +123,159 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         _vectorize_trailing(sch, sch.get_loops(consumer)[1:], width, lanes)
 
 
+def _gemm_axes(sch, gemm):
+    """The reduction block's loops split into spatial and reduction ones, with extents."""
+    loops = sch.get_loops(gemm)
+    iter_types = [iv.iter_type for iv in sch.get(gemm).iter_vars]
+    spatial = [l for l, it in zip(loops, iter_types) if it == 0]
+    reduction = [l for l, it in zip(loops, iter_types) if it != 0]
+    return spatial, reduction
+
+
+def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
+    """A GPU GEMM schedule for the kernel, if one applies (else the caller's fallback).
+
+    Few output rows (the per-step GEMMs: the batch, ``N = 20`` at Deep Speech 2 sizes) leave too
+    few output elements to fill the GPU with one thread per output tile, so these get split-K
+    (:func:`gpu_split_k`); the GEMMs over chunks of steps or over weights (hundreds of rows or
+    more) get dlight's tiled ``Matmul`` (shared-memory tiles, a register micro-tile per thread).
+    """
+    gemm = sch.get_sblock(kernel.gemm)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    n_rows = len(spatial) - len(kernel.columns)
+    if not reduction:
+        return False
+    if n_rows == 0:  # a sum into one row (the bias gradient): the fallback
+        return False
+    rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
+    if rows <= GPU_SPLIT_K_ROWS:
+        gpu_split_k(sch, kernel, **tiles)
+        return True
+    return _dlight(sch, _ScalarMatmul(), target)
+
+
+class _ScalarMatmul(dlight.gpu.Matmul):
+    """dlight's Matmul without vector loads and stores. The sequence driver passes kernels views of
+    larger buffers (a chunk of steps, one layer's weights in the packed buffer) at offsets that
+    need not be a multiple of the vector width; with dlight's ``float2`` accesses an odd offset
+    (e.g. after a cell's odd-length per-unit parameters) is a misaligned-address fault on the GPU
+    (seen on the H100 with a 2-layer peephole LSTM, H = 37)."""
+
+    def get_configs(self, target):
+        config = super().get_configs(target)
+        config.vector_size = 1
+        return config
+
+
+def _dlight(sch, rule, target) -> bool:
+    """Apply a dlight rule through ``sch`` (replaying its trace, so that tuning can measure it)."""
+    func = s_tir.renew_defs(sch.mod["main"])  # the rule's Schedule would edit its input in place
+    try:
+        with target:
+            scheduled = rule.apply(func, target, False)
+    except tvm.s_tir.ScheduleError:  # the rule does not fit this kernel after all: the fallback
+        return False
+    if scheduled is None:
+        return False
+    scheduled.trace.apply_to_schedule(sch, remove_postproc=False)
+    return True
+
+
+def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
+                min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8) -> None:
+    """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
+
+    A thread block owns a few output columns (hidden units, each with all its trailing columns:
+    the G gates of a unit) for all rows, few enough that there are ``min_blocks`` blocks. Its
+    threads split the reduction (its axes fused; ``(j, g)`` of the backward's GEMMs is contiguous
+    in their row operand) ``slices`` ways (``rfactor``): each thread keeps a
+    tile of rows x ``thread_columns`` in registers (the G gates of one unit, or 4 units of a
+    one-gate cell, or 4 columns of the backward's ``dh``: each loaded input row value feeds 4
+    multiply-adds) and accumulates it over every ``slices``-th reduction index; consecutive
+    threads take consecutive columns (a warp reads the weights in contiguous runs). The partial
+    sums meet in shared memory, where one thread per output element adds them up and runs the
+    epilogue. At DS2 sizes (N = 20, H = 800) an LSTM step is 200 blocks of 100 threads (4 units
+    x 25 slices, as many as 48 KB of shared memory holds), 80 accumulators per thread; a GRU step
+    200 blocks of 200 threads (4 units x 50 slices). ``scripts/tile_study.py --device cuda``
+    times other shapes; on the H100, 256 threads was best or within noise for every per-step
+    kernel (GRU step 11.5 us against 24.3 us with 128 threads, ``notes/performance.md``).
+    """
+    gemm = sch.get_sblock(kernel.gemm)
+    outputs = sch.get_consumers(gemm)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    ncols = len(kernel.columns)
+    n_rows = len(spatial) - ncols
+    row_total = math.prod(_extent(sch, l) for l in spatial[:n_rows])
+    lead = _extent(sch, spatial[n_rows])
+    inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
+    red = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
+    red_total = _extent(sch, red)
+
+    per_thread = _divisor(lead, max(1, thread_columns // inner))  # lead columns per thread
+    units = per_thread * max(1, min(threads // 32, lead // (min_blocks * per_thread)))  # per block
+    column_threads = units // per_thread
+    rows_per_thread = _divisor(row_total, max(1, 96 // (inner * per_thread)))
+    row_groups = row_total // rows_per_thread
+    most = max(1, threads // (column_threads * row_groups))
+    slices = _divisor(red_total, most)
+    if slices < most // 2:  # no divisor near: an uneven split (predicated) instead
+        slices = min(red_total, most)
+    while slices > 1 and slices * row_total * units * inner * 4 > max_shared_bytes:
+        slices //= 2
+
+    if slices > 1:
+        _, r_slice = sch.split(red, [None, slices])
+        partial = sch.rfactor(r_slice, 0)
+        sch.set_scope(partial, 0, "shared")
+    # The output nest: (rows..., lead column, trailing columns); a block per `units` columns.
+    out_loops = sch.get_loops(outputs[0])
+    names = [sch.get(l).loop_var.name for l in spatial]
+    if len(out_loops) == len(spatial):  # an epilogue that transposes (the bias gradient's (g, j))
+        by_name = {sch.get(l).loop_var.name: l for l in out_loops}
+        if set(by_name) == set(names):
+            sch.reorder(*[by_name[name] for name in names])
+            out_loops = [by_name[name] for name in names]
+    col_block, col_unit = sch.split(out_loops[n_rows], [None, units])
+    sch.reorder(col_block, *out_loops[:n_rows], col_unit)
+    element = sch.fuse(*out_loops[:n_rows], col_unit)
+    total_threads = slices * column_threads * row_groups
+    _, thread = sch.split(element, [None, total_threads])
+    sch.bind(col_block, "blockIdx.x")
+    sch.bind(thread, "threadIdx.x")
+    sch.compute_at(gemm, thread, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    if slices == 1:
+        return
+    for loop in sch.get_loops(gemm)[3:]:  # the sum of the partials: unrolled into registers
+        sch.unroll(loop)
+    # The partial sums: one thread per (slice, row group, column group), registers, then shared.
+    sch.compute_at(partial, col_block, preserve_unit_loops=True)
+    p_loops = sch.get_loops(partial)[1:]  # slice, rows..., lead, trailing..., reductions...
+    p_slice, p_rows = p_loops[0], p_loops[1:n_rows + 1]
+    p_lead, p_trailing = p_loops[n_rows + 1], p_loops[n_rows + 2:n_rows + 2 + ncols - 1]
+    p_red = p_loops[n_rows + 1 + ncols]
+    if p_rows:
+        p_row = sch.fuse(*p_rows) if len(p_rows) > 1 else p_rows[0]
+        p_group, p_row_in = sch.split(p_row, [row_groups, rows_per_thread])
+        p_group, p_row_in = [p_group], [p_row_in]
+    else:
+        p_group, p_row_in = [], []
+    p_cols, p_col_in = sch.split(p_lead, [column_threads, per_thread])
+    # a few reduction steps unrolled: their loads issue together
+    r_outer, r_unrolled = sch.split(p_red, [None, _divisor(_extent(sch, p_red), unroll)])
+    sch.reorder(p_slice, *p_group, p_cols, r_outer, r_unrolled, *p_row_in, p_col_in, *p_trailing)
+    p_thread = sch.fuse(p_slice, *p_group, p_cols)
+    sch.bind(p_thread, "threadIdx.x")
+    write_back = sch.cache_write(partial, 0, "local")
+    sch.reverse_compute_at(write_back, p_thread, preserve_unit_loops=True)
+    init = sch.decompose_reduction(partial, r_outer)
+    for loop in [r_unrolled, *p_row_in, p_col_in, *p_trailing]:
+        sch.unroll(loop)
+    for block in (init, write_back):
+        for loop in sch.get_loops(block)[2:]:
+            sch.unroll(loop)
+
+
 def _vectorize(sch, loop, lanes):
     """Vectorise in whole registers: a loop of several vectors becomes an unrolled loop of
     ``lanes``-wide ones. LLVM turns one wide odd vector (a 48-float tile: 3 gates x 16 units)
@@ -169,6 +331,8 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     candidate like any other (:func:`tvmrnn.tuning.tune`)."""
     if kernel.gemm is not None and not is_gpu(target):
         cpu_gemm(sch, kernel, target, **tiles)
+        return
+    if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
         return
     params = sch.mod["main"].params
     blocks = sch.get_child_blocks(sch.get_sblock("root"))

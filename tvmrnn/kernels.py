@@ -185,7 +185,7 @@ def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:
     inputs = {"dgh": dgh, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, gates), "g")
-    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[g, j, k], axis=[g, j]),
+    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[g, j, k], axis=[j, g]),
                     name="matmul")
     if direct:
         inputs["dh_direct"] = te.placeholder((batch, hidden), F32, "dh_direct")
@@ -245,7 +245,7 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool) -> Ke
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, gates), "g")
     mm = te.compute((steps, batch, in_size),
-                    lambda t, n, k: te.sum(dg[t, n, j, g] * w[g, j, k], axis=[g, j]), name="matmul")
+                    lambda t, n, k: te.sum(dg[t, n, j, g] * w[g, j, k], axis=[j, g]), name="matmul")
     if accumulate:
         inputs["acc"] = te.placeholder(mm.shape, F32, "acc")
         out = te.compute(mm.shape, lambda t, n, k: inputs["acc"][t, n, k] + mm[t, n, k], name="dx")
