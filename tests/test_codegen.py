@@ -50,6 +50,44 @@ def test_cuda_default_schedules(sizes):
     assert set(rnn.schedules.values()) == {"default"}
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
+    """Every shape that tuning seeds a per-step GEMM with compiles for sm_90, is a distinct
+    schedule, and keeps its static shared memory within the 48 KB a block may have."""
+    import tvm
+    import tvm_ffi
+    from tvmrnn import kernels
+    from tvmrnn.cells import CELLS
+    from tvmrnn.default_schedule import default_schedule, variants
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    G = CELLS[cell].num_gates
+    for kernel in (kernels.recurrent_step(CELLS[cell], 20, 800, train=True), kernels.recurrent_backward(20, 800, G, True)):
+        shapes = variants(kernel, target)
+        assert len(shapes) >= 3 and shapes[0] == {}
+        hashes = set()
+        for tiles in shapes:
+            func = default_schedule(kernel, target, **tiles)
+            hashes.add(tvm_ffi.structural_hash(func))
+            source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+            shared = sum(int(n) * 4 for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\]", source))
+            assert 0 < shared <= 48 * 1024, (kernel.name, tiles, shared)
+            if not tiles:  # the default itself through nvcc: it assembles, and nothing spills
+                report = _ptxas(source, tmp_path)
+                assert " 0 bytes spill stores" in report and "spill stores" in report, report
+        assert len(hashes) >= 2, kernel.name
+
+
+def _ptxas(source: str, folder) -> str:
+    import subprocess
+    path = folder / "kernel.cu"
+    path.write_text(source)
+    done = subprocess.run(["nvcc", "-arch=sm_90", "-c", "-Xptxas", "-v", str(path), "-o", str(folder / "kernel.o")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
 @pytest.mark.parametrize("mcpu", ["x86-64-v3", "x86-64"])
 def test_generic_x86_builds_match_torch(mcpu, rng):
     """AVX2 (8-lane tiles) and baseline x86-64 builds are exact too, whatever this CPU has.

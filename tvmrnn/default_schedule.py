@@ -317,6 +317,25 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
     _vectorize(sch, j_inner, lanes)
 
 
+# Other shapes of the GPU split-K (``gpu_split_k`` arguments) that tuning measures beside the
+# default: on the H100 the best shape differed by cell (``scripts/tile_study.py --device cuda``).
+GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=128, min_blocks=400),
+                        dict(thread_columns=8))
+
+
+def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
+    """The default's own shapes worth measuring for ``kernel`` (``tiles`` for :func:`apply`),
+    the default first: tuning seeds each new task with all of them."""
+    if is_gpu(target) and kernel.gemm is not None:
+        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+        spatial, reduction = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
+        n_rows = len(spatial) - len(kernel.columns)
+        rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
+        if reduction and n_rows and rows <= GPU_SPLIT_K_ROWS:
+            return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
+    return [{}]
+
+
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:
     """The default schedule; ``tiles`` (``accumulators``, ``column_vectors``) override the CPU
     GEMM's register tile (``scripts/tile_study.py`` compares them)."""

@@ -27,6 +27,7 @@ from tvm.ir.utils import derived_object
 from . import fast_math, spaces
 from .default_schedule import apply as default_schedule_apply
 from .default_schedule import default_schedule, is_gpu
+from .default_schedule import variants as default_variants
 from .kernels import Kernel
 from .passes import Config, backward_program, forward_program, packing_program
 
@@ -386,16 +387,25 @@ def _measure(db, mod, candidates, target, builder, runner) -> list[str]:
 def seed_defaults(db, tasks, target, builder, runner, out=print) -> int:
     """Measure the default schedule of every task in ``tasks`` (``tune`` passes the new ones), as
     a record like any other: the search starts from it, and ``build`` never takes a tuned record slower than the
-    default it would otherwise use. Returns the number of measurements."""
+    default it would otherwise use. Where the default has other shapes worth trying
+    (:func:`tvmrnn.default_schedule.variants`: the GPU split-K's threads and tile), those are measured
+    too. Returns the number of measurements."""
     measured = 0
     for task in tasks:
         mod = workload(task.kernel)
-        sch = tvm.s_tir.Schedule(mod)
-        default_schedule_apply(sch, task.kernel, target)
-        errors = _measure(db, mod, [sch], target, builder, runner)
-        measured += 1
+        candidates, seen = [], set()
+        for tiles in default_variants(task.kernel, target):  # the default first, then its other shapes
+            sch = tvm.s_tir.Schedule(mod)
+            default_schedule_apply(sch, task.kernel, target, **tiles)
+            key = tvm_ffi.structural_hash(sch.mod)
+            if key not in seen:  # shapes that come out the same at these sizes are measured once
+                seen.add(key)
+                candidates.append(sch)
+        errors = _measure(db, mod, candidates, target, builder, runner)
+        measured += len(candidates)
         best = best_latency_us(db.memory, task.kernel)
-        out(f"task {task.kernel.name}: default schedule {best:.1f} us" if best else
+        shapes = f" (best of {len(candidates)} shapes)" if len(candidates) > 1 else ""
+        out(f"task {task.kernel.name}: default schedule {best:.1f} us{shapes}" if best else
             f"task {task.kernel.name}: default schedule failed to run: {errors[0].strip().splitlines()[-1]}"
             if errors else f"task {task.kernel.name}: default schedule has no measurement")
     return measured
