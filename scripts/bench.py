@@ -172,7 +172,27 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     ours = timed(ours_train, sync, a.reps, a.max_seconds)
     theirs = timed(theirs_train, sync, a.reps, a.max_seconds)
     record("training", ours, theirs, agree)
+    # memory: what the training forward keeps for the backward, and (CUDA) the peak a training step
+    # allocates beyond what was allocated before it, both sides through PyTorch's allocator
+    results[-1]["tvmrnn_workspace_mb"] = rnn.forward_train(w, x)[3].workspace_bytes / 2**20
+    memory = f"tvmrnn workspace {results[-1]['tvmrnn_workspace_mb']:.1f} MB"
+    if a.device == "cuda":
+        results[-1]["tvmrnn_peak_mb"] = peak_mb(torch, ours_train)
+        results[-1]["torch_peak_mb"] = peak_mb(torch, theirs_train)
+        memory += (f"; peak per training step: tvmrnn {results[-1]['tvmrnn_peak_mb']:.1f} MB, "
+                   f"cuDNN {results[-1]['torch_peak_mb']:.1f} MB")
+    print(f"{'':8s} {'':5s} {'':3s} memory           {memory}", flush=True)
     return results
+
+
+def peak_mb(torch, step) -> float:
+    """Peak CUDA memory one call of ``step`` allocates beyond what was allocated before it, in MB."""
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def bench_custom(a, name, L, bidir, tvmrnn, torch):
