@@ -44,6 +44,8 @@ def test_cuda_default_schedules(sizes):
     source = rnn.executable.mod.imports[0].inspect_source()
     assert not re.search(r"\bfloat[248]\b", source), "vector accesses in GPU code"
     kernels = source.split("extern \"C\" __global__")[1:]
+    for kernel in kernels:  # static shared memory within what a block may have without opting in
+        assert sum(int(n) * 4 for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\]", kernel)) <= 48 * 1024
     # the inference pass launches the input projection (dlight: shared tiles too), the step, copies
     forward = [k for k in kernels if re.search(r"\bforward_kernel(_\d+)?\(", k.split("{")[0])]
     assert sum("__shared__" in k and "__syncthreads" in k for k in forward) >= 2

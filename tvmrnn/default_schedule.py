@@ -205,6 +205,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols = len(kernel.columns)
     n_rows = len(spatial) - ncols
+    if n_rows == 0 or not reduction:
+        raise ValueError(f"{kernel.name}: split-K needs output rows and a reduction")
     row_total = math.prod(_extent(sch, l) for l in spatial[:n_rows])
     lead = _extent(sch, spatial[n_rows])
     inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
@@ -229,12 +231,6 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
         sch.set_scope(partial, 0, "shared")
     # The output nest: (rows..., lead column, trailing columns); a block per `units` columns.
     out_loops = sch.get_loops(outputs[0])
-    names = [sch.get(l).loop_var.name for l in spatial]
-    if len(out_loops) == len(spatial):  # an epilogue that transposes (the bias gradient's (g, j))
-        by_name = {sch.get(l).loop_var.name: l for l in out_loops}
-        if set(by_name) == set(names):
-            sch.reorder(*[by_name[name] for name in names])
-            out_loops = [by_name[name] for name in names]
     col_block, col_unit = sch.split(out_loops[n_rows], [None, units])
     sch.reorder(col_block, *out_loops[:n_rows], col_unit)
     element = sch.fuse(*out_loops[:n_rows], col_unit)
@@ -254,22 +250,18 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     p_slice, p_rows = p_loops[0], p_loops[1:n_rows + 1]
     p_lead, p_trailing = p_loops[n_rows + 1], p_loops[n_rows + 2:n_rows + 2 + ncols - 1]
     p_red = p_loops[n_rows + 1 + ncols]
-    if p_rows:
-        p_row = sch.fuse(*p_rows) if len(p_rows) > 1 else p_rows[0]
-        p_group, p_row_in = sch.split(p_row, [row_groups, rows_per_thread])
-        p_group, p_row_in = [p_group], [p_row_in]
-    else:
-        p_group, p_row_in = [], []
+    p_row = sch.fuse(*p_rows) if len(p_rows) > 1 else p_rows[0]
+    p_group, p_row_in = sch.split(p_row, [row_groups, rows_per_thread])
     p_cols, p_col_in = sch.split(p_lead, [column_threads, per_thread])
     # a few reduction steps unrolled: their loads issue together
     r_outer, r_unrolled = sch.split(p_red, [None, _divisor(_extent(sch, p_red), unroll)])
-    sch.reorder(p_slice, *p_group, p_cols, r_outer, r_unrolled, *p_row_in, p_col_in, *p_trailing)
-    p_thread = sch.fuse(p_slice, *p_group, p_cols)
+    sch.reorder(p_slice, p_group, p_cols, r_outer, r_unrolled, p_row_in, p_col_in, *p_trailing)
+    p_thread = sch.fuse(p_slice, p_group, p_cols)
     sch.bind(p_thread, "threadIdx.x")
     write_back = sch.cache_write(partial, 0, "local")
     sch.reverse_compute_at(write_back, p_thread, preserve_unit_loops=True)
     init = sch.decompose_reduction(partial, r_outer)
-    for loop in [r_unrolled, *p_row_in, p_col_in, *p_trailing]:
+    for loop in [r_unrolled, p_row_in, p_col_in, *p_trailing]:
         sch.unroll(loop)
     for block in (init, write_back):
         for loop in sch.get_loops(block)[2:]:
