@@ -15,9 +15,10 @@ On GPUs the GEMM kernels split by how many output rows they have. The per-step G
 batch) get split-K inside a thread block with the epilogue fused, :func:`gpu_split_k`: at N = 20
 one thread per output element leaves most of an H100 idle, so each block's threads share the
 reduction and meet in shared memory. The GEMMs over chunks of steps or over weights get dlight's
-tiled ``Matmul`` (TVM's own rule-based GPU schedule), without vector accesses.
+tiled ``Matmul`` (TVM's own rule-based GPU schedule), without vector accesses; the bias
+gradient (a sum into one row) a cross-thread reduction, :func:`gpu_column_sum`.
 
-Everything else (pointwise kernels, copies, the bias gradient) gets one rule: the output nest
+Everything else (pointwise kernels, copies) gets one rule: the output nest
 fused and spread over threads (GPU: one thread per output element; CPU: a parallel loop), the
 reduction per output element. Tuning (MetaSchedule) measures the default first and replaces it
 where it finds better.
