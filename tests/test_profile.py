@@ -10,7 +10,12 @@ def test_profile_counts_every_kernel_call():
     T = 19  # one 16-step chunk of the all-steps GEMMs, then 3 single steps
     forward, backward = profile(rnn, T=T, passes=("forward", "backward"), reps=2)
     assert forward.steps == T * 4 and forward.launches_per_step == 1
-    assert backward.launches_per_step == 2  # pointwise backward and recurrent backward GEMM
+    # one launch per backward step: step t's recurrent GEMM with step t-1's gate-math backward;
+    # the last step's gate math and the first step's GEMM run alone, outside the time loop
+    assert backward.steps == (T - 1) * 4 and backward.launches_per_step == 1
+    back = {k.name: k.calls for k in backward.kernels}
+    assert back["backward_step_gru_n2_h8"] == (T - 1) * 4
+    assert back["pointwise_backward_gru_n2_h8"] == 4 and back["recurrent_backward_n2_h8_g3_direct"] == 4
     calls = {k.name: k.calls for k in forward.kernels}
     assert calls["recurrent_step_gru_infer_n2_h8"] == T * 4
     assert calls["input_projection_t16_n2_k5_h8_g3"] == 2 and calls["input_projection_t1_n2_k5_h8_g3"] == 3 * 2

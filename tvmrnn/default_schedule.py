@@ -103,7 +103,7 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     # Row tile: the last row axis tiled so that rows x column vectors fit the accumulators.
     rows = _divisor(row_extents[-1], max(1, accumulators // max(1, -(-width // lanes)))) if row_extents else 1
 
-    if len(sch.get_loops(epilogues[0])) < len(spatial):
+    if len(sch.get_loops(epilogues[0])) < len(spatial) or len(epilogues) > 1:
         _tile_from_outputs(sch, gemm, epilogues[0], lead_tile, rows, lanes)
         return
     col_outer, col_inner = sch.split(col_loops[0], [None, lead_tile])
@@ -319,9 +319,10 @@ def _vectorize_trailing(sch, loops, width, lanes):
 
 
 def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
-    """The fused step: its outputs are ``(n, j)`` and read all gates of a unit (``gemm[n, j, 0:G]``),
-    which ``reverse_compute_at`` cannot place, so the tile is made on the output nest and the
-    GEMM computed under it (``compute_at``) instead."""
+    """A fused epilogue: the outputs are ``(n, j)``, several sibling blocks in one nest (the gate
+    math and its backward), and the forward step's read all gates of a unit (``gemm[n, j, 0:G]``),
+    which ``reverse_compute_at`` cannot place; so the tile is made on the output nest and the GEMM
+    computed under it (``compute_at``) instead, the siblings staying in one loop body."""
     n, j = sch.get_loops(output)
     j_outer, j_inner = sch.split(j, [None, unit_tile])
     n_outer, n_inner = sch.split(n, [None, rows])
@@ -329,11 +330,11 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
     tile = sch.fuse(j_outer, n_outer)
     sch.parallel(tile)
     sch.compute_at(gemm, tile, preserve_unit_loops=True)
-    *_, gn, gj, gg, k = sch.get_loops(gemm)
-    sch.reorder(k, gn, gj, gg)
+    (gn, gj, *trailing), reduction = _gemm_axes(sch, gemm)
+    sch.reorder(*reduction, gn, gj, *trailing)
     sch.unroll(gn)
-    _vectorize(sch, sch.fuse(gj, gg), lanes)
-    sch.decompose_reduction(gemm, k)
+    _vectorize(sch, sch.fuse(gj, *trailing) if trailing else gj, lanes)
+    sch.decompose_reduction(gemm, reduction[0])
     _vectorize(sch, j_inner, lanes)
 
 

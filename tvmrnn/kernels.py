@@ -133,10 +133,45 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
     this step's share of each per-unit parameter's gradient (``dp{i}``, per batch row: the
     sequence sums them over steps and rows afterwards, in a fixed order).
     """
+    inputs = {"dh": te.placeholder((batch, hidden), F32, "dh")}
+    return _pointwise_backward(cell, batch, hidden, inputs, lambda n, j: inputs["dh"][n, j],
+                               f"pointwise_backward_{cell.name}_n{batch}_h{hidden}")
+
+
+def backward_step(cell: Cell, batch, hidden) -> Kernel:
+    """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
+
+    ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
+    all that step t-1's gate-math backward needs from step t, so that backward runs as the GEMM's
+    epilogue, where the GEMM's result sits (cuDNN's backward fuses the same way). Inputs: ``dgh``
+    (step t's recurrent-gate gradients), ``w`` (W_hh, PyTorch layout), ``dh_direct_in`` (step t's
+    direct part, where the cell has one), then the pointwise backward's inputs for step t-1 except
+    ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
+    buffer as ``dh_direct_in``: each element is read before it is written, by the same thread).
+    """
+    G = cell.num_gates
+    d = derivation(cell)
+    dgh = te.placeholder((batch, hidden, G), F32, "dgh")
+    w = te.placeholder((G, hidden, hidden), F32, "w")
+    inputs = {"dgh": dgh, "w": w}
+    j = te.reduce_axis((0, hidden), "j")
+    g = te.reduce_axis((0, G), "g")
+    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[g, j, k], axis=[j, g]), name="matmul")
+    if d.grad_h_prev is not None:
+        inputs["dh_direct_in"] = te.placeholder((batch, hidden), F32, "dh_direct_in")
+        carried = lambda n, k: mm[n, k] + inputs["dh_direct_in"][n, k]  # noqa: E731
+    else:
+        carried = lambda n, k: mm[n, k]  # noqa: E731
+    return _pointwise_backward(cell, batch, hidden, inputs, carried,
+                               f"backward_step_{cell.name}_n{batch}_h{hidden}", gemm="matmul", columns=("k",))
+
+
+def _pointwise_backward(cell: Cell, batch, hidden, inputs: dict, carried, name, gemm=None, columns=()) -> Kernel:
+    """The gate-math backward's kernel, ``carried(n, j)`` giving the dh that flows back into the step."""
     d = derivation(cell)
     G = cell.num_gates
     shape = (batch, hidden)
-    names = {"dy": None, "dh": None}
+    names = {"dy": None}
     if cell.has_cell_state:
         names["dc"] = None
     if d.saved:
@@ -147,10 +182,10 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
             names[role] = None
     if any(d.backward_uses(var) for var in d.params):
         names["unit"] = (len(d.params), hidden)
-    inputs = {role: te.placeholder(s or shape, F32, role) for role, s in names.items()}
+    inputs.update({role: te.placeholder(s or shape, F32, role) for role, s in names.items()})
 
     def env(n, j):
-        e = {d.dh: inputs["dy"][n, j] + inputs["dh"][n, j]}
+        e = {d.dh: inputs["dy"][n, j] + carried(n, j)}
         if d.dc is not None:
             e[d.dc] = inputs["dc"][n, j]
         for i, (var, _) in enumerate(d.saved):
@@ -171,7 +206,7 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
         exprs["dc_prev"] = d.grad_c_prev
     exprs.update({f"dp{i}": grad for i, grad in enumerate(d.grad_params)})
     outputs = _outputs("pointwise_backward", shape, exprs, env)
-    return _make(f"pointwise_backward_{cell.name}_n{batch}_h{hidden}", inputs, outputs)
+    return _make(name, inputs, outputs, gemm=gemm, columns=columns)
 
 
 def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:

@@ -188,14 +188,15 @@ def backward_program(config: Config, schedule) -> Program:
     dgx = prog.tensor("dgx", (T, N, H, G), ("t", "n", "j", "g"))
     dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (T, N, H, G), ("t", "n", "j", "g"))
     dlayer = prog.tensor("dlayer_out", (min(L - 1, 2), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
-    dh_carry = prog.tensor("dh_carry", (2, N, H), ("slot", "n", "j"))
     dc_carry = prog.tensor("dc_carry", (2, N, H), ("slot", "n", "j")) if c.has_cell_state else None
-    dh_direct = prog.tensor("dh_direct", (N, H), ("n", "j")) if deriv.grad_h_prev is not None else None
+    # the pointwise's direct part of dh_{t-1}, read by the next launch's GEMM epilogue: two slots
+    dh_direct = prog.tensor("dh_direct", (2, N, H), ("slot", "n", "j")) if deriv.grad_h_prev is not None else None
     P = len(c.unit_params)
     dunit = prog.tensor("dunit", (T, N, H, P), ("t", "n", "j", "p")) if P else None
 
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H)
+    fused = kernels.backward_step(c, N, H)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None)
     for l in reversed(range(L)):
         in_size = I if l == 0 else D * H
@@ -223,37 +224,52 @@ def backward_program(config: Config, schedule) -> Program:
             w_hh = w.piece(layout.torch_copy(slot["weight_hh"]))  # PyTorch layout (G, H, H)
             prev_row = (lambda s: s) if d == 0 else (lambda s: s + 1)
             next_row = (lambda s: s + 1) if d == 0 else (lambda s: s)
-            prog.call(copy, src=dhy.at("n", "j", ld=ld), dst=dh_carry.at("n", "j", slot=0))
-            if c.has_cell_state:
-                prog.call(copy, src=dcy.at("n", "j", ld=ld), dst=dc_carry.at("n", "j", slot=0))
-            with prog.loop(T, "step") as v:
-                s = _time(config, T, d, T - 1 - v)  # walk the forward's steps in reverse
+
+            def gate_math(v, _d=d, _ld=ld, _prev=prev_row, _next=next_row):
+                """Views for the pointwise backward of the v-th step from the end (its dh aside)."""
+                s = _time(config, T, _d, T - 1 - v)  # walk the forward's steps in reverse
                 cur, nxt = tirx.floormod(v, 2), tirx.floormod(v + 1, 2)
-                views = {"dy": d_out(axes=("n", "j"), t=s, j=d * H), "dh": dh_carry.at("n", "j", slot=cur)}
-                if c.has_cell_state:
-                    views.update(dc=dc_carry.at("n", "j", slot=cur), dc_prev=dc_carry.at("n", "j", slot=nxt))
+                views = {"dy": d_out(axes=("n", "j"), t=s, j=_d * H)}
+                if c.has_cell_state:  # the first step's dc comes in as dcy
+                    views.update(dc=dcy.at("n", "j", ld=_ld) if isinstance(v, int) and v == 0
+                                 else dc_carry.at("n", "j", slot=cur), dc_prev=dc_carry.at("n", "j", slot=nxt))
                 if saved is not None:
-                    views["saved"] = saved.at("n", "j", "s", ld=ld, t=s)
-                state_rows = {"h_prev": (hs, prev_row(s)), "h_next": (hs, next_row(s)),
-                              "c_prev": (cs, prev_row(s)), "c_next": (cs, next_row(s))}
+                    views["saved"] = saved.at("n", "j", "s", ld=_ld, t=s)
+                state_rows = {"h_prev": (hs, _prev(s)), "h_next": (hs, _next(s)),
+                              "c_prev": (cs, _prev(s)), "c_next": (cs, _next(s))}
                 for role, (buf, row) in state_rows.items():
                     if role in pointwise.roles:
-                        views[role] = buf.at("n", "j", ld=ld, t=row)
+                        views[role] = buf.at("n", "j", ld=_ld, t=row)
                 for g in range(G):
                     views[f"dgx{g}"] = dgx.at("n", "j", t=s, g=g)
                     if not deriv.gate_grads_shared:
                         views[f"dgh{g}"] = dgh.at("n", "j", t=s, g=g)
                 if dh_direct is not None:
-                    views["dh_direct"] = dh_direct.at("n", "j")
+                    views["dh_direct"] = dh_direct.at("n", "j", slot=nxt)
                 if "unit" in pointwise.roles:
-                    views["unit"] = w.piece(layout.unit_offset(l, d))
+                    views["unit"] = w.piece(layout.unit_offset(l, _d))
                 views.update({f"dp{i}": dunit.at("n", "j", t=s, p=i) for i in range(P)})
-                prog.call(pointwise, **views)
-                rviews = dict(dgh=dgh.at("n", "j", "g", t=s), w=w_hh, dh=dh_carry.at("n", "j", slot=nxt))
+                return views
+
+            def recurrent_views(v, _d=d):
+                """The GEMM of the v-th step from the end: its dgh (and direct part of dh) in."""
+                s = _time(config, T, _d, T - 1 - v)
+                views = dict(dgh=dgh.at("n", "j", "g", t=s), w=w_hh)
                 if dh_direct is not None:
-                    rviews["dh_direct"] = dh_direct.at("n", "j")
-                prog.call(recurrent, **rviews)
-            prog.call(copy, src=dh_carry.at("n", "j", slot=tirx.floormod(T, 2)), dst=dh0.at("n", "j", ld=ld))
+                    views["dh_direct"] = dh_direct.at("n", "j", slot=tirx.floormod(v + 1, 2))
+                return views
+
+            # the last step's gate math with dhy; then one launch per step: step v's GEMM and
+            # step v+1's gate math (from the end); then the first step's GEMM, into dh0
+            prog.call(pointwise, dh=dhy.at("n", "j", ld=ld), **gate_math(0))
+            with prog.loop(T - 1, "step") as u:
+                views = gate_math(u + 1)
+                gemm = recurrent_views(u)
+                views.update(dgh=gemm["dgh"], w=gemm["w"])
+                if dh_direct is not None:
+                    views["dh_direct_in"] = gemm["dh_direct"]
+                prog.call(fused, **views)
+            prog.call(recurrent, dh=dh0.at("n", "j", ld=ld), **recurrent_views(T - 1))
             if c.has_cell_state:
                 prog.call(copy, src=dc_carry.at("n", "j", slot=tirx.floormod(T, 2)), dst=dc0.at("n", "j", ld=ld))
 

@@ -104,13 +104,20 @@ def fused_step_space(target: tvm.target.Target):
     return space
 
 
+def has_fused_epilogue(kernel: Kernel) -> bool:
+    """A GEMM whose result feeds several sibling output blocks in one launch (the forward step's
+    gate math, the backward step's gate-math backward)."""
+    return is_fused_step(kernel) or kernel.name.startswith("backward_step_")
+
+
 def prepare(kernel: Kernel) -> tvm.tirx.PrimFunc:
-    """The kernel as tuned (and looked up): the step's output blocks marked not to be inlined."""
-    if not is_fused_step(kernel):
+    """The kernel as tuned (and looked up): a fused epilogue's output blocks marked not to be
+    inlined, so that MetaSchedule's default rules keep the kernel correct."""
+    if not has_fused_epilogue(kernel):
         return kernel.func
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))  # Schedule edits its input in place
     for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if sch.get(block).name_hint != REDUCTION:
+        if sch.get(block).name_hint != kernel.gemm:
             sch.annotate(block, "meta_schedule.inline_rule", "disable")
     return sch.mod["main"]
 
