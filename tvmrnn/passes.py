@@ -14,6 +14,10 @@ Buffers (T is the run-time sequence length, LD = layers x directions, D*H = laye
 
 Time runs forwards for direction 0 and backwards for direction 1; step ``u`` of direction 1
 is time ``T-1-u``.
+
+Launches per step: the forward, one (the fused step); the backward, one (``backward_step``: a
+step's recurrent GEMM with the gate-math backward of the step before it as its epilogue; the
+last step's gate math and the first step's GEMM run on their own).
 """
 from __future__ import annotations
 
