@@ -8,7 +8,7 @@ CPU: for each kernel (the fused steps and the recurrent backward of every cell, 
 projection chunk) and each tile shape (``--column-vectors`` output vectors wide, rows filling
 ``--accumulators`` registers), times the default schedule alone (median, microseconds).
 
-GPU: for each per-step kernel (the fused steps and the recurrent backward of every cell) and each
+GPU: for each per-step kernel (the fused forward and backward steps of every cell) and each
 shape of :func:`tvmrnn.default_schedule.gpu_split_k` (``--block-threads`` threads per block, at
 least ``--min-blocks`` blocks, ``--thread-columns`` output columns per thread), the same. The
 first shape listed first is the default's.
@@ -52,7 +52,7 @@ def main():
         shapes = [dict(accumulators=acc, column_vectors=cv) for cv in a.column_vectors for acc in a.accumulators]
     else:
         target = tvm.target.Target("nvidia/nvidia-h100") if "H100" in _gpu_name() else tvm.target.Target("cuda")
-        todo += [kernels.recurrent_backward(N, H, g, False) for g in (4, 3, 1)]
+        todo += [kernels.backward_step(CELLS[c], N, H) for c in ("lstm", "gru", "rnn_tanh")]
         print(f"{target.attrs.get('arch')} {_gpu_name()}")
         shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u)
                   for t, b, c, u in itertools.product(a.block_threads, a.min_blocks, a.thread_columns, a.unroll)]
