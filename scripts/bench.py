@@ -55,7 +55,7 @@ def parse():
     p.add_argument("--no-train", action="store_true")
     p.add_argument("--tuning-logs", default=None)
     p.add_argument("--profile", action="store_true", help="also time every kernel alone: where the time goes "
-                                                          "(input GEMMs, recurrent part, gaps per step)")
+                                                          "(input GEMMs, weight gradients, recurrent part, gaps per step)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", nargs="*", help="draw PNG charts from result files and exit")
     return p.parse_args()
@@ -118,7 +118,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
                build_s=round(build_s, 1), tuned_kernels=f"{tuned}/{len(rnn.schedules)}")
     results = []
     if a.profile:
-        from tvmrnn.profile import profile
+        from tvmrnn.profile import GROUPS, profile
         passes = ("forward",) if a.no_train else ("forward", "forward_train", "backward")
         row["profile"] = []
         for p in profile(rnn, T, passes):
@@ -126,7 +126,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
             row["profile"].append(dict(pass_=p.name, measured_ms=p.measured_ms, kernel_ms=p.kernel_ms,
                                        steps=p.steps, launches_per_step=p.launches_per_step,
                                        gap_us_per_step=p.gap_us_per_step,
-                                       groups={g: p.group_ms(g) for g in ("input GEMM", "recurrent", "other")},
+                                       groups={g: p.group_ms(g) for g in GROUPS},
                                        kernels=[vars(k) for k in p.kernels]))
 
     def record(name, ours, theirs, agree):

@@ -23,3 +23,7 @@ def test_profile_counts_every_kernel_call():
     assert forward.measured_ms > 0 and forward.group_ms("recurrent") > 0 and forward.group_ms("input GEMM") > 0
     table = backward.table()
     assert "weight_gradient" in table and "gap" in table
+    # every kernel is in a group, and the backward's per-step kernels count as recurrent
+    assert {k.group for k in backward.kernels} >= {"input GEMM", "weight grads", "recurrent"}
+    assert all(k.group == "recurrent" for k in backward.kernels if k.name.startswith("backward_step"))
+    assert backward.group_ms("other") < backward.kernel_ms

@@ -7,9 +7,11 @@ by how often the pass runs it at sequence length ``T``. The difference between t
 measured pass is what the loops cost beyond their kernels: on a GPU the launch gaps, on a CPU
 the parallel-region start-up and the caches a kernel alone does not see.
 
-Kernels fall in three groups: ``input GEMM`` (the all-steps projections: forward input
-projection, backward weight/bias/input gradients), ``recurrent`` (per-step kernels inside the
-time loop: fused step, pointwise backward, recurrent backward GEMM) and ``other`` (copies).
+Kernels fall in four groups (:data:`GROUPS`): ``input GEMM`` (the all-steps GEMMs on the input
+side: the forward's input projection, the backward's input gradient), ``weight grads`` (the
+backward's weight and bias gradients), ``recurrent`` (the per-step kernels of the time loop: fused
+forward and backward steps, and the backward's first and last step on their own) and ``other``
+(copies).
 """
 from __future__ import annotations
 
@@ -23,16 +25,16 @@ import tvm
 from .default_schedule import is_gpu
 from .sequence import Program
 
-# Kernels whose work is one GEMM over a chunk of steps rather than part of the recurrence.
-_GEMM_PREFIXES = ("input_projection", "weight_gradient", "bias_gradient", "input_gradient")
-_STEP_PREFIXES = ("recurrent_step", "pointwise_backward", "recurrent_backward")
+GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
+_PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
+             "weight grads": ("weight_gradient", "bias_gradient"),
+             "recurrent": ("recurrent_step", "backward_step", "pointwise_backward", "recurrent_backward")}
 
 
 def group_of(kernel_name: str) -> str:
-    if kernel_name.startswith(_GEMM_PREFIXES):
-        return "input GEMM"
-    if kernel_name.startswith(_STEP_PREFIXES):
-        return "recurrent"
+    for group, prefixes in _PREFIXES.items():
+        if kernel_name.startswith(prefixes):
+            return group
     return "other"
 
 
@@ -74,9 +76,10 @@ class PassProfile:
                  f"{self.steps} steps, {self.launches_per_step} kernels per step, "
                  f"{1e3 * self.measured_ms / max(self.steps, 1):.1f} us per step, "
                  f"gap {self.gap_us_per_step:.1f} us per step"]
-        for group in ("input GEMM", "recurrent", "other"):
+        for group in GROUPS:
             ms = self.group_ms(group)
-            lines.append(f"  {group:10s} {ms:9.2f} ms  {100 * ms / max(self.measured_ms, 1e-9):5.1f}% of the pass")
+            if ms or group != "weight grads":
+                lines.append(f"  {group:12s} {ms:9.2f} ms  {100 * ms / max(self.measured_ms, 1e-9):5.1f}% of the pass")
         for k in sorted(self.kernels, key=lambda k: -k.total_ms):
             lines.append(f"    {k.name:48s} {k.calls:6d} x {k.latency_us:9.2f} us = {k.total_ms:8.2f} ms")
         return "\n".join(lines)
