@@ -141,19 +141,31 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     (:func:`gpu_split_k`); the GEMMs over chunks of steps or over weights (hundreds of rows or
     more) get dlight's tiled ``Matmul`` (shared-memory tiles, a register micro-tile per thread).
     """
+    kind = _gpu_kind(sch, kernel)
+    if kind == "column sum":
+        gpu_column_sum(sch, kernel)
+    elif kind == "split-K":
+        gpu_split_k(sch, kernel, **tiles)
+    elif kind == "matmul":
+        return _dlight(sch, _ScalarMatmul(), target)
+    return kind is not None
+
+
+def _gpu_kind(sch, kernel: Kernel) -> str | None:
+    """Which GPU GEMM schedule fits the kernel held by ``sch``."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - len(kernel.columns)
     if not reduction:
-        return False
+        return None
     if n_rows == 0:  # a sum into one row (the bias gradient)
-        gpu_column_sum(sch, kernel)
-        return True
+        return "column sum"
     rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
-    if rows <= GPU_SPLIT_K_ROWS:
-        gpu_split_k(sch, kernel, **tiles)
-        return True
-    return _dlight(sch, _ScalarMatmul(), target)
+    consumers = sch.get_consumers(gemm)
+    # a fused epilogue (several sibling outputs, or outputs reading whole gate groups) stays in
+    # split-K at any batch size: dlight's Matmul cannot place it
+    fused_epilogue = len(consumers) > 1 or len(sch.get_loops(consumers[0])) < len(spatial)
+    return "split-K" if rows <= GPU_SPLIT_K_ROWS or fused_epilogue else "matmul"
 
 
 def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:
@@ -348,11 +360,7 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
     """The default's own shapes worth measuring for ``kernel`` (``tiles`` for :func:`apply`),
     the default first: tuning seeds each new task with all of them."""
     if is_gpu(target) and kernel.gemm is not None:
-        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-        spatial, reduction = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
-        n_rows = len(spatial) - len(kernel.columns)
-        rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
-        if reduction and n_rows and rows <= GPU_SPLIT_K_ROWS:
+        if _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "split-K":
             return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
     return [{}]
 
