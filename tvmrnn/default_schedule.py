@@ -222,7 +222,8 @@ def _dlight(sch, rule, target) -> bool:
 
 
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
-                min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8) -> None:
+                min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
+                max_blocks: int | None = None) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
@@ -239,7 +240,12 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     200 blocks of 200 threads (4 units x 50 slices). ``scripts/tile_study.py --device cuda``
     times other shapes; on the H100, 256 threads was best or within noise for every per-step
     kernel (GRU step 11.5 us against 24.3 us with 128 threads, ``notes/performance.md``).
+
+    ``max_blocks`` (a persistent kernel's, :func:`tvmrnn.kernels.persistent`): at most this many
+    blocks, each owning as many columns as that takes, with ``accumulators / 2`` per thread so
+    that a block has more threads for its larger share.
     """
+    max_blocks = max_blocks or persistent_blocks(sch.mod["main"])
     gemm = sch.get_sblock(kernel.gemm)
     outputs = sch.get_consumers(gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -254,9 +260,13 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     red_total = _extent(sch, red)
 
     per_thread = _divisor(lead, max(1, thread_columns // inner))  # lead columns per thread
-    units = per_thread * max(1, min(threads // 32, lead // (min_blocks * per_thread)))  # per block
+    if max_blocks:
+        units = per_thread * -(-lead // (max_blocks * per_thread))
+        accumulators //= 2
+    else:
+        units = per_thread * max(1, min(threads // 32, lead // (min_blocks * per_thread)))  # per block
     column_threads = units // per_thread
-    rows_per_thread = _divisor(row_total, max(1, 96 // (inner * per_thread)))
+    rows_per_thread = _divisor(row_total, max(1, accumulators // (inner * per_thread)))
     row_groups = row_total // rows_per_thread
     most = max(1, threads // (column_threads * row_groups))
     slices = _divisor(red_total, most)
@@ -306,6 +316,12 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     for block in (init, write_back):
         for loop in sch.get_loops(block)[2:]:
             sch.unroll(loop)
+
+
+def persistent_blocks(func) -> int | None:
+    """The block limit of a persistent kernel's function (:func:`tvmrnn.kernels.persistent`), else None."""
+    value = func.attrs.get("tvmrnn.persistent_blocks") if func.attrs is not None else None
+    return int(value) if value is not None else None
 
 
 def _vectorize(sch, loop, lanes):

@@ -12,6 +12,7 @@ sit side by side, so the fused step finds all gates of a unit together); gate pr
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -289,6 +290,21 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool) -> Ke
     suffix = "_acc" if accumulate else ""
     return _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out},
                  gemm="matmul", columns=("k",))
+
+
+def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
+    """The same step kernel, to be run persistently (:meth:`tvmrnn.sequence.Program.loop`): one
+    launch for all steps, at most ``max_blocks`` thread blocks (all resident at once), a grid-wide
+    barrier between steps. A workload of its own (the limit is an attribute of its function), as
+    its schedule differs: fewer, larger blocks."""
+    func = kernel.func.with_attr("tvmrnn.persistent_blocks", max_blocks)
+    return dataclasses.replace(kernel, name=f"{kernel.name}_persistent", func=func)
+
+
+def fill_zero(size) -> Kernel:
+    """``dst = 0`` (resets a persistent kernel's grid-barrier counter before its launch)."""
+    dst = te.compute((size,), lambda i: tvm.tirx.const(0, F32), name="dst")
+    return _make(f"fill_zero_{size}", {}, {"dst": dst})
 
 
 def copy(rows, cols) -> Kernel:

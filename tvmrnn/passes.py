@@ -17,7 +17,9 @@ is time ``T-1-u``.
 
 Launches per step: the forward, one (the fused step); the backward, one (``backward_step``: a
 step's recurrent GEMM with the gate-math backward of the step before it as its epilogue; the
-last step's gate math and the first step's GEMM run on their own).
+last step's gate math and the first step's GEMM run on their own). On GPUs given
+``persistent_blocks``, each time loop is instead one launch of a persistent kernel
+(:meth:`tvmrnn.sequence.Program.loop`).
 """
 from __future__ import annotations
 
@@ -84,11 +86,11 @@ def _time(config, T, d, u):
     return u if d == 0 else T - 1 - u
 
 
-def forward_program(config: Config, schedule, train: bool) -> Program:
+def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None) -> Program:
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
-    prog = Program("forward_train" if train else "forward", schedule)
+    prog = Program("forward_train" if train else "forward", schedule, persistent_blocks)
     T = tirx.Var("T", "int32")
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
     h0 = prog.tensor("h0", (LD, N, H), ("ld", "n", "j"))
@@ -167,12 +169,12 @@ def forward_program(config: Config, schedule, train: bool) -> Program:
     return prog
 
 
-def backward_program(config: Config, schedule) -> Program:
+def backward_program(config: Config, schedule, persistent_blocks: int | None = None) -> Program:
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     deriv = kernels.derivation(c)
-    prog = Program("backward", schedule)
+    prog = Program("backward", schedule, persistent_blocks)
     T = tirx.Var("T", "int32")
     y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
     dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)

@@ -93,8 +93,10 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first)
     target = targets.resolve(target)
     schedule, used = scheduler(target, tuning_logs)
-    programs = (forward_program(config, schedule, train=False), forward_program(config, schedule, train=True),
-                backward_program(config, schedule), packing_program(config, schedule))
+    blocks = targets.persistent_blocks(target)
+    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks),
+                forward_program(config, schedule, train=True, persistent_blocks=blocks),
+                backward_program(config, schedule, persistent_blocks=blocks), packing_program(config, schedule))
     executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)

@@ -17,6 +17,9 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from tvm.backend.cuda import op as cuda_op
+
+from . import kernels
 from .kernels import Kernel
 
 F32 = "float32"
@@ -128,12 +131,50 @@ def _make_view(view: View, param) -> tuple:
     return buf, tirx.DeclBuffer(buf, data=tirx.buffer_data(t.buffer))
 
 
+def _thread_extent(stmt) -> int | None:
+    """The extent of the first ``threadIdx.x`` loop in ``stmt`` (a kernel's threads per block)."""
+    found = []
+
+    def visit(loop, mutator):
+        if loop.thread_binding is not None and loop.thread_binding.thread_tag == "threadIdx.x" and not found:
+            found.append(int(loop.extent))
+        return loop
+
+    tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
+    return found[0] if found else None
+
+
+def grid_barrier(counter, target, threads: int):
+    """Every block of the grid waits here until all have arrived (``counter`` reaches ``target``).
+
+    The pattern of CUDA's cooperative-groups ``grid.sync()``: the block's threads meet; one thread
+    publishes the block's writes (``__threadfence``), counts itself in with an atomic add, spins
+    until the count says every block has, and fences again; the block meets again. The counter
+    only grows (barrier i waits for ``(i+1) * blocks``), so it needs one reset per launch.
+    """
+    tx = tirx.Var("barrier_thread", I32)
+    address = tirx.address_of(tirx.BufferLoad(counter, [_const(0)]))
+    sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+    fence = tirx.Evaluate(cuda_op.cuda_thread_fence())
+    arrive = tirx.Evaluate(cuda_op.cuda_atomic_add(address, _const(1)))
+    wait = tirx.While(cuda_op.cuda_atomic_add(address, _const(0)) < target, tirx.Evaluate(_const(0)))
+    leader = tirx.IfThenElse(tx == 0, tirx.SeqStmt([fence, arrive, wait, fence]), None)
+    return tirx.For(tx, _const(0), _const(threads), tirx.ForKind.THREAD_BINDING,
+                    tirx.SeqStmt([sync, leader, sync]),
+                    thread_binding=tirx.IterVar(None, tx, tirx.IterVar.ThreadIndex, "threadIdx.x"))
+
+
 class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
-    def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc]):
+    def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None):
         self.name = name
         self.schedule = schedule
+        # GPU only: the most thread blocks that are surely resident at once; with it, each time
+        # loop of one kernel runs as one persistent launch (see `loop`)
+        self.persistent_blocks = persistent_blocks
+        self._persistent: list | None = None  # the calls of the persistent time loop being emitted
+        self._barrier: SequenceTensor | None = None
         self.params: list[SequenceTensor] = []
         self._scheduled: dict[str, tirx.PrimFunc] = {}
         self._stack: list[list] = [[]]
@@ -157,6 +198,8 @@ class Program:
         """Run ``kernel`` here, each of its parameters bound to a view (by role)."""
         if set(views) != set(kernel.roles):
             raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
+        if self._persistent is not None:
+            kernel = kernels.persistent(kernel, self.persistent_blocks)
         if kernel.name not in self._scheduled:
             self._scheduled[kernel.name] = self.schedule(kernel)
             self.kernels[kernel.name] = kernel
@@ -177,6 +220,8 @@ class Program:
             return v
 
         body = tvm_ffi.structural_mutate(func.body, [(tvm.ir.Var, replace)])
+        if self._persistent is not None:
+            self._persistent.append((kernel, decls, body))
         self._stack[-1].append(tirx.SeqStmt(decls + [body]))
 
     @contextmanager
@@ -186,16 +231,65 @@ class Program:
         self._stack.append([])
         self._extents.append(_const(extent))
         outer_step = self._in_step_loop
+        persistent = name == "step" and self.persistent_blocks is not None
         if name == "step":
             self._step_loops.append([list(self._extents), 0])
             self._in_step_loop = True
+        if persistent:
+            self._persistent = []
         yield var
+        calls, self._persistent = self._persistent, None
         self._in_step_loop = outer_step
         self._extents.pop()
         body = self._stack.pop()
-        if body:
+        kernel_loop = self._persistent_loop(var, extent, calls) if persistent else None
+        if kernel_loop is not None:
+            self._stack[-1].extend(kernel_loop)
+        elif body:
             self._stack[-1].append(tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
                                             tirx.SeqStmt(body) if len(body) > 1 else body[0]))
+
+    def _persistent_loop(self, var, extent, calls) -> list | None:
+        """A time loop of one kernel as one launch: the loop moves inside the kernel.
+
+        The kernel's blocks (at most ``persistent_blocks``, so all are resident) each run every
+        step, meeting at a grid-wide barrier (:func:`grid_barrier`) after each, so that step t+1
+        reads the state all blocks wrote at step t. This saves a launch per step, and each block
+        works on the same columns at every step, so its slice of the recurrent weights stays in
+        its SM's L1 (the persistent RNN kernels of Diamos et al., 2016, and EcoRNN). Returns the
+        statements (reset the barrier, run the kernel), or None where the kernel's schedule is
+        not a single grid of at most ``persistent_blocks`` blocks (then the host loop runs it).
+        """
+        if len(calls) != 1:
+            return None
+        kernel, decls, body = calls[0]
+        if not isinstance(body, tvm.s_tir.SBlockRealize):
+            return None
+        grid = body.block.body
+        if not (isinstance(grid, tirx.For) and grid.thread_binding is not None
+                and grid.thread_binding.thread_tag == "blockIdx.x" and isinstance(grid.extent, tirx.IntImm)
+                and int(grid.extent) <= self.persistent_blocks):
+            return None
+        threads = _thread_extent(grid.body)
+        if threads is None:
+            return None
+        if self._barrier is None:
+            self._barrier = self.tensor("grid_barrier", (1,), ("i",))
+        self.call(kernels.fill_zero(1), dst=self._barrier.at("i"))
+        reset = self._stack[-1].pop()
+        # the counter is an int32 view of the float32 parameter (zero bits are 0 either way)
+        counter = tirx.decl_buffer((1,), I32, "grid_barrier_count", elem_offset=0, data_alignment=4)
+        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads)
+        steps = tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
+                         tirx.SeqStmt(decls + [grid.body, sync]))
+        new_grid = tirx.For(grid.loop_var, grid.min, grid.extent, grid.kind,
+                            tirx.SeqStmt([tirx.DeclBuffer(counter, data=tirx.buffer_data(self._barrier.buffer)), steps]),
+                            grid.thread_binding, grid.annotations)
+
+        def swap(loop, mutator):
+            return new_grid if loop.same_as(grid) else loop
+
+        return [reset, tvm_ffi.structural_mutate(body, [(tirx.For, swap)])]
 
     def chunked(self, length, sizes: tuple[int, ...], emit: Callable) -> None:
         """Cover ``range(length)`` with chunks: as many of ``sizes[0]`` as fit, then ``sizes[1]``...

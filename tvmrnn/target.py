@@ -43,6 +43,33 @@ def cuda_target(device_index: int = 0) -> tvm.target.Target:
                               "registers_per_block": 65536}, host=host_target())
 
 
+# Streaming multiprocessors by architecture, for building without the GPU at hand (a tag such as
+# nvidia/nvidia-h100 gives sm_90a): the H100 SXM's 132 (the PCIe card has 114, which the check
+# at load time, tvmrnn.package, catches) and the A100's 108.
+_ARCH_MULTIPROCESSORS = {"sm_90a": 132, "sm_90": 132, "sm_80": 108}
+
+
+def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | None:
+    """How many SMs the CUDA target's GPU has: this machine's GPU when its architecture is the
+    target's, else the architecture's known count; None where unknown (then no persistent kernels)."""
+    if target.kind.name != "cuda":
+        return None
+    dev = tvm.cuda(device_index)
+    if dev.exist and str(target.attrs.get("arch", "")).replace("sm_", "").rstrip("a") == \
+            dev.compute_version.replace(".", ""):
+        return int(dev.multi_processor_count)
+    return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
+
+
+def persistent_blocks(target: tvm.target.Target) -> int | None:
+    """The most thread blocks a persistent kernel may have on this target: one per SM, so that
+    every block is resident at once whatever its size (the grid barrier needs them all running);
+    None (no persistent kernels) on CPUs, where unknown, or when ``TVMRNN_PERSISTENT=0``."""
+    if os.environ.get("TVMRNN_PERSISTENT", "1") == "0":
+        return None
+    return multiprocessors(target)
+
+
 def resolve(target) -> tvm.target.Target:
     """None (this CPU), ``"cuda"`` (this machine's GPU), a TVM Target, a dict or a tag such as
     ``"nvidia/nvidia-h100"``."""
