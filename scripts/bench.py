@@ -50,6 +50,8 @@ def parse():
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--custom", metavar="CELL", help="an example custom cell (tvmrnn.example_cells.EXAMPLES) "
                                                     "against the built-in LSTM, a PyTorch loop and torch.compile")
+    p.add_argument("--no-compile", action="store_true", help="with --custom: leave out torch.compile (its compilation "
+                                                              "of a long loop can take many minutes)")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--max-seconds", type=float, default=20.0, help="per side and pass, fewer reps if slower")
     p.add_argument("--no-train", action="store_true")
@@ -246,7 +248,9 @@ def bench_custom(a, name, L, bidir, tvmrnn, torch):
     for train in ([False] if a.no_train else [False, True]):
         pass_ = "training" if train else "inference"
         sides = {f"tvmrnn {name}": tvmrnn_pass(name, train), "tvmrnn lstm": tvmrnn_pass("lstm", train),
-                 "torch loop": torch_pass(loop, train), "torch.compile loop": torch_pass(compiled, train)}
+                 "torch loop": torch_pass(loop, train)}
+        if not a.no_compile:
+            sides["torch.compile loop"] = torch_pass(compiled, train)
         times, notes = {}, {}
         for side, fn in sides.items():
             t0 = time.perf_counter()

@@ -242,8 +242,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     kernel (GRU step 11.5 us against 24.3 us with 128 threads, ``notes/performance.md``).
 
     ``max_blocks`` (a persistent kernel's, :func:`tvmrnn.kernels.persistent`): at most this many
-    blocks, each owning as many columns as that takes, with ``accumulators / 2`` per thread so
-    that a block has more threads for its larger share.
+    blocks, each owning as many columns as that takes (fewer ``accumulators`` per thread, set in
+    :data:`PERSISTENT_TILES`, give a block more threads for its larger share).
     """
     max_blocks = max_blocks or persistent_blocks(sch.mod["main"])
     gemm = sch.get_sblock(kernel.gemm)
@@ -262,7 +262,6 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     per_thread = _divisor(lead, max(1, thread_columns // inner))  # lead columns per thread
     if max_blocks:
         units = per_thread * -(-lead // (max_blocks * per_thread))
-        accumulators //= 2
     else:
         units = per_thread * max(1, min(threads // 32, lead // (min_blocks * per_thread)))  # per block
     column_threads = units // per_thread
@@ -381,6 +380,11 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
     return [{}]
 
 
+# The split-K shape of persistent kernels (``gpu_split_k`` arguments; ``scripts/persistent_study.py``
+# compares others on a GPU).
+PERSISTENT_TILES = dict(accumulators=48)
+
+
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:
     """The default schedule; ``tiles`` (``accumulators``, ``column_vectors``) override the CPU
     GEMM's register tile (``scripts/tile_study.py`` compares them)."""
@@ -396,6 +400,8 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     if kernel.gemm is not None and not is_gpu(target):
         cpu_gemm(sch, kernel, target, **tiles)
         return
+    if persistent_blocks(sch.mod["main"]):
+        tiles = {**PERSISTENT_TILES, **tiles}
     if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
         return
     params = sch.mod["main"].params
