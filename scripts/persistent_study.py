@@ -4,7 +4,7 @@
     python scripts/persistent_study.py lstm gru rnn_tanh --reps 10
 
 For each cell, at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default: builds the forward with
-per-step launches (``TVMRNN_PERSISTENT=0``) and with persistent loops for each shape in SHAPES
+per-step launches (the default) and with persistent loops (``TVMRNN_PERSISTENT=1``) for each shape in SHAPES
 (``default_schedule.PERSISTENT_TILES``), checks each agrees with the first, and prints the median
 inference and training-pass times. Needs a CUDA GPU.
 """
@@ -50,14 +50,15 @@ def main():
         torch.manual_seed(0)
         x = torch.randn(a.T, a.N, H, device="cuda")
         dy = torch.randn(a.T, a.N, H, device="cuda")
+        module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU if cell == "gru" else torch.nn.RNN)(H, H).cuda()
+        params = tvmrnn.params_from_torch(module)  # the same weights for every build
         ref = None
         for shape in [None, *SHAPES]:
-            os.environ["TVMRNN_PERSISTENT"] = "0" if shape is None else "1"
+            os.environ["TVMRNN_PERSISTENT"] = "0" if shape is None else "1"  # read by build
             if shape is not None:
                 default_schedule.PERSISTENT_TILES = dict(shape)
             rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, batch_size=a.N, target="cuda", tuning_logs=False)
-            module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU if cell == "gru" else torch.nn.RNN)(H, H)
-            w = rnn.pack_weights(tvmrnn.params_from_torch(module.cuda()))
+            w = rnn.pack_weights(params)
             y = rnn.forward(w, x)[0]
             ref = y if ref is None else ref
             err = float((y - ref).abs().max() / ref.abs().max())

@@ -116,3 +116,36 @@ def test_generic_x86_builds_match_torch(mcpu, rng):
     assert rel_error(y, y_ref) < 1e-4
     assert rel_error(grads["x"], xr.grad) < 1e-4
     assert rel_error(grads["weight_hh_l1_reverse"], ref.weight_hh_l1_reverse.grad) < 1e-4
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
+    """``TVMRNN_PERSISTENT=1``: each time loop is one launch with the loop inside the kernel, at
+    most one block per SM (132 on the H100), a grid barrier per step; nvcc assembles it unspilled."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
+                       tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    kernels = source.split("extern \"C\" __global__")[1:]
+    persistent = [k for k in kernels if "for (int step = 0; step < " in k]
+    # the forward's and training forward's steps, the backward's fused steps
+    assert len(persistent) == 3
+    for kernel in persistent:
+        assert "wait_until" in kernel and "atomic_add" in kernel
+        blocks = int(re.search(r"\(step \* (\d+)\) \+ \1", kernel).group(1))
+        assert blocks <= 132
+    report = _ptxas(source, tmp_path)
+    assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
+    steps = [name for name in rnn.schedules if name.startswith(("recurrent_step", "backward_step"))]
+    assert len(steps) == 3 and all(name.endswith("_persistent") for name in steps)
+
+
+def test_persistent_loops_are_opt_in(monkeypatch):
+    from tvmrnn import target as targets
+    h100 = targets.resolve("nvidia/nvidia-h100")
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
+    assert targets.persistent_blocks(h100) is None
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
+    assert targets.persistent_blocks(h100) == 132
+    assert targets.persistent_blocks(targets.resolve(None)) is None  # CPUs: none

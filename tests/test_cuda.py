@@ -86,3 +86,15 @@ assert worst < 1e-4, worst
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     print(run.stdout)
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("T", [1, 50])
+@pytest.mark.parametrize("cell", CELLS)
+def test_persistent_time_loops_match_torch_on_cuda(cell, T, rng, monkeypatch):
+    """``TVMRNN_PERSISTENT=1``: every time loop one launch, blocks meeting at a grid barrier per step."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
+    built.cache_clear()  # builds are cached by their arguments, which do not say "persistent"
+    try:
+        _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda)
+    finally:
+        built.cache_clear()

@@ -63,9 +63,12 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
 
 def persistent_blocks(target: tvm.target.Target) -> int | None:
     """The most thread blocks a persistent kernel may have on this target: one per SM, so that
-    every block is resident at once whatever its size (the grid barrier needs them all running);
-    None (no persistent kernels) on CPUs, where unknown, or when ``TVMRNN_PERSISTENT=0``."""
-    if os.environ.get("TVMRNN_PERSISTENT", "1") == "0":
+    every block is resident at once whatever its size (the grid barrier needs them all running).
+
+    Persistent time loops are opt-in (``TVMRNN_PERSISTENT=1``): on the H100 at Deep Speech 2
+    sizes they are correct but slower than per-step launches (LSTM inference 7.7 ms against
+    6.5 ms, ``notes/performance.md``, v4). None: off, a CPU, or the GPU's SM count unknown."""
+    if os.environ.get("TVMRNN_PERSISTENT", "0") != "1":
         return None
     return multiprocessors(target)
 
