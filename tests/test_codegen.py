@@ -139,6 +139,8 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
     assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
     steps = [name for name in rnn.schedules if name.startswith(("recurrent_step", "backward_step"))]
     assert len(steps) == 3 and all(name.endswith("_persistent") for name in steps)
+    from tvmrnn.package import metadata  # a package says how many SMs it needs (checked at load)
+    assert rnn.persistent_blocks == 132 and metadata(rnn)["persistent_blocks"] == 132
 
 
 def test_persistent_loops_are_opt_in(monkeypatch):

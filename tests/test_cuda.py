@@ -98,3 +98,15 @@ def test_persistent_time_loops_match_torch_on_cuda(cell, T, rng, monkeypatch):
         _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda)
     finally:
         built.cache_clear()
+
+
+def test_package_refuses_a_gpu_with_fewer_sms_than_its_persistent_blocks(monkeypatch):
+    from tvmrnn import package
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
+    rnn = tvmrnn.build("gru", input_size=I, hidden_size=37, batch_size=N, target="cuda")
+    meta = package.metadata(rnn)
+    assert meta["persistent_blocks"] == rnn.persistent_blocks <= tvm.cuda(0).multi_processor_count
+    package.check_machine(meta, 0)
+    meta["persistent_blocks"] = 10**6
+    with pytest.raises(package.PackageError, match="resident"):
+        package.check_machine(meta, 0)

@@ -62,6 +62,7 @@ def metadata(rnn: RNN) -> dict:
                    "features": [f for f in _CPU_FEATURES if tvm.target.codegen.llvm_cpu_has_features(f, host)]}
     if t.kind.name == "cuda":
         meta["cuda_arch"] = str(t.attrs["arch"])
+        meta["persistent_blocks"] = rnn.persistent_blocks
     return meta
 
 
@@ -151,6 +152,11 @@ def check_machine(meta: dict, device_index: int) -> None:
         if arch != have:
             raise PackageError(f"load: the package is for {meta['cuda_arch']}, GPU {device_index} is "
                                f"sm_{have}; rebuild it for this GPU")
+        blocks = meta.get("persistent_blocks")
+        if blocks and dev.multi_processor_count < blocks:  # its grid barrier would wait forever
+            raise PackageError(f"load: the package's persistent kernels run {blocks} blocks that must all be "
+                               f"resident, one per SM; GPU {device_index} has {dev.multi_processor_count} SMs; "
+                               f"rebuild it on this GPU")
 
 
 def _cell_of(meta: dict) -> Cell:
@@ -184,4 +190,6 @@ def load(path, device=None) -> RNN:
     config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
                     meta["bidirectional"], meta["batch_size"], meta["batch_first"])
     target = tvm.target.Target(json.loads(meta["target"]) if meta["target"].startswith("{") else meta["target"])
-    return RNN(config, target, module, meta["signatures"], device_index=device_index)
+    rnn = RNN(config, target, module, meta["signatures"], device_index=device_index)
+    rnn.persistent_blocks = meta.get("persistent_blocks")
+    return rnn

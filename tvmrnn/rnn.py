@@ -103,6 +103,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     rnn = RNN(config, target, executable.jit(), signatures, executable)
     rnn.schedules = used  # kernel name -> "tuned" or "default"
     rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.profile
+    rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None
     return rnn
 
 
@@ -120,6 +121,8 @@ class RNN:
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
         self._scratch_arrays: dict = {}
+        # GPU: the thread blocks of its persistent kernels, which need that many SMs (None: none)
+        self.persistent_blocks: int | None = None
         self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.device_index = device_index if self.device_kind == "cuda" else 0
 

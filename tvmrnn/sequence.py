@@ -188,6 +188,11 @@ class Program:
         self._step_loops: list[list] = []  # per time loop: [extents down to it, calls directly in it]
         self._in_step_loop = False
 
+    @property
+    def uses_persistent_loops(self) -> bool:
+        """Whether some time loop became a persistent kernel (its blocks must all be resident)."""
+        return self._barrier is not None
+
     def tensor(self, name, shape, axes) -> SequenceTensor:
         t = SequenceTensor(name, shape, axes)
         self.params.append(t)
