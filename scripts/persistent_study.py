@@ -29,7 +29,6 @@ def main():
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--reps", type=int, default=10)
     a = p.parse_args()
-    import numpy as np
     import torch
     import tvmrnn
     from tvmrnn import default_schedule

@@ -241,11 +241,11 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     times other shapes; on the H100, 256 threads was best or within noise for every per-step
     kernel (GRU step 11.5 us against 24.3 us with 128 threads, ``notes/performance.md``).
 
-    ``max_blocks`` (a persistent kernel's, :func:`tvmrnn.kernels.persistent`): at most this many
-    blocks, each owning as many columns as that takes (fewer ``accumulators`` per thread, set in
-    :data:`PERSISTENT_TILES`, give a block more threads for its larger share).
+    ``max_blocks`` (a persistent kernel's, :func:`tvmrnn.kernels.persistent`; :func:`apply` passes
+    it): at most this many blocks, each owning as many columns as that takes (fewer
+    ``accumulators`` per thread, set in :data:`PERSISTENT_TILES`, give a block more threads for
+    its larger share).
     """
-    max_blocks = max_blocks or persistent_blocks(sch.mod["main"])
     gemm = sch.get_sblock(kernel.gemm)
     outputs = sch.get_consumers(gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -400,8 +400,9 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     if kernel.gemm is not None and not is_gpu(target):
         cpu_gemm(sch, kernel, target, **tiles)
         return
-    if persistent_blocks(sch.mod["main"]):
-        tiles = {**PERSISTENT_TILES, **tiles}
+    blocks = persistent_blocks(sch.mod["main"])
+    if blocks:
+        tiles = {**PERSISTENT_TILES, "max_blocks": blocks, **tiles}
     if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
         return
     params = sch.mod["main"].params

@@ -24,7 +24,7 @@ from . import __version__
 from .cells import Cell, get_cell, CELLS
 from .passes import Config
 from .rnn import RNN
-from .target import _cpu_flags
+from .target import _cpu_flags, is_arch_of
 
 FORMAT = "tvmrnn-package"
 FORMAT_VERSION = 2  # 2: the cell's per-unit parameters and kept values (custom cells)
@@ -147,11 +147,9 @@ def check_machine(meta: dict, device_index: int) -> None:
         if not dev.exist:
             raise PackageError(f"load: the package is for a CUDA GPU ({meta['cuda_arch']}) and this machine "
                                f"has no CUDA device {device_index}")
-        arch = meta["cuda_arch"].replace("sm_", "").rstrip("a")
-        have = dev.compute_version.replace(".", "")
-        if arch != have:
+        if not is_arch_of(meta["cuda_arch"], dev):
             raise PackageError(f"load: the package is for {meta['cuda_arch']}, GPU {device_index} is "
-                               f"sm_{have}; rebuild it for this GPU")
+                               f"sm_{dev.compute_version.replace('.', '')}; rebuild it for this GPU")
         blocks = meta.get("persistent_blocks")
         if blocks and dev.multi_processor_count < blocks:  # its grid barrier would wait forever
             raise PackageError(f"load: the package's persistent kernels run {blocks} blocks that must all be "

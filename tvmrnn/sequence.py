@@ -230,7 +230,7 @@ class Program:
 
         body = tvm_ffi.structural_mutate(func.body, [(tvm.ir.Var, replace)])
         if self._persistent is not None:
-            self._persistent.append((kernel, decls, body))
+            self._persistent.append((decls, body))
         self._stack[-1].append(tirx.SeqStmt(decls + [body]))
 
     @contextmanager
@@ -264,14 +264,15 @@ class Program:
         The kernel's blocks (at most ``persistent_blocks``, so all are resident) each run every
         step, meeting at a grid-wide barrier (:func:`grid_barrier`) after each, so that step t+1
         reads the state all blocks wrote at step t. This saves a launch per step, and each block
-        works on the same columns at every step, so its slice of the recurrent weights stays in
-        its SM's L1 (the persistent RNN kernels of Diamos et al., 2016, and EcoRNN). Returns the
+        works on the same columns at every step, so its slice of the recurrent weights can stay
+        on its SM (the persistent RNN kernels of Diamos et al., 2016, and EcoRNN; on the H100 so
+        far it is slower than per-step launches, ``notes/performance.md`` v4). Returns the
         statements (reset the barrier, run the kernel), or None where the kernel's schedule is
         not a single grid of at most ``persistent_blocks`` blocks (then the host loop runs it).
         """
         if len(calls) != 1:
             return None
-        kernel, decls, body = calls[0]
+        decls, body = calls[0]
         if not isinstance(body, tvm.s_tir.SBlockRealize):
             return None
         grid = body.block.body

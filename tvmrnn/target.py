@@ -43,6 +43,12 @@ def cuda_target(device_index: int = 0) -> tvm.target.Target:
                               "registers_per_block": 65536}, host=host_target())
 
 
+def is_arch_of(arch: str, dev) -> bool:
+    """Whether ``arch`` (``sm_90``, or ``sm_90a``: same chip, arch-specific features) is the
+    compute capability of the CUDA device ``dev``."""
+    return arch.replace("sm_", "").rstrip("a") == dev.compute_version.replace(".", "")
+
+
 # Streaming multiprocessors by architecture, for building without the GPU at hand (a tag such as
 # nvidia/nvidia-h100 gives sm_90a): the H100 SXM's 132 (the PCIe card has 114, which the check
 # at load time, tvmrnn.package, catches) and the A100's 108.
@@ -55,8 +61,7 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
     if target.kind.name != "cuda":
         return None
     dev = tvm.cuda(device_index)
-    if dev.exist and str(target.attrs.get("arch", "")).replace("sm_", "").rstrip("a") == \
-            dev.compute_version.replace(".", ""):
+    if dev.exist and is_arch_of(str(target.attrs.get("arch", "")), dev):
         return int(dev.multi_processor_count)
     return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
 
