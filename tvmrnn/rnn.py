@@ -14,7 +14,7 @@ import tvm
 from . import target as targets
 from .arrays import Frame, to_tvm
 from .cells import get_cell
-from .passes import Config, backward_program, forward_program, packing_program
+from .passes import Config, backward_program, chunk_steps, forward_program, packing_program
 from .tuning import report_untuned, scheduler
 
 _INT32_MAX = 2**31 - 1
@@ -94,9 +94,11 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     target = targets.resolve(target)
     schedule, used = scheduler(target, tuning_logs)
     blocks = targets.persistent_blocks(target)
-    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks),
-                forward_program(config, schedule, train=True, persistent_blocks=blocks),
-                backward_program(config, schedule, persistent_blocks=blocks), packing_program(config, schedule))
+    chunks = chunk_steps(target)
+    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks, chunks=chunks),
+                forward_program(config, schedule, train=True, persistent_blocks=blocks, chunks=chunks),
+                backward_program(config, schedule, persistent_blocks=blocks, chunks=chunks),
+                packing_program(config, schedule))
     executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)

@@ -29,7 +29,7 @@ from .default_schedule import apply as default_schedule_apply
 from .default_schedule import default_schedule, is_gpu
 from .default_schedule import variants as default_variants
 from .kernels import Kernel
-from .passes import Config, backward_program, forward_program, packing_program
+from .passes import Config, backward_program, chunk_steps, forward_program, packing_program
 
 REFERENCE_LENGTH = 300  # Deep Speech 2's T: the sequence length task weights are counted at
 DEFAULT_LOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
@@ -174,13 +174,17 @@ class Task:
     calls: int  # runs per training step (forward_train + backward) and inference forward, at REFERENCE_LENGTH
 
 
-def extract_tasks(configs, length: int = REFERENCE_LENGTH) -> list[Task]:
-    """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``."""
+def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[Task]:
+    """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
+
+    ``target`` picks the chunk sizes of the all-steps GEMMs (``passes.chunk_steps``), as build does.
+    """
     tasks: dict[str, Task] = {}
+    chunks = chunk_steps(target)
     for config in configs:
-        for program in (forward_program(config, lambda k: k.func, train=False),
-                        forward_program(config, lambda k: k.func, train=True),
-                        backward_program(config, lambda k: k.func),
+        for program in (forward_program(config, lambda k: k.func, train=False, chunks=chunks),
+                        forward_program(config, lambda k: k.func, train=True, chunks=chunks),
+                        backward_program(config, lambda k: k.func, chunks=chunks),
                         packing_program(config, lambda k: k.func)):
             for name, count in program.calls(length).items():
                 task = tasks.setdefault(name, Task(program.kernels[name], 0))
@@ -463,7 +467,7 @@ def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64
     """
     folder = os.path.join(log_dir, target_key(target))
     db = LogDatabase(folder)
-    tasks = [t for t in extract_tasks(configs)
+    tasks = [t for t in extract_tasks(configs, target=target)
              if kernels is None or any(k in t.kernel.name for k in kernels)][:max_tasks]
     builder = builder or default_builder(target)
     runner = runner or default_runner(target, rpc_tracker, rpc_key)
