@@ -167,7 +167,7 @@ def test_unit_parameters_are_never_kept():
     assert ex.LEAKY_RNN.num_saved == 1
     peephole = derive(ex.PEEPHOLE_LSTM)
     assert not any(any(v.same_as(e) for v in peephole.params) for _, e in peephole.saved)
-    assert ex.PEEPHOLE_LSTM.num_saved == 5  # i, f, g, o, tanh(c_t), as for the LSTM
+    assert ex.PEEPHOLE_LSTM.num_saved == 4  # i, f, g, o, as for the LSTM (tanh(c_t) is recomputed from c_t)
     assert not derive(ex.MGU).gate_grads_shared  # f scales W_hn h: two gradients for gate n, as in GRU
 
 
@@ -302,7 +302,7 @@ def test_package_metadata_and_loaded_cell(exported):
     meta = package.read_metadata(exported)
     assert meta["format_version"] == 2
     assert (meta["cell"], meta["gates"], meta["has_cell_state"]) == ("peephole_lstm", ["i", "f", "g", "o"], True)
-    assert meta["unit_params"] == ["w_ci", "w_cf", "w_co"] and meta["num_saved"] == 5
+    assert meta["unit_params"] == ["w_ci", "w_cf", "w_co"] and meta["num_saved"] == 4
     assert [name for name, _, _ in meta["parameters"]][4:6] == ["w_ci_l0", "w_cf_l0"]
     loaded = tvmrnn.load(exported)
     assert loaded.config.cell.signature == ex.PEEPHOLE_LSTM.signature

@@ -334,6 +334,16 @@ def _derive(cell: Cell) -> Derivation:
                if not _is_const(n) and tvm_ffi.StructuralKey(n) not in keep | from_params}
     saved_by_key = {}
 
+    def of_states(e):
+        """A nonlinearity of values the backward reads anyway (h_t, c_t, h_{t-1}, c_{t-1}, per-unit
+        parameters), like the LSTM's tanh(c_t): recomputed, which costs one function per unit
+        in the backward and saves a (T, N, H) array of the workspace (a DS2 LSTM's peak training
+        memory went under cuDNN's by this)."""
+        if not isinstance(e, tvm.ir.Call):
+            return False
+        return all(_is_const(a) or tvm_ffi.StructuralKey(a) in available
+                   or tvm_ffi.StructuralKey(a) in keep or tvm_ffi.StructuralKey(a) in from_params for a in e.args)
+
     def substitute(e, mutator):
         key = tvm_ffi.StructuralKey(e)
         if key in available:
@@ -342,7 +352,7 @@ def _derive(cell: Cell) -> Derivation:
             return e
         cheap = isinstance(e, (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div)) and (
             _is_const(e.a) or _is_const(e.b))
-        if key in forward and not cheap:  # recompute (1 - z) rather than store it
+        if key in forward and not cheap and not of_states(e):  # recompute (1 - z) rather than store it
             if key not in saved_by_key:
                 name = e.name if isinstance(e, tvm.ir.Var) else (
                     e.op.name.split(".")[-1] if isinstance(e, tvm.ir.Call) else type(e).__name__.lower())
