@@ -25,7 +25,8 @@ def to_cuda(a):
 # The CPU suite runs the whole grid (test_rnn.py). Here, where every build costs GPU-machine time, a
 # subset that still reaches every GPU code path: one and three layers (inner layers read the layer
 # below), both directions, batch-first once; T = 1 (the backward's time loop runs zero times),
-# 7 (single-step tails only) and 50 (16-step chunks of the all-steps GEMMs, then tails).
+# 7 (a 4-step chunk of the all-steps GEMMs and single steps) and 50 (32- and 4-step chunks, single
+# steps); test_long_sequences reaches the 256-step chunks (passes.GPU_CHUNK_STEPS).
 LAYOUTS = [(1, False, False), (1, True, False), (3, False, False), (3, True, False), (2, True, True)]
 
 
@@ -35,6 +36,11 @@ LAYOUTS = [(1, False, False), (1, True, False), (3, False, False), (3, True, Fal
 @pytest.mark.parametrize("cell", CELLS)
 def test_matches_torch_on_cuda(cell, num_layers, bidirectional, batch_first, T, rng):
     _check(cell, num_layers, bidirectional, batch_first, T, rng, target="cuda", as_array=to_cuda)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_long_sequences_match_torch_on_cuda(cell, rng):
+    _check(cell, 1, True, False, 300, rng, target="cuda", as_array=to_cuda)
 
 
 @pytest.mark.parametrize("T", [1, 7])

@@ -14,6 +14,7 @@ import tvm
 from . import target as targets
 from .arrays import Frame, to_tvm
 from .cells import get_cell
+from .default_schedule import is_gpu
 from .passes import Config, backward_program, chunk_steps, forward_program, packing_program
 from .tuning import report_untuned, scheduler
 
@@ -99,7 +100,13 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
                 forward_program(config, schedule, train=True, persistent_blocks=blocks, chunks=chunks),
                 backward_program(config, schedule, persistent_blocks=blocks, chunks=chunks),
                 packing_program(config, schedule))
-    executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
+    # TIR's common-subexpression elimination is superlinear in a function's size: on a GPU target,
+    # where the passes embed a launch per call site, it took 83% of a 2-layer bidirectional LSTM's
+    # build (31 of 37 s) and pushed a 5-layer one past minutes. NVCC eliminates the same
+    # subexpressions itself: the kernels' PTX was within 0.5% and used the same registers
+    # without it (notes/performance.md, v5). CPU builds keep it (they take seconds either way).
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target)}):
+        executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable)
