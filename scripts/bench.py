@@ -126,7 +126,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         for p in profile(rnn, T, passes):
             print(p.table(), flush=True)
             row["profile"].append(dict(pass_=p.name, measured_ms=p.measured_ms, kernel_ms=p.kernel_ms,
-                                       steps=p.steps, launches_per_step=p.launches_per_step,
+                                       steps=p.steps, launches_per_step=p.launches_per_step, persistent=p.persistent,
                                        gap_us_per_step=p.gap_us_per_step,
                                        groups={g: p.group_ms(g) for g in GROUPS},
                                        kernels=[vars(k) for k in p.kernels]))

@@ -27,3 +27,14 @@ def test_profile_counts_every_kernel_call():
     assert {k.group for k in backward.kernels} >= {"input GEMM", "weight grads", "recurrent"}
     assert all(k.group == "recurrent" for k in backward.kernels if k.name.startswith("backward_step"))
     assert backward.group_ms("other") < backward.kernel_ms
+
+
+def test_persistent_profiles_say_the_loop_is_one_launch():
+    """A persistent build's table must not call its barrier time a launch gap."""
+    from tvmrnn.profile import KernelTime, PassProfile
+    k = KernelTime("recurrent_step_lstm_infer_n20_h800", "recurrent", 300, 12.0)
+    ordinary = PassProfile("forward", 300, 5.0, [k], 300, 1).table()
+    persistent = PassProfile("forward", 300, 5.0, [k], 300, 1, persistent=True).table()
+    assert "1 kernels per step" in ordinary and "gap 4.7 us per step" in ordinary
+    assert "persistent time loops (one launch per loop" in persistent and "kernels per step" not in persistent
+    assert "in-kernel cost beyond the step launched alone 4.7 us per step" in persistent
