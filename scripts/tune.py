@@ -93,7 +93,7 @@ def main(argv=None):
     p.add_argument("--trials", type=int, default=64, help="trials per task, counting those already logged")
     p.add_argument("--log-dir", default=tuning.DEFAULT_LOGS, help="default: the repository's tuning_logs/")
     p.add_argument("--kernels", nargs="*", help="only tasks whose name contains one of these")
-    p.add_argument("--max-tasks", type=int, help="only the N tasks with the most runs per training step")
+    p.add_argument("--max-tasks", type=int, help="only the N tasks with the largest share of a training step (measured where the log has them, else estimated from FLOPs)")
     p.add_argument("--warm-start-from", help="another log folder (other target or shapes) to seed new tasks from")
     p.add_argument("--no-default-seed", action="store_true",
                    help="do not measure each new task's default schedule first (it becomes a record, so a "
@@ -112,8 +112,8 @@ def main(argv=None):
     print(f"target {target.export()} -> {folder}")
     if a.list:
         db = tuning.load_records(folder) if os.path.isdir(folder) else None
-        tasks = [t for t in tuning.extract_tasks(configs, target=target)
-                 if not a.kernels or any(k in t.kernel.name for k in a.kernels)][:a.max_tasks]
+        tasks = tuning.rank_tasks([t for t in tuning.extract_tasks(configs, target=target)
+                                   if not a.kernels or any(k in t.kernel.name for k in a.kernels)], db)[:a.max_tasks]
         table([(t, db and tuning.best_latency_us(db, t.kernel), len(tuning.records_of(db, t.kernel)) if db else 0)
                for t in tasks])
         return

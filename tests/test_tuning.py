@@ -177,3 +177,18 @@ def test_committed_h100_logs_build_for_sm90():
                        tuning_logs=os.path.join(root, "tuning_logs", "superseded"))
     assert rnn.schedules["recurrent_step_gru_infer_n20_h800"] == "tuned"
     assert rnn.schedules["recurrent_step_gru_train_n20_h800"] == "tuned"
+
+
+def test_tasks_rank_by_their_share_of_a_step(monkeypatch):
+    """--max-tasks keeps the heaviest tasks: calls x latency where measured, else calls x FLOPs."""
+    tasks = tuning.extract_tasks([CONFIG])
+    unmeasured = tuning.rank_tasks(tasks)
+    work = [t.calls * max(t.flops, 1.0) for t in unmeasured]
+    assert work == sorted(work, reverse=True)
+    assert unmeasured[0].flops > 0 and any(t.flops == 0 for t in tasks)  # copies move data, no FLOPs
+    # measured: a rarely called task that takes long outranks a frequent quick one
+    rare = min((t for t in tasks if t.calls), key=lambda t: t.calls)
+    often = max(tasks, key=lambda t: t.calls)
+    monkeypatch.setattr(tuning, "best_latency_us", lambda db, kernel: 1e6 if kernel.name == rare.kernel.name else 1.0)
+    ranked = tuning.rank_tasks(tasks, db=object())
+    assert ranked[0] is rare and ranked.index(often) > 0

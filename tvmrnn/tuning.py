@@ -173,6 +173,40 @@ class Task:
     kernel: Kernel
     calls: int  # runs per training step (forward_train + backward) and inference forward, at REFERENCE_LENGTH
 
+    @property
+    def flops(self) -> float:
+        """Floating-point operations of one call (TVM's estimate from the kernel's loops)."""
+        if not hasattr(self, "_flops"):
+            try:
+                self._flops = float(tvm.s_tir.analysis.estimate_tir_flops(workload(self.kernel)))
+            except Exception:  # an estimate only: a kernel it cannot read ranks by its calls alone
+                self._flops = 0.0
+        return self._flops
+
+
+def rank_tasks(tasks: list[Task], db=None) -> list[Task]:
+    """Tasks by their share of a training step, largest first: where trials should go.
+
+    A task the log has measured counts its calls x best latency; one it has not, its calls x its
+    FLOPs at the rate (FLOP/s) of the measured tasks together, or with none measured its calls x
+    FLOPs alone. Per-step kernels run hundreds of times, each all-steps GEMM a few times but
+    hundreds of times longer, so the count of calls alone ranks the GEMMs far too low.
+    """
+    measured = {id(t): best_latency_us(db, t.kernel) if db is not None else None for t in tasks}
+    done = [t for t in tasks if measured[id(t)] and t.flops]
+    # FLOP per us over the measured tasks together: the big GEMMs' rate, which is what the
+    # unmeasured tasks with many FLOPs (GEMMs of other shapes) are likely to run at
+    rate = sum(t.flops for t in done) / sum(measured[id(t)] for t in done) if done else None
+
+    def cost(t):
+        if measured[id(t)]:
+            return t.calls * measured[id(t)]
+        if rate:
+            return t.calls * max(t.flops / rate, 1.0)  # at least a microsecond a call
+        return t.calls * max(t.flops, 1.0)
+
+    return sorted(tasks, key=lambda t: -cost(t))
+
 
 def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[Task]:
     """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
@@ -460,15 +494,15 @@ def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64
 
     Resumes: trials already in the log count, so a rerun only measures what is missing, and a
     finished task is skipped. ``kernels`` (names or substrings) restricts the tasks, ``max_tasks``
-    keeps the heaviest ones (most runs per training step). ``warm_start_from`` (another log
+    keeps the heaviest ones (largest share of a training step, :func:`rank_tasks`). ``warm_start_from`` (another log
     folder) seeds tasks that have no records with that folder's best schedules; ``seed_default``
     first measures each new task's default schedule (one trial of its budget). Returns
     ``[(task, best latency in us or None, trials)]``.
     """
     folder = os.path.join(log_dir, target_key(target))
     db = LogDatabase(folder)
-    tasks = [t for t in extract_tasks(configs, target=target)
-             if kernels is None or any(k in t.kernel.name for k in kernels)][:max_tasks]
+    tasks = rank_tasks([t for t in extract_tasks(configs, target=target)
+                        if kernels is None or any(k in t.kernel.name for k in kernels)], db.memory)[:max_tasks]
     builder = builder or default_builder(target)
     runner = runner or default_runner(target, rpc_tracker, rpc_key)
     new = [t for t in tasks if not records_of(db.memory, t.kernel)]
