@@ -107,3 +107,19 @@ def test_weights_and_workspace_must_belong(lstm, gru):
         rnn.backward(w, ws, y[:-1].copy())
     with pytest.raises(TypeError, match="dy: expected dtype float32"):
         rnn.backward(w, ws, y.astype(np.float64))
+
+
+def test_cpu_kernels_use_every_core_unless_told():
+    """TVM alone takes half the logical CPUs on x86; tvmrnn asks for the physical cores it may use."""
+    import os
+    import subprocess
+    import sys
+    import psutil
+    code = "import tvmrnn, tvm, os; print(os.environ.get('TVM_NUM_THREADS', '-'), tvm.get_global_func('runtime.NumThreads')())"
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    want = min(len(os.sched_getaffinity(0)), psutil.cpu_count(logical=False) or os.cpu_count())
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(want), str(want)]
+    out = subprocess.run([sys.executable, "-c", code], env=dict(env, OMP_NUM_THREADS="1"),
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["-", "1"]  # the user's choice stands (TVM reads OMP_NUM_THREADS too)
