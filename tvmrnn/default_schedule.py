@@ -63,12 +63,12 @@ def _divisor(n: int, at_most: int, multiple_of: int = 1) -> int:
     return 1
 
 
-def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int = 4) -> None:
+def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None) -> None:
     """Register-blocked GEMM (see the module docstring) on the kernel's reduction block.
 
     ``accumulators``: vector registers the output tile may use (of AVX-512's 32 or AVX2's 16,
     the rest hold the broadcast inputs and streamed operand); ``column_vectors``: widest tile
-    along the columns, in vectors.
+    along the columns, in vectors (default 4; on AVX2, 2 where that is a whole number of units).
     """
     lanes = vector_lanes(target)
     if lanes == 8:
@@ -93,12 +93,24 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     for e in col_extents[1:]:
         inner *= e
     lead = col_extents[0]
-    cap = max(1, column_vectors * lanes // inner)
-    # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
-    # 16 units make 48 floats (3 vectors); 20 units (60 floats) could not be split so.
-    lead_tile = _divisor(lead, cap, multiple_of=lanes // math.gcd(lanes, inner))
-    if lead_tile == 1:
-        lead_tile = _divisor(lead, cap)
+
+    def lead_tile_for(vectors):
+        cap = max(1, vectors * lanes // inner)
+        # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
+        # 16 units make 48 floats (3 vectors); 20 units (60 floats) could not be split so.
+        tile = _divisor(lead, cap, multiple_of=lanes // math.gcd(lanes, inner))
+        return tile if tile > 1 else _divisor(lead, cap)
+
+    lead_tile = lead_tile_for(column_vectors or 4)
+    if lanes == 8 and column_vectors is None and inner > 1:
+        # AVX2's 16 registers, gate-interleaved columns (the fused step, the input projection):
+        # a 2-vector-wide tile with 5 rows ran 7-14% faster than a 4-wide one with 2 rows (dev
+        # machine, x86-64-v3, two runs: LSTM step 540-560 -> 491-505 us, input projection chunk
+        # 8.0 -> 7.0-7.2 ms), where 2 vectors hold a whole number of units. The GEMMs over plain
+        # columns (weight gradient, backward step) were 7-10% slower so and keep 4 vectors.
+        narrow = lead_tile_for(2)
+        if narrow * inner % lanes == 0:
+            lead_tile = narrow
     width = lead_tile * inner
     # Row tile: the last row axis tiled so that rows x column vectors fit the accumulators.
     rows = _divisor(row_extents[-1], max(1, accumulators // max(1, -(-width // lanes)))) if row_extents else 1
