@@ -8,9 +8,11 @@ projection (tvmrnn's DS2 kernels, timed alone with TVM's time_evaluator, median)
 own ``h @ W_hh^T`` of one LSTM step and the chunk's input GEMM at the same thread count, as a
 yardstick of what the machine gives a GEMM of that shape. Prints microseconds, GFLOP/s and the
 speed-up over the first thread count. Each thread count and side runs in a fresh process
-(``TVM_NUM_THREADS``, ``torch.set_num_threads``): in one process, one runtime's idle workers spin
-on the cores the other wants (PyTorch's step GEMM ran 13x slower right after TVM's kernels on the
-dev machine). A step that stops scaling while PyTorch's GEMM keeps scaling points at
+(``TVM_NUM_THREADS``, ``torch.set_num_threads``), so that each thread count is the one its runtime
+started with and neither runtime's idle workers share the cores with the other's. (On the dev
+machine, PyTorch's step GEMM ran 13x slower in a process whose TVM pool had been resized with
+``runtime.config_threadpool``; with both at their defaults it ran 10-15% slower right after a
+tvmrnn forward than before it.) A step that stops scaling while PyTorch's GEMM keeps scaling points at
 our schedule (tile split, weights not staying in each core's cache); both flat points at the
 machine (shared cores, memory bandwidth).
 """
