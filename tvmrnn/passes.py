@@ -35,9 +35,10 @@ from .sequence import Program
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
 # static shapes: as many of the first size as fit, then the next... (``Program.chunked``). The chunk
 # size changes no buffer, only the GEMMs' shapes. On the H100 a few large GEMMs beat many small ones
-# (DS2 LSTM: inference 6.32 -> 5.77 ms, training 20.0 -> 16.6 ms, 16-step against 300-step chunks,
-# scripts/chunk_study.py); on the 16-core Xeon the 16-step chunks were faster (LSTM training 387 ms
-# against 486 with 256-step chunks; GRU inference 60 against 81 ms).
+# (DS2 LSTM, inference / training: 16-step chunks 6.32 / 20.0 ms, one 300-step chunk 5.77 / 16.6 ms,
+# scripts/chunk_study.py; 256/32/4/1 5.89 / 17.9 ms in the v5 bench, another run); on the 16-core
+# Xeon the 16-step chunks were faster (LSTM training 387 against 486 ms with 256/32/4/1; GRU
+# inference 60 against 81 ms).
 CHUNK_STEPS = (16, 1)
 GPU_CHUNK_STEPS = (256, 32, 4, 1)
 
