@@ -84,6 +84,39 @@ def timed(fn, sync, reps, max_seconds):
     return statistics.median(times), len(times)
 
 
+def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800, reps=10):
+    """For each cell (input size = hidden size): build once per variant, run every build on the same
+    weights and input, check each agrees with the first, and print median inference and
+    training-pass (forward_train + backward) times. ``variants``: ``[(label, setup)]``, where
+    ``setup()`` sets what the variant changes (module attributes, environment) before its build."""
+    import torch
+    import tvmrnn
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    H = hidden_size
+    for cell in cells:
+        torch.manual_seed(0)
+        x = torch.randn(T, N, H, device=device)
+        dy = torch.randn(T, N, H, device=device)
+        module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU if cell == "gru" else torch.nn.RNN)(H, H)
+        params = tvmrnn.params_from_torch(module.to(device))  # the same weights for every build
+        ref = None
+        for label, setup in variants:
+            setup()
+            t0 = time.perf_counter()
+            rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, batch_size=N,
+                               target="cuda" if device == "cuda" else None, tuning_logs=False)
+            built = time.perf_counter() - t0
+            w = rnn.pack_weights(params)
+            y = rnn.forward(w, x)[0]
+            ref = y if ref is None else ref
+            err = float((y - ref).abs().max() / ref.abs().max())
+            infer = 1e3 * timed(lambda: rnn.forward(w, x), sync, reps, float("inf"))[0]
+            train = 1e3 * timed(lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy), sync, reps, float("inf"))[0]
+            print(f"{cell:9s} {label:48s} inference {infer:7.2f} ms ({N / infer * 1e3:7.1f}/s)  "
+                  f"training {train:7.2f} ms ({N / train * 1e3:7.1f}/s)  max rel diff {err:.1e}  "
+                  f"build {built:.0f} s", flush=True)
+
+
 def rel(a, b):
     import torch
     a, b = a.double(), b.double()

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -31,49 +29,20 @@ def main():
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--reps", type=int, default=10)
     a = p.parse_args()
-    import torch
-    import tvmrnn
+    if a.threads:
+        os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
+        import torch
+        torch.set_num_threads(a.threads)
+    from bench import compare_builds
     from tvmrnn import passes
 
-    if a.threads:
-        torch.set_num_threads(a.threads)
-        os.environ["TVM_NUM_THREADS"] = str(a.threads)
-    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
+    def chunked(sizes):
+        def setup():  # build reads them through passes.chunk_steps, for the CPU or the GPU
+            passes.CHUNK_STEPS = passes.GPU_CHUNK_STEPS = tuple(int(s) for s in sizes.split(","))
+        return setup
 
-    def median_ms(fn):
-        fn()
-        sync()
-        times = []
-        for _ in range(a.reps):
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - t0)
-        return 1e3 * statistics.median(times)
-
-    H = a.hidden_size
-    for cell in a.cells:
-        torch.manual_seed(0)
-        x = torch.randn(a.T, a.N, H, device=a.device)
-        dy = torch.randn(a.T, a.N, H, device=a.device)
-        module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU if cell == "gru" else torch.nn.RNN)(H, H)
-        params = tvmrnn.params_from_torch(module.to(a.device))
-        ref = None
-        for chunks in a.chunks:
-            passes.CHUNK_STEPS = tuple(int(s) for s in chunks.split(","))
-            t0 = time.perf_counter()
-            rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, batch_size=a.N,
-                               target="cuda" if a.device == "cuda" else None, tuning_logs=False)
-            built = time.perf_counter() - t0
-            w = rnn.pack_weights(params)
-            y = rnn.forward(w, x)[0]
-            ref = y if ref is None else ref
-            err = float((y - ref).abs().max() / ref.abs().max())
-            infer = median_ms(lambda: rnn.forward(w, x))
-            train = median_ms(lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy))
-            print(f"{cell:9s} chunks {chunks:12s} inference {infer:7.2f} ms ({a.N / infer * 1e3:7.1f}/s)  "
-                  f"training {train:7.2f} ms ({a.N / train * 1e3:7.1f}/s)  max rel diff {err:.1e}  "
-                  f"build {built:.0f} s", flush=True)
+    compare_builds(a.cells, [(f"chunks {c}", chunked(c)) for c in a.chunks], device=a.device, T=a.T, N=a.N,
+                   hidden_size=a.hidden_size, reps=a.reps)
 
 
 if __name__ == "__main__":

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -57,11 +55,12 @@ def main():
     import torch
     torch.set_num_threads(threads)
     if side == "torch":
+        from bench import timed
         N, H = a.batch_size, a.hidden_size
         h, w, xs = torch.randn(N, H), torch.randn(4 * H, H), torch.randn(16 * N, H)
         for name, fn, flop in (("torch h @ W_hh^T (LSTM step GEMM)", lambda: h @ w.t(), 2 * N * H * 4 * H),
                                ("torch x @ W_ih^T (LSTM 16-step chunk)", lambda: xs @ w.t(), 2 * 16 * N * H * 4 * H)):
-            print(f"{name}\t{_median_us(fn)}\t{flop}")
+            print(f"{name}\t{1e6 * timed(fn, lambda: None, 250, float('inf'))[0]}\t{flop}")
         return
     from tvmrnn import fast_math, kernels
     from tvmrnn.cells import CELLS
@@ -76,17 +75,6 @@ def main():
     funcs = [(k.name, fast_math.vectorisable(default_schedule(k, target)), flop) for k, flop in todo]
     for name, func, flop in funcs:
         print(f"{name}\t{time_kernel(func, target, number=50, repeat=5)}\t{flop}")
-
-
-def _median_us(fn, reps=50):
-    fn()
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        times.append((time.perf_counter() - t0) / reps)
-    return 1e6 * statistics.median(times)
 
 
 if __name__ == "__main__":

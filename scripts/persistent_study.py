@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -29,43 +27,20 @@ def main():
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--reps", type=int, default=10)
     a = p.parse_args()
-    import torch
-    import tvmrnn
+    from bench import compare_builds
     from tvmrnn import default_schedule
 
-    def median_ms(fn):
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(a.reps):
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return 1e3 * statistics.median(times)
+    def launched():
+        os.environ["TVMRNN_PERSISTENT"] = "0"  # read by build
 
-    H = a.hidden_size
-    for cell in a.cells:
-        torch.manual_seed(0)
-        x = torch.randn(a.T, a.N, H, device="cuda")
-        dy = torch.randn(a.T, a.N, H, device="cuda")
-        module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU if cell == "gru" else torch.nn.RNN)(H, H).cuda()
-        params = tvmrnn.params_from_torch(module)  # the same weights for every build
-        ref = None
-        for shape in [None, *SHAPES]:
-            os.environ["TVMRNN_PERSISTENT"] = "0" if shape is None else "1"  # read by build
-            if shape is not None:
-                default_schedule.PERSISTENT_TILES = dict(shape)
-            rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, batch_size=a.N, target="cuda", tuning_logs=False)
-            w = rnn.pack_weights(params)
-            y = rnn.forward(w, x)[0]
-            ref = y if ref is None else ref
-            err = float((y - ref).abs().max() / ref.abs().max())
-            infer = median_ms(lambda: rnn.forward(w, x))
-            train = median_ms(lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy))
-            name = "per-step launches" if shape is None else f"persistent {shape}"
-            print(f"{cell:9s} {name:48s} inference {infer:7.2f} ms ({a.N / infer * 1e3:7.1f}/s)  "
-                  f"training {train:7.2f} ms ({a.N / train * 1e3:7.1f}/s)  max rel diff {err:.1e}", flush=True)
+    def persistent(shape):
+        def setup():
+            os.environ["TVMRNN_PERSISTENT"] = "1"
+            default_schedule.PERSISTENT_TILES = dict(shape)
+        return setup
+
+    compare_builds(a.cells, [("per-step launches", launched)] + [(f"persistent {s}", persistent(s)) for s in SHAPES],
+                   device="cuda", T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps)
 
 
 if __name__ == "__main__":
