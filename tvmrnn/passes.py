@@ -29,6 +29,7 @@ from tvm import tirx
 
 from . import kernels
 from .cells import Cell
+from .default_schedule import is_gpu
 from .layout import Layout
 from .sequence import Program
 
@@ -45,7 +46,6 @@ GPU_CHUNK_STEPS = (256, 32, 4, 1)
 
 def chunk_steps(target) -> tuple[int, ...]:
     """The chunk sizes the all-steps GEMMs use on ``target`` (a ``tvm.target.Target``, or None: CPU)."""
-    from .default_schedule import is_gpu
     return GPU_CHUNK_STEPS if target is not None and is_gpu(target) else CHUNK_STEPS
 
 

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import os
@@ -173,15 +174,13 @@ class Task:
     kernel: Kernel
     calls: int  # runs per training step (forward_train + backward) and inference forward, at REFERENCE_LENGTH
 
-    @property
+    @functools.cached_property
     def flops(self) -> float:
         """Floating-point operations of one call (TVM's estimate from the kernel's loops)."""
-        if not hasattr(self, "_flops"):
-            try:
-                self._flops = float(tvm.s_tir.analysis.estimate_tir_flops(workload(self.kernel)))
-            except Exception:  # an estimate only: a kernel it cannot read ranks by its calls alone
-                self._flops = 0.0
-        return self._flops
+        try:
+            return float(tvm.s_tir.analysis.estimate_tir_flops(workload(self.kernel)))
+        except Exception:  # an estimate only: a kernel it cannot read ranks by its calls alone
+            return 0.0
 
 
 def rank_tasks(tasks: list[Task], db=None) -> list[Task]:
