@@ -35,6 +35,7 @@ def main():
     p.add_argument("--min-blocks", type=int, nargs="*", default=[200, 132, 400])
     p.add_argument("--thread-columns", type=int, nargs="*", default=[4, 2, 8])
     p.add_argument("--unroll", type=int, nargs="*", default=[8])
+    p.add_argument("--only", nargs="*", default=[], help="kernels whose name contains one of these")
     a = p.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
     import tvm
@@ -56,6 +57,7 @@ def main():
         print(f"{target.attrs.get('arch')} {_gpu_name()}")
         shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u)
                   for t, b, c, u in itertools.product(a.block_threads, a.min_blocks, a.thread_columns, a.unroll)]
+    todo = [k for k in todo if not a.only or any(s in k.name for s in a.only)]
     for kernel in todo:
         for shape in shapes:
             func = default_schedule(kernel, target, **shape)

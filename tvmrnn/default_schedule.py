@@ -159,7 +159,7 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "matmul":
-        return _dlight(sch, _ScalarMatmul(), target)
+        return _dlight(sch, _TiledMatmul(**tiles.get("matmul", {})), target)
     return kind is not None
 
 
@@ -206,16 +206,28 @@ def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unro
     sch.unroll(unrolled)
 
 
-class _ScalarMatmul(dlight.gpu.Matmul):
-    """dlight's Matmul without vector loads and stores. The sequence driver passes kernels views of
-    larger buffers (a chunk of steps, one layer's weights in the packed buffer) at offsets that
-    need not be a multiple of the vector width; with dlight's ``float2`` accesses an odd offset
-    (e.g. after a cell's odd-length per-unit parameters) is a misaligned-address fault on the GPU
-    (seen on the H100 with a 2-layer peephole LSTM, H = 37)."""
+# dlight's Matmul config for the GEMMs over chunks of steps (``tiles["matmul"]`` overrides it;
+# ``scripts/gemm_study.py`` times others). Scalar accesses: see :class:`_TiledMatmul`.
+GPU_MATMUL = dict(vector_size=1)
+
+
+class _TiledMatmul(dlight.gpu.Matmul):
+    """dlight's Matmul with :data:`GPU_MATMUL` (and the caller's overrides) on its CUDA config.
+
+    Scalar loads and stores by default: the sequence driver passes kernels views of larger buffers
+    (a chunk of steps, one layer's weights in the packed buffer) at offsets that need not be a
+    multiple of the vector width; with dlight's ``float2`` accesses an odd offset (e.g. after a
+    cell's odd-length per-unit parameters) is a misaligned-address fault on the GPU (seen on the
+    H100 with a 2-layer peephole LSTM, H = 37)."""
+
+    def __init__(self, **overrides):
+        super().__init__()
+        self.overrides = {**GPU_MATMUL, **overrides}
 
     def get_configs(self, target):
         config = super().get_configs(target)
-        config.vector_size = 1
+        for key, value in self.overrides.items():
+            setattr(config, key, value)
         return config
 
 
