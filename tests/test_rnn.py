@@ -148,3 +148,50 @@ def test_scratch_is_reused_and_results_are_fresh(rng):
     g = rnn.backward(w, ws, np.ones_like(y2))
     g2 = rnn.backward(w, ws, np.ones_like(y2))
     assert all(np.array_equal(g[k], g2[k]) for k in g) and not np.shares_memory(g["x"], g2["x"])
+
+
+@pytest.mark.parametrize("frame", ["numpy", "torch"])
+def test_workspace_recycled_only_when_nothing_refers_to_it(rng, frame):
+    """A dropped workspace's arrays serve the next training forward (no fresh pages to zero), and
+    only then: a live workspace, or one whose array (or a view of it) someone still holds, is
+    never handed out again, and recycling changes no result."""
+    rnn = built("lstm", num_layers=2, bidirectional=True)
+    ref = torch_module("lstm", I, H, 2, True, False)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    conv = (lambda a: a) if frame == "numpy" else torch.from_numpy
+    x1, x2 = (conv(rng.standard_normal((7, N, I)).astype(np.float32)) for _ in range(2))
+    dy = conv(rng.standard_normal((7, N, 2 * H)).astype(np.float32))
+    rnn.free_scratch()
+
+    def addresses(ws):
+        return {k: a.__array_interface__["data"][0] if frame == "numpy" else a.data_ptr() for k, a in ws.arrays.items()}
+
+    def gradients(ws):
+        return {k: np.array(v, copy=True) if frame == "numpy" else v.numpy().copy()
+                for k, v in rnn.backward(w, ws, dy).items()}
+
+    def same(g, h):
+        return g.keys() == h.keys() and all(np.array_equal(g[k], h[k]) for k in g)
+
+    ws0 = rnn.forward_train(w, x2)[3]
+    first = addresses(ws0)
+    expected = gradients(ws0)
+    del ws0
+    ws1 = rnn.forward_train(w, x1)[3]
+    assert addresses(ws1) == first  # the dropped workspace came back
+    ws2 = rnn.forward_train(w, x2)[3]
+    second = addresses(ws2)
+    assert all(second[k] != first[k] for k in first)  # ws1 is alive: fresh arrays
+    g1 = gradients(ws1)
+    assert same(gradients(ws2), expected)
+    del ws2
+    held = ws1.arrays["hs"][1:]  # a view of one array outlives its workspace
+    del ws1
+    for _ in range(3):  # the set with a held view never comes back; the other one does
+        ws = rnn.forward_train(w, x2)[3]
+        assert addresses(ws) == second
+        assert same(gradients(ws), expected)
+        del ws
+    del held
+    ws = rnn.forward_train(w, x1)[3]  # the most recently dropped set; the held one was discarded
+    assert addresses(ws) == second and same(gradients(ws), g1)
