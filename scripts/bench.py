@@ -97,8 +97,7 @@ def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800,
         torch.manual_seed(0)
         x = torch.randn(T, N, H, device=device)
         dy = torch.randn(T, N, H, device=device)
-        module = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU if cell == "gru" else torch.nn.RNN)(H, H)
-        params = tvmrnn.params_from_torch(module.to(device))  # the same weights for every build
+        params = tvmrnn.params_from_torch(torch_rnn(cell, H, H, 1, False).to(device))  # the same weights for every build
         ref = None
         for label, setup in variants:
             setup()

@@ -112,8 +112,7 @@ def main(argv=None):
     print(f"target {target.export()} -> {folder}")
     if a.list:
         db = tuning.load_records(folder) if os.path.isdir(folder) else None
-        tasks = tuning.rank_tasks([t for t in tuning.extract_tasks(configs, target=target)
-                                   if not a.kernels or any(k in t.kernel.name for k in a.kernels)], db)[:a.max_tasks]
+        tasks = tuning.select_tasks(configs, target, a.kernels or None, a.max_tasks, db)
         table([(t, db and tuning.best_latency_us(db, t.kernel), len(tuning.records_of(db, t.kernel)) if db else 0)
                for t in tasks])
         return

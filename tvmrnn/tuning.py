@@ -207,6 +207,14 @@ def rank_tasks(tasks: list[Task], db=None) -> list[Task]:
     return sorted(tasks, key=lambda t: -cost(t))
 
 
+def select_tasks(configs, target, kernels=None, max_tasks=None, db=None) -> list[Task]:
+    """The tasks of ``configs`` on ``target`` that :func:`tune` works on, in its order: those whose
+    name contains one of ``kernels`` (None: all), ranked by :func:`rank_tasks`, the first ``max_tasks``."""
+    tasks = [t for t in extract_tasks(configs, target=target)
+             if kernels is None or any(k in t.kernel.name for k in kernels)]
+    return rank_tasks(tasks, db)[:max_tasks]
+
+
 def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[Task]:
     """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
 
@@ -500,8 +508,7 @@ def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64
     """
     folder = os.path.join(log_dir, target_key(target))
     db = LogDatabase(folder)
-    tasks = rank_tasks([t for t in extract_tasks(configs, target=target)
-                        if kernels is None or any(k in t.kernel.name for k in kernels)], db.memory)[:max_tasks]
+    tasks = select_tasks(configs, target, kernels, max_tasks, db.memory)
     builder = builder or default_builder(target)
     runner = runner or default_runner(target, rpc_tracker, rpc_key)
     new = [t for t in tasks if not records_of(db.memory, t.kernel)]
