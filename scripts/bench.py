@@ -84,7 +84,8 @@ def timed(fn, sync, reps, max_seconds):
     return statistics.median(times), len(times)
 
 
-def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800, reps=10):
+def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800, reps=10, num_layers=1,
+                   bidirectional=False):
     """For each cell (input size = hidden size): build once per variant, run every build on the same
     weights and input, check each agrees with the first, and print median inference and
     training-pass (forward_train + backward) times. ``variants``: ``[(label, setup)]``, where
@@ -96,14 +97,15 @@ def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800,
     for cell in cells:
         torch.manual_seed(0)
         x = torch.randn(T, N, H, device=device)
-        dy = torch.randn(T, N, H, device=device)
-        params = tvmrnn.params_from_torch(torch_rnn(cell, H, H, 1, False).to(device))  # the same weights for every build
+        dy = torch.randn(T, N, H * (2 if bidirectional else 1), device=device)
+        # the same weights for every build
+        params = tvmrnn.params_from_torch(torch_rnn(cell, H, H, num_layers, bidirectional).to(device))
         ref = None
         for label, setup in variants:
             setup()
             t0 = time.perf_counter()
-            rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, batch_size=N,
-                               target="cuda" if device == "cuda" else None, tuning_logs=False)
+            rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, num_layers=num_layers, bidirectional=bidirectional,
+                               batch_size=N, target="cuda" if device == "cuda" else None, tuning_logs=False)
             built = time.perf_counter() - t0
             w = rnn.pack_weights(params)
             y = rnn.forward(w, x)[0]

@@ -36,6 +36,8 @@ def main():
     p.add_argument("--thread-columns", type=int, nargs="*", default=[4, 2, 8])
     p.add_argument("--unroll", type=int, nargs="*", default=[8])
     p.add_argument("--only", nargs="*", default=[], help="kernels whose name contains one of these")
+    p.add_argument("--directions", type=int, nargs="*", default=[1], help="per-step kernels for 1 and/or 2 "
+                                                                         "directions at once (bidirectional layers)")
     a = p.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
     import tvm
@@ -45,7 +47,8 @@ def main():
     from tvmrnn.profile import time_kernel
     from tvmrnn.target import host_target
     N, H = a.batch_size, a.hidden_size
-    todo = [kernels.recurrent_step(CELLS[c], N, H, train=False) for c in ("lstm", "gru", "rnn_tanh")]
+    todo = [kernels.recurrent_step(CELLS[c], N, H, train=False, directions=d)
+            for c in ("lstm", "gru", "rnn_tanh") for d in a.directions]
     if a.device == "cpu":
         target = host_target()
         todo += [kernels.recurrent_backward(N, H, 4, False), kernels.input_projection(16, N, H, H, 4)]
@@ -53,7 +56,8 @@ def main():
         shapes = [dict(accumulators=acc, column_vectors=cv) for cv in a.column_vectors for acc in a.accumulators]
     else:
         target = tvm.target.Target("nvidia/nvidia-h100") if "H100" in _gpu_name() else tvm.target.Target("cuda")
-        todo += [kernels.backward_step(CELLS[c], N, H) for c in ("lstm", "gru", "rnn_tanh")]
+        todo += [kernels.backward_step(CELLS[c], N, H, directions=d) for c in ("lstm", "gru", "rnn_tanh")
+                 for d in a.directions]
         print(f"{target.attrs.get('arch')} {_gpu_name()}")
         shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u)
                   for t, b, c, u in itertools.product(a.block_threads, a.min_blocks, a.thread_columns, a.unroll)]

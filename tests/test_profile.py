@@ -1,23 +1,29 @@
 """Where the time goes: the profiler accounts for every kernel a pass runs."""
 from __future__ import annotations
 
+import pytest
+
 import tvmrnn
 from tvmrnn.profile import profile
 
 
-def test_profile_counts_every_kernel_call():
+@pytest.mark.parametrize("stacked", [True, False], ids=["directions_stacked", "one_after_the_other"])
+def test_profile_counts_every_kernel_call(stacked, monkeypatch):
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1" if stacked else "0")
     rnn = tvmrnn.build("gru", input_size=5, hidden_size=8, num_layers=2, bidirectional=True, batch_size=2)
     T = 19  # one 16-step chunk of the all-steps GEMMs, then 3 single steps
     forward, backward = profile(rnn, T=T, passes=("forward", "backward"), reps=2)
-    assert forward.steps == T * 4 and forward.launches_per_step == 1
+    # 2 layers x 2 directions: stacked, one time loop per layer runs both directions
+    loops, suffix = (2, "_d2") if stacked else (4, "")
+    assert forward.steps == T * loops and forward.launches_per_step == 1
     # one launch per backward step: step t's recurrent GEMM with step t-1's gate-math backward;
     # the last step's gate math and the first step's GEMM run alone, outside the time loop
-    assert backward.steps == (T - 1) * 4 and backward.launches_per_step == 1
+    assert backward.steps == (T - 1) * loops and backward.launches_per_step == 1
     back = {k.name: k.calls for k in backward.kernels}
-    assert back["backward_step_gru_n2_h8"] == (T - 1) * 4
+    assert back[f"backward_step_gru_n2_h8{suffix}"] == (T - 1) * loops
     assert back["pointwise_backward_gru_n2_h8"] == 4 and back["recurrent_backward_n2_h8_g3_direct"] == 4
     calls = {k.name: k.calls for k in forward.kernels}
-    assert calls["recurrent_step_gru_infer_n2_h8"] == T * 4
+    assert calls[f"recurrent_step_gru_infer_n2_h8{suffix}"] == T * loops
     assert calls["input_projection_t16_n2_k5_h8_g3"] == 2 and calls["input_projection_t1_n2_k5_h8_g3"] == 3 * 2
     assert all(k.latency_us > 0 for k in forward.kernels + backward.kernels)
     assert forward.measured_ms > 0 and forward.group_ms("recurrent") > 0 and forward.group_ms("input GEMM") > 0

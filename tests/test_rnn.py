@@ -85,6 +85,32 @@ def test_zero_initial_states(cell, rng):
     _check(cell, 2, True, False, 5, rng, with_states=False)
 
 
+@pytest.mark.parametrize("cell", CELLS + ["peephole_lstm"])
+def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
+    """Both directions in one launch per step (the default) compute what a time loop per direction
+    does, bit for bit: same kernels but for the leading direction axis, same reduction order. At
+    T = 50 the reverse direction's views sit before the forward's for half the steps (a negative
+    direction stride, :class:`tvmrnn.sequence.Stacked`)."""
+    from tvmrnn.example_cells import EXAMPLES
+    spec = EXAMPLES[cell] if cell in EXAMPLES else cell
+    results = []
+    for stacked in ("1", "0"):
+        monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", stacked)
+        rnn = tvmrnn.build(spec, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N)
+        kernels = set(rnn.programs["backward"].kernels) | set(rnn.programs["forward_train"].kernels)
+        assert any(k.endswith("_d2") for k in kernels) == (stacked == "1")
+        local = np.random.default_rng(5)
+        w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
+                              for slot in rnn.config.layout.slots})
+        x = local.standard_normal((50, N, I)).astype(np.float32)
+        y, hy, cy, ws = rnn.forward_train(w, x)
+        inference = rnn.forward(w, x)
+        grads = rnn.backward(w, ws, local.standard_normal(y.shape).astype(np.float32))
+        results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
+    for a, b in zip(*results):
+        assert (a is None and b is None) or np.array_equal(a, b)
+
+
 def test_sequence_length_changes_without_rebuilding(rng):
     rnn = built("gru", 2, True)
     compiled = rnn.executable

@@ -251,7 +251,9 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
-    the G gates of a unit) for all rows, few enough that there are ``min_blocks`` blocks. Its
+    the G gates of a unit) for all rows, few enough that there are ``min_blocks`` blocks (per
+    problem of a kernel with a leading batch axis, :attr:`tvmrnn.kernels.Kernel.batch`: each
+    direction of a two-direction step gets the blocks that a one-direction step has). Its
     threads split the reduction (its axes fused; ``(j, g)`` of the backward's GEMMs is contiguous
     in their row operand) ``slices`` ways (``rfactor``): each thread keeps a
     tile of rows x ``thread_columns`` in registers (the G gates of one unit, or 4 units of a
@@ -277,7 +279,9 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     n_rows = len(spatial) - ncols
     if n_rows == 0 or not reduction:
         raise ValueError(f"{kernel.name}: split-K needs output rows and a reduction")
-    row_total = math.prod(_extent(sch, l) for l in spatial[:n_rows])
+    nb = kernel.batch  # leading independent problems (directions): blocks of their own
+    problems = math.prod(_extent(sch, l) for l in spatial[:nb])
+    row_total = math.prod(_extent(sch, l) for l in spatial[nb:n_rows])
     lead = _extent(sch, spatial[n_rows])
     inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
     red = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
@@ -285,7 +289,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
 
     per_thread = _divisor(lead, max(1, thread_columns // inner))  # lead columns per thread
     if max_blocks:
-        units = per_thread * -(-lead // (max_blocks * per_thread))
+        units = per_thread * -(-lead // (max(1, max_blocks // problems) * per_thread))
     else:
         units = per_thread * max(1, min(threads // 32, lead // (min_blocks * per_thread)))  # per block
     column_threads = units // per_thread
@@ -305,10 +309,12 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     # The output nest: (rows..., lead column, trailing columns); a block per `units` columns.
     out_loops = sch.get_loops(outputs[0])
     col_block, col_unit = sch.split(out_loops[n_rows], [None, units])
-    sch.reorder(col_block, *out_loops[:n_rows], col_unit)
-    element = sch.fuse(*out_loops[:n_rows], col_unit)
+    sch.reorder(*out_loops[:nb], col_block, *out_loops[nb:n_rows], col_unit)
+    element = sch.fuse(*out_loops[nb:n_rows], col_unit)
     total_threads = slices * column_threads * row_groups
     _, thread = sch.split(element, [None, total_threads])
+    if nb:  # each block works on one problem (its own weights)
+        col_block = sch.fuse(*out_loops[:nb], col_block)
     sch.bind(col_block, "blockIdx.x")
     sch.bind(thread, "threadIdx.x")
     sch.compute_at(gemm, thread, preserve_unit_loops=True)
@@ -374,14 +380,15 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
     math and its backward), and the forward step's read all gates of a unit (``gemm[n, j, 0:G]``),
     which ``reverse_compute_at`` cannot place; so the tile is made on the output nest and the GEMM
     computed under it (``compute_at``) instead, the siblings staying in one loop body."""
-    n, j = sch.get_loops(output)
+    *lead, n, j = sch.get_loops(output)  # lead: a direction axis (kernels.recurrent_step), if any
     j_outer, j_inner = sch.split(j, [None, unit_tile])
     n_outer, n_inner = sch.split(n, [None, rows])
-    sch.reorder(j_outer, n_outer, n_inner, j_inner)
-    tile = sch.fuse(j_outer, n_outer)
+    sch.reorder(j_outer, *lead, n_outer, n_inner, j_inner)
+    tile = sch.fuse(j_outer, *lead, n_outer)
     sch.parallel(tile)
     sch.compute_at(gemm, tile, preserve_unit_loops=True)
-    (gn, gj, *trailing), reduction = _gemm_axes(sch, gemm)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    gn, gj, *trailing = spatial[len(lead):]
     sch.reorder(*reduction, gn, gj, *trailing)
     sch.unroll(gn)
     _vectorize(sch, sch.fuse(gj, *trailing) if trailing else gj, lanes)

@@ -37,11 +37,15 @@ class Kernel:
     # output and the streamed operand are both contiguous (what a CPU schedule vectorises).
     gemm: str | None = None
     columns: tuple[str, ...] = ()
+    # Leading axes of every parameter (and of the GEMM's output) that index independent
+    # problems, each with its own weights: the direction axis of :func:`_lead`.
+    batch: int = 0
 
 
-def _make(name, inputs: dict, outputs: dict, gemm=None, columns=()) -> Kernel:
+def _make(name, inputs: dict, outputs: dict, gemm=None, columns=(), batch=0) -> Kernel:
     func = te.create_prim_func(list(inputs.values()) + list(outputs.values()))
-    return Kernel(name, func.with_attr("global_symbol", name), tuple(inputs) + tuple(outputs), gemm, tuple(columns))
+    return Kernel(name, func.with_attr("global_symbol", name), tuple(inputs) + tuple(outputs), gemm, tuple(columns),
+                  batch)
 
 
 def _substitute(expr, env: dict):
@@ -59,7 +63,8 @@ def _outputs(name, shape, exprs: dict, env_of) -> dict:
     roles = list(exprs)
     if not roles:
         return {}
-    tensors = te.compute(shape, lambda *i: [_substitute(exprs[r], env_of(*i)) for r in roles], name=name)
+    tensors = te.compute(shape, lambda *i: [_substitute(exprs[r], env_of(*i)) for r in roles], name=name,
+                         varargs_names=_axis_names(shape[:-2], "n", "j") if len(shape) > 2 else None)
     tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
     return dict(zip(roles, tensors))
 
@@ -82,35 +87,40 @@ def input_projection(steps, batch, in_size, hidden, gates) -> Kernel:
                  {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=("j", "g"))
 
 
-def recurrent_step(cell: Cell, batch, hidden, train: bool) -> Kernel:
+def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1) -> Kernel:
     """The recurrent GEMM fused with the cell's gate math, for one step.
 
     Outputs h_t twice (into the state and into the layer output), c_t, and for training the
-    values the derivation keeps for the backward.
+    values the derivation keeps for the backward. With ``directions`` > 1 every parameter gets a
+    leading direction axis: one launch runs that many independent steps (both directions of a
+    bidirectional layer, each with its own weights), see :func:`_lead`.
     """
     d = derivation(cell)
     G = cell.num_gates
-    gx = te.placeholder((batch, hidden, G), F32, "gx")
-    h_prev = te.placeholder((batch, hidden), F32, "h_prev")
-    w = te.placeholder((hidden, hidden, G), F32, "w")
-    b = te.placeholder((hidden, G), F32, "b")
+    lead = _lead(directions)
+    gx = te.placeholder(lead + (batch, hidden, G), F32, "gx")
+    h_prev = te.placeholder(lead + (batch, hidden), F32, "h_prev")
+    w = te.placeholder(lead + (hidden, hidden, G), F32, "w")
+    b = te.placeholder(lead + (hidden, G), F32, "b")
     inputs = {"gx": gx, "h_prev": h_prev, "w": w, "b": b}
     if cell.has_cell_state:
-        inputs["c_prev"] = te.placeholder((batch, hidden), F32, "c_prev")
+        inputs["c_prev"] = te.placeholder(lead + (batch, hidden), F32, "c_prev")
     if cell.unit_params:  # the layer-direction's (P, H) block of per-unit parameters
-        inputs["unit"] = te.placeholder((len(cell.unit_params), hidden), F32, "unit")
+        inputs["unit"] = te.placeholder(lead + (len(cell.unit_params), hidden), F32, "unit")
     k = te.reduce_axis((0, hidden), "k")
-    gh = te.compute((batch, hidden, G), lambda n, j, g: te.sum(h_prev[n, k] * w[k, j, g], axis=k),
-                    name="recurrent_projection")
+    gh = te.compute(lead + (batch, hidden, G),
+                    lambda *i: te.sum(h_prev[(*i[:-2], k)] * w[(*i[:-3], k, *i[-2:])], axis=k),
+                    name="recurrent_projection", varargs_names=_axis_names(lead, "n", "j", "g"))
 
-    def env(n, j):
-        e = {d.h_prev: h_prev[n, j]}
+    def env(*i):
+        *s, n, j = i  # s: the direction, if any
+        e = {d.h_prev: h_prev[(*s, n, j)]}
         for g in range(G):
-            e[d.x_gates[g]] = gx[n, j, g]
-            e[d.h_gates[g]] = gh[n, j, g] + b[j, g]
+            e[d.x_gates[g]] = gx[(*s, n, j, g)]
+            e[d.h_gates[g]] = gh[(*s, n, j, g)] + b[(*s, j, g)]
         if cell.has_cell_state:
-            e[d.c_prev] = inputs["c_prev"][n, j]
-        e.update({var: inputs["unit"][i, j] for i, var in enumerate(d.params)})
+            e[d.c_prev] = inputs["c_prev"][(*s, n, j)]
+        e.update({var: inputs["unit"][(*s, p, j)] for p, var in enumerate(d.params)})
         return e
 
     exprs = {"h": d.h_out, "y": d.h_out}
@@ -118,10 +128,30 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool) -> Kernel:
         exprs["c"] = d.c_out
     if train:
         exprs.update({f"saved{i}": e for i, (_, e) in enumerate(d.saved)})
-    outputs = _outputs("step", (batch, hidden), exprs, env)
+    outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
-    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}", inputs, outputs,
-                 gemm="recurrent_projection", columns=("j", "g"))
+    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_lead_suffix(directions)}", inputs,
+                 outputs, gemm="recurrent_projection", columns=("j", "g"), batch=len(lead))
+
+
+def _lead(directions: int) -> tuple:
+    """The leading axis of a kernel that runs ``directions`` steps at once (none for one).
+
+    Both directions of a bidirectional layer are independent: one launch per step can run
+    them side by side (cuDNN does), twice the thread blocks per launch and half the launches.
+    The sequence driver binds the axis to a view whose stride is the distance between the two
+    directions' buffers at that step (:class:`tvmrnn.sequence.Stacked`). To a schedule it is one
+    more output row axis, outermost.
+    """
+    return (directions,) if directions > 1 else ()
+
+
+def _axis_names(lead: tuple, *names: str) -> list[str]:
+    return ["d"] * len(lead) + list(names)
+
+
+def _lead_suffix(directions: int) -> str:
+    return f"_d{directions}" if directions > 1 else ""
 
 
 def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
@@ -135,11 +165,11 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
     sequence sums them over steps and rows afterwards, in a fixed order).
     """
     inputs = {"dh": te.placeholder((batch, hidden), F32, "dh")}
-    return _pointwise_backward(cell, batch, hidden, inputs, lambda n, j: inputs["dh"][n, j],
+    return _pointwise_backward(cell, batch, hidden, (), inputs, lambda n, j: inputs["dh"][n, j],
                                f"pointwise_backward_{cell.name}_n{batch}_h{hidden}")
 
 
-def backward_step(cell: Cell, batch, hidden) -> Kernel:
+def backward_step(cell: Cell, batch, hidden, directions: int = 1) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
 
     ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
@@ -149,26 +179,33 @@ def backward_step(cell: Cell, batch, hidden) -> Kernel:
     direct part, where the cell has one), then the pointwise backward's inputs for step t-1 except
     ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
     buffer as ``dh_direct_in``: each element is read before it is written, by the same thread).
+    ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter.
     """
     G = cell.num_gates
     d = derivation(cell)
-    dgh = te.placeholder((batch, hidden, G), F32, "dgh")
-    w = te.placeholder((G, hidden, hidden), F32, "w")
+    lead = _lead(directions)
+    dgh = te.placeholder(lead + (batch, hidden, G), F32, "dgh")
+    w = te.placeholder(lead + (G, hidden, hidden), F32, "w")
     inputs = {"dgh": dgh, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, G), "g")
-    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[g, j, k], axis=[j, g]), name="matmul")
+    mm = te.compute(lead + (batch, hidden),
+                    lambda *i: te.sum(dgh[(*i[:-1], j, g)] * w[(*i[:-2], g, j, i[-1])], axis=[j, g]),
+                    name="matmul", varargs_names=_axis_names(lead, "n", "k"))
     if d.grad_h_prev is not None:
-        inputs["dh_direct_in"] = te.placeholder((batch, hidden), F32, "dh_direct_in")
-        carried = lambda n, k: mm[n, k] + inputs["dh_direct_in"][n, k]  # noqa: E731
+        inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
+        carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
     else:
-        carried = lambda n, k: mm[n, k]  # noqa: E731
-    return _pointwise_backward(cell, batch, hidden, inputs, carried,
-                               f"backward_step_{cell.name}_n{batch}_h{hidden}", gemm="matmul", columns=("k",))
+        carried = lambda *i: mm[i]  # noqa: E731
+    return _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
+                               f"backward_step_{cell.name}_n{batch}_h{hidden}{_lead_suffix(directions)}",
+                               gemm="matmul", columns=("k",))
 
 
-def _pointwise_backward(cell: Cell, batch, hidden, inputs: dict, carried, name, gemm=None, columns=()) -> Kernel:
-    """The gate-math backward's kernel, ``carried(n, j)`` giving the dh that flows back into the step."""
+def _pointwise_backward(cell: Cell, batch, hidden, lead: tuple, inputs: dict, carried, name, gemm=None,
+                        columns=()) -> Kernel:
+    """The gate-math backward's kernel, ``carried(*s, n, j)`` giving the dh that flows back into the
+    step (``s``: the ``lead`` axes, see :func:`_lead`)."""
     d = derivation(cell)
     G = cell.num_gates
     shape = (batch, hidden)
@@ -183,19 +220,20 @@ def _pointwise_backward(cell: Cell, batch, hidden, inputs: dict, carried, name, 
             names[role] = None
     if any(d.backward_uses(var) for var in d.params):
         names["unit"] = (len(d.params), hidden)
-    inputs.update({role: te.placeholder(s or shape, F32, role) for role, s in names.items()})
+    inputs.update({role: te.placeholder(lead + (s or shape), F32, role) for role, s in names.items()})
 
-    def env(n, j):
-        e = {d.dh: inputs["dy"][n, j] + carried(n, j)}
+    def env(*i):
+        *s, n, j = i
+        e = {d.dh: inputs["dy"][i] + carried(*i)}
         if d.dc is not None:
-            e[d.dc] = inputs["dc"][n, j]
-        for i, (var, _) in enumerate(d.saved):
-            e[var] = inputs["saved"][n, j, i]
+            e[d.dc] = inputs["dc"][i]
+        for k, (var, _) in enumerate(d.saved):
+            e[var] = inputs["saved"][(*s, n, j, k)]
         for role, var in states:
             if role in inputs:
-                e[var] = inputs[role][n, j]
+                e[var] = inputs[role][i]
         if "unit" in inputs:
-            e.update({var: inputs["unit"][i, j] for i, var in enumerate(d.params)})
+            e.update({var: inputs["unit"][(*s, p, j)] for p, var in enumerate(d.params)})
         return e
 
     exprs = {f"dgx{g}": d.grad_x[g] for g in range(G)}
@@ -206,8 +244,8 @@ def _pointwise_backward(cell: Cell, batch, hidden, inputs: dict, carried, name, 
     if d.grad_c_prev is not None:
         exprs["dc_prev"] = d.grad_c_prev
     exprs.update({f"dp{i}": grad for i, grad in enumerate(d.grad_params)})
-    outputs = _outputs("pointwise_backward", shape, exprs, env)
-    return _make(name, inputs, outputs, gemm=gemm, columns=columns)
+    outputs = _outputs("pointwise_backward", lead + shape, exprs, env)
+    return _make(name, inputs, outputs, gemm=gemm, columns=columns, batch=len(lead))
 
 
 def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:

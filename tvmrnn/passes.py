@@ -23,6 +23,7 @@ last step's gate math and the first step's GEMM run on their own). On GPUs given
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from tvm import tirx
@@ -31,7 +32,7 @@ from . import kernels
 from .cells import Cell
 from .default_schedule import is_gpu
 from .layout import Layout
-from .sequence import Program
+from .sequence import Program, Stacked
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
 # static shapes: as many of the first size as fit, then the next... (``Program.chunked``). The chunk
@@ -100,11 +101,35 @@ def _time(config, T, d, u):
     return u if d == 0 else T - 1 - u
 
 
+def stack_directions() -> bool:
+    """Whether a bidirectional layer runs both directions in one launch per step (the default;
+    ``TVMRNN_STACK_DIRECTIONS=0`` runs them one after the other, for comparison)."""
+    return os.environ.get("TVMRNN_STACK_DIRECTIONS", "1") != "0"
+
+
+def _direction_groups(config: Config, stacked: bool | None) -> list[tuple[int, ...]]:
+    """The directions whose time loops run together (one launch per step for each group)."""
+    D = config.num_directions
+    if D > 1 and (stack_directions() if stacked is None else stacked):
+        return [tuple(range(D))]
+    return [(d,) for d in range(D)]
+
+
+def _bind(group, views_of):
+    """The views of one step for a group of directions: one direction's views as they are, two
+    directions' stacked (:class:`tvmrnn.sequence.Stacked`) for the two-direction kernel."""
+    if len(group) == 1:
+        return views_of(group[0])
+    per_direction = [views_of(d) for d in group]
+    return {role: Stacked(tuple(v[role] for v in per_direction)) for role in per_direction[0]}
+
+
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
-                    chunks: tuple[int, ...] = CHUNK_STEPS) -> Program:
+                    chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool | None = None) -> Program:
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
+    groups = _direction_groups(config, stacked)
     prog = Program("forward_train" if train else "forward", schedule, persistent_blocks)
     T = tirx.Var("T", "int32")
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
@@ -114,7 +139,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     y = prog.tensor("y", config.seq_shape(T, D * H), tuple("j" if a == "k" else a for a in config.seq_axes))
     hy = prog.tensor("hy", (LD, N, H), ("ld", "n", "j"))
     cy = prog.tensor("cy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
-    gx = prog.tensor("gx", (T, N, H, G), ("t", "n", "j", "g"))
+    # the input projections of the directions that run together (one, or both)
+    gx = prog.tensor("gx", (len(groups[0]), T, N, H, G), ("d", "t", "n", "j", "g"))
     if train:
         shapes = config.workspace_shapes(T)
         hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
@@ -127,7 +153,6 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         outs = prog.tensor("layer_out", (min(L - 1, 2), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
 
     copy = kernels.copy(N, H)
-    step = kernels.recurrent_step(c, N, H, train)
     for l in range(L):
         in_size = I if l == 0 else D * H
         if l == 0:
@@ -142,54 +167,61 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         else:
             def layer_out(s, d, _l=l):
                 return outs.at("n", "j", l=_l if train else _l % 2, t=s, j=d * H)
-        for d in range(D):
-            ld = l * D + d
-            w_ih = w.piece(layout.slot(l, d, "weight_ih").offset)
-            b_ih = w.piece(layout.slot(l, d, "bias_ih").offset)
-            w_hh = w.piece(layout.slot(l, d, "weight_hh").offset)
-            b_hh = w.piece(layout.slot(l, d, "bias_hh").offset)
-            unit = w.piece(layout.unit_offset(l, d)) if c.unit_params else None
+        for group in groups:
+            step = kernels.recurrent_step(c, N, H, train, directions=len(group))
+            for gd, d in enumerate(group):
+                ld = l * D + d
+                w_ih = w.piece(layout.slot(l, d, "weight_ih").offset)
+                b_ih = w.piece(layout.slot(l, d, "bias_ih").offset)
 
-            def projection(start, size):
-                k = kernels.input_projection(size, N, in_size, H, G)
-                prog.call(k, x=layer_in(start, size), w=w_ih, b=b_ih, gx=gx.at("t", "n", "j", "g", t=start))
-            prog.chunked(T, chunks, projection)
-
-            # State rows: training keeps all T+1 in time order; inference alternates two.
-            if train:
-                first, last = (0, T) if d == 0 else (T, 0)
-                prev_row = (lambda s: s) if d == 0 else (lambda s: s + 1)
-                next_row = (lambda s: s + 1) if d == 0 else (lambda s: s)
-            else:
-                first, last = 0, tirx.floormod(T, 2)
-            prog.call(copy, src=h0.at("n", "j", ld=ld), dst=hs.at("n", "j", ld=ld, t=first))
-            if cs is not None:
-                prog.call(copy, src=c0.at("n", "j", ld=ld), dst=cs.at("n", "j", ld=ld, t=first))
-            with prog.loop(T, "step") as u:
-                s = _time(config, T, d, u)
-                rows = (prev_row(s), next_row(s)) if train else (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
-                views = dict(gx=gx.at("n", "j", "g", t=s), w=w_hh, b=b_hh,
-                             h_prev=hs.at("n", "j", ld=ld, t=rows[0]), h=hs.at("n", "j", ld=ld, t=rows[1]),
-                             y=layer_out(s, d))
+                def projection(start, size, _gd=gd, _w=w_ih, _b=b_ih):
+                    k = kernels.input_projection(size, N, in_size, H, G)
+                    prog.call(k, x=layer_in(start, size), w=_w, b=_b, gx=gx.at("t", "n", "j", "g", d=_gd, t=start))
+                prog.chunked(T, chunks, projection)
+                # State rows: training keeps all T+1 in time order (see the module docstring);
+                # inference alternates two.
+                first = (0 if d == 0 else T) if train else 0
+                prog.call(copy, src=h0.at("n", "j", ld=ld), dst=hs.at("n", "j", ld=ld, t=first))
                 if cs is not None:
-                    views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
-                if unit is not None:
-                    views["unit"] = unit
-                if train:
-                    views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i) for i in range(config.num_saved)})
-                prog.call(step, **views)
-            prog.call(copy, src=hs.at("n", "j", ld=ld, t=last), dst=hy.at("n", "j", ld=ld))
-            if cs is not None:
-                prog.call(copy, src=cs.at("n", "j", ld=ld, t=last), dst=cy.at("n", "j", ld=ld))
+                    prog.call(copy, src=c0.at("n", "j", ld=ld), dst=cs.at("n", "j", ld=ld, t=first))
+
+            with prog.loop(T, "step") as u:
+                def views_of(d, _l=l, _group=group):
+                    ld, gd = _l * D + d, _group.index(d)
+                    s = _time(config, T, d, u)
+                    if train:
+                        rows = (s, s + 1) if d == 0 else (s + 1, s)
+                    else:
+                        rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
+                    views = dict(gx=gx.at("n", "j", "g", d=gd, t=s), w=w.piece(layout.slot(_l, d, "weight_hh").offset),
+                                 b=w.piece(layout.slot(_l, d, "bias_hh").offset),
+                                 h_prev=hs.at("n", "j", ld=ld, t=rows[0]), h=hs.at("n", "j", ld=ld, t=rows[1]),
+                                 y=layer_out(s, d))
+                    if cs is not None:
+                        views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
+                    if c.unit_params:
+                        views["unit"] = w.piece(layout.unit_offset(_l, d))
+                    if train:
+                        views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i) for i in range(config.num_saved)})
+                    return views
+                prog.call(step, **_bind(group, views_of))
+            for d in group:
+                ld = l * D + d
+                last = (T if d == 0 else 0) if train else tirx.floormod(T, 2)
+                prog.call(copy, src=hs.at("n", "j", ld=ld, t=last), dst=hy.at("n", "j", ld=ld))
+                if cs is not None:
+                    prog.call(copy, src=cs.at("n", "j", ld=ld, t=last), dst=cy.at("n", "j", ld=ld))
     return prog
 
 
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
-                     chunks: tuple[int, ...] = CHUNK_STEPS) -> Program:
+                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool | None = None) -> Program:
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     deriv = kernels.derivation(c)
+    groups = _direction_groups(config, stacked)
+    DG = len(groups[0])  # directions whose temporaries are live together
     prog = Program("backward", schedule, persistent_blocks)
     T = tirx.Var("T", "int32")
     y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
@@ -207,18 +239,18 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dh0 = prog.tensor("dh0", (LD, N, H), ("ld", "n", "j"))
     dc0 = prog.tensor("dc0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     dw = prog.flat("dw", layout.total)  # PyTorch layout; the caller zeroes it
-    dgx = prog.tensor("dgx", (T, N, H, G), ("t", "n", "j", "g"))
-    dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (T, N, H, G), ("t", "n", "j", "g"))
+    dgx = prog.tensor("dgx", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
+    dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
     dlayer = prog.tensor("dlayer_out", (min(L - 1, 2), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
-    dc_carry = prog.tensor("dc_carry", (2, N, H), ("slot", "n", "j")) if c.has_cell_state else None
+    dc_carry = prog.tensor("dc_carry", (DG, 2, N, H), ("d", "slot", "n", "j")) if c.has_cell_state else None
     # the pointwise's direct part of dh_{t-1}, read by the next launch's GEMM epilogue: two slots
-    dh_direct = prog.tensor("dh_direct", (2, N, H), ("slot", "n", "j")) if deriv.grad_h_prev is not None else None
+    dh_direct = (prog.tensor("dh_direct", (DG, 2, N, H), ("d", "slot", "n", "j"))
+                 if deriv.grad_h_prev is not None else None)
     P = len(c.unit_params)
-    dunit = prog.tensor("dunit", (T, N, H, P), ("t", "n", "j", "p")) if P else None
+    dunit = prog.tensor("dunit", (DG, T, N, H, P), ("d", "t", "n", "j", "p")) if P else None
 
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H)
-    fused = kernels.backward_step(c, N, H)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None)
     for l in reversed(range(L)):
         in_size = I if l == 0 else D * H
@@ -240,81 +272,95 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
 
             def d_in(start, _l=l):
                 return dlayer.at("t", "n", "j", l=(_l - 1) % 2, t=start)
-        for d in range(D):
-            ld = l * D + d
-            slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
-            w_hh = w.piece(layout.torch_copy(slot["weight_hh"]))  # PyTorch layout (G, H, H)
-            prev_row = (lambda s: s) if d == 0 else (lambda s: s + 1)
-            next_row = (lambda s: s + 1) if d == 0 else (lambda s: s)
 
-            def gate_math(v, _d=d, _ld=ld, _prev=prev_row, _next=next_row):
-                """Views for the pointwise backward of the v-th step from the end (its dh aside)."""
-                s = _time(config, T, _d, T - 1 - v)  # walk the forward's steps in reverse
-                cur, nxt = tirx.floormod(v, 2), tirx.floormod(v + 1, 2)
-                views = {"dy": d_out(axes=("n", "j"), t=s, j=_d * H)}
-                if c.has_cell_state:  # the first step's dc comes in as dcy
-                    views.update(dc=dcy.at("n", "j", ld=_ld) if isinstance(v, int) and v == 0
-                                 else dc_carry.at("n", "j", slot=cur), dc_prev=dc_carry.at("n", "j", slot=nxt))
-                if saved is not None:
-                    views["saved"] = saved.at("n", "j", "s", ld=_ld, t=s)
-                state_rows = {"h_prev": (hs, _prev(s)), "h_next": (hs, _next(s)),
-                              "c_prev": (cs, _prev(s)), "c_next": (cs, _next(s))}
-                for role, (buf, row) in state_rows.items():
-                    if role in pointwise.roles:
-                        views[role] = buf.at("n", "j", ld=_ld, t=row)
-                for g in range(G):
-                    views[f"dgx{g}"] = dgx.at("n", "j", t=s, g=g)
-                    if not deriv.gate_grads_shared:
-                        views[f"dgh{g}"] = dgh.at("n", "j", t=s, g=g)
-                if dh_direct is not None:
-                    views["dh_direct"] = dh_direct.at("n", "j", slot=nxt)
-                if "unit" in pointwise.roles:
-                    views["unit"] = w.piece(layout.unit_offset(l, _d))
-                views.update({f"dp{i}": dunit.at("n", "j", t=s, p=i) for i in range(P)})
-                return views
+        def prev_row(d, s):
+            return s if d == 0 else s + 1
 
-            def recurrent_views(v, _d=d):
-                """The GEMM of the v-th step from the end: its dgh (and direct part of dh) in."""
-                s = _time(config, T, _d, T - 1 - v)
-                views = dict(dgh=dgh.at("n", "j", "g", t=s), w=w_hh)
-                if dh_direct is not None:
-                    views["dh_direct"] = dh_direct.at("n", "j", slot=tirx.floormod(v + 1, 2))
-                return views
+        def next_row(d, s):
+            return s + 1 if d == 0 else s
 
+        def gate_math(d, v, _l=l):
+            """Views for direction d's pointwise backward of the v-th step from the end (its dh aside)."""
+            ld, gd = _l * D + d, d % DG
+            s = _time(config, T, d, T - 1 - v)  # walk the forward's steps in reverse
+            cur, nxt = tirx.floormod(v, 2), tirx.floormod(v + 1, 2)
+            views = {"dy": d_out(axes=("n", "j"), t=s, j=d * H)}
+            if c.has_cell_state:  # the first step's dc comes in as dcy
+                views.update(dc=dcy.at("n", "j", ld=ld) if isinstance(v, int) and v == 0
+                             else dc_carry.at("n", "j", d=gd, slot=cur), dc_prev=dc_carry.at("n", "j", d=gd, slot=nxt))
+            if saved is not None:
+                views["saved"] = saved.at("n", "j", "s", ld=ld, t=s)
+            state_rows = {"h_prev": (hs, prev_row(d, s)), "h_next": (hs, next_row(d, s)),
+                          "c_prev": (cs, prev_row(d, s)), "c_next": (cs, next_row(d, s))}
+            for role, (buf, row) in state_rows.items():
+                if role in pointwise.roles:
+                    views[role] = buf.at("n", "j", ld=ld, t=row)
+            for g in range(G):
+                views[f"dgx{g}"] = dgx.at("n", "j", d=gd, t=s, g=g)
+                if not deriv.gate_grads_shared:
+                    views[f"dgh{g}"] = dgh.at("n", "j", d=gd, t=s, g=g)
+            if dh_direct is not None:
+                views["dh_direct"] = dh_direct.at("n", "j", d=gd, slot=nxt)
+            if "unit" in pointwise.roles:
+                views["unit"] = w.piece(layout.unit_offset(_l, d))
+            views.update({f"dp{i}": dunit.at("n", "j", d=gd, t=s, p=i) for i in range(P)})
+            return views
+
+        def recurrent_views(d, v, _l=l):
+            """The GEMM of direction d's v-th step from the end: its dgh (and direct part of dh) in."""
+            s = _time(config, T, d, T - 1 - v)
+            w_hh = w.piece(layout.torch_copy(layout.slot(_l, d, "weight_hh").offset))  # PyTorch layout (G, H, H)
+            views = dict(dgh=dgh.at("n", "j", "g", d=d % DG, t=s), w=w_hh)
+            if dh_direct is not None:
+                views["dh_direct"] = dh_direct.at("n", "j", d=d % DG, slot=tirx.floormod(v + 1, 2))
+            return views
+
+        for group in groups:
+            fused = kernels.backward_step(c, N, H, directions=len(group))
             # the last step's gate math with dhy; then one launch per step: step v's GEMM and
             # step v+1's gate math (from the end); then the first step's GEMM, into dh0
-            prog.call(pointwise, dh=dhy.at("n", "j", ld=ld), **gate_math(0))
+            for d in group:
+                prog.call(pointwise, dh=dhy.at("n", "j", ld=l * D + d), **gate_math(d, 0))
             with prog.loop(T - 1, "step") as u:
-                views = gate_math(u + 1)
-                gemm = recurrent_views(u)
-                views.update(dgh=gemm["dgh"], w=gemm["w"])
-                if dh_direct is not None:
-                    views["dh_direct_in"] = gemm["dh_direct"]
-                prog.call(fused, **views)
-            prog.call(recurrent, dh=dh0.at("n", "j", ld=ld), **recurrent_views(T - 1))
-            if c.has_cell_state:
-                prog.call(copy, src=dc_carry.at("n", "j", slot=tirx.floormod(T, 2)), dst=dc0.at("n", "j", ld=ld))
+                def views_of(d):
+                    views = gate_math(d, u + 1)
+                    gemm = recurrent_views(d, u)
+                    views.update(dgh=gemm["dgh"], w=gemm["w"])
+                    if dh_direct is not None:
+                        views["dh_direct_in"] = gemm["dh_direct"]
+                    return views
+                prog.call(fused, **_bind(group, views_of))
+            for d in group:
+                ld = l * D + d
+                prog.call(recurrent, dh=dh0.at("n", "j", ld=ld), **recurrent_views(d, T - 1))
+                if c.has_cell_state:
+                    prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
+                              dst=dc0.at("n", "j", ld=ld))
 
-            def gradients(start, size, _d=d, _slot=slot, _ld=ld):
-                prev = start if _d == 0 else start + 1
-                for dg, kind_w, kind_b, a, k_size in (
-                        (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
-                        (dgh, "weight_hh", "bias_hh", hs.at("t", "n", "j", ld=_ld, t=prev), H)):
-                    chunk = dg.at("t", "n", "j", "g", t=start)
-                    piece = dw.piece(_slot[kind_w])
-                    prog.call(kernels.weight_gradient(size, N, k_size, H, G), dg=chunk, a=a, acc=piece, dw=piece)
-                    bias = dw.piece(_slot[kind_b])
-                    prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
-                if P:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
-                    unit = dw.piece(layout.unit_offset(l, _d))
-                    prog.call(kernels.bias_gradient(size, N, H, P), dg=dunit.at("t", "n", "j", "p", t=start),
-                              acc=unit, db=unit)
-                views = dict(dg=dgx.at("t", "n", "j", "g", t=start), w=w.piece(layout.torch_copy(_slot["weight_ih"])),
-                             dx=d_in(start))
-                if _d > 0:
-                    views["acc"] = d_in(start)
-                prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0), **views)
-            prog.chunked(T, chunks, gradients)
+            for d in group:
+                slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+
+                def gradients(start, size, _d=d, _slot=slot, _ld=l * D + d, _l=l):
+                    gd = _d % DG
+                    prev = start if _d == 0 else start + 1
+                    for dg, kind_w, kind_b, a, k_size in (
+                            (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
+                            (dgh, "weight_hh", "bias_hh", hs.at("t", "n", "j", ld=_ld, t=prev), H)):
+                        chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
+                        piece = dw.piece(_slot[kind_w])
+                        prog.call(kernels.weight_gradient(size, N, k_size, H, G), dg=chunk, a=a, acc=piece, dw=piece)
+                        bias = dw.piece(_slot[kind_b])
+                        prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
+                    if P:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
+                        unit = dw.piece(layout.unit_offset(_l, _d))
+                        prog.call(kernels.bias_gradient(size, N, H, P), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),
+                                  acc=unit, db=unit)
+                    views = dict(dg=dgx.at("t", "n", "j", "g", d=gd, t=start),
+                                 w=w.piece(layout.torch_copy(_slot["weight_ih"])), dx=d_in(start))
+                    if _d > 0:
+                        views["acc"] = d_in(start)
+                    prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0), **views)
+                prog.chunked(T, chunks, gradients)
     return prog
 
 

@@ -56,7 +56,7 @@ class PassProfile:
     T: int
     measured_ms: float  # the whole pass, median
     kernels: list[KernelTime]
-    steps: int  # time-loop iterations in the pass (steps x layers x directions)
+    steps: int  # time-loop iterations in the pass (steps x layers x directions run one after the other)
     launches_per_step: int  # kernels run inside one iteration of a time loop
     persistent: bool = False  # the time loops are persistent kernels: one launch per loop, not per step
 

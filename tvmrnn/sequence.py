@@ -110,24 +110,46 @@ class FlatTensor(SequenceTensor):
         return View(self, (), {"element": offset})
 
 
-def _make_view(view: View, param) -> tuple:
-    """The view buffer for kernel parameter ``param`` and the statement that declares it."""
-    t = view.tensor
-    offset = _const(0)
+@dataclass
+class Stacked:
+    """Views of one tensor for a kernel with a leading batch axis (:attr:`Kernel.batch`): the
+    axis's i-th entry is ``views[i]``. Its stride is the distance between the two views, an
+    expression in the loop variables that may be negative: both directions of a layer at step
+    ``u`` sit at times ``u`` and ``T-1-u``, so one of them is ``T-1-2u`` rows further on."""
+
+    views: tuple[View, ...]
+
+
+def _offset(view: View):
+    t, offset = view.tensor, _const(0)
     for axis, start in view.start.items():
         offset = offset + _const(start) * t.strides[axis]
+    return offset
+
+
+def _make_view(view, param) -> tuple:
+    """The view buffer for kernel parameter ``param`` and the statement that declares it."""
+    shape = list(param.shape)
+    lead = []
+    if isinstance(view, Stacked):
+        if len(view.views) != 2 or int(shape[0]) != 2 or view.views[0].tensor is not view.views[1].tensor:
+            raise AssertionError(f"{param.name}: a stack of two views of one tensor for a leading axis of 2")
+        lead = [_offset(view.views[1]) - _offset(view.views[0])]
+        shape = shape[1:]
+        view = view.views[0]
+    t = view.tensor
     if view.axes:
-        if len(view.axes) != len(param.shape):
-            raise AssertionError(f"{t.name}: view axes {view.axes} for a {len(param.shape)}-d parameter")
+        if len(view.axes) != len(shape):
+            raise AssertionError(f"{t.name}: view axes {view.axes} for a {len(shape)}-d parameter")
         strides = [t.strides[a] for a in view.axes]
     else:  # a packed piece: compact in its own shape
         strides, acc = [], _const(1)
-        for s in reversed(param.shape):
+        for s in reversed(shape):
             strides.append(acc)
             acc = acc * s
         strides.reverse()
-    buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=strides,
-                           elem_offset=offset, data_alignment=4, offset_factor=1)
+    buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=lead + strides,
+                           elem_offset=_offset(view), data_alignment=4, offset_factor=1)
     return buf, tirx.DeclBuffer(buf, data=tirx.buffer_data(t.buffer))
 
 
@@ -203,8 +225,9 @@ class Program:
         self.params.append(t)
         return t
 
-    def call(self, kernel: Kernel, **views: View) -> None:
-        """Run ``kernel`` here, each of its parameters bound to a view (by role)."""
+    def call(self, kernel: Kernel, **views) -> None:
+        """Run ``kernel`` here, each of its parameters bound to a :class:`View` (by role), or to a
+        :class:`Stacked` pair of them for a kernel with a leading batch axis."""
         if set(views) != set(kernel.roles):
             raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
         if self._persistent is not None:

@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Both directions of a bidirectional layer in one launch per step, against one after the other.
+
+    python scripts/direction_study.py lstm gru --device cuda --num-layers 1 5
+
+For each cell at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default, builds a bidirectional RNN
+twice: with the directions stacked (``tvmrnn.passes.stack_directions``, the default: the step kernels
+get a leading direction axis, one launch runs both) and with ``TVMRNN_STACK_DIRECTIONS=0`` (a time
+loop per direction). Checks the builds agree and prints median inference and training-pass times.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cells", nargs="*", default=["lstm"])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--num-layers", type=int, nargs="+", default=[1])
+    p.add_argument("-T", type=int, default=300)
+    p.add_argument("-N", type=int, default=20)
+    p.add_argument("--hidden-size", type=int, default=800)
+    p.add_argument("--reps", type=int, default=10)
+    a = p.parse_args()
+    if a.threads:
+        os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
+        import torch
+        torch.set_num_threads(a.threads)
+    from bench import compare_builds
+
+    def stacked(on):
+        def setup():  # read by build through passes.stack_directions
+            os.environ["TVMRNN_STACK_DIRECTIONS"] = "1" if on else "0"
+        return setup
+
+    variants = [("directions stacked (one launch per step)", stacked(True)),
+                ("directions one after the other", stacked(False))]
+    for layers in a.num_layers:
+        print(f"-- {layers} bidirectional layer(s)", flush=True)
+        compare_builds(a.cells, variants, device=a.device, T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps,
+                       num_layers=layers, bidirectional=True)
+
+
+if __name__ == "__main__":
+    main()
