@@ -66,7 +66,9 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
     from tvmrnn.default_schedule import default_schedule, variants
     target = tvm.target.Target("nvidia/nvidia-h100")
     G = CELLS[cell].num_gates
-    for kernel in (kernels.recurrent_step(CELLS[cell], 20, 800, train=True), kernels.recurrent_backward(20, 800, G, True)):
+    for kernel in (kernels.recurrent_step(CELLS[cell], 20, 800, train=True), kernels.recurrent_backward(20, 800, G, True),
+                   kernels.recurrent_step(CELLS[cell], 20, 800, train=True, directions=2),
+                   kernels.backward_step(CELLS[cell], 20, 800, directions=2)):
         shapes = variants(kernel, target)
         assert len(shapes) >= 3 and shapes[0] == {}
         hashes = set()

@@ -251,9 +251,10 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
-    the G gates of a unit) for all rows, few enough that there are ``min_blocks`` blocks (per
-    problem of a kernel with a leading batch axis, :attr:`tvmrnn.kernels.Kernel.batch`: each
-    direction of a two-direction step gets the blocks that a one-direction step has). Its
+    the G gates of a unit) for all rows, few enough that there are ``min_blocks`` blocks (in all:
+    a kernel with a leading batch axis, :attr:`tvmrnn.kernels.Kernel.batch`, gives each problem
+    its share, each block working on one problem: on the H100 the two-direction LSTM step took
+    17.7 us so, 23.9 us with 200 blocks per direction, against 13.4 us for one direction). Its
     threads split the reduction (its axes fused; ``(j, g)`` of the backward's GEMMs is contiguous
     in their row operand) ``slices`` ways (``rfactor``): each thread keeps a
     tile of rows x ``thread_columns`` in registers (the G gates of one unit, or 4 units of a
@@ -291,7 +292,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     if max_blocks:
         units = per_thread * -(-lead // (max(1, max_blocks // problems) * per_thread))
     else:
-        units = per_thread * max(1, min(threads // 32, lead // (min_blocks * per_thread)))  # per block
+        blocks = max(1, min_blocks // problems)  # per problem
+        units = per_thread * max(1, min(threads // 32, lead // (blocks * per_thread)))  # per block
     column_threads = units // per_thread
     rows_per_thread = _divisor(row_total, max(1, accumulators // (inner * per_thread)))
     row_groups = row_total // rows_per_thread
@@ -400,8 +402,10 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
 # default: on the H100 the best shape differed by cell (``scripts/tile_study.py --device cuda``).
 # Half the blocks, each with twice the columns (8 units of the backward's dh, or 2 LSTM units),
 # was 5-10% faster for the fused backward steps in one tile study (notes/bench/gpu_tiles_h100_v6.txt).
+# Twice the blocks: the two-direction GRU step's best (22.5 us, against 44.8 with 200 blocks in
+# all; notes/bench/gpu_tiles_h100_v7.txt).
 GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=128, min_blocks=400),
-                        dict(thread_columns=8), dict(min_blocks=100))
+                        dict(thread_columns=8), dict(min_blocks=100), dict(min_blocks=400))
 
 
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
