@@ -8,7 +8,7 @@ into the GEMM's write-back) produce a module that does not compile. So the step 
 
 * :func:`fused_step_space`, a parameterised schedule whose every knob is a MetaSchedule
   sampling instruction (so the evolutionary search and the XGBoost model tune it):
-  the output nest ``(n, j)`` is the anchor and the GEMM is computed under it, one thread (GPU)
+  the output nest ``(n, j)`` (after the direction axis of a two-direction step) is the anchor and the GEMM is computed under it, one thread (GPU)
   or one core (CPU) owning a slice of hidden units ``j`` with all gates of a unit side by side
   (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.layout`). Knobs:
 
@@ -62,12 +62,12 @@ def fused_step_space(target: tvm.target.Target):
 
     def gpu(sch, split_k: bool):
         root, gemm, outputs = _blocks(sch)
-        n, j = sch.get_loops(outputs[0])
+        *lead, n, j = sch.get_loops(outputs[0])  # lead: the direction axis of a two-direction step
         j_block, j_thread = _split(sch, j, 2, 256)
         n_thread, n_reg = _split(sch, n, 2, 8)
-        sch.reorder(j_block, n_thread, j_thread, n_reg)
+        sch.reorder(*lead, j_block, n_thread, j_thread, n_reg)
         thread = sch.fuse(n_thread, j_thread)
-        sch.bind(j_block, "blockIdx.x")
+        sch.bind(sch.fuse(*lead, j_block) if lead else j_block, "blockIdx.x")
         sch.bind(thread, "threadIdx.x")
         sch.compute_at(gemm, thread, preserve_unit_loops=True)
         sch.set_scope(gemm, 0, "local")
@@ -81,10 +81,10 @@ def fused_step_space(target: tvm.target.Target):
 
     def cpu(sch):
         root, gemm, outputs = _blocks(sch)
-        n, j = sch.get_loops(outputs[0])
+        *lead, n, j = sch.get_loops(outputs[0])
         j_core, j_inner = _split(sch, j, 2, 64)
-        sch.reorder(j_core, n, j_inner)
-        sch.parallel(j_core)
+        sch.reorder(j_core, *lead, n, j_inner)
+        sch.parallel(sch.fuse(j_core, *lead) if lead else j_core)
         n_outer, _ = _split(sch, n, 2, 4)
         sch.compute_at(gemm, n_outer, preserve_unit_loops=True)
         *_, gn, gj, gg, k = sch.get_loops(gemm)
