@@ -150,10 +150,10 @@ def test_inference_keeps_no_workspace_and_training_reports_it(rng):
     x = rng.standard_normal((9, N, I)).astype(np.float32)
     assert len(rnn.forward(w, x)) == 3
     ws = rnn.forward_train(w, x)[3]
-    # states h and c (T+1 rows), 4 saved LSTM gate values (tanh(c_t) is recomputed), one inner
-    # layer output, per layer-direction
-    LD = 4
-    expected = 4 * (2 * LD * 10 * N * H + LD * 9 * N * H * 4 + 9 * N * 2 * H)
+    # per layer-direction: c (T+1 rows), 4 saved LSTM gate values (tanh(c_t) is recomputed); h
+    # (T+1 rows) for the last layer's directions; the inner layer's output (T+2 rows: its h states)
+    LD, T = 4, 9
+    expected = 4 * (LD * (T + 1) * N * H + LD * T * N * H * 4 + 2 * (T + 1) * N * H + (T + 2) * N * 2 * H)
     assert ws.workspace_bytes == expected
 
 

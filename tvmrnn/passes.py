@@ -4,10 +4,12 @@ Buffers (T is the run-time sequence length, LD = layers x directions, D*H = laye
 
 * ``x`` (T, N, I), ``y`` (T, N, D*H), or batch-first (N, T, ·): the user's arrays, used in place.
 * ``gx`` (T, N, H, G): one layer-direction's input projections, all steps (a temporary).
-* training workspace, kept for the backward: ``hs``/``cs`` (LD, T+1, N, H), every step's state
-  in time order (the forward direction's h0 sits at row 0, the reverse one's at row T);
-  ``saved`` (LD, T, N, H, S), the values the derivation keeps; ``layer_out`` (L-1, T, N, D*H),
-  the outputs of inner layers (the inputs of the layers above).
+* training workspace, kept for the backward: every step's state in time order; ``cs`` (LD, T+1,
+  N, H) for c, and for h: ``hs`` (D, T+1, N, H) for the last layer (the forward direction's h0
+  sits at row 0, the reverse one's at row T), ``layer_out`` (L-1, T+2, N, D*H) for the inner
+  layers, which is also what the layers above read (time t at row t+1; the forward direction's
+  h0 in row 0, the reverse one's in row T+1): an inner layer's states are its outputs, kept once;
+  ``saved`` (LD, T, N, H, S), the values the derivation keeps.
 * ``dunit`` (T, N, H, P): in the backward of a cell with P per-unit parameters, each step's
   gradient of them per batch row, summed over steps and rows afterwards (a temporary).
 * inference keeps no workspace: states ping-pong between two rows, layer outputs between two.
@@ -87,14 +89,32 @@ class Config:
     def workspace_shapes(self, T) -> dict:
         """Shapes of the training workspace arrays (beside the input x, which it also keeps)."""
         L, LD, N, H = self.num_layers, self.num_layers * self.num_directions, self.batch_size, self.hidden_size
-        shapes = {"hs": (LD, T + 1, N, H)}
+        shapes = {"hs": (self.num_directions, T + 1, N, H)}
         if self.cell.has_cell_state:
             shapes["cs"] = (LD, T + 1, N, H)
         if self.num_saved:
             shapes["saved"] = (LD, T, N, H, self.num_saved)
         if L > 1:
-            shapes["layer_out"] = (L - 1, T, N, self.num_directions * H)
+            shapes["layer_out"] = (L - 1, T + 2, N, self.num_directions * H)
         return shapes
+
+
+class TrainingStates:
+    """Where the training workspace keeps layer l, direction d's h state of row ``row``, rows
+    counted as in ``hs`` (T+1 of them; direction 0: h0 at row 0 and step t's state at t+1;
+    direction 1: h0 at row T and step t's state at row t). See the module docstring."""
+
+    def __init__(self, config: Config, hs, layer_out):
+        self.last, self.H, self.hs, self.layer_out = config.num_layers - 1, config.hidden_size, hs, layer_out
+
+    def at(self, l, d, row, axes=("n", "j")):
+        if l == self.last:
+            return self.hs.at(*axes, ld=d, t=row)
+        return self.layer_out.at(*axes, l=l, t=row + d, j=d * self.H)
+
+    def layer_input(self, l, start):
+        """Steps ``start``.. of the output of inner layer l (the input of layer l+1)."""
+        return self.layer_out.at("t", "n", "j", l=l, t=start + 1)
 
 
 def _time(config, T, d, u):
@@ -147,6 +167,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         cs = prog.tensor("cs", shapes["cs"], ("ld", "t", "n", "j")) if c.has_cell_state else None
         saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
         outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
+        states = TrainingStates(config, hs, outs)
     else:
         hs = prog.tensor("h_state", (LD, 2, N, H), ("ld", "t", "n", "j"))
         cs = prog.tensor("c_state", (LD, 2, N, H), ("ld", "t", "n", "j")) if c.has_cell_state else None
@@ -158,15 +179,24 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         if l == 0:
             def layer_in(start, size):
                 return x.at("t", "n", "k", t=start)
+        elif train:
+            def layer_in(start, size, _l=l):
+                return states.layer_input(_l - 1, start)
         else:
             def layer_in(start, size, _l=l):
-                return outs.at("t", "n", "j", l=(_l - 1) if train else (_l - 1) % 2, t=start)
+                return outs.at("t", "n", "j", l=(_l - 1) % 2, t=start)
         if l == L - 1:
             def layer_out(s, d):
                 return y.at("n", "j", t=s, j=d * H)
+        elif train:  # the state itself (written twice, the same value by the same thread)
+            def layer_out(s, d, _l=l):
+                return states.at(_l, d, s + 1 if d == 0 else s)
         else:
             def layer_out(s, d, _l=l):
-                return outs.at("n", "j", l=_l if train else _l % 2, t=s, j=d * H)
+                return outs.at("n", "j", l=_l % 2, t=s, j=d * H)
+
+        def h_row(d, row, _l=l):
+            return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
             step = kernels.recurrent_step(c, N, H, train, directions=len(group))
             for gd, d in enumerate(group):
@@ -181,7 +211,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                 # State rows: training keeps all T+1 in time order (see the module docstring);
                 # inference alternates two.
                 first = (0 if d == 0 else T) if train else 0
-                prog.call(copy, src=h0.at("n", "j", ld=ld), dst=hs.at("n", "j", ld=ld, t=first))
+                prog.call(copy, src=h0.at("n", "j", ld=ld), dst=h_row(d, first))
                 if cs is not None:
                     prog.call(copy, src=c0.at("n", "j", ld=ld), dst=cs.at("n", "j", ld=ld, t=first))
 
@@ -195,8 +225,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                         rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
                     views = dict(gx=gx.at("n", "j", "g", d=gd, t=s), w=w.piece(layout.slot(_l, d, "weight_hh").offset),
                                  b=w.piece(layout.slot(_l, d, "bias_hh").offset),
-                                 h_prev=hs.at("n", "j", ld=ld, t=rows[0]), h=hs.at("n", "j", ld=ld, t=rows[1]),
-                                 y=layer_out(s, d))
+                                 h_prev=h_row(d, rows[0]), h=h_row(d, rows[1]), y=layer_out(s, d))
                     if cs is not None:
                         views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
                     if c.unit_params:
@@ -208,7 +237,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
             for d in group:
                 ld = l * D + d
                 last = (T if d == 0 else 0) if train else tirx.floormod(T, 2)
-                prog.call(copy, src=hs.at("n", "j", ld=ld, t=last), dst=hy.at("n", "j", ld=ld))
+                prog.call(copy, src=h_row(d, last), dst=hy.at("n", "j", ld=ld))
                 if cs is not None:
                     prog.call(copy, src=cs.at("n", "j", ld=ld, t=last), dst=cy.at("n", "j", ld=ld))
     return prog
@@ -235,13 +264,19 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     cs = prog.tensor("cs", shapes["cs"], ("ld", "t", "n", "j")) if c.has_cell_state else None
     saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
     outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
+    states = TrainingStates(config, hs, outs)
     dx = prog.tensor("dx", config.seq_shape(T, I), config.seq_axes)
     dh0 = prog.tensor("dh0", (LD, N, H), ("ld", "n", "j"))
     dc0 = prog.tensor("dc0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     dw = prog.flat("dw", layout.total)  # PyTorch layout; the caller zeroes it
     dgx = prog.tensor("dgx", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
     dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
-    dlayer = prog.tensor("dlayer_out", (min(L - 1, 2), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
+    # the gradient of an inner layer's output: written by the layer above's input gradients, read
+    # by its own time loop. With one time loop per layer, a layer's input gradients run after
+    # its loop has read all it needs, so one slot serves every layer; with one per direction,
+    # direction 0's input gradients run before direction 1's loop: two slots, in turn.
+    slots = 1 if len(groups) == 1 else 2
+    dlayer = prog.tensor("dlayer_out", (min(L - 1, slots), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
     dc_carry = prog.tensor("dc_carry", (DG, 2, N, H), ("d", "slot", "n", "j")) if c.has_cell_state else None
     # the pointwise's direct part of dh_{t-1}, read by the next launch's GEMM epilogue: two slots
     dh_direct = (prog.tensor("dh_direct", (DG, 2, N, H), ("d", "slot", "n", "j"))
@@ -259,7 +294,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 return dy.at(*at.pop("axes"), **at)
         else:
             def d_out(_l=l, **at):
-                return dlayer.at(*at.pop("axes"), l=_l % 2, **at)
+                return dlayer.at(*at.pop("axes"), l=_l % slots, **at)
         if l == 0:
             def layer_in(start):
                 return x.at("t", "n", "k", t=start)
@@ -268,10 +303,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 return dx.at("t", "n", "k", t=start)
         else:
             def layer_in(start, _l=l):
-                return outs.at("t", "n", "j", l=_l - 1, t=start)
+                return states.layer_input(_l - 1, start)
 
             def d_in(start, _l=l):
-                return dlayer.at("t", "n", "j", l=(_l - 1) % 2, t=start)
+                return dlayer.at("t", "n", "j", l=(_l - 1) % slots, t=start)
 
         def prev_row(d, s):
             return s if d == 0 else s + 1
@@ -290,11 +325,12 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                              else dc_carry.at("n", "j", d=gd, slot=cur), dc_prev=dc_carry.at("n", "j", d=gd, slot=nxt))
             if saved is not None:
                 views["saved"] = saved.at("n", "j", "s", ld=ld, t=s)
-            state_rows = {"h_prev": (hs, prev_row(d, s)), "h_next": (hs, next_row(d, s)),
-                          "c_prev": (cs, prev_row(d, s)), "c_next": (cs, next_row(d, s))}
-            for role, (buf, row) in state_rows.items():
+            for role, row in (("h_prev", prev_row(d, s)), ("h_next", next_row(d, s))):
                 if role in pointwise.roles:
-                    views[role] = buf.at("n", "j", ld=ld, t=row)
+                    views[role] = states.at(_l, d, row)
+            for role, row in (("c_prev", prev_row(d, s)), ("c_next", next_row(d, s))):
+                if role in pointwise.roles:
+                    views[role] = cs.at("n", "j", ld=ld, t=row)
             for g in range(G):
                 views[f"dgx{g}"] = dgx.at("n", "j", d=gd, t=s, g=g)
                 if not deriv.gate_grads_shared:
@@ -340,12 +376,12 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             for d in group:
                 slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
 
-                def gradients(start, size, _d=d, _slot=slot, _ld=l * D + d, _l=l):
+                def gradients(start, size, _d=d, _slot=slot, _l=l):
                     gd = _d % DG
                     prev = start if _d == 0 else start + 1
                     for dg, kind_w, kind_b, a, k_size in (
                             (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
-                            (dgh, "weight_hh", "bias_hh", hs.at("t", "n", "j", ld=_ld, t=prev), H)):
+                            (dgh, "weight_hh", "bias_hh", states.at(_l, _d, prev, ("t", "n", "j")), H)):
                         chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
                         piece = dw.piece(_slot[kind_w])
                         prog.call(kernels.weight_gradient(size, N, k_size, H, G), dg=chunk, a=a, acc=piece, dw=piece)
