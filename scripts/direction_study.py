@@ -4,7 +4,7 @@
     python scripts/direction_study.py lstm gru --device cuda --num-layers 1 5
 
 For each cell at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default, builds a bidirectional RNN
-twice: with the directions stacked (``tvmrnn.passes.stack_directions``, the default: the step kernels
+twice: with the directions stacked (``tvmrnn.passes.stack_directions``, the GPU default: the step kernels
 get a leading direction axis, one launch runs both) and with ``TVMRNN_STACK_DIRECTIONS=0`` (a time
 loop per direction). Checks the builds agree and prints median inference and training-pass times.
 """

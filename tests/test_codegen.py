@@ -52,6 +52,11 @@ def test_cuda_default_schedules(sizes):
     forward = [k for k in kernels if re.search(r"\bforward_kernel(_\d+)?\(", k.split("{")[0])]
     assert sum("__shared__" in k and "__syncthreads" in k for k in forward) >= 2
     assert set(rnn.schedules.values()) == {"default"}
+    # GPU builds run both directions of a layer in one launch per step (passes.stack_directions)
+    shape = f"n{sizes['batch_size']}_h{sizes['hidden_size']}"
+    assert {k for k in rnn.schedules if "step" in k} == {
+        f"recurrent_step_peephole_lstm_infer_{shape}_d2", f"recurrent_step_peephole_lstm_train_{shape}_d2",
+        f"backward_step_peephole_lstm_{shape}_d2"}
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")

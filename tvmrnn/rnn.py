@@ -17,7 +17,7 @@ from . import target as targets
 from .arrays import Frame, to_tvm
 from .cells import get_cell
 from .default_schedule import is_gpu
-from .passes import Config, backward_program, chunk_steps, forward_program, packing_program
+from .passes import Config, backward_program, chunk_steps, forward_program, packing_program, stack_directions
 from .tuning import report_untuned, scheduler
 
 _INT32_MAX = 2**31 - 1
@@ -149,9 +149,10 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     schedule, used = scheduler(target, tuning_logs)
     blocks = targets.persistent_blocks(target)
     chunks = chunk_steps(target)
-    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks, chunks=chunks),
-                forward_program(config, schedule, train=True, persistent_blocks=blocks, chunks=chunks),
-                backward_program(config, schedule, persistent_blocks=blocks, chunks=chunks),
+    how = dict(persistent_blocks=blocks, chunks=chunks, stacked=stack_directions(target))
+    programs = (forward_program(config, schedule, train=False, **how),
+                forward_program(config, schedule, train=True, **how),
+                backward_program(config, schedule, **how),
                 packing_program(config, schedule))
     # TIR's common-subexpression elimination is superlinear in a function's size: on a GPU target,
     # where the passes embed a launch per call site, it took 83% of a 2-layer bidirectional LSTM's
