@@ -3,19 +3,22 @@
 Buffers (T is the run-time sequence length, LD = layers x directions, D*H = layer output width):
 
 * ``x`` (T, N, I), ``y`` (T, N, D*H), or batch-first (N, T, ·): the user's arrays, used in place.
-* ``gx`` (T, N, H, G): one layer-direction's input projections, all steps (a temporary).
+* ``gx`` (D', T, N, H, G): the input projections of all steps of the D' directions whose time
+  loops run together (both, or one at a time; see below), a temporary.
 * training workspace, kept for the backward: every step's state in time order; ``cs`` (LD, T+1,
   N, H) for c, and for h: ``hs`` (D, T+1, N, H) for the last layer (the forward direction's h0
   sits at row 0, the reverse one's at row T), ``layer_out`` (L-1, T+2, N, D*H) for the inner
   layers, which is also what the layers above read (time t at row t+1; the forward direction's
   h0 in row 0, the reverse one's in row T+1): an inner layer's states are its outputs, kept once;
   ``saved`` (LD, T, N, H, S), the values the derivation keeps.
-* ``dunit`` (T, N, H, P): in the backward of a cell with P per-unit parameters, each step's
+* ``dunit`` (D', T, N, H, P): in the backward of a cell with P per-unit parameters, each step's
   gradient of them per batch row, summed over steps and rows afterwards (a temporary).
 * inference keeps no workspace: states ping-pong between two rows, layer outputs between two.
 
 Time runs forwards for direction 0 and backwards for direction 1; step ``u`` of direction 1
-is time ``T-1-u``.
+is time ``T-1-u``. A bidirectional layer's two time loops run as one where
+:func:`stack_directions` says so (GPUs): step ``u`` of both directions in one launch, the step
+kernels with a leading direction axis (:func:`tvmrnn.kernels.recurrent_step`).
 
 Launches per step: the forward, one (the fused step); the backward, one (``backward_step``: a
 step's recurrent GEMM with the gate-math backward of the step before it as its epilogue; the
