@@ -45,8 +45,10 @@ from .sequence import Program, Stacked
 # (DS2 LSTM, inference / training: 16-step chunks 6.32 / 20.0 ms, one 300-step chunk 5.77 / 16.6 ms,
 # scripts/chunk_study.py; 256/32/4/1 5.89 / 17.9 ms in the v5 bench, another run); on the 16-core
 # Xeon the 16-step chunks were faster (LSTM training 387 against 486 ms with 256/32/4/1; GRU
-# inference 60 against 81 ms).
-CHUNK_STEPS = (16, 1)
+# inference 60 against 81 ms). The 4-step chunks cover the tail: a one-step weight gradient reads
+# and writes all of dW for one step's work (LSTM: 893 us a step alone, 512 in a 4-step chunk, 295
+# in a 16-step one, dev machine); the DS2 LSTM backward took 336-337 ms instead of 348-356 so.
+CHUNK_STEPS = (16, 4, 1)
 GPU_CHUNK_STEPS = (256, 32, 4, 1)
 
 
