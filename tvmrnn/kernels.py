@@ -108,9 +108,12 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1) 
     if cell.unit_params:  # the layer-direction's (P, H) block of per-unit parameters
         inputs["unit"] = te.placeholder(lead + (len(cell.unit_params), hidden), F32, "unit")
     k = te.reduce_axis((0, hidden), "k")
-    gh = te.compute(lead + (batch, hidden, G),
-                    lambda *i: te.sum(h_prev[(*i[:-2], k)] * w[(*i[:-3], k, *i[-2:])], axis=k),
-                    name="recurrent_projection", varargs_names=_axis_names(lead, "n", "j", "g"))
+
+    def projection(*i):
+        *s, n, j, g = i  # s: the direction, if any
+        return te.sum(h_prev[(*s, n, k)] * w[(*s, k, j, g)], axis=k)
+    gh = te.compute(lead + (batch, hidden, G), projection, name="recurrent_projection",
+                    varargs_names=_axis_names(lead, "n", "j", "g"))
 
     def env(*i):
         *s, n, j = i  # s: the direction, if any
@@ -189,9 +192,11 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1) -> Kernel:
     inputs = {"dgh": dgh, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, G), "g")
-    mm = te.compute(lead + (batch, hidden),
-                    lambda *i: te.sum(dgh[(*i[:-1], j, g)] * w[(*i[:-2], g, j, i[-1])], axis=[j, g]),
-                    name="matmul", varargs_names=_axis_names(lead, "n", "k"))
+
+    def dh(*i):
+        *s, n, k = i  # s: the direction, if any
+        return te.sum(dgh[(*s, n, j, g)] * w[(*s, g, j, k)], axis=[j, g])
+    mm = te.compute(lead + (batch, hidden), dh, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
     if d.grad_h_prev is not None:
         inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
