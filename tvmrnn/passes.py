@@ -122,6 +122,16 @@ class TrainingStates:
         return self.layer_out.at("t", "n", "j", l=l, t=start + 1)
 
 
+def prev_row(d, s):
+    """The training state row (``hs`` and ``cs`` rows) that direction d's step at time s reads."""
+    return s if d == 0 else s + 1
+
+
+def next_row(d, s):
+    """The training state row that direction d's step at time s writes."""
+    return s + 1 if d == 0 else s
+
+
 def _time(config, T, d, u):
     return u if d == 0 else T - 1 - u
 
@@ -200,7 +210,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                 return y.at("n", "j", t=s, j=d * H)
         elif train:  # the state itself (written twice, the same value by the same thread)
             def layer_out(s, d, _l=l):
-                return states.at(_l, d, s + 1 if d == 0 else s)
+                return states.at(_l, d, next_row(d, s))
         else:
             def layer_out(s, d, _l=l):
                 return outs.at("n", "j", l=_l % 2, t=s, j=d * H)
@@ -230,7 +240,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                     ld, gd = _l * D + d, _group.index(d)
                     s = _time(config, T, d, u)
                     if train:
-                        rows = (s, s + 1) if d == 0 else (s + 1, s)
+                        rows = (prev_row(d, s), next_row(d, s))
                     else:
                         rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
                     views = dict(gx=gx.at("n", "j", "g", d=gd, t=s), w=w.piece(layout.slot(_l, d, "weight_hh").offset),
@@ -241,7 +251,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                     if c.unit_params:
                         views["unit"] = w.piece(layout.unit_offset(_l, d))
                     if train:
-                        views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i) for i in range(config.num_saved)})
+                        views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i)
+                                      for i in range(config.num_saved)})
                     return views
                 prog.call(step, **_bind(group, views_of))
             for d in group:
@@ -318,12 +329,6 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             def d_in(start, _l=l):
                 return dlayer.at("t", "n", "j", l=(_l - 1) % slots, t=start)
 
-        def prev_row(d, s):
-            return s if d == 0 else s + 1
-
-        def next_row(d, s):
-            return s + 1 if d == 0 else s
-
         def gate_math(d, v, _l=l):
             """Views for direction d's pointwise backward of the v-th step from the end (its dh aside)."""
             ld, gd = _l * D + d, d % DG
@@ -388,10 +393,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
 
                 def gradients(start, size, _d=d, _slot=slot, _l=l):
                     gd = _d % DG
-                    prev = start if _d == 0 else start + 1
+                    h_before = states.at(_l, _d, prev_row(_d, start), ("t", "n", "j"))  # the steps' h_{t-1}
                     for dg, kind_w, kind_b, a, k_size in (
                             (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
-                            (dgh, "weight_hh", "bias_hh", states.at(_l, _d, prev, ("t", "n", "j")), H)):
+                            (dgh, "weight_hh", "bias_hh", h_before, H)):
                         chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
                         piece = dw.piece(_slot[kind_w])
                         prog.call(kernels.weight_gradient(size, N, k_size, H, G), dg=chunk, a=a, acc=piece, dw=piece)
@@ -427,3 +432,15 @@ def packing_program(config: Config, schedule) -> Program:
             prog.call(kernels.copy(*slot.torch_shape), src=src.piece(slot.offset),
                       dst=dst.piece(layout.torch_copy(slot.offset)))
     return prog
+
+
+def all_programs(config: Config, schedule, target=None, persistent_blocks: int | None = None) -> tuple[Program, ...]:
+    """The passes a build compiles for ``target`` (a ``tvm.target.Target``, or None: CPU):
+    inference forward, training forward, backward and weight packing, with the target's chunk
+    sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
+    its tasks from the same programs."""
+    how = dict(persistent_blocks=persistent_blocks, chunks=chunk_steps(target), stacked=stack_directions(target))
+    return (forward_program(config, schedule, train=False, **how),
+            forward_program(config, schedule, train=True, **how),
+            backward_program(config, schedule, **how),
+            packing_program(config, schedule))

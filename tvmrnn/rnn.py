@@ -17,7 +17,7 @@ from . import target as targets
 from .arrays import Frame, to_tvm
 from .cells import get_cell
 from .default_schedule import is_gpu
-from .passes import Config, backward_program, chunk_steps, forward_program, packing_program, stack_directions
+from .passes import Config, all_programs
 from .tuning import report_untuned, scheduler
 
 _INT32_MAX = 2**31 - 1
@@ -148,12 +148,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     target = targets.resolve(target)
     schedule, used = scheduler(target, tuning_logs)
     blocks = targets.persistent_blocks(target)
-    chunks = chunk_steps(target)
-    how = dict(persistent_blocks=blocks, chunks=chunks, stacked=stack_directions(target))
-    programs = (forward_program(config, schedule, train=False, **how),
-                forward_program(config, schedule, train=True, **how),
-                backward_program(config, schedule, **how),
-                packing_program(config, schedule))
+    programs = all_programs(config, schedule, target, blocks)
     # TIR's common-subexpression elimination is superlinear in a function's size: on a GPU target,
     # where the passes embed a launch per call site, it took 83% of a 2-layer bidirectional LSTM's
     # build (31 of 37 s) and pushed a 5-layer one past minutes. NVCC eliminates the same

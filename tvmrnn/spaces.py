@@ -8,8 +8,9 @@ into the GEMM's write-back) produce a module that does not compile. So the step 
 
 * :func:`fused_step_space`, a parameterised schedule whose every knob is a MetaSchedule
   sampling instruction (so the evolutionary search and the XGBoost model tune it):
-  the output nest ``(n, j)`` (after the direction axis of a two-direction step) is the anchor and the GEMM is computed under it, one thread (GPU)
-  or one core (CPU) owning a slice of hidden units ``j`` with all gates of a unit side by side
+  the output nest ``(n, j)`` (after the direction axis of a two-direction step) is the anchor
+  and the GEMM is computed under it, one thread (GPU) or one core (CPU) owning a slice of
+  hidden units ``j`` with all gates of a unit side by side
   (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.layout`). Knobs:
 
   - GPU: hidden units per block, batch rows per thread (register tile over ``n`` reusing each

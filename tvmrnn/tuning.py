@@ -30,7 +30,7 @@ from .default_schedule import apply as default_schedule_apply
 from .default_schedule import default_schedule, is_gpu
 from .default_schedule import variants as default_variants
 from .kernels import Kernel
-from .passes import Config, backward_program, chunk_steps, forward_program, packing_program, stack_directions
+from .passes import all_programs
 
 REFERENCE_LENGTH = 300  # Deep Speech 2's T: the sequence length task weights are counted at
 DEFAULT_LOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
@@ -218,16 +218,12 @@ def select_tasks(configs, target, kernels=None, max_tasks=None, db=None) -> list
 def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[Task]:
     """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
 
-    ``target`` picks the chunk sizes of the all-steps GEMMs (``passes.chunk_steps``) and whether
-    a bidirectional layer's directions share a launch (``passes.stack_directions``), as build does.
+    ``target`` picks the programs as build does (``passes.all_programs``: chunk sizes, direction
+    stacking).
     """
     tasks: dict[str, Task] = {}
-    chunks, stacked = chunk_steps(target), stack_directions(target)
     for config in configs:
-        for program in (forward_program(config, lambda k: k.func, train=False, chunks=chunks, stacked=stacked),
-                        forward_program(config, lambda k: k.func, train=True, chunks=chunks, stacked=stacked),
-                        backward_program(config, lambda k: k.func, chunks=chunks, stacked=stacked),
-                        packing_program(config, lambda k: k.func)):
+        for program in all_programs(config, lambda k: k.func, target):
             for name, count in program.calls(length).items():
                 task = tasks.setdefault(name, Task(program.kernels[name], 0))
                 task.calls += count
