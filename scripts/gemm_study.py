@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""How dlight's Matmul config changes the GPU's all-steps GEMMs (and how far they are from cuBLAS).
+"""How the GPU's all-steps GEMM schedule and its shape change their speed (and how far from cuBLAS).
 
     python scripts/gemm_study.py                       # DS2 LSTM, 256-step chunks, default configs
-    python scripts/gemm_study.py --configs "block_size_x=16,block_size_y=16,micro_size_x=8,micro_size_y=8"
+    python scripts/gemm_study.py --configs dlight "k_tile=16" "rows=2x8x4,pipeline=0"
 
 For the input projection, weight gradient and input gradient GEMMs of one 256-step chunk
-(T=256, N=20, I=H=800, G gates: 5120 x 800 x 3200 for the LSTM), builds each ``--configs`` entry
-(overrides of :data:`tvmrnn.default_schedule.GPU_MATMUL` on dlight's CUDA config: block_size_x/y,
-micro_size_x/y/k, vector_size, vthread_x/y, unroll), checks its output against the first entry's
-on the same inputs, and prints the median time and TFLOP/s, beside PyTorch's (cuBLAS, TF32 off)
-GEMM of the same shape. The buffers here are whole (aligned); vector sizes above 1 are only
-safe in a build if every view the driver hands the kernel is aligned too.
+(T=256, N=20, I=H=800, G gates: 5120 x 800 x 3200 for the LSTM), builds each ``--configs`` entry,
+checks its output against the first entry's on the same inputs, and prints the median time and
+TFLOP/s, beside PyTorch's (cuBLAS, TF32 off) GEMM of the same shape. An entry is either
+``dlight[:key=value,...]`` (dlight's ``Matmul`` with scalar accesses, the default before v8; keys
+of its config: block_size_x/y, micro_size_x/y/k, vector_size, vthread_x/y, unroll) or overrides of
+:data:`tvmrnn.default_schedule.GPU_MATMUL` for :func:`tvmrnn.default_schedule.gpu_matmul`
+(``rows=2x16x4``, ``cols=...``, ``k_tile=16``, ``pipeline=0``; empty: the default).
 """
 from __future__ import annotations
 
@@ -22,21 +23,47 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 DEFAULT_CONFIGS = [
-    "",  # the default (GPU_MATMUL on dlight's config: 8 x 16 threads, 4 x 4 micro-tile, k 16)
-    "vector_size=2",
-    "vector_size=4",
-    "block_size_x=16,block_size_y=16,micro_size_x=4,micro_size_y=4",
-    "block_size_x=16,block_size_y=16,micro_size_x=8,micro_size_y=8,micro_size_k=8",
-    "block_size_x=16,block_size_y=16,micro_size_x=8,micro_size_y=8,micro_size_k=8,vector_size=4",
-    "block_size_x=16,block_size_y=8,micro_size_x=8,micro_size_y=8,micro_size_k=8",
-    "block_size_x=8,block_size_y=16,micro_size_x=8,micro_size_y=4",
-    "block_size_x=8,block_size_y=16,micro_size_x=4,micro_size_y=8",
-    "block_size_x=16,block_size_y=16,micro_size_x=8,micro_size_y=4,micro_size_k=16",
+    "dlight",  # the default before v8: dlight's Matmul, 8 x 16 threads, 4 x 4 micro-tiles, k 16
+    "",  # gpu_matmul's default (GPU_MATMUL, the block shape of matmul_shape)
+    "rows=2x16x4,cols=2x16x4",  # GPU_MATMUL_SHAPES: 128 x 128
+    "rows=2x8x4,cols=2x16x4",  # 64 x 128
+    "rows=2x16x4,cols=2x8x4",  # 128 x 64
+    "rows=2x32x4,cols=2x8x4",  # 256 x 64
+    "rows=2x8x4,cols=2x8x4",  # 64 x 64
+    "rows=1x8x4,cols=1x16x4",  # 32 x 64
+    "k_tile=8",
+    "pipeline=1",
 ]
 
 
-def parse_config(text: str) -> dict:
-    return {k: int(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+def parse_config(text: str) -> tuple[str, dict]:
+    """``("dlight", overrides)`` or ``("gpu_matmul", overrides)``."""
+    kind = "gpu_matmul"
+    if text.startswith("dlight"):
+        kind, text = "dlight", text[len("dlight"):].lstrip(":")
+
+    def value(v):
+        return tuple(int(x) for x in v.split("x")) if "x" in v else int(v)
+    return kind, {k: value(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+
+
+def schedule(kernel, target, text):
+    """The kernel's function scheduled as the ``--configs`` entry says."""
+    from tvm import s_tir
+    from tvm.s_tir import dlight
+    from tvmrnn import default_schedule as ds
+    kind, config = parse_config(text)
+    if kind == "dlight":
+        rule = dlight.gpu.Matmul()
+        base = rule.get_configs(target)
+        for key, v in {"vector_size": 1, **config}.items():
+            setattr(base, key, v)
+        rule.get_configs = lambda _target: base
+        with target:
+            return rule.apply(s_tir.renew_defs(kernel.func), target, False).mod["main"]
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    ds.apply(sch, kernel, target, matmul=config)
+    return sch.mod["main"]
 
 
 def main():
@@ -46,26 +73,27 @@ def main():
     p.add_argument("-N", type=int, default=20)
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--gates", type=int, default=4)
+    p.add_argument("--in-size", type=int, default=None, help="the layer input's size (default: the hidden size)")
     p.add_argument("--kernels", nargs="+", default=["input_projection", "weight_gradient", "input_gradient"])
     a = p.parse_args()
     import numpy as np
     import torch
     import tvm
-    from tvm import s_tir
     from tvmrnn import default_schedule as ds
     from tvmrnn import kernels
     T, N, H, G = a.steps, a.N, a.hidden_size, a.gates
+    K = a.in_size or H
     makers = {
-        "input_projection": lambda: kernels.input_projection(T, N, H, H, G),
-        "weight_gradient": lambda: kernels.weight_gradient(T, N, H, H, G),
-        "input_gradient": lambda: kernels.input_gradient(T, N, H, H, G, accumulate=False),
+        "input_projection": lambda: kernels.input_projection(T, N, K, H, G),
+        "weight_gradient": lambda: kernels.weight_gradient(T, N, K, H, G),
+        "input_gradient": lambda: kernels.input_gradient(T, N, K, H, G, accumulate=False),
     }
     target = tvm.target.Target("nvidia/nvidia-h100") if "H100" in torch.cuda.get_device_name() else tvm.target.Target("cuda")
     dev = tvm.cuda()
-    flops = 2 * T * N * H * H * G
+    flops = 2 * T * N * K * H * G
     torch.backends.cuda.matmul.allow_tf32 = False
-    ta, tb = torch.randn(T * N, H, device="cuda"), torch.randn(H, H * G, device="cuda")
-    print(f"{torch.cuda.get_device_name()}  {T * N} x {H} x {H * G} GEMMs ({flops / 1e9:.1f} GFLOP)")
+    ta, tb = torch.randn(T * N, K, device="cuda"), torch.randn(K, H * G, device="cuda")
+    print(f"{torch.cuda.get_device_name()}  {T * N} x {K} x {H * G} GEMMs ({flops / 1e9:.1f} GFLOP)")
     cublas_us = _torch_us(lambda: torch.mm(ta, tb))
     print(f"cuBLAS (torch.mm, TF32 off): {cublas_us:9.1f} us  {flops / cublas_us / 1e6:5.1f} TFLOP/s")
     for name in a.kernels:
@@ -74,12 +102,13 @@ def main():
         rng = np.random.default_rng(0)
         host = [rng.uniform(-0.5, 0.5, s).astype("float32") for s in shapes]
         reference = None
+        (vi, ti, mi), (vj, tj, mj) = ds.matmul_shape(T * N if name != "weight_gradient" else H * G,
+                                                     H * G if name == "input_projection" else K)
+        print(f"{kernel.name}: default block {vi * ti * mi} x {vj * tj * mj}")
         for text in a.configs:
-            config = parse_config(text)
             try:
-                sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-                ds.apply(sch, kernel, target, matmul=config)
-                lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                func = schedule(kernel, target, text)
+                lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
                                   target=target).jit()
                 args = [tvm.runtime.tensor(h, device=dev) for h in host]
                 lib["main"](*args)

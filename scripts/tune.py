@@ -98,6 +98,9 @@ def main(argv=None):
     p.add_argument("--no-default-seed", action="store_true",
                    help="do not measure each new task's default schedule first (it becomes a record, so a "
                         "tuned schedule is never slower than the default)")
+    p.add_argument("--reseed-defaults", action="store_true",
+                   help="measure the default schedule (and its other shapes) again on every selected task, "
+                        "also those with records: after the default schedule changed (nothing is removed)")
     p.add_argument("--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (python -m tvm.exec.rpc_tracker)")
     p.add_argument("--rpc-key", help="the device key the RPC servers registered with")
     p.add_argument("--trials-per-iter", type=int, default=16)
@@ -121,7 +124,7 @@ def main(argv=None):
         results = tuning.tune(configs, target, log_dir=a.log_dir, trials_per_task=a.trials, kernels=a.kernels,
                               max_tasks=a.max_tasks, rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key,
                               num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
-                              seed_default=not a.no_default_seed, out=lambda line: print(line, flush=True))
+                              seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults, out=lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print(f"\ninterrupted: every record measured so far is in {folder}; run again to resume")
         raise SystemExit(130)

@@ -159,7 +159,8 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "matmul":
-        return _dlight(sch, _TiledMatmul(**tiles.get("matmul", {})), target)
+        config = {**GPU_MATMUL, **tiles.get("matmul", {})}
+        return _copy_applied(sch, kernel, lambda copy: gpu_matmul(copy, kernel, **config))
     return kind is not None
 
 
@@ -206,42 +207,174 @@ def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unro
     sch.unroll(unrolled)
 
 
-# dlight's Matmul config for the GEMMs over chunks of steps (``tiles["matmul"]`` overrides it;
-# ``scripts/gemm_study.py`` times others). Scalar accesses: see :class:`_TiledMatmul`.
-GPU_MATMUL = dict(vector_size=1)
+# :func:`gpu_matmul`'s block shapes, (rows, cols) as (micro-tiles, threads, micro-tile size) along
+# each: 128 x 128 (256 threads), 64 x 128 and 128 x 64 (128), 256 x 64 (256), 64 x 64 (64), every
+# thread 8 x 8 outputs; and for small outputs with long reductions (the RNN's 800 x 800 weight
+# gradient: 91 blocks of 64 x 128 ran at 11 TFLOP/s, dlight's 325 of 32 x 64 at 17) 32 x 64 (128
+# threads of 4 x 4). The default takes the one that gives the most loaded SM the least work
+# (:func:`matmul_shape`); tuning measures all of them (:func:`variants`).
+GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16, 4), (2, 8, 4)),
+                     ((2, 32, 4), (2, 8, 4)), ((2, 8, 4), (2, 8, 4)), ((1, 8, 4), (1, 16, 4)))
+# The rest of its default (``tiles["matmul"]`` overrides any of it; ``scripts/gemm_study.py``
+# times others): 16 reduction steps per shared-memory tile (8 was 4-12% slower on the H100), not
+# double-buffered (no faster there: two blocks per SM hide the copies' latency).
+GPU_MATMUL = dict(k_tile=16, pipeline=False)
+# Streaming multiprocessors the default shape is chosen for (the H100's; TVM's CUDA targets do
+# not say): on another GPU it is a guess that tuning corrects.
+GPU_SMS = 132
 
 
-class _TiledMatmul(dlight.gpu.Matmul):
-    """dlight's Matmul with :data:`GPU_MATMUL` (and the caller's overrides) on its CUDA config.
-
-    Scalar loads and stores by default: the sequence driver passes kernels views of larger buffers
-    (a chunk of steps, one layer's weights in the packed buffer) at offsets that need not be a
-    multiple of the vector width; with dlight's ``float2`` accesses an odd offset (e.g. after a
-    cell's odd-length per-unit parameters) is a misaligned-address fault on the GPU (seen on the
-    H100 with a 2-layer peephole LSTM, H = 37)."""
-
-    def __init__(self, **overrides):
-        super().__init__()
-        self.overrides = {**GPU_MATMUL, **overrides}
-
-    def get_configs(self, target):
-        config = super().get_configs(target)
-        for key, value in self.overrides.items():
-            setattr(config, key, value)
-        return config
+def matmul_shape(rows: int, cols: int, sms: int = GPU_SMS):
+    """The block shape of :data:`GPU_MATMUL_SHAPES` for a ``rows x cols`` output: the least work
+    on the busiest SM, ``ceil(blocks / sms)`` blocks of padded output elements, each weighted by
+    its tile's loads (``bm + bn`` values per ``bm x bn`` multiply-adds, a smaller tile does more
+    of them), the larger tile on ties. Blocks come in whole waves, and a GEMM of a few waves loses up to one of them:
+    on the H100 the LSTM's input gradient (5120 x 800) ran at 21.7 TFLOP/s in 280 128 x 128
+    blocks (3 on the busiest SMs) and 36.6 in 260 256 x 64 blocks (2); its weight gradient
+    (3200 x 800) at 23.8 in 175 blocks of 128 x 128 and 32.4 in 350 of 64 x 128
+    (``notes/bench/gemm_study_h100_v8.txt``)."""
+    def work(shape):
+        (vi, ti, mi), (vj, tj, mj) = shape
+        bm, bn = vi * ti * mi, vj * tj * mj
+        blocks = -(-rows // bm) * -(-cols // bn)
+        return -(-blocks // sms) * bm * bn * (1 + 8 * (bm + bn) / (bm * bn)), -bm * bn
+    return min(GPU_MATMUL_SHAPES, key=work)
 
 
-def _dlight(sch, rule, target) -> bool:
-    """Apply a dlight rule through ``sch`` (replaying its trace, so that tuning can measure it)."""
-    func = s_tir.renew_defs(sch.mod["main"])  # the rule's Schedule would edit its input in place
+def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
+               pad: int = 4) -> None:
+    """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
+
+    The GEMM is first normalised to ``C[s, i, j] += A[s, i, k] * B[s, j, k]`` (``reindex`` and
+    ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the order its operand
+    lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``), so that the
+    copies into shared memory read rows of contiguous memory. A block of ``rows[1] x cols[1]``
+    threads owns a ``prod(rows) x prod(cols)`` tile of ``C``; a thread an ``rows[0] x cols[0]``
+    grid of ``rows[2] x cols[2]`` micro-tiles (virtual threads, 64 accumulators with the default),
+    strided so that the threads of a warp read consecutive ``float4`` from shared memory. Both
+    operands are kept in shared memory reduction-major (``A`` transposed as it is copied in), rows
+    padded by ``pad`` floats (no bank conflicts for the transposed stores), so a thread loads its
+    micro-tile's operands with 128-bit loads: 4 of them per ``k`` for 64 multiply-adds. dlight's
+    ``Matmul`` read single floats from shared memory, 16 per 64 multiply-adds, which is as many
+    shared-memory instructions as the FMA pipes can take (on the H100 it ran at ~23 TFLOP/s, half
+    of cuBLAS, ``notes/performance.md`` v6). With ``pipeline`` the shared tiles are double-buffered
+    (TIR's software pipeline): the copy of the next tile is issued before the multiply-adds of
+    this one. Global memory is read and written with scalar accesses: the sequence driver hands
+    kernels views at offsets that need not be 16-byte aligned. Shapes that are not multiples of
+    the tile are padded (``pad_einsum``): the copies read zeros past the edges.
+    """
+    main = sch.get_sblock(kernel.gemm)
+    stmt = sch.get(main)
+    ivs = [iv.var for iv in stmt.iter_vars]
+    extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+    is_red = {iv.var: iv.iter_type != 0 for iv in stmt.iter_vars}
+    if len(stmt.reads) != 2:
+        raise s_tir.ScheduleError(f"{kernel.name}: not a product of two operands")
+    a_region, b_region = stmt.reads[0].region, stmt.reads[1].region
+
+    def axes(region):  # the block's iteration variables in the operand's index order
+        out = []
+        for r in region:
+            out += [v for v in ivs if v.same_as(r.min) and not any(v.same_as(o) for o in out)]
+        return out
+
+    a_axes, b_axes = axes(a_region), axes(b_region)
+    S = [v for v in a_axes if not is_red[v] and any(v.same_as(b) for b in b_axes)]
+    I = [v for v in a_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
+    J = [v for v in b_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
+    K = [v for v in a_axes if is_red[v]]
+    if len(S) + len(I) + len(J) + len(K) != len(ivs) or not (I and J and K):
+        raise s_tir.ScheduleError(f"{kernel.name}: not a GEMM of the form C[s, i, j] += A[s, i, k] B[s, j, k]")
+    # which operands are contiguous along the reduction (their last index a reduction variable)
+    k_inner = [any(r[-1].min.same_as(v) for v in K) for r in (a_region, b_region)]
+
+    def index_map(used, groups):
+        names = [tvm.tirx.Var(f"i{n}", "int32") for n in range(len(used))]
+        env = dict(zip(used, names))
+
+        def fuse(vs):
+            e = tvm.tirx.const(0, "int32")
+            for v in vs:
+                e = e * extent[v] + env[v]
+            return e
+        return tvm.tirx.IndexMap(names, [fuse(g) for g in groups], None)
+
+    def used(group):  # a reindexed buffer's axes: the block's variables it uses, in block order
+        return [v for v in ivs if any(v.same_as(x) for x in group)]
+
+    reindex_a = sch.reindex(main, ("read", 0))
+    reindex_b = sch.reindex(main, ("read", 1))
+    reindex_c = sch.reindex(main, ("write", 0))
+    sch.transform_layout(reindex_a, ("write", 0), index_map(used(S + I + K), [S, I, K]))
+    sch.transform_layout(reindex_b, ("write", 0), index_map(used(S + J + K), [S, J, K]))
+    sch.transform_layout(reindex_c, ("read", 0), index_map(used(S + I + J), [S, I, J]))
+    sch.transform_block_layout(main, index_map(ivs, [S, I, J, K]))
+
+    m_total = math.prod(extent[v] for v in I)
+    n_total = math.prod(extent[v] for v in J)
+    if rows is None or cols is None:
+        rows, cols = (rows, cols) if rows and cols else matmul_shape(m_total, n_total)
+    vi, ti, mi = rows
+    vj, tj, mj = cols
+    if m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread
+        vi = 1
+    if n_total <= vj * tj * mj // 2:
+        vj = 1
+    sch.pad_einsum(main, [1, vi * ti * mi, vj * tj * mj, k_tile])
+    s, i, j, k = sch.get_loops(main)
+    bi, li, ti_, ii = sch.split(i, [None, vi, ti, mi])
+    bj, lj, tj_, jj = sch.split(j, [None, vj, tj, mj])
+    ko, ki = sch.split(k, [None, k_tile])
+    sch.reorder(s, bi, bj, li, lj, ti_, tj_, ko, ki, ii, jj)
+    sch.bind(s, "blockIdx.z")
+    sch.bind(bi, "blockIdx.y")
+    sch.bind(bj, "blockIdx.x")
+    sch.bind(li, "vthread.y")
+    sch.bind(lj, "vthread.x")
+    sch.bind(ti_, "threadIdx.y")
+    sch.bind(tj_, "threadIdx.x")
+    accumulate = sch.cache_write(main, 0, "local")
+    sch.reverse_compute_at(accumulate, tj_, preserve_unit_loops=True)
+
+    def to_shared(index, contiguous_k):
+        copy = sch.cache_read(main, index, "shared")
+        sch.compute_at(copy, ko, preserve_unit_loops=True)
+        m, kk = sch.get_loops(copy)[-2:]
+        if not contiguous_k:  # consecutive threads along the operand's contiguous axis
+            sch.reorder(kk, m)
+            m, kk = kk, m
+        _, y, x = sch.split(sch.fuse(m, kk), [None, ti, tj])
+        sch.bind(y, "threadIdx.y")
+        sch.bind(x, "threadIdx.x")
+        sch.transform_layout(copy, ("write", 0), lambda b, m, kk: (b, kk, m))  # reduction-major
+        sch.storage_align(copy, 0, axis=1, factor=32, offset=pad)
+        return copy
+
+    copies = [to_shared(0, k_inner[0]), to_shared(1, k_inner[1])]
+    for index in (0, 1):  # each thread's operands: 128-bit loads from shared memory
+        load = sch.cache_read(main, index, "local")
+        sch.compute_at(load, ki, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(load)[-1])
+    for copy in copies:
+        dlight.gpu.matmul.auto_inline_producers(sch, copy)
+    dlight.gpu.matmul.auto_inline_consumer_chain(sch, accumulate)
+    sch.decompose_reduction(main, ko)
+    for loop in (ki, ii, jj):
+        sch.unroll(loop)
+    if pipeline:
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+
+
+def _copy_applied(sch, kernel: Kernel, schedule) -> bool:
+    """Apply ``schedule(sch_copy)`` to a copy of ``sch``'s function and replay its trace through
+    ``sch`` (so that tuning can measure it); False where it does not fit this kernel."""
+    copy = s_tir.Schedule(s_tir.renew_defs(sch.mod["main"]))
     try:
-        with target:
-            scheduled = rule.apply(func, target, False)
-    except tvm.s_tir.ScheduleError:  # the rule does not fit this kernel after all: the fallback
+        schedule(copy)
+    except tvm.s_tir.ScheduleError:
         return False
-    if scheduled is None:
-        return False
-    scheduled.trace.apply_to_schedule(sch, remove_postproc=False)
+    copy.trace.apply_to_schedule(sch, remove_postproc=False)
     return True
 
 
@@ -413,12 +546,20 @@ GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=12
                         dict(thread_columns=8), dict(min_blocks=100), dict(min_blocks=400))
 
 
+# gpu_matmul's variants that tuning measures beside the default: every block shape, the
+# shorter and the double-buffered reduction tiles.
+GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (dict(k_tile=8), dict(pipeline=True))
+
+
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
     """The default's own shapes worth measuring for ``kernel`` (``tiles`` for :func:`apply`),
     the default first: tuning seeds each new task with all of them."""
     if is_gpu(target) and kernel.gemm is not None:
-        if _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "split-K":
+        kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
+        if kind == "split-K":
             return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
+        if kind == "matmul":
+            return [{}] + [dict(matmul=dict(v)) for v in GPU_MATMUL_VARIANTS]
     return [{}]
 
 

@@ -493,14 +493,16 @@ def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 
 def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64, kernels=None,
          rpc_tracker=None, rpc_key=None, builder=None, runner=None, out=print, num_trials_per_iter=16,
          warm_start_from: str | None = None, max_tasks: int | None = None, seed: int = 1,
-         seed_default: bool = True):
+         seed_default: bool = True, reseed_defaults: bool = False):
     """Tune every kernel of ``configs`` for ``target`` up to ``trials_per_task`` trials each.
 
     Resumes: trials already in the log count, so a rerun only measures what is missing, and a
     finished task is skipped. ``kernels`` (names or substrings) restricts the tasks, ``max_tasks``
     keeps the heaviest ones (largest share of a training step, :func:`rank_tasks`). ``warm_start_from`` (another log
     folder) seeds tasks that have no records with that folder's best schedules; ``seed_default``
-    first measures each new task's default schedule (one trial of its budget). Returns
+    first measures each new task's default schedule (one trial of its budget); ``reseed_defaults``
+    measures it (and its other shapes) on every selected task, also those with records, after the
+    default schedule changed: the faster records win, none is removed. Returns
     ``[(task, best latency in us or None, trials)]``.
     """
     folder = os.path.join(log_dir, target_key(target))
@@ -511,8 +513,8 @@ def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64
     new = [t for t in tasks if not records_of(db.memory, t.kernel)]
     if warm_start_from:
         warm_start(db, new, target, warm_start_from, builder, runner, out=out)
-    if seed_default:
-        seed_defaults(db, new, target, builder, runner, out=out)
+    if seed_default or reseed_defaults:
+        seed_defaults(db, tasks if reseed_defaults else new, target, builder, runner, out=out)
     todo = [(t, trials_per_task - len(records_of(db.memory, t.kernel))) for t in tasks]
     todo = [(t, n) for t, n in todo if n > 0]
     for t in tasks:
