@@ -111,6 +111,24 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
         assert (a is None and b is None) or np.array_equal(a, b)
 
 
+def test_direction_stacking_follows_the_target(monkeypatch):
+    """GPUs and CPUs with many cores run both directions in one launch; CPUs with few do not (on
+    2 cores it was slower, on 16 faster); the environment variable overrides either way."""
+    import tvm
+    from tvmrnn import passes
+    monkeypatch.delenv("TVMRNN_STACK_DIRECTIONS", raising=False)
+
+    def cpu(cores):
+        return tvm.target.Target({"kind": "llvm", "num-cores": cores})
+    assert passes.stack_directions(tvm.target.Target("nvidia/nvidia-h100"))
+    assert passes.stack_directions(cpu(16)) and passes.stack_directions(cpu(passes.CPU_STACK_MIN_CORES))
+    assert not passes.stack_directions(cpu(2)) and not passes.stack_directions(None)
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "0")
+    assert not passes.stack_directions(tvm.target.Target("nvidia/nvidia-h100"))
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
+    assert passes.stack_directions(cpu(2))
+
+
 def test_sequence_length_changes_without_rebuilding(rng):
     rnn = built("gru", 2, True)
     compiled = rnn.executable

@@ -139,14 +139,25 @@ def _time(config, T, d, u):
 def stack_directions(target=None) -> bool:
     """Whether a bidirectional layer runs both directions in one launch per step on ``target``
     (a ``tvm.target.Target``, or None: CPU). ``TVMRNN_STACK_DIRECTIONS=1`` or ``0`` decides for
-    every target (for comparisons, ``scripts/direction_study.py``); else GPUs do and CPUs do not.
-    On the H100 the two-direction LSTM step took 17.7 us against 2 x 13.4 us (5-layer LSTM
-    inference 1.06x -> 1.28-1.33x cuDNN). On the 2-core dev machine a bidirectional LSTM and GRU
-    were 11-20% slower so (each core then streams both directions' weights at every step)."""
+    every target (for comparisons, ``scripts/direction_study.py``); else GPUs do, and CPUs with
+    at least :data:`CPU_STACK_MIN_CORES` cores. On the H100 the two-direction LSTM step took
+    17.7 us against 2 x 13.4 us (5-layer LSTM inference 1.06x -> 1.28-1.33x cuDNN). On the GPU
+    machine's 16-core Xeon a bidirectional layer was faster so (LSTM inference 205 -> 189 ms,
+    GRU 175 -> 146 ms, GRU training 602 -> 548 ms, LSTM training the same), on the 2-core dev
+    machine 11-20% slower: each core then streams both directions' weights at every step, which
+    fit in 16 cores' L2 (2 x 10 MB for the LSTM at H = 800) and not in 2 cores'."""
     forced = os.environ.get("TVMRNN_STACK_DIRECTIONS")
     if forced in ("0", "1"):
         return forced == "1"
-    return target is not None and is_gpu(target)
+    if target is None:
+        return False
+    if is_gpu(target):
+        return True
+    return int(target.attrs.get("num-cores", 0) or 0) >= CPU_STACK_MIN_CORES
+
+
+# CPU cores from which both directions share a launch (measured at 2, slower, and 16, faster).
+CPU_STACK_MIN_CORES = 8
 
 
 def _direction_groups(config: Config, stacked: bool) -> list[tuple[int, ...]]:
