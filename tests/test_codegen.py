@@ -49,7 +49,7 @@ def test_cuda_default_schedules(sizes):
     for line in (line for line in source.splitlines() if re.search(r"\bfloat[248]\b", line)):
         buffers = re.findall(r"\(float[248]\*\)\((\w+)", line)
         assert len(buffers) == len(re.findall(r"\bfloat[248]\b", line)), line
-        assert all(b.endswith(("_shared_ptr", "_local_ptr")) for b in buffers), f"a global vector access: {line}"
+        assert all(re.search(r"_(shared|local)_ptr(_\d+)?$", b) for b in buffers), f"a global vector access: {line}"
     kernels = source.split("extern \"C\" __global__")[1:]
     for kernel in kernels:  # static shared memory within what a block may have without opting in
         assert sum(int(n) * 4 for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\]", kernel)) <= 48 * 1024
@@ -92,6 +92,37 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
                 report = _ptxas(source, tmp_path)
                 assert " 0 bytes spill stores" in report and "spill stores" in report, report
         assert len(hashes) >= 2, kernel.name
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
+    """Every shape tuning seeds the all-steps GEMMs with (``gpu_matmul``: block shapes, reduction
+    tiles, double-buffering) compiles for sm_90 within 48 KB of static shared memory, reads its
+    shared tiles with 128-bit loads and global memory with scalar ones; the default assembles
+    without spilling. Odd sizes (padded tiles) too."""
+    import tvm
+    import tvm_ffi
+    from tvmrnn import kernels
+    from tvmrnn.default_schedule import GPU_MATMUL_VARIANTS, default_schedule, variants
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    for kernel in (kernels.input_projection(256, 20, 800, 800, 4), kernels.weight_gradient(256, 20, 1600, 800, 3),
+                   kernels.input_gradient(32, 20, 800, 800, 1, accumulate=True),
+                   kernels.weight_gradient(7, 5, 13, 37, 4)):
+        shapes = variants(kernel, target)
+        assert len(shapes) == 1 + len(GPU_MATMUL_VARIANTS) and shapes[0] == {}
+        hashes = set()
+        for tiles in shapes:
+            func = default_schedule(kernel, target, **tiles)
+            hashes.add(tvm_ffi.structural_hash(func))
+            source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+            shared = sum(int(n) * 4 for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\]", source))
+            assert 0 < shared <= 48 * 1024, (kernel.name, tiles, shared)
+            vector = re.findall(r"\(float4\*\)\((\w+)", source)
+            assert vector and all(re.search(r"_(shared|local)_ptr(_\d+)?$", v) for v in vector), (kernel.name, tiles)
+            if not tiles:
+                report = _ptxas(source, tmp_path)
+                assert " 0 bytes spill stores" in report, report
+        assert len(hashes) >= 4, kernel.name
 
 
 def _ptxas(source: str, folder) -> str:
