@@ -14,9 +14,9 @@ L2 across steps: the CPU trick of the fused-RNN papers).
 On GPUs the GEMM kernels split by how many output rows they have. The per-step GEMMs (rows: the
 batch) get split-K inside a thread block with the epilogue fused, :func:`gpu_split_k`: at N = 20
 one thread per output element leaves most of an H100 idle, so each block's threads share the
-reduction and meet in shared memory. The GEMMs over chunks of steps or over weights get dlight's
-tiled ``Matmul`` (TVM's own rule-based GPU schedule), without vector accesses; the bias
-gradient (a sum into one row) a cross-thread reduction, :func:`gpu_column_sum`.
+reduction and meet in shared memory. The GEMMs over chunks of steps or over weights get a tiled
+SIMT GEMM, :func:`gpu_matmul` (shared-memory tiles read with 128-bit loads, scalar global
+accesses); the bias gradient (a sum into one row) a cross-thread reduction, :func:`gpu_column_sum`.
 
 Everything else (pointwise kernels, copies) gets one rule: the output nest
 fused and spread over threads (GPU: one thread per output element; CPU: a parallel loop), the
@@ -151,7 +151,7 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     Few output rows (the per-step GEMMs: the batch, ``N = 20`` at Deep Speech 2 sizes) leave too
     few output elements to fill the GPU with one thread per output tile, so these get split-K
     (:func:`gpu_split_k`); the GEMMs over chunks of steps or over weights (hundreds of rows or
-    more) get dlight's tiled ``Matmul`` (shared-memory tiles, a register micro-tile per thread).
+    more) get :func:`gpu_matmul` (shared-memory tiles, a register micro-tile per thread).
     """
     kind = _gpu_kind(sch, kernel)
     if kind == "column sum":
@@ -176,7 +176,7 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
     rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
     consumers = sch.get_consumers(gemm)
     # a fused epilogue (several sibling outputs, or outputs reading whole gate groups) stays in
-    # split-K at any batch size: dlight's Matmul cannot place it
+    # split-K at any batch size: the tiled GEMM cannot place it
     fused_epilogue = len(consumers) > 1 or len(sch.get_loops(consumers[0])) < len(spatial)
     return "split-K" if rows <= GPU_SPLIT_K_ROWS or fused_epilogue else "matmul"
 
@@ -228,8 +228,8 @@ def matmul_shape(rows: int, cols: int, sms: int = GPU_SMS):
     """The block shape of :data:`GPU_MATMUL_SHAPES` for a ``rows x cols`` output: the least work
     on the busiest SM, ``ceil(blocks / sms)`` blocks of padded output elements, each weighted by
     its tile's loads (``bm + bn`` values per ``bm x bn`` multiply-adds, a smaller tile does more
-    of them), the larger tile on ties. Blocks come in whole waves, and a GEMM of a few waves loses up to one of them:
-    on the H100 the LSTM's input gradient (5120 x 800) ran at 21.7 TFLOP/s in 280 128 x 128
+    of them), the larger tile on ties. Blocks come in whole waves, and a GEMM of a few waves loses
+    up to one of them: on the H100 the LSTM's input gradient (5120 x 800) ran at 21.7 TFLOP/s in 280 128 x 128
     blocks (3 on the busiest SMs) and 36.6 in 260 256 x 64 blocks (2); its weight gradient
     (3200 x 800) at 23.8 in 175 blocks of 128 x 128 and 32.4 in 350 of 64 x 128
     (``notes/bench/gemm_study_h100_v8.txt``)."""
