@@ -102,8 +102,7 @@ def main():
         rng = np.random.default_rng(0)
         host = [rng.uniform(-0.5, 0.5, s).astype("float32") for s in shapes]
         reference = None
-        (vi, ti, mi), (vj, tj, mj) = ds.matmul_shape(T * N if name != "weight_gradient" else H * G,
-                                                     H * G if name == "input_projection" else K)
+        (vi, ti, mi), (vj, tj, mj) = ds.default_matmul_shape(kernel)
         print(f"{kernel.name}: default block {vi * ti * mi} x {vj * tj * mj}")
         for text in a.configs:
             try:

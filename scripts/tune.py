@@ -124,7 +124,8 @@ def main(argv=None):
         results = tuning.tune(configs, target, log_dir=a.log_dir, trials_per_task=a.trials, kernels=a.kernels,
                               max_tasks=a.max_tasks, rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key,
                               num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
-                              seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults, out=lambda line: print(line, flush=True))
+                              seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults,
+                              out=lambda line: print(line, flush=True))
     except KeyboardInterrupt:
         print(f"\ninterrupted: every record measured so far is in {folder}; run again to resume")
         raise SystemExit(130)

@@ -46,10 +46,8 @@ def test_cuda_default_schedules(sizes):
     rnn = tvmrnn.build(EXAMPLES["peephole_lstm"], **sizes, num_layers=2, bidirectional=True,
                        target="nvidia/nvidia-h100", tuning_logs=False)
     source = rnn.executable.mod.imports[0].inspect_source()
-    for line in (line for line in source.splitlines() if re.search(r"\bfloat[248]\b", line)):
-        buffers = re.findall(r"\(float[248]\*\)\((\w+)", line)
-        assert len(buffers) == len(re.findall(r"\bfloat[248]\b", line)), line
-        assert all(re.search(r"_(shared|local)_ptr(_\d+)?$", b) for b in buffers), f"a global vector access: {line}"
+    vector = _vector_buffers(source)
+    assert all(ON_CHIP.search(b) for b in vector), f"a global vector access: {vector}"
     kernels = source.split("extern \"C\" __global__")[1:]
     for kernel in kernels:  # static shared memory within what a block may have without opting in
         assert sum(int(n) * 4 for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\]", kernel)) <= 48 * 1024
@@ -117,12 +115,27 @@ def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
             source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
             shared = sum(int(n) * 4 for n in re.findall(r"__shared__ [^;]*float \w+\[(\d+)\]", source))
             assert 0 < shared <= 48 * 1024, (kernel.name, tiles, shared)
-            vector = re.findall(r"\(float4\*\)\((\w+)", source)
-            assert vector and all(re.search(r"_(shared|local)_ptr(_\d+)?$", v) for v in vector), (kernel.name, tiles)
+            vector = _vector_buffers(source)
+            assert vector and all(ON_CHIP.search(v) for v in vector), (kernel.name, tiles, vector)
             if not tiles:
                 report = _ptxas(source, tmp_path)
                 assert " 0 bytes spill stores" in report, report
         assert len(hashes) >= 4, kernel.name
+
+
+# the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)
+ON_CHIP = re.compile(r"_(shared|local)_ptr(_\d+)?$")
+
+
+def _vector_buffers(source: str) -> list[str]:
+    """The buffers CUDA code accesses through ``float2/4/8`` casts; every vector type in the source
+    must be such a cast."""
+    buffers = []
+    for line in (line for line in source.splitlines() if re.search(r"\bfloat[248]\b", line)):
+        cast = re.findall(r"\(float[248]\*\)\((\w+)", line)
+        assert len(cast) == len(re.findall(r"\bfloat[248]\b", line)), line
+        buffers += cast
+    return buffers
 
 
 def _ptxas(source: str, folder) -> str:

@@ -160,7 +160,7 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "matmul":
         config = {**GPU_MATMUL, **tiles.get("matmul", {})}
-        return _copy_applied(sch, kernel, lambda copy: gpu_matmul(copy, kernel, **config))
+        return _copy_applied(sch, lambda copy: gpu_matmul(copy, kernel, **config))
     return kind is not None
 
 
@@ -241,6 +241,44 @@ def matmul_shape(rows: int, cols: int, sms: int = GPU_SMS):
     return min(GPU_MATMUL_SHAPES, key=work)
 
 
+def _matmul_axes(stmt, name: str):
+    """A GEMM block's iteration variables as ``(S, I, J, K)`` of ``C[s, i, j] += A[s, i, k] B[s, j, k]``,
+    each in the order its operand (``A`` for ``I`` and ``K``, ``B`` for ``J``) indexes them, and
+    whether each operand is contiguous along the reduction (its last index a reduction variable).
+    Raises ``ScheduleError`` for other blocks."""
+    ivs = [iv.var for iv in stmt.iter_vars]
+    is_red = {iv.var: iv.iter_type != 0 for iv in stmt.iter_vars}
+    if len(stmt.reads) != 2:
+        raise s_tir.ScheduleError(f"{name}: not a product of two operands")
+    a_region, b_region = stmt.reads[0].region, stmt.reads[1].region
+
+    def axes(region):  # the block's iteration variables in the operand's index order
+        out = []
+        for r in region:
+            out += [v for v in ivs if v.same_as(r.min) and not any(v.same_as(o) for o in out)]
+        return out
+
+    a_axes, b_axes = axes(a_region), axes(b_region)
+    S = [v for v in a_axes if not is_red[v] and any(v.same_as(b) for b in b_axes)]
+    I = [v for v in a_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
+    J = [v for v in b_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
+    K = [v for v in a_axes if is_red[v]]
+    if len(S) + len(I) + len(J) + len(K) != len(ivs) or not (I and J and K):
+        raise s_tir.ScheduleError(f"{name}: not a GEMM of the form C[s, i, j] += A[s, i, k] B[s, j, k]")
+    k_inner = [any(r[-1].min.same_as(v) for v in K) for r in (a_region, b_region)]
+    return S, I, J, K, k_inner
+
+
+def default_matmul_shape(kernel: Kernel):
+    """The block shape :func:`gpu_matmul` takes for ``kernel`` by default (:func:`matmul_shape`
+    of its output's rows and columns)."""
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    stmt = sch.get(sch.get_sblock(kernel.gemm))
+    _, I, J, _, _ = _matmul_axes(stmt, kernel.name)
+    extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+    return matmul_shape(math.prod(extent[v] for v in I), math.prod(extent[v] for v in J))
+
+
 def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
                pad: int = 4) -> None:
     """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
@@ -267,26 +305,7 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     stmt = sch.get(main)
     ivs = [iv.var for iv in stmt.iter_vars]
     extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
-    is_red = {iv.var: iv.iter_type != 0 for iv in stmt.iter_vars}
-    if len(stmt.reads) != 2:
-        raise s_tir.ScheduleError(f"{kernel.name}: not a product of two operands")
-    a_region, b_region = stmt.reads[0].region, stmt.reads[1].region
-
-    def axes(region):  # the block's iteration variables in the operand's index order
-        out = []
-        for r in region:
-            out += [v for v in ivs if v.same_as(r.min) and not any(v.same_as(o) for o in out)]
-        return out
-
-    a_axes, b_axes = axes(a_region), axes(b_region)
-    S = [v for v in a_axes if not is_red[v] and any(v.same_as(b) for b in b_axes)]
-    I = [v for v in a_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
-    J = [v for v in b_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
-    K = [v for v in a_axes if is_red[v]]
-    if len(S) + len(I) + len(J) + len(K) != len(ivs) or not (I and J and K):
-        raise s_tir.ScheduleError(f"{kernel.name}: not a GEMM of the form C[s, i, j] += A[s, i, k] B[s, j, k]")
-    # which operands are contiguous along the reduction (their last index a reduction variable)
-    k_inner = [any(r[-1].min.same_as(v) for v in K) for r in (a_region, b_region)]
+    S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
 
     def index_map(used, groups):
         names = [tvm.tirx.Var(f"i{n}", "int32") for n in range(len(used))]
@@ -312,10 +331,9 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
 
     m_total = math.prod(extent[v] for v in I)
     n_total = math.prod(extent[v] for v in J)
-    if rows is None or cols is None:
-        rows, cols = (rows, cols) if rows and cols else matmul_shape(m_total, n_total)
-    vi, ti, mi = rows
-    vj, tj, mj = cols
+    default_rows, default_cols = matmul_shape(m_total, n_total)
+    vi, ti, mi = rows or default_rows
+    vj, tj, mj = cols or default_cols
     if m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread
         vi = 1
     if n_total <= vj * tj * mj // 2:
@@ -366,7 +384,7 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
 
 
-def _copy_applied(sch, kernel: Kernel, schedule) -> bool:
+def _copy_applied(sch, schedule) -> bool:
     """Apply ``schedule(sch_copy)`` to a copy of ``sch``'s function and replay its trace through
     ``sch`` (so that tuning can measure it); False where it does not fit this kernel."""
     copy = s_tir.Schedule(s_tir.renew_defs(sch.mod["main"]))
