@@ -10,7 +10,8 @@ projection chunk) and each tile shape (``--column-vectors`` output vectors wide,
 
 GPU: for each per-step kernel (the fused forward and backward steps of every cell) and each
 shape of :func:`tvmrnn.default_schedule.gpu_split_k` (``--block-threads`` threads per block, at
-least ``--min-blocks`` blocks, ``--thread-columns`` output columns per thread), the same. The
+least ``--min-blocks`` blocks, ``--thread-columns`` output columns per thread, the reduction
+over ``--block-slices`` blocks, ``--gpu-accumulators`` partial sums per thread), the same. The
 first shape listed first is the default's.
 """
 from __future__ import annotations
@@ -35,6 +36,10 @@ def main():
     p.add_argument("--min-blocks", type=int, nargs="*", default=[200, 132, 400])
     p.add_argument("--thread-columns", type=int, nargs="*", default=[4, 2, 8])
     p.add_argument("--unroll", type=int, nargs="*", default=[8])
+    p.add_argument("--block-slices", type=int, nargs="*", default=[1],
+                   help="GPU: blocks the reduction is split over (the epilogue a second kernel)")
+    p.add_argument("--gpu-accumulators", type=int, nargs="*", default=[96], help="GPU: registers of "
+                                                                                 "partial sums per thread")
     p.add_argument("--only", nargs="*", default=[], help="kernels whose name contains one of these")
     p.add_argument("--directions", type=int, nargs="*", default=[1], help="per-step kernels for 1 and/or 2 "
                                                                          "directions at once (bidirectional layers)")
@@ -59,16 +64,24 @@ def main():
         todo += [kernels.backward_step(CELLS[c], N, H, directions=d) for c in ("lstm", "gru", "rnn_tanh")
                  for d in a.directions]
         print(f"{target.attrs.get('arch')} {_gpu_name()}")
-        shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u)
-                  for t, b, c, u in itertools.product(a.block_threads, a.min_blocks, a.thread_columns, a.unroll)]
+        shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u, block_slices=s, accumulators=acc)
+                  for t, b, c, u, s, acc in itertools.product(a.block_threads, a.min_blocks, a.thread_columns,
+                                                              a.unroll, a.block_slices, a.gpu_accumulators)]
     todo = [k for k in todo if not a.only or any(s in k.name for s in a.only)]
+    import numpy as np
     for kernel in todo:
+        first = None  # the first shape's results: every other shape must agree
         for shape in shapes:
             func = default_schedule(kernel, target, **shape)
             if a.device == "cpu":
                 func = fast_math.vectorisable(func)
+            results = []
             try:
-                us = f"{time_kernel(func, target, number=50, repeat=5):9.1f} us"
+                us = f"{time_kernel(func, target, number=50, repeat=5, results=results):9.1f} us"
+                first = first or results
+                err = max(float(np.max(np.abs(x - y)) / max(1e-30, float(np.max(np.abs(y)))))
+                          for x, y in zip(results, first))
+                us += f"  max rel diff {err:.1e}" + ("  DISAGREES" if err > 1e-4 else "")
             except Exception as e:  # a shape that does not fit (shared memory, registers) is reported
                 us = f"failed: {str(e).strip().splitlines()[-1][:80]}"
             knobs = " ".join(f"{k}={v}" for k, v in shape.items())

@@ -93,6 +93,43 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_step_reductions_split_over_blocks():
+    """Per-step GEMMs with a long reduction split it over blocks by default (a partial-sums kernel,
+    then the epilogue's kernel), one slice per ``GPU_BLOCK_SLICE`` of it; the GRU's forward step
+    (3 gates a unit) stays one kernel, and ``block_slices=1`` restores one kernel everywhere."""
+    import tvm
+    from tvm import s_tir
+    from tvmrnn import kernels
+    from tvmrnn.cells import CELLS
+    from tvmrnn.default_schedule import default_block_slices, default_schedule
+    target = tvm.target.Target("nvidia/nvidia-h100")
+
+    def launches(kernel, **tiles):
+        func = default_schedule(kernel, target, **tiles)
+        source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+        return len(set(re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(", source)))
+
+    def slices(kernel):
+        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+        return default_block_slices(sch, kernel, sch.get_sblock(kernel.gemm))
+
+    lstm, gru = CELLS["lstm"], CELLS["gru"]
+    assert slices(kernels.backward_step(lstm, 20, 800)) == 16
+    assert slices(kernels.backward_step(lstm, 20, 800, directions=2)) == 8
+    assert slices(kernels.recurrent_step(lstm, 20, 800, train=False)) == 4
+    assert slices(kernels.recurrent_step(gru, 20, 800, train=True)) == 1
+    assert slices(kernels.backward_step(lstm, 3, 37)) == 1  # short reductions stay in one block
+    for kernel in (kernels.backward_step(lstm, 20, 800), kernels.backward_step(gru, 20, 800, directions=2),
+                   kernels.recurrent_step(lstm, 20, 800, train=True)):
+        assert launches(kernel) == 2, kernel.name
+        assert launches(kernel, block_slices=1) == 1, kernel.name
+    assert launches(kernels.recurrent_step(gru, 20, 800, train=False)) == 1
+    # a slice count that does not divide the reduction (37) is never used: rfactor would drop the
+    # uneven split's predicate and add past the end
+    assert launches(kernels.recurrent_step(lstm, 3, 37, train=False), block_slices=4) == 1
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
     """Every shape tuning seeds the all-steps GEMMs with (``gpu_matmul``: block shapes, reduction
     tiles, double-buffering) compiles for sm_90 within 48 KB of static shared memory, reads its

@@ -43,6 +43,19 @@ def test_long_sequences_match_torch_on_cuda(cell, rng):
     _check(cell, 1, True, False, 300, rng, target="cuda", as_array=to_cuda)
 
 
+@pytest.mark.parametrize("cell", CELLS)
+def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch):
+    """Every per-step GEMM's reduction split over blocks (``GPU_BLOCK_SLICE`` made small: the test
+    sizes' reductions are short), a partial-sums kernel and the epilogue's kernel per step."""
+    from tvmrnn import default_schedule
+    monkeypatch.setattr(default_schedule, "GPU_BLOCK_SLICE", 8)
+    built.cache_clear()  # builds are cached by their arguments, which do not say this
+    try:
+        _check(cell, 2, True, False, 7, rng, target="cuda", as_array=to_cuda, hidden=40)
+    finally:
+        built.cache_clear()
+
+
 @pytest.mark.parametrize("T", [1, 7])
 @pytest.mark.parametrize("layers_directions", [(1, False), (2, True)], ids=["1uni", "2bidir"])
 @pytest.mark.parametrize("name", ["peephole_lstm", "cifg_lstm", "mgu", "leaky_rnn"])

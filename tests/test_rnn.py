@@ -18,21 +18,21 @@ CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 TOL = 1e-4
 
 
-def _reference(cell, num_layers, bidirectional, batch_first, seed=0):
+def _reference(cell, num_layers, bidirectional, batch_first, hidden=H, seed=0):
     torch.manual_seed(seed)
-    return torch_module(cell, I, H, num_layers, bidirectional, batch_first).double()
+    return torch_module(cell, I, hidden, num_layers, bidirectional, batch_first).double()
 
 
 def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=True, target=None,
-           as_array=lambda a: a):
+           as_array=lambda a: a, hidden=H):
     """Run forward, training forward and backward on ``as_array`` inputs; compare with torch."""
-    rnn = built(cell, num_layers, bidirectional, batch_first, target=target)
-    ref = _reference(cell, num_layers, bidirectional, batch_first)
+    rnn = built(cell, num_layers, bidirectional, batch_first, hidden_size=hidden, target=target)
+    ref = _reference(cell, num_layers, bidirectional, batch_first, hidden)
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     D = 2 if bidirectional else 1
     has_c = cell == "lstm"
     x = rng.standard_normal((N, T, I) if batch_first else (T, N, I)).astype(np.float32)
-    state = (num_layers * D, N, H)
+    state = (num_layers * D, N, hidden)
     h0 = rng.standard_normal(state).astype(np.float32) if with_states else None
     c0 = rng.standard_normal(state).astype(np.float32) if with_states and has_c else None
 

@@ -398,7 +398,7 @@ def _copy_applied(sch, schedule) -> bool:
 
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
                 min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
-                max_blocks: int | None = None) -> None:
+                max_blocks: int | None = None, block_slices: int | None = None) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
@@ -425,13 +425,87 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     its larger share).
     """
     gemm = sch.get_sblock(kernel.gemm)
-    outputs = sch.get_consumers(gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols = len(kernel.columns)
-    n_rows = len(spatial) - ncols
-    if n_rows == 0 or not reduction:
+    if len(spatial) == ncols or not reduction:
         raise ValueError(f"{kernel.name}: split-K needs output rows and a reduction")
-    nb = kernel.batch  # leading independent problems (directions): blocks of their own
+    if block_slices is None:
+        block_slices = default_block_slices(sch, kernel, gemm)
+    # even slices (see _split_k_in_blocks)
+    block_slices = _divisor(math.prod(_extent(sch, l) for l in reduction), block_slices)
+    if block_slices > 1 and not max_blocks:
+        gemm, consumer = _split_across_blocks(sch, kernel, gemm, block_slices)
+        nb = kernel.batch + 1  # the block slice is one more independent problem
+    else:
+        consumer = sch.get_consumers(gemm)[0]
+        nb = kernel.batch  # leading independent problems (directions): blocks of their own
+    _split_k_in_blocks(sch, gemm, consumer, nb, ncols, threads, max_shared_bytes, min_blocks, thread_columns,
+                       unroll, accumulators, max_blocks)
+
+
+# Reduction length a thread block's slice of a per-step GEMM gets by default (see
+# default_block_slices).
+GPU_BLOCK_SLICE = 200
+
+
+def default_block_slices(sch, kernel: Kernel, gemm) -> int:
+    """How many blocks share a per-step GEMM's reduction by default: enough that each block
+    sums about :data:`GPU_BLOCK_SLICE` of it, counting the problems (directions) as blocks too.
+
+    Each column block reads the whole row operand of its slice, so with the reduction in one
+    block it is read once per column block: the backward's gate gradients (N x 4H: 256 KB at
+    DS2 sizes) 200 times per step. On the H100 (``scripts/tile_study.py --device cuda
+    --block-slices``, notes/performance.md v9) the LSTM's backward step went 21.8 -> 11.3 us
+    over 16 slices, the GRU's 17.2 -> 10.6 over 8, the LSTM's forward step 13.2 -> 11.2 over 4;
+    two directions at once 23.8 -> 17.4 (LSTM backward, 8), 19.4 -> 14.8 (GRU backward, 4).
+    Cells with an odd number of gates per unit (the GRU's 3) keep their forward step in one
+    block slice: wider column blocks made it slower (11.6 -> 18.7 us over 4 slices), as in
+    :func:`_split_k_in_blocks`.
+    """
+    spatial, reduction = _gemm_axes(sch, gemm)
+    n_rows = len(spatial) - len(kernel.columns)
+    inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
+    if inner & (inner - 1):
+        return 1
+    problems = math.prod(_extent(sch, l) for l in spatial[:kernel.batch])
+    red_total = math.prod(_extent(sch, l) for l in reduction)
+    return _divisor(red_total, max(1, red_total // (GPU_BLOCK_SLICE * problems)))
+
+
+def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
+    """Split the reduction of the kernel's GEMM over ``block_slices`` thread blocks: each block
+    slice sums its part of the reduction into a global buffer of partials, and the epilogue (a
+    second kernel, one thread per output element) adds the slices in order before its own math.
+    Every block then reads only its slice of the row operand (the hidden state, or the backward's
+    gate gradients) instead of all of it. Returns the partial GEMM's block and the block that
+    writes its results (a copy from registers), for :func:`_split_k_in_blocks`."""
+    spatial, reduction = _gemm_axes(sch, gemm)
+    red = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
+    block_slice, _ = sch.split(red, [block_slices, None])
+    partial = sch.rfactor(block_slice, 0)
+    p_loops = sch.get_loops(partial)
+    sch.reorder(p_loops[len(spatial)], *p_loops[:len(spatial)])  # the slice first: a leading problem axis
+    write = sch.cache_write(partial, 0, "local")
+    # The epilogue kernel: one thread per output element sums the slices, then runs the gate math.
+    outputs = sch.get_consumers(gemm)
+    loops = sch.get_loops(outputs[0])
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    block_loop, thread_loop = sch.split(fused, [None, min(GPU_THREADS, _extent(sch, fused))])
+    sch.bind(block_loop, "blockIdx.x")
+    sch.bind(thread_loop, "threadIdx.x")
+    sch.compute_at(gemm, thread_loop, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    for loop in sch.get_loops(gemm)[2:]:
+        sch.unroll(loop)
+    return partial, write
+
+
+def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
+                       thread_columns, unroll, accumulators, max_blocks) -> None:
+    """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
+    a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes."""
+    spatial, reduction = _gemm_axes(sch, gemm)
+    n_rows = len(spatial) - ncols
     problems = math.prod(_extent(sch, l) for l in spatial[:nb])
     row_total = math.prod(_extent(sch, l) for l in spatial[nb:n_rows])
     lead = _extent(sch, spatial[n_rows])
@@ -454,18 +528,18 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     rows_per_thread = _divisor(row_total, max(1, accumulators // (inner * per_thread)))
     row_groups = row_total // rows_per_thread
     most = max(1, threads // (column_threads * row_groups))
+    # A divisor of the reduction: rfactor drops an uneven split's predicate (the last slice would
+    # read past the end and add it in), so a reduction without one near stays less split.
     slices = _divisor(red_total, most)
-    if slices < most // 2:  # no divisor near: an uneven split (predicated) instead
-        slices = min(red_total, most)
     while slices > 1 and slices * row_total * units * inner * 4 > max_shared_bytes:
-        slices //= 2
+        slices = _divisor(red_total, slices // 2)
 
     if slices > 1:
         _, r_slice = sch.split(red, [None, slices])
         partial = sch.rfactor(r_slice, 0)
         sch.set_scope(partial, 0, "shared")
     # The output nest: (rows..., lead column, trailing columns); a block per `units` columns.
-    out_loops = sch.get_loops(outputs[0])
+    out_loops = sch.get_loops(consumer)
     col_block, col_unit = sch.split(out_loops[n_rows], [None, units])
     sch.reorder(*out_loops[:nb], col_block, *out_loops[nb:n_rows], col_unit)
     element = sch.fuse(*out_loops[nb:n_rows], col_unit)
@@ -560,8 +634,11 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
 # was 5-10% faster for the fused backward steps in one tile study (notes/bench/gpu_tiles_h100_v6.txt).
 # Twice the blocks: the two-direction GRU step's best (22.5 us, against 44.8 with 200 blocks in
 # all; notes/bench/gpu_tiles_h100_v7.txt).
+# The reduction over more or fewer blocks (block_slices): LSTM backward step 11.3 us over 16
+# slices, 15.0 over 8 (notes/bench/gpu_tiles_h100_v9a.txt).
 GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=128, min_blocks=400),
-                        dict(thread_columns=8), dict(min_blocks=100), dict(min_blocks=400))
+                        dict(thread_columns=8), dict(min_blocks=100), dict(min_blocks=400),
+                        dict(block_slices=1), dict(block_slices=4), dict(block_slices=8), dict(block_slices=16))
 
 
 # gpu_matmul's variants that tuning measures beside the default: every block shape, the

@@ -100,13 +100,18 @@ def _random_tensors(shapes, dev):
     return [tvm.runtime.tensor(rng.uniform(-0.5, 0.5, shape).astype("float32"), device=dev) for shape in shapes]
 
 
-def time_kernel(func, target, number: int = 20, repeat: int = 5) -> float:
-    """Median latency of one scheduled kernel alone, in microseconds."""
+def time_kernel(func, target, number: int = 20, repeat: int = 5, results: list | None = None) -> float:
+    """Median latency of one scheduled kernel alone, in microseconds. Its arguments are the same
+    random values at every call; ``results``, if given, gets them as NumPy arrays after the runs
+    (so two schedules of one kernel can be compared)."""
     dev = _device(target)
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
     args = _random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
     timer = lib.jit().time_evaluator("main", dev, number=number, repeat=repeat)
-    return 1e6 * statistics.median(timer(*args).results)
+    us = 1e6 * statistics.median(timer(*args).results)
+    if results is not None:
+        results.extend(a.numpy() for a in args)
+    return us
 
 
 def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
