@@ -93,7 +93,7 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_cuda_step_reductions_split_over_blocks():
+def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     """Per-step GEMMs with a long reduction split it over blocks by default (a partial-sums kernel,
     then the epilogue's kernel), one slice per ``GPU_BLOCK_SLICE`` of it; the GRU's forward step
     (3 gates a unit) stays one kernel, and ``block_slices=1`` restores one kernel everywhere."""
@@ -127,6 +127,15 @@ def test_cuda_step_reductions_split_over_blocks():
     # a slice count that does not divide the reduction (37) is never used: rfactor would drop the
     # uneven split's predicate and add past the end
     assert launches(kernels.recurrent_step(lstm, 3, 37, train=False), block_slices=4) == 1
+    # whole models: the partial sums' global scratch is allocated once by the driver
+    import tvmrnn
+    from tvmrnn import default_schedule as ds
+    monkeypatch.setattr(ds, "GPU_BLOCK_SLICE", 8)
+    rnn = tvmrnn.build("lstm", input_size=13, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
+                       target="nvidia/nvidia-h100")
+    for name in ("forward", "forward_train", "backward"):
+        script = rnn.programs[name].build().script()
+        assert re.search(r"\w+_rf = T.sblock_alloc_buffer\(\([\d, ]+\)\)\n", script), name  # global scratch
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")

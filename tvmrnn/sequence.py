@@ -190,6 +190,22 @@ def grid_barrier(counter, target, threads: int):
                     thread_binding=tirx.IterVar(None, tx, tirx.IterVar.ThreadIndex, "threadIdx.x"))
 
 
+def _hoist_scratch(body, scratch: list):
+    """``body`` (an embedded kernel) without its root block's global-memory allocations, which
+    go to ``scratch``."""
+    if not isinstance(body, s_tir.SBlockRealize):
+        return body
+    block = body.block
+    hoisted = [b for b in block.alloc_buffers if b.scope() == "global"]
+    if not hoisted:
+        return body
+    scratch.extend(hoisted)
+    kept = [b for b in block.alloc_buffers if b.scope() != "global"]
+    block = s_tir.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, block.body, block.init, kept,
+                         block.match_buffers, block.annotations)
+    return s_tir.SBlockRealize(body.iter_values, body.predicate, block)
+
+
 class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
@@ -209,6 +225,10 @@ class Program:
         self._call_extents: dict[str, list] = {}  # kernel name -> loop extents of each call
         self._step_loops: list[list] = []  # per time loop: [extents down to it, calls directly in it]
         self._in_step_loop = False
+        # global-memory scratch of the embedded kernels (a GEMM's partial sums split over blocks),
+        # allocated once at the top of the driver (a kernel's own allocation, left in place inside
+        # a loop, would not lower)
+        self._scratch: list = []
 
     @property
     def uses_persistent_loops(self) -> bool:
@@ -251,7 +271,7 @@ class Program:
                     return new
             return v
 
-        body = tvm_ffi.structural_mutate(func.body, [(tvm.ir.Var, replace)])
+        body = _hoist_scratch(tvm_ffi.structural_mutate(func.body, [(tvm.ir.Var, replace)]), self._scratch)
         if self._persistent is not None:
             self._persistent.append((decls, body))
         self._stack[-1].append(tirx.SeqStmt(decls + [body]))
@@ -356,6 +376,8 @@ class Program:
     def build(self) -> tirx.PrimFunc:
         stmts = self._stack[0]
         body = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
+        if self._scratch:
+            body = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", body, alloc_buffers=self._scratch))
         func = tirx.PrimFunc([t.buffer for t in self.params], body)
         # Distinct parameters never overlap (the passes allocate every output themselves), so say
         # so: without it LLVM must assume a kernel's stores may hit its weights and reloads them
