@@ -245,16 +245,19 @@ def logs_folder(tuning_logs, target) -> str | None:
 def embeddable(func, target) -> bool:
     """Whether the sequence driver can run this scheduled kernel at every step.
 
-    On a GPU a kernel must be one launch: a schedule that leaves an intermediate in global
-    memory (MetaSchedule's two-launch schedules of the fused step) cannot be embedded in the
-    driver's host loop, so ``build`` takes the best record that can.
+    On a GPU an intermediate in global memory (the partial sums of a reduction split over
+    blocks, or MetaSchedule's two-launch schedules of the fused step) must be allocated by the
+    root block: the driver allocates those once, at its top (:class:`tvmrnn.sequence.Program`).
+    One allocated deeper would not lower inside the driver's loops, so ``build`` takes the best
+    record without one.
     """
     if not is_gpu(target):
         return True
     scopes = []
 
     def visit(block, mutator):
-        scopes.extend(b.scope() for b in block.alloc_buffers)
+        if block.name_hint != "root":
+            scopes.extend(b.scope() for b in block.alloc_buffers)
         return block
 
     tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)])
