@@ -5,7 +5,8 @@
 
 For each cell, at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default: builds the forward with
 per-step launches (the default) and with persistent loops (``TVMRNN_PERSISTENT=1``) for each shape in SHAPES
-(``default_schedule.PERSISTENT_TILES``), checks each agrees with the first, and prints the median
+(changes to ``default_schedule.PERSISTENT_TILES``; ``{}`` is the default, ``stationary_bytes: 0``
+the weights read from global memory at every step), checks each agrees with the first, and prints the median
 inference and training-pass times. Needs a CUDA GPU.
 """
 from __future__ import annotations
@@ -16,7 +17,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-SHAPES = ({"accumulators": 96}, {"accumulators": 48}, {"accumulators": 24}, {"accumulators": 48, "threads": 128})
+SHAPES = ({}, {"stationary_bytes": 0}, {"accumulators": 96}, {"accumulators": 24}, {"threads": 512},
+          {"threads": 512, "accumulators": 24}, {"threads": 1024, "accumulators": 24}, {"threads": 1024, "accumulators": 12},
+          {"threads": 512, "accumulators": 24, "stage_rows": True}, {"threads": 1024, "accumulators": 24, "stage_rows": True},
+          {"threads": 512, "accumulators": 12, "stage_rows": True}, {"threads": 512, "accumulators": 48, "stage_rows": True})
 
 
 def main():
@@ -26,9 +30,18 @@ def main():
     p.add_argument("-N", type=int, default=20)
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default: all)")
+    p.add_argument("--no-barrier", action="store_true",
+                   help="leave the grid barrier out (wrong results: times what the barrier costs)")
     a = p.parse_args()
+    shapes = [SHAPES[i] for i in a.shapes] if a.shapes is not None else SHAPES
     from bench import compare_builds
     from tvmrnn import default_schedule
+    DEFAULT = dict(default_schedule.PERSISTENT_TILES)
+    if a.no_barrier:
+        from tvmrnn import sequence
+        sequence.GRID_BARRIER = False
+        print("--no-barrier: persistent results are wrong (no barrier between steps); timing only")
 
     def launched():
         os.environ["TVMRNN_PERSISTENT"] = "0"  # read by build
@@ -36,10 +49,10 @@ def main():
     def persistent(shape):
         def setup():
             os.environ["TVMRNN_PERSISTENT"] = "1"
-            default_schedule.PERSISTENT_TILES = dict(shape)
+            default_schedule.PERSISTENT_TILES = {**DEFAULT, **shape}
         return setup
 
-    compare_builds(a.cells, [("per-step launches", launched)] + [(f"persistent {s}", persistent(s)) for s in SHAPES],
+    compare_builds(a.cells, [("per-step launches", launched)] + [(f"persistent {s}", persistent(s)) for s in shapes],
                    device="cuda", T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps)
 
 

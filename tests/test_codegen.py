@@ -238,6 +238,13 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
         assert "wait_until" in kernel and "atomic_add" in kernel
         blocks = int(re.search(r"\(step \* (\d+)\) \+ \1", kernel).group(1))
         assert blocks <= 132
+        # weight-stationary: the block's slice of the weights is copied into shared memory once,
+        # before the time loop, and the loop multiplies by it there, never by the weights in
+        # global memory (which the loop reads only for the biases)
+        prologue, loop = kernel.split("for (int step = 0; step < ", 1)
+        shared = r"(\(\(float\*\)buf_dyn_shmem_ptr\)|w_shared_dyn_ptr)\["  # merged or alone
+        assert "extern __shared__" in prologue and re.search(shared + r".*\] = w_ptr\[", prologue)
+        assert not re.search(r"\* w_ptr\[", loop) and re.search(r"\* " + shared, loop)
     report = _ptxas(source, tmp_path)
     assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
     steps = [name for name in rnn.schedules if name.startswith(("recurrent_step", "backward_step"))]
@@ -254,3 +261,23 @@ def test_persistent_loops_are_opt_in(monkeypatch):
     monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
     assert targets.persistent_blocks(h100) == 132
     assert targets.persistent_blocks(targets.resolve(None)) is None  # CPUs: none
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "all")
+    with pytest.raises(ValueError, match="TVMRNN_PERSISTENT"):
+        targets.persistent_blocks(h100)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_persistent_inference_forward_only(monkeypatch):
+    """``TVMRNN_PERSISTENT=forward``: the inference forward's time loop is one persistent launch
+    (weights in shared memory); the training passes keep their per-step launches."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
+                       tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    kernels = source.split("extern \"C\" __global__")[1:]
+    persistent = [re.search(r"void (?:__launch_bounds__\(\d+\) )?(\w+)\(", k).group(1) for k in kernels if "for (int step = 0; step < " in k]
+    assert len(persistent) == 1 and persistent[0].startswith("forward_kernel"), persistent
+    assert rnn.programs["forward"].uses_persistent_loops
+    assert not rnn.programs["forward_train"].uses_persistent_loops
+    assert not rnn.programs["backward"].uses_persistent_loops
+    assert rnn.persistent_blocks == 132

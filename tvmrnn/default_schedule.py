@@ -398,7 +398,8 @@ def _copy_applied(sch, schedule) -> bool:
 
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
                 min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
-                max_blocks: int | None = None, block_slices: int | None = None) -> None:
+                max_blocks: int | None = None, block_slices: int | None = None,
+                stationary_bytes: int = 0, stage_rows: bool = False) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
@@ -422,7 +423,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     ``max_blocks`` (a persistent kernel's, :func:`tvmrnn.kernels.persistent`; :func:`apply` passes
     it): at most this many blocks, each owning as many columns as that takes (fewer
     ``accumulators`` per thread, set in :data:`PERSISTENT_TILES`, give a block more threads for
-    its larger share).
+    its larger share). With ``stationary_bytes``, a persistent block's slice of the weights, if at
+    most that large, is copied into shared memory once (:func:`_stationary_weights`).
     """
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -439,8 +441,10 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     else:
         consumer = sch.get_consumers(gemm)[0]
         nb = kernel.batch  # leading independent problems (directions): blocks of their own
-    _split_k_in_blocks(sch, gemm, consumer, nb, ncols, threads, max_shared_bytes, min_blocks, thread_columns,
-                       unroll, accumulators, max_blocks)
+    weight_bytes, partial_bytes = _split_k_in_blocks(sch, gemm, consumer, nb, ncols, threads, max_shared_bytes,
+                                                     min_blocks, thread_columns, unroll, accumulators, max_blocks)
+    if max_blocks and stationary_bytes and weight_bytes + partial_bytes <= stationary_bytes:
+        _stationary_weights(sch, kernel, stationary_bytes - weight_bytes - partial_bytes if stage_rows else 0)
 
 
 # Reduction length a thread block's slice of a per-step GEMM gets by default (see
@@ -501,9 +505,11 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
 
 
 def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
-                       thread_columns, unroll, accumulators, max_blocks) -> None:
+                       thread_columns, unroll, accumulators, max_blocks) -> tuple[int, int]:
     """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
-    a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes."""
+    a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes.
+    Returns the bytes of a block's slice of the weights (its columns, the whole reduction) and of
+    its partial sums in shared memory."""
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - ncols
     problems = math.prod(_extent(sch, l) for l in spatial[:nb])
@@ -551,8 +557,9 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     sch.bind(thread, "threadIdx.x")
     sch.compute_at(gemm, thread, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "local")
+    sizes = (4 * units * inner * red_total, 4 * slices * row_total * units * inner if slices > 1 else 0)
     if slices == 1:
-        return
+        return sizes
     for loop in sch.get_loops(gemm)[3:]:  # the sum of the partials: unrolled into registers
         sch.unroll(loop)
     # The partial sums: one thread per (slice, row group, column group), registers, then shared.
@@ -577,6 +584,68 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     for block in (init, write_back):
         for loop in sch.get_loops(block)[2:]:
             sch.unroll(loop)
+    return sizes
+
+
+# Shared memory a block may use (the H100's 227 KB per block, less room for the partial sums).
+GPU_MAX_SHARED_BYTES = 227 * 1024
+
+
+def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> bool:
+    """A persistent kernel's weights stay on its SM: each block's slice of ``w`` (its columns,
+    the whole reduction) goes to dynamic shared memory in a copy placed at the block's top. A
+    block works on the same columns at every step, so the time loop built around the kernel
+    (:meth:`tvmrnn.sequence.Program.loop`) hoists that copy out of the loop
+    (:func:`tvmrnn.sequence.hoist_invariant_copies`): the weights are read from global memory
+    once per launch instead of once per step (the persistent RNN kernels of Diamos et al., 2016).
+    With ``room`` bytes of shared memory left, the GEMM's other operand (the step's hidden state)
+    is also staged there at each step if it fits, one cooperative copy instead of every thread
+    reading it from L2."""
+    if "w" not in kernel.roles:
+        return False
+    func = sch.mod["main"]
+    wbuf = func.params[kernel.roles.index("w")]
+    readers = [b for b in _all_blocks(sch) if sch.get(b).name_hint != "root"
+               and any(r.source.same_as(wbuf) for r in sch.get(b).reads)]
+    if len(readers) != 1:
+        return False
+    block = readers[0]
+    grid = sch.get_loops(block)[0]  # blockIdx.x
+    threads = _thread_extent_of(sch, block)
+    reads = sch.get(block).reads
+    index = next(i for i, r in enumerate(reads) if r.source.same_as(wbuf))
+    rows = [i for i, r in enumerate(reads) if i != index and any(r.source.same_as(p) for p in func.params)]
+    staged = [index]
+    if room and len(rows) == 1 and 4 * math.prod(int(s) for s in reads[rows[0]].source.shape) <= room:
+        staged.append(rows[0])
+    copies = [sch.cache_read(block, i, "shared.dyn") for i in sorted(staged, reverse=True)]
+    for copy in copies:
+        sch.compute_at(copy, grid, preserve_unit_loops=True)
+        loops = sch.get_loops(copy)[1:]
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        outer, thread = sch.split(fused, [None, threads])
+        sch.bind(thread, "threadIdx.x")
+        sch.unroll(outer)  # every thread's loads in flight at once (a loop waits for each)
+    return True
+
+
+def _all_blocks(sch):
+    found = []
+
+    def visit(b):
+        found.append(b)
+        for c in sch.get_child_blocks(b):
+            visit(c)
+    visit(sch.get_sblock("root"))
+    return found
+
+
+def _thread_extent_of(sch, block) -> int:
+    for loop in sch.get_loops(block):
+        for_ = sch.get(loop)
+        if for_.thread_binding is not None and for_.thread_binding.thread_tag == "threadIdx.x":
+            return int(for_.extent)
+    raise AssertionError("no threadIdx.x loop")
 
 
 def persistent_blocks(func) -> int | None:
@@ -660,7 +729,7 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
 
 # The split-K shape of persistent kernels (``gpu_split_k`` arguments; ``scripts/persistent_study.py``
 # compares others on a GPU).
-PERSISTENT_TILES = dict(accumulators=48)
+PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True)
 
 
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:

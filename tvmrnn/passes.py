@@ -450,8 +450,13 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     inference forward, training forward, backward and weight packing, with the target's chunk
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
-    how = dict(persistent_blocks=persistent_blocks, chunks=chunk_steps(target), stacked=stack_directions(target))
-    return (forward_program(config, schedule, train=False, **how),
-            forward_program(config, schedule, train=True, **how),
-            backward_program(config, schedule, **how),
+    from .target import persistent_passes
+    how = dict(chunks=chunk_steps(target), stacked=stack_directions(target))
+    passes = persistent_passes()
+
+    def blocks(name):
+        return persistent_blocks if name in passes else None
+    return (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), **how),
+            forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), **how),
+            backward_program(config, schedule, persistent_blocks=blocks("backward"), **how),
             packing_program(config, schedule))

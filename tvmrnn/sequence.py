@@ -166,7 +166,12 @@ def _thread_extent(stmt) -> int | None:
     return found[0] if found else None
 
 
-def grid_barrier(counter, target, threads: int):
+# Studies only (scripts/persistent_study.py --no-barrier): False leaves the grid barrier out of
+# persistent loops, which makes their results wrong, to time what the barrier costs.
+GRID_BARRIER = True
+
+
+def grid_barrier(counter, target, threads: int, across_blocks: bool = True):
     """Every block of the grid waits here until all have arrived (``counter`` reaches ``target``).
 
     The pattern of CUDA's cooperative-groups ``grid.sync()``: the block's threads meet; one thread
@@ -186,8 +191,68 @@ def grid_barrier(counter, target, threads: int):
     wait = tirx.Evaluate(cuda_op.cuda_wait_until(seen, address, lambda value: value >= target, backoff_ns=32))
     leader = tirx.IfThenElse(tx == 0, tirx.SeqStmt([tirx.AllocBuffer(seen), fence, arrive, wait]), None)
     return tirx.For(tx, _const(0), _const(threads), tirx.ForKind.THREAD_BINDING,
-                    tirx.SeqStmt([sync, leader, sync]),
+                    tirx.SeqStmt([sync, leader, sync]) if across_blocks else sync,
                     thread_binding=tirx.IterVar(None, tx, tirx.IterVar.ThreadIndex, "threadIdx.x"))
+
+
+def _uses(node, var) -> bool:
+    found = []
+
+    def visit(v, mutator):
+        if v.same_as(var):
+            found.append(v)
+        return v
+
+    tvm_ffi.structural_mutate(node, [(tvm.ir.Var, visit)])
+    return bool(found)
+
+
+def _sblocks(stmt) -> list:
+    found = []
+
+    def visit(realize, mutator):
+        found.append(realize.block)
+        return realize
+
+    tvm_ffi.structural_mutate(stmt, [(s_tir.SBlockRealize, visit)])
+    return found
+
+
+def hoist_invariant_copies(decls, grid_body, var):
+    """Split a persistent kernel's per-block body into what runs once and what runs every step.
+
+    The statements of ``grid_body`` (the body under the kernel's ``blockIdx`` loop) that only copy
+    into shared memory from buffers that nothing in the kernel writes and whose views do not move
+    with the step ``var`` (a block's slice of the weights, :func:`tvmrnn.default_schedule._stationary_weights`)
+    run once, before the time loop. Returns ``(decls outside the loop, decls inside it, the
+    hoisted statements, the per-step statements)``.
+    """
+    stmts = list(grid_body.seq) if isinstance(grid_body, tirx.SeqStmt) else [grid_body]
+    moving = [d for d in decls if _uses(d.buffer.elem_offset, var) or any(_uses(s, var) for s in d.buffer.strides)]
+    fixed = [d for d in decls if not any(d.same_as(m) for m in moving)]
+    written = [w.source for s in stmts for b in _sblocks(s) for w in b.writes]
+
+    def invariant_copy(stmt) -> bool:
+        blocks = _sblocks(stmt)
+        if not blocks:
+            return False
+        for b in blocks:
+            if not all(w.source.scope() == "shared.dyn" for w in b.writes):
+                return False
+            for r in b.reads:
+                if any(r.source.same_as(w) for w in written) or any(r.source.same_as(m.buffer) for m in moving):
+                    return False
+        return True
+
+    lead = 0  # the leading copies into shared memory (independent of each other)
+    while lead < len(stmts) and all(w.source.scope() == "shared.dyn" for b in _sblocks(stmts[lead]) for w in b.writes) \
+            and _sblocks(stmts[lead]):
+        lead += 1
+    hoisted = [s for s in stmts[:lead] if invariant_copy(s)]
+    stmts = [s for s in stmts[:lead] if not invariant_copy(s)] + stmts[lead:]
+    if not hoisted:
+        return [], list(decls), [], stmts
+    return fixed, moving, hoisted, stmts
 
 
 def _hoist_scratch(body, scratch: list):
@@ -332,11 +397,13 @@ class Program:
         reset = self._stack[-1].pop()
         # the counter is an int32 view of the float32 parameter (zero bits are 0 either way)
         counter = tirx.decl_buffer((1,), I32, "grid_barrier_count", elem_offset=0, data_alignment=4)
-        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads)
+        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads, GRID_BARRIER)
+        outer_decls, step_decls, hoisted, per_step = hoist_invariant_copies(decls, grid.body, var)
         steps = tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
-                         tirx.SeqStmt(decls + [grid.body, sync]))
+                         tirx.SeqStmt(step_decls + per_step + [sync]))
         new_grid = tirx.For(grid.loop_var, grid.min, grid.extent, grid.kind,
-                            tirx.SeqStmt([tirx.DeclBuffer(counter, data=tirx.buffer_data(self._barrier.buffer)), steps]),
+                            tirx.SeqStmt([tirx.DeclBuffer(counter, data=tirx.buffer_data(self._barrier.buffer))]
+                                         + outer_decls + hoisted + [steps]),
                             grid.thread_binding, grid.annotations)
 
         def swap(loop, mutator):

@@ -66,16 +66,31 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
     return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
 
 
+PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",)}
+
+
 def persistent_blocks(target: tvm.target.Target) -> int | None:
     """The most thread blocks a persistent kernel may have on this target: one per SM, so that
     every block is resident at once whatever its size (the grid barrier needs them all running).
 
-    Persistent time loops are opt-in (``TVMRNN_PERSISTENT=1``): on the H100 at Deep Speech 2
-    sizes they are correct but slower than per-step launches (LSTM inference 7.7 ms against
-    6.5 ms, ``notes/performance.md``, v4). None: off, a CPU, or the GPU's SM count unknown."""
-    if os.environ.get("TVMRNN_PERSISTENT", "0") != "1":
+    Persistent time loops are opt-in (``TVMRNN_PERSISTENT``, see :func:`persistent_passes`).
+    None: off, a CPU, or the GPU's SM count unknown."""
+    if not persistent_passes():
         return None
     return multiprocessors(target)
+
+
+def persistent_passes() -> tuple[str, ...]:
+    """The passes whose time loops run as persistent kernels: ``TVMRNN_PERSISTENT=1`` every pass,
+    ``forward`` the inference forward only (on the H100 at Deep Speech 2 sizes, with the weights
+    kept in shared memory, the only pass where it is faster than per-step launches:
+    ``notes/performance.md`` v10), unset or ``0`` none."""
+    value = os.environ.get("TVMRNN_PERSISTENT", "0")
+    if value in ("0", ""):
+        return ()
+    if value not in PERSISTENT_PASSES:
+        raise ValueError(f"TVMRNN_PERSISTENT: expected one of 0, {', '.join(PERSISTENT_PASSES)}; got {value!r}")
+    return PERSISTENT_PASSES[value]
 
 
 def resolve(target) -> tvm.target.Target:
