@@ -281,3 +281,26 @@ def test_cuda_persistent_inference_forward_only(monkeypatch):
     assert not rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
     assert rnn.persistent_blocks == 132
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_persistence_skips_two_direction_steps(monkeypatch):
+    """Both directions of a layer in one launch per step stay a host loop of launches under
+    ``TVMRNN_PERSISTENT`` (slower persistent on the H100, notes/performance.md v10); with the
+    directions apart, each direction's loop is persistent."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+
+    def persistent_kernels(rnn):
+        source = rnn.executable.mod.imports[0].inspect_source()
+        return [k for k in source.split("extern \"C\" __global__")[1:] if "for (int step = 0; step < " in k]
+
+    build = dict(input_size=24, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
+                 target="nvidia/nvidia-h100", tuning_logs=False)
+    stacked = tvmrnn.build("rnn_tanh", **build)
+    assert not persistent_kernels(stacked) and not stacked.programs["forward"].uses_persistent_loops
+    assert stacked.persistent_blocks is None  # so its package asks for no resident grid
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "0")
+    apart = tvmrnn.build("rnn_tanh", **build)
+    assert apart.programs["forward"].uses_persistent_loops
+    assert len(persistent_kernels(apart)) == 4  # 2 layers x 2 directions
+    assert apart.persistent_blocks == 132

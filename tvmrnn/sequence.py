@@ -166,6 +166,12 @@ def _thread_extent(stmt) -> int | None:
     return found[0] if found else None
 
 
+# Whether a time loop of a kernel with a direction axis (both directions of a layer in one
+# launch per step) may become persistent. Off: on the H100 such kernels were slower persistent
+# than launched per step (5-layer bidirectional LSTM inference 220 against 448 samples/s,
+# notes/performance.md v10), while one-direction loops were faster. Studies may set it.
+PERSIST_STACKED = False
+
 # Studies only (scripts/persistent_study.py --no-barrier): False leaves the grid barrier out of
 # persistent loops, which makes their results wrong, to time what the barrier costs.
 GRID_BARRIER = True
@@ -315,6 +321,8 @@ class Program:
         :class:`Stacked` pair of them for a kernel with a leading batch axis."""
         if set(views) != set(kernel.roles):
             raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
+        if self._persistent is not None and kernel.batch and not PERSIST_STACKED:
+            self._persistent = None  # this time loop stays a host loop of launches
         if self._persistent is not None:
             kernel = kernels.persistent(kernel, self.persistent_blocks)
         if kernel.name not in self._scheduled:
@@ -359,7 +367,7 @@ class Program:
         self._in_step_loop = outer_step
         self._extents.pop()
         body = self._stack.pop()
-        kernel_loop = self._persistent_loop(var, extent, calls) if persistent else None
+        kernel_loop = self._persistent_loop(var, extent, calls) if persistent and calls is not None else None
         if kernel_loop is not None:
             self._stack[-1].extend(kernel_loop)
         elif body:

@@ -84,7 +84,13 @@ def persistent_passes() -> tuple[str, ...]:
     """The passes whose time loops run as persistent kernels: ``TVMRNN_PERSISTENT=1`` every pass,
     ``forward`` the inference forward only (on the H100 at Deep Speech 2 sizes, with the weights
     kept in shared memory, the only pass where it is faster than per-step launches:
-    ``notes/performance.md`` v10), unset or ``0`` none."""
+    ``notes/performance.md`` v10), unset or ``0`` none. Time loops that run both directions of a
+    layer in one launch stay per-step launches either way (``sequence.PERSIST_STACKED``).
+
+    Opt-in because a persistent kernel needs all its blocks resident at once: TVM launches it as
+    an ordinary kernel, not a cooperative one, so if other work fills the GPU's SMs (another
+    stream, another process under MPS) some blocks wait for SMs the barrier holds, and the
+    kernel hangs."""
     value = os.environ.get("TVMRNN_PERSISTENT", "0")
     if value in ("0", ""):
         return ()
