@@ -96,7 +96,8 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
 def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     """Per-step GEMMs with a long reduction split it over blocks by default (a partial-sums kernel,
     then the epilogue's kernel), one slice per ``GPU_BLOCK_SLICE`` of it; the GRU's forward step
-    (3 gates a unit) stays one kernel, and ``block_slices=1`` restores one kernel everywhere."""
+    (3 gates a unit) over ``GPU_ODD_GATE_SLICES``, its column blocks shared between the slices;
+    ``block_slices=1`` restores one kernel everywhere."""
     import tvm
     from tvm import s_tir
     from tvmrnn import kernels
@@ -117,13 +118,19 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     assert slices(kernels.backward_step(lstm, 20, 800)) == 16
     assert slices(kernels.backward_step(lstm, 20, 800, directions=2)) == 8
     assert slices(kernels.recurrent_step(lstm, 20, 800, train=False)) == 4
-    assert slices(kernels.recurrent_step(gru, 20, 800, train=True)) == 1
+    assert slices(kernels.recurrent_step(gru, 20, 800, train=True)) == 2
+    assert slices(kernels.recurrent_step(gru, 3, 37, train=True)) == 1  # no even split of 37
     assert slices(kernels.backward_step(lstm, 3, 37)) == 1  # short reductions stay in one block
     for kernel in (kernels.backward_step(lstm, 20, 800), kernels.backward_step(gru, 20, 800, directions=2),
                    kernels.recurrent_step(lstm, 20, 800, train=True)):
         assert launches(kernel) == 2, kernel.name
         assert launches(kernel, block_slices=1) == 1, kernel.name
-    assert launches(kernels.recurrent_step(gru, 20, 800, train=False)) == 1
+    gru_step = kernels.recurrent_step(gru, 20, 800, train=False, directions=2)
+    assert launches(gru_step) == 2 and launches(gru_step, block_slices=1) == 1
+    # 2 directions x 2 slices x 100 column blocks of 8 units (not 200 blocks per slice: 4 units)
+    func = default_schedule(gru_step, target)
+    source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+    assert "blockIdx.x) % 100) * 24" in source, "100 blocks of 8 units (24 columns) per direction and slice"
     # a slice count that does not divide the reduction (37) is never used: rfactor would drop the
     # uneven split's predicate and add past the end
     assert launches(kernels.recurrent_step(lstm, 3, 37, train=False), block_slices=4) == 1

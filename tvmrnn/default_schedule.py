@@ -441,8 +441,10 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     else:
         consumer = sch.get_consumers(gemm)[0]
         nb = kernel.batch  # leading independent problems (directions): blocks of their own
+        block_slices = 1
     weight_bytes, partial_bytes = _split_k_in_blocks(sch, gemm, consumer, nb, ncols, threads, max_shared_bytes,
-                                                     min_blocks, thread_columns, unroll, accumulators, max_blocks)
+                                                     min_blocks, thread_columns, unroll, accumulators, max_blocks,
+                                                     block_slices)
     if max_blocks and stationary_bytes and weight_bytes + partial_bytes <= stationary_bytes:
         _stationary_weights(sch, kernel, stationary_bytes - weight_bytes - partial_bytes if stage_rows else 0)
 
@@ -450,6 +452,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
 # Reduction length a thread block's slice of a per-step GEMM gets by default (see
 # default_block_slices).
 GPU_BLOCK_SLICE = 200
+# Block slices of a per-step GEMM whose units have an odd number of columns (see default_block_slices).
+GPU_ODD_GATE_SLICES = 2
 
 
 def default_block_slices(sch, kernel: Kernel, gemm) -> int:
@@ -462,17 +466,18 @@ def default_block_slices(sch, kernel: Kernel, gemm) -> int:
     --block-slices``, notes/performance.md v9) the LSTM's backward step went 21.8 -> 11.3 us
     over 16 slices, the GRU's 17.2 -> 10.6 over 8, the LSTM's forward step 13.2 -> 11.2 over 4;
     two directions at once 23.8 -> 17.4 (LSTM backward, 8), 19.4 -> 14.8 (GRU backward, 4).
-    Cells with an odd number of gates per unit (the GRU's 3) keep their forward step in one
-    block slice: wider column blocks made it slower (11.6 -> 18.7 us over 4 slices), as in
-    :func:`_split_k_in_blocks`.
+    Cells with an odd number of gates per unit (the GRU's 3) split their forward step over 2
+    block slices, each with half the column blocks (:func:`_split_k_in_blocks`): on the H100
+    the two-direction GRU step went 22.4 -> 18.3 us so, one direction 11.4 -> 11.6; 4 slices
+    were slower (``notes/bench/gru_tiles_h100_v11.txt``).
     """
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - len(kernel.columns)
     inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
-    if inner & (inner - 1):
-        return 1
-    problems = math.prod(_extent(sch, l) for l in spatial[:kernel.batch])
     red_total = math.prod(_extent(sch, l) for l in reduction)
+    if inner & (inner - 1):
+        return _divisor(red_total, GPU_ODD_GATE_SLICES)
+    problems = math.prod(_extent(sch, l) for l in spatial[:kernel.batch])
     return _divisor(red_total, max(1, red_total // (GPU_BLOCK_SLICE * problems)))
 
 
@@ -505,9 +510,10 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
 
 
 def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
-                       thread_columns, unroll, accumulators, max_blocks) -> tuple[int, int]:
+                       thread_columns, unroll, accumulators, max_blocks, block_slices: int = 1) -> tuple[int, int]:
     """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
-    a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes.
+    a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes
+    (the first of them the ``block_slices`` slices of the reduction, where it is split over blocks).
     Returns the bytes of a block's slice of the weights (its columns, the whole reduction) and of
     its partial sums in shared memory."""
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -524,11 +530,14 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
         units = per_thread * -(-lead // (max(1, max_blocks // problems) * per_thread))
     else:
         # per problem: the blocks shared between the problems, except with an odd number of
-        # columns per unit (the GRU's 3 gates), where 8-unit blocks ran 3.7x slower than 4-unit
-        # ones on the H100 (one direction 43.6 against 11.7 us, two 44.8 against 22.5; cause not
-        # found): there each problem keeps its own
+        # columns per unit (the GRU's 3 gates), where each direction keeps its own and only the
+        # block slices share them. There 8-unit blocks over the whole reduction ran 3.7x slower
+        # than 4-unit ones on the H100 (one direction 43.6 against 11.7 us, two 44.8 against
+        # 22.5): 48 KB of partial sums hold 16 slices of 24 columns, so such a block has 128
+        # threads, 200 of them 6 warps an SM, too few to hide the loads' latency. Over 2 block
+        # slices the same blocks are twice as many (two directions 18.3 us, notes/performance.md v11).
         shared = inner & (inner - 1) == 0
-        blocks = max(1, min_blocks // problems) if shared else min_blocks
+        blocks = max(1, min_blocks // problems) if shared else max(1, min_blocks // block_slices)
         units = per_thread * max(1, min(threads // 32, lead // (blocks * per_thread)))  # per block
     column_threads = units // per_thread
     rows_per_thread = _divisor(row_total, max(1, accumulators // (inner * per_thread)))

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""CPU GEMMs with the weights K-major (today's layout) against column panels (BLIS-style).
+
+    python scripts/panel_study.py --threads 1 16
+
+The kernels' weights are ``w[k, j, g]``: a register tile of 16 units x 4 gates reads 256 bytes
+of row ``k`` and then jumps 12.8 KB (H * G floats) to row ``k + 1``, so its reduction touches a new
+4 KB page at every step: 800 pages per tile, more than a core's TLB holds for its slice of the
+weights, and a stride hardware prefetchers do not follow across pages. Packed in panels,
+``w[j // u, k, j % u, g]`` with ``u`` the tile's units, a tile's reduction walks one contiguous
+block (200 KB), and a core's slice of the weights is contiguous too. This times the same GEMM
+(``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]``, the input projection, whose
+schedule is the fused step's) in both layouts, as one step (20 rows) and as a 16-step chunk
+(320 rows), with the default CPU schedule (``default_schedule.cpu_gemm``), at each thread count
+in a fresh process (as ``scripts/cpu_scaling.py``). Outputs are compared across layouts.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def kernel(steps, batch, in_size, hidden, gates, panel: int):
+    """The input projection with the weights K-major (``panel`` 0) or in panels of ``panel`` units."""
+    from tvm import te
+    from tvmrnn.kernels import F32, _make
+    x = te.placeholder((steps, batch, in_size), F32, "x")
+    if panel:
+        w = te.placeholder((hidden // panel, in_size, panel, gates), F32, "w")
+        at = lambda k, j, g: w[j // panel, k, j % panel, g]
+    else:
+        w = te.placeholder((in_size, hidden, gates), F32, "w")
+        at = lambda k, j, g: w[k, j, g]
+    b = te.placeholder((hidden, gates), F32, "b")
+    k = te.reduce_axis((0, in_size), "k")
+    mm = te.compute((steps, batch, hidden, gates), lambda t, n, j, g: te.sum(x[t, n, k] * at(k, j, g), axis=k),
+                    name="matmul")
+    gx = te.compute(mm.shape, lambda t, n, j, g: mm[t, n, j, g] + b[j, g], name="gx")
+    return _make(f"gemm_t{steps}_panel{panel}", {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul",
+                 columns=("j", "g"))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--batch-size", "-N", type=int, default=20)
+    p.add_argument("--hidden-size", type=int, default=800)
+    p.add_argument("--panels", type=int, nargs="+", default=[0, 16, 8])
+    p.add_argument("--accumulators", type=int, nargs="+", default=[24])
+    p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.one is None:
+        import subprocess
+        for threads in a.threads:
+            env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+            args = [sys.executable, __file__, "--one", str(threads), "-N", str(a.batch_size), "--hidden-size",
+                    str(a.hidden_size), "--panels", *map(str, a.panels), "--accumulators", *map(str, a.accumulators)]
+            out = subprocess.run(args, env=env, capture_output=True, text=True)
+            if out.returncode:
+                raise SystemExit(out.stderr)
+            print(out.stdout, end="", flush=True)
+        return
+    import numpy as np
+    import tvm
+    from tvmrnn import default_schedule as ds
+    from tvmrnn.profile import time_kernel
+    from tvmrnn.target import host_target
+
+    N, H, G = a.batch_size, a.hidden_size, 4
+    target = host_target()
+    for steps in (1, 16):
+        reference = None
+        for panel in a.panels:
+            for acc in a.accumulators:
+                k = kernel(steps, N, H, H, G, panel)
+                sch = tvm.s_tir.Schedule(k.func)
+                ds.cpu_gemm(sch, k, target, accumulators=acc)
+                results = []
+                us = time_kernel(sch.mod["main"], target, number=50 if steps == 1 else 10, repeat=5, results=results)
+                x, w, b, gx = results
+                if panel:  # the same weights in the K-major layout, to compare
+                    w = w.transpose(1, 0, 2, 3).reshape(H, H, G)
+                want = np.einsum("tnk,kjg->tnjg", x.astype(np.float64), w.astype(np.float64)) + b
+                err = float(np.abs(gx - want).max() / np.abs(want).max())
+                flop = 2 * steps * N * H * H * G
+                label = f"panels of {panel} units" if panel else "K-major (today)"
+                print(f"threads {a.one:3d}  rows {steps * N:4d}  {label:20s} acc {acc:2d}  {us:9.1f} us  "
+                      f"{flop / us / 1e3:7.1f} GFLOP/s  max rel err {err:.1e}", flush=True)
+                reference = reference or us
+
+
+if __name__ == "__main__":
+    main()
