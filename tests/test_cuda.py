@@ -110,11 +110,16 @@ assert worst < 1e-4, worst
 @pytest.mark.parametrize("T", [1, 50])
 @pytest.mark.parametrize("cell", CELLS)
 def test_persistent_time_loops_match_torch_on_cuda(cell, T, rng, monkeypatch):
-    """``TVMRNN_PERSISTENT=1``: every time loop one launch, blocks meeting at a grid barrier per step."""
+    """``TVMRNN_PERSISTENT=1``: every time loop one launch, blocks meeting at a grid barrier per step
+    (the directions of a layer apart: loops running both at once stay per-step launches)."""
     monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "0")
     built.cache_clear()  # builds are cached by their arguments, which do not say "persistent"
     try:
         _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda)
+        rnn = built(cell, 2, True, False, target="cuda")
+        assert all(p.uses_persistent_loops for p in rnn.programs.values() if p.name != "pack_weights"), \
+            [p.name for p in rnn.programs.values() if not p.uses_persistent_loops]
     finally:
         built.cache_clear()
 
@@ -129,3 +134,35 @@ def test_package_refuses_a_gpu_with_fewer_sms_than_its_persistent_blocks(monkeyp
     meta["persistent_blocks"] = 10**6
     with pytest.raises(package.PackageError, match="resident"):
         package.check_machine(meta, 0)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_torch_dropin_under_cuda_graphs(cell):
+    """``torch.cuda.make_graphed_callables`` captures a tvmrnn module's forward and backward (its
+    kernels go to PyTorch's current stream, its buffers come from PyTorch's allocator); replays
+    with new inputs match cuDNN, outputs and gradients."""
+    import tvmrnn.torch as tt
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    T, H = 9, 37
+    ref = getattr(torch.nn, cell.upper())(I, H, 2, bidirectional=True).cuda()
+    ours = getattr(tt, cell.upper())(I, H, 2, bidirectional=True).cuda()
+    ours.load_state_dict(ref.state_dict())
+    sample = torch.randn(T, N, I, device="cuda", requires_grad=True)
+    graphed = torch.cuda.make_graphed_callables(ours, (sample,))
+    err = lambda a, b: float((a - b).detach().norm() / b.detach().norm())
+    for _ in range(2):  # each replay reads its own input
+        x = torch.randn(T, N, I, device="cuda", requires_grad=True)
+        y, state = graphed(x)
+        h = state[0] if cell == "lstm" else state
+        (y.square().sum() + h.sum()).backward()
+        gx, gw = x.grad.clone(), ours.weight_hh_l1_reverse.grad.clone()
+        x.grad = None
+        ours.zero_grad()
+        yr, state_r = ref(x)
+        hr = state_r[0] if cell == "lstm" else state_r
+        (yr.square().sum() + hr.sum()).backward()
+        assert err(y, yr) < 1e-4 and err(h, hr) < 1e-4
+        assert err(gx, x.grad) < 1e-4 and err(gw, ref.weight_hh_l1_reverse.grad) < 1e-4
+        x.grad = None
+        ref.zero_grad()
