@@ -37,7 +37,9 @@ def main():
     p.add_argument("--thread-columns", type=int, nargs="*", default=[4, 2, 8])
     p.add_argument("--unroll", type=int, nargs="*", default=[8])
     p.add_argument("--block-slices", type=int, nargs="*", default=[1],
-                   help="GPU: blocks the reduction is split over (the epilogue a second kernel)")
+                   help="GPU: blocks the reduction is split over (the epilogue a second kernel); 0: the default")
+    p.add_argument("--max-shared-kb", type=int, nargs="*", default=[48],
+                   help="GPU: shared memory for a block's partial sums, KB (past 48: dynamic shared memory)")
     p.add_argument("--gpu-accumulators", type=int, nargs="*", default=[96], help="GPU: registers of "
                                                                                  "partial sums per thread")
     p.add_argument("--only", nargs="*", default=[], help="kernels whose name contains one of these")
@@ -64,9 +66,11 @@ def main():
         todo += [kernels.backward_step(CELLS[c], N, H, directions=d) for c in ("lstm", "gru", "rnn_tanh")
                  for d in a.directions]
         print(f"{target.attrs.get('arch')} {_gpu_name()}")
-        shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u, block_slices=s, accumulators=acc)
-                  for t, b, c, u, s, acc in itertools.product(a.block_threads, a.min_blocks, a.thread_columns,
-                                                              a.unroll, a.block_slices, a.gpu_accumulators)]
+        shapes = [dict(threads=t, min_blocks=b, thread_columns=c, unroll=u, block_slices=s or None, accumulators=acc,
+                       max_shared_bytes=kb * 1024)
+                  for t, b, c, u, s, acc, kb in itertools.product(a.block_threads, a.min_blocks, a.thread_columns,
+                                                                  a.unroll, a.block_slices, a.gpu_accumulators,
+                                                                  a.max_shared_kb)]
     todo = [k for k in todo if not a.only or any(s in k.name for s in a.only)]
     import numpy as np
     for kernel in todo:

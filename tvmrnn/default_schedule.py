@@ -552,7 +552,8 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     if slices > 1:
         _, r_slice = sch.split(red, [None, slices])
         partial = sch.rfactor(r_slice, 0)
-        sch.set_scope(partial, 0, "shared")
+        # past the 48 KB a block may declare statically, dynamic shared memory (up to 227 KB)
+        sch.set_scope(partial, 0, "shared" if max_shared_bytes <= 48 * 1024 else "shared.dyn")
     # The output nest: (rows..., lead column, trailing columns); a block per `units` columns.
     out_loops = sch.get_loops(consumer)
     col_block, col_unit = sch.split(out_loops[n_rows], [None, units])
