@@ -533,9 +533,10 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
         # columns per unit (the GRU's 3 gates), where each direction keeps its own and only the
         # block slices share them. There 8-unit blocks over the whole reduction ran 3.7x slower
         # than 4-unit ones on the H100 (one direction 43.6 against 11.7 us, two 44.8 against
-        # 22.5): 48 KB of partial sums hold 16 slices of 24 columns, so such a block has 128
-        # threads, 200 of them 6 warps an SM, too few to hide the loads' latency. Over 2 block
-        # slices the same blocks are twice as many (two directions 18.3 us, notes/performance.md v11).
+        # 22.5); a likely cause (not proven): 48 KB of partial sums hold 16 slices of 24 columns,
+        # so such a block has 128 threads, and 200 of them give an SM ~6 warps, too few to hide
+        # the loads' latency. Over 2 block slices the same blocks are twice as many (two
+        # directions 18.3 us, notes/performance.md v11).
         shared = inner & (inner - 1) == 0
         blocks = max(1, min_blocks // problems) if shared else max(1, min_blocks // block_slices)
         units = per_thread * max(1, min(threads // 32, lead // (blocks * per_thread)))  # per block
