@@ -77,6 +77,25 @@ def test_untuned_build_says_so_once(tmp_path):
         tvmrnn.build("gru", input_size=3, hidden_size=5, batch_size=2, tuning_logs=str(tmp_path))
 
 
+def test_a_cpu_with_the_same_cores_uses_the_others_logs(tuned_logs, tmp_path):
+    """Logs tuned on a sapphirerapids serve an emeraldrapids with as many cores (LLVM named the GPU
+    machine's Xeon each way on different days), said once; its own logs come first."""
+    import tvm
+    src = os.path.join(tuned_logs[0], tuning.target_key(tvmrnn.target.host_target()))
+    shutil.copytree(src, tmp_path / "llvm-sapphirerapids-2c")
+    spr = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
+    emr = dict(spr, mcpu="emeraldrapids")
+    with pytest.warns(tuning.UntunedWarning, match="no tuning logs for llvm-emeraldrapids-2c; using those of "
+                                                   "llvm-sapphirerapids-2c"):
+        rnn = tvmrnn.build("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, target=emr,
+                           tuning_logs=str(tmp_path))
+    assert rnn.schedules[STEP] == "tuned"
+    assert tuning.logs_folder(str(tmp_path), tvm.target.Target(dict(emr, **{"num-cores": 4}))) is None
+    assert tuning.logs_folder(str(tmp_path), tvm.target.Target(dict(spr, mcpu="znver5"))) is None
+    os.makedirs(tmp_path / "llvm-emeraldrapids-2c")
+    assert tuning.logs_folder(str(tmp_path), tvm.target.Target(emr)).endswith("llvm-emeraldrapids-2c")
+
+
 def _copy_logs(src_dir, dst_dir):
     folder = os.path.join(src_dir, tuning.target_key(tvmrnn.target.host_target()))
     for path in glob.glob(os.path.join(folder, "*")):

@@ -234,12 +234,33 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[
 _reported: set = set()
 
 
+# CPUs whose cores are the same for our kernels (ISA, vector units, caches per core): records
+# tuned on one serve the other where it has none of its own. LLVM detected the GPU machine's
+# Xeon as ``sapphirerapids`` on 2026-11-23 and as ``emeraldrapids`` on 2026-11-24 (Emerald Rapids
+# is Sapphire Rapids' refresh: the same AVX-512/AMX cores, 2 MB of L2 each).
+SAME_CORES = {"sapphirerapids": ("emeraldrapids",), "emeraldrapids": ("sapphirerapids",)}
+
+
 def logs_folder(tuning_logs, target) -> str | None:
+    """The folder of tuning logs ``build`` reads for ``target``: its own (:func:`target_key`),
+    else, for a CPU, that of a CPU with the same cores and as many of them (:data:`SAME_CORES`)."""
     if tuning_logs is False:
         return None
     root = tuning_logs if tuning_logs is not None else os.environ.get("TVMRNN_TUNING_LOGS", DEFAULT_LOGS)
-    folder = os.path.join(root, target_key(target))
-    return folder if os.path.isdir(folder) else None
+    key = target_key(target)
+    candidates = [key]
+    if target.kind.name == "llvm":
+        mcpu = str(target.attrs.get("mcpu", "generic"))
+        candidates += [key.replace(f"llvm-{mcpu}", f"llvm-{other}", 1) for other in SAME_CORES.get(mcpu, ())]
+    for name in candidates:
+        folder = os.path.join(root, name)
+        if os.path.isdir(folder):
+            if name != key and (key, name) not in _reported:
+                _reported.add((key, name))
+                warnings.warn(f"tvmrnn: no tuning logs for {key}; using those of {name} (the same cores)",
+                              UntunedWarning, stacklevel=3)
+            return folder
+    return None
 
 
 def embeddable(func, target) -> bool:
