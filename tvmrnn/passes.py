@@ -136,6 +136,16 @@ def _time(config, T, d, u):
     return u if d == 0 else T - 1 - u
 
 
+def packed_weight_gradients(target=None) -> bool:
+    """Whether the backward sums weight gradients in the packed layout on ``target`` (a
+    ``tvm.target.Target``, or None: CPU): CPUs do. On the GPU machine's Xeon the weight gradient
+    of a 16-step LSTM chunk ran at 484 GFLOP/s into PyTorch's layout and 1,120 packed and blocked
+    for L1 (16 threads; PyTorch's own GEMM 1,116), on one thread 49 against 94-116
+    (notes/bench/wgrad_study_spr_v12.txt). GPUs keep PyTorch's layout (their GEMM schedule reads
+    both operands through shared memory whatever the layout; not measured packed)."""
+    return target is None or not is_gpu(target)
+
+
 def stack_directions(target=None) -> bool:
     """Whether a bidirectional layer runs both directions in one launch per step on ``target``
     (a ``tvm.target.Target``, or None: CPU). ``TVMRNN_STACK_DIRECTIONS=1`` or ``0`` decides for
@@ -276,7 +286,11 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
 
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
-                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False) -> Program:
+                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
+                     packed_grads: bool = False) -> Program:
+    """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
+    ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
+    time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
@@ -315,6 +329,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                  if deriv.grad_h_prev is not None else None)
     P = len(c.unit_params)
     dunit = prog.tensor("dunit", (DG, T, N, H, P), ("d", "t", "n", "j", "p")) if P else None
+    # packed weight gradients: W_ih's (the largest input size) then W_hh's, reused by every layer
+    k_most = max(I, D * H) if L > 1 else I
+    dw_packed = prog.flat("dw_packed", (k_most + H) * H * G) if packed_grads else None
+    packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
 
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H)
@@ -409,8 +427,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                             (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
                             (dgh, "weight_hh", "bias_hh", h_before, H)):
                         chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
-                        piece = dw.piece(_slot[kind_w])
-                        prog.call(kernels.weight_gradient(size, N, k_size, H, G), dg=chunk, a=a, acc=piece, dw=piece)
+                        piece = dw_packed.piece(packed_at[kind_w]) if packed_grads else dw.piece(_slot[kind_w])
+                        prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads), dg=chunk, a=a,
+                                  acc=piece, dw=piece)
                         bias = dw.piece(_slot[kind_b])
                         prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
                     if P:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
@@ -422,7 +441,14 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     if _d > 0:
                         views["acc"] = d_in(start)
                     prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0), **views)
+                if packed_grads:
+                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", H)):
+                        prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(packed_at[kind]))
                 prog.chunked(T, chunks, gradients)
+                if packed_grads:
+                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", H)):
+                        prog.call(kernels.gate_untranspose(G, H, k_size), src=dw_packed.piece(packed_at[kind]),
+                                  dst=dw.piece(slot[kind]))
     return prog
 
 
@@ -458,5 +484,6 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
         return persistent_blocks if name in passes else None
     return (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), **how),
             forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), **how),
-            backward_program(config, schedule, persistent_blocks=blocks("backward"), **how),
+            backward_program(config, schedule, persistent_blocks=blocks("backward"),
+                             packed_grads=packed_weight_gradients(target), **how),
             packing_program(config, schedule))

@@ -27,7 +27,7 @@ from .sequence import Program
 
 GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
 _PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
-             "weight grads": ("weight_gradient", "bias_gradient"),
+             "weight grads": ("weight_gradient", "bias_gradient", "gate_untranspose"),
              "recurrent": ("recurrent_step", "backward_step", "pointwise_backward", "recurrent_backward")}
 
 
