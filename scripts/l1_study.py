@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""CPU GEMMs blocked for L1, and the weight gradient's output layout.
+
+    python scripts/l1_study.py --threads 1 16
+
+``default_schedule.cpu_gemm`` gives each parallel task one register tile and its whole
+reduction. A tile reads its slice of both operands once, so when several tiles of a task's
+neighbourhood share the streamed operand (the weights of the input projection and input
+gradient, the gate gradients of the weight gradient) each tile brings that slice from L2 again.
+``row_block`` and ``red_block`` (BLIS's loop order) give a task ``row_block`` tiles and run the
+reduction in slices of ``red_block`` outside them: one slice serves every tile from L1.
+
+This times each all-steps GEMM of a DS2 LSTM (16-step chunks, and the input projection of one
+step, whose tile is the fused step's) unblocked and over a grid of blocks, and the weight
+gradient in PyTorch's ``(g, j, k)`` layout beside the packed ``(k, j, g)`` one
+(``kernels.weight_gradient(packed=True)``: the gate gradients streamed along their contiguous
+``(j, g)``). Each thread count runs in a fresh process (as ``scripts/cpu_scaling.py``); each
+output is checked against NumPy in float64. First run (``wgrad_study.py``, the weight gradient
+only): notes/bench/wgrad_study_spr_v12.txt.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+KERNELS = ("weight_gradient", "weight_gradient_packed", "input_projection", "input_gradient", "step_projection")
+
+
+def make(name, steps, N, H, G):
+    from tvmrnn import kernels
+    if name.startswith("weight_gradient"):
+        return kernels.weight_gradient(steps, N, H, H, G, packed=name.endswith("packed"))
+    if name == "input_projection":
+        return kernels.input_projection(steps, N, H, H, G)
+    if name == "step_projection":
+        return kernels.input_projection(1, N, H, H, G)
+    return kernels.input_gradient(steps, N, H, H, G, accumulate=False)
+
+
+def reference(name, args):
+    import numpy as np
+    a = [x.astype(np.float64) for x in args]
+    if name == "weight_gradient":
+        dg, x, acc, _ = a
+        return acc + np.einsum("tnjg,tnk->gjk", dg, x)
+    if name == "weight_gradient_packed":
+        dg, x, acc, _ = a
+        return acc + np.einsum("tnk,tnjg->kjg", x, dg)
+    if name in ("input_projection", "step_projection"):
+        x, w, b, _ = a
+        return np.einsum("tnk,kjg->tnjg", x, w) + b
+    dg, w, _ = a
+    return np.einsum("tnjg,gjk->tnk", dg, w)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 16])
+    p.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--batch-size", "-N", type=int, default=20)
+    p.add_argument("--hidden-size", type=int, default=800)
+    p.add_argument("--row-blocks", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--red-blocks", type=int, nargs="+", default=[64, 128, 256])
+    p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.one is None:
+        import subprocess
+        for threads in a.threads:
+            env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+            args = [sys.executable, __file__, "--one", str(threads), "--kernels", *a.kernels, "--steps", str(a.steps),
+                    "-N", str(a.batch_size), "--hidden-size", str(a.hidden_size),
+                    "--row-blocks", *map(str, a.row_blocks), "--red-blocks", *map(str, a.red_blocks)]
+            out = subprocess.run(args, env=env, capture_output=True, text=True)
+            if out.returncode:
+                raise SystemExit(out.stderr)
+            print(out.stdout, end="", flush=True)
+        return
+    import numpy as np
+    import tvm
+    from tvmrnn import default_schedule as ds
+    from tvmrnn.profile import time_kernel
+    from tvmrnn.target import host_target
+
+    N, H, G = a.batch_size, a.hidden_size, 4
+    target = host_target()
+    for name in a.kernels:
+        steps = 1 if name == "step_projection" else a.steps
+        flop = 2 * steps * N * H * H * G
+        blocks = [(1, 0)] + [(rb, kb) for rb in a.row_blocks for kb in a.red_blocks]
+        for row_block, red_block in blocks:
+            kernel = make(name, steps, N, H, G)
+            sch = tvm.s_tir.Schedule(kernel.func)
+            ds.cpu_gemm(sch, kernel, target, row_block=row_block, red_block=red_block)
+            results = []
+            us = time_kernel(sch.mod["main"], target, number=50 if steps == 1 else 10, repeat=5, results=results)
+            want = reference(name, results)
+            err = float(np.abs(results[-1] - want).max() / np.abs(want).max())
+            label = "unblocked" if red_block == 0 else f"{row_block} tiles x {red_block} reduction rows"
+            print(f"threads {a.one:3d}  {name:24s} {label:30s} {us:9.1f} us  {flop / us / 1e3:7.1f} GFLOP/s  "
+                  f"max rel err {err:.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
