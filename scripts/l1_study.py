@@ -65,6 +65,8 @@ def main():
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--row-blocks", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--red-blocks", type=int, nargs="+", default=[64, 128, 256])
+    p.add_argument("--column-vectors", type=int, nargs="+", default=[4], help="cpu_gemm's widest column tile, in "
+                   "vectors (narrower tiles: more parallel tasks when whole rows make a block)")
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one is None:
@@ -73,7 +75,8 @@ def main():
             env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
             args = [sys.executable, __file__, "--one", str(threads), "--kernels", *a.kernels, "--steps", str(a.steps),
                     "-N", str(a.batch_size), "--hidden-size", str(a.hidden_size),
-                    "--row-blocks", *map(str, a.row_blocks), "--red-blocks", *map(str, a.red_blocks)]
+                    "--row-blocks", *map(str, a.row_blocks), "--red-blocks", *map(str, a.red_blocks),
+                    "--column-vectors", *map(str, a.column_vectors)]
             out = subprocess.run(args, env=env, capture_output=True, text=True)
             if out.returncode:
                 raise SystemExit(out.stderr)
@@ -91,15 +94,15 @@ def main():
         steps = 1 if name == "step_projection" else a.steps
         flop = 2 * steps * N * H * H * G
         blocks = [(1, 0)] + [(rb, kb) for rb in a.row_blocks for kb in a.red_blocks]
-        for row_block, red_block in blocks:
+        for (row_block, red_block), vectors in ((b, v) for v in a.column_vectors for b in blocks):
             kernel = make(name, steps, N, H, G)
             sch = tvm.s_tir.Schedule(kernel.func)
-            ds.cpu_gemm(sch, kernel, target, row_block=row_block, red_block=red_block)
+            ds.cpu_gemm(sch, kernel, target, row_block=row_block, red_block=red_block, column_vectors=vectors)
             results = []
             us = time_kernel(sch.mod["main"], target, number=50 if steps == 1 else 10, repeat=5, results=results)
             want = reference(name, results)
             err = float(np.abs(results[-1] - want).max() / np.abs(want).max())
-            label = "unblocked" if red_block == 0 else f"{row_block} tiles x {red_block} reduction rows"
+            label = ("unblocked" if red_block == 0 else f"{row_block} tiles x {red_block} reduction rows") + f", {vectors} vec"
             print(f"threads {a.one:3d}  {name:24s} {label:30s} {us:9.1f} us  {flop / us / 1e3:7.1f} GFLOP/s  "
                   f"max rel err {err:.1e}", flush=True)
 
