@@ -136,6 +136,18 @@ def _time(config, T, d, u):
     return u if d == 0 else T - 1 - u
 
 
+def time_loop_regions(target=None) -> bool:
+    """Whether each time loop runs as one parallel region on ``target`` (a ``tvm.target.Target``,
+    or None: CPU) instead of one per step (:meth:`sequence.Program._region_loop`).
+    ``TVMRNN_TIME_LOOP_REGION=1`` or ``0`` decides for CPUs; GPUs never (their loops are launches)."""
+    if target is not None and is_gpu(target):
+        return False
+    forced = os.environ.get("TVMRNN_TIME_LOOP_REGION", "0")
+    if forced not in ("0", "1"):
+        raise ValueError(f"TVMRNN_TIME_LOOP_REGION: expected 0 or 1, got {forced!r}")
+    return forced == "1"
+
+
 def packed_weight_gradients(target=None) -> bool:
     """Whether the backward sums weight gradients in the packed layout on ``target`` (a
     ``tvm.target.Target``, or None: CPU): CPUs do. On the GPU machine's Xeon the weight gradient
@@ -186,12 +198,12 @@ def _bind(group, views_of):
 
 
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
-                    chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False) -> Program:
+                    chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False) -> Program:
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     groups = _direction_groups(config, stacked)
-    prog = Program("forward_train" if train else "forward", schedule, persistent_blocks)
+    prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region)
     T = tirx.Var("T", "int32")
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
     h0 = prog.tensor("h0", (LD, N, H), ("ld", "n", "j"))
@@ -287,7 +299,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
-                     packed_grads: bool = False) -> Program:
+                     packed_grads: bool = False, one_region: bool = False) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`)."""
@@ -297,7 +309,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     deriv = kernels.derivation(c)
     groups = _direction_groups(config, stacked)
     DG = len(groups[0])  # directions whose temporaries are live together
-    prog = Program("backward", schedule, persistent_blocks)
+    prog = Program("backward", schedule, persistent_blocks, one_region)
     T = tirx.Var("T", "int32")
     y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
     dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)
@@ -477,7 +489,7 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
     from .target import persistent_passes
-    how = dict(chunks=chunk_steps(target), stacked=stack_directions(target))
+    how = dict(chunks=chunk_steps(target), stacked=stack_directions(target), one_region=time_loop_regions(target))
     passes = persistent_passes()
 
     def blocks(name):

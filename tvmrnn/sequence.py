@@ -280,13 +280,17 @@ def _hoist_scratch(body, scratch: list):
 class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
-    def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None):
+    def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None,
+                 one_region: bool = False):
         self.name = name
         self.schedule = schedule
         # GPU only: the most thread blocks that are surely resident at once; with it, each time
         # loop of one kernel runs as one persistent launch (see `loop`)
         self.persistent_blocks = persistent_blocks
         self._persistent: list | None = None  # the calls of the persistent time loop being emitted
+        # CPU only: each time loop as one parallel region, a barrier between steps (`_region_loop`)
+        self.one_region = one_region
+        self._region: list | None = None  # the calls of that time loop being emitted
         self._barrier: SequenceTensor | None = None
         self.params: list[SequenceTensor] = []
         self._scheduled: dict[str, tirx.PrimFunc] = {}
@@ -347,6 +351,8 @@ class Program:
         body = _hoist_scratch(tvm_ffi.structural_mutate(func.body, [(tvm.ir.Var, replace)]), self._scratch)
         if self._persistent is not None:
             self._persistent.append((decls, body))
+        if self._region is not None and self._in_step_loop:
+            self._region.append(body)
         self._stack[-1].append(tirx.SeqStmt(decls + [body]))
 
     @contextmanager
@@ -362,17 +368,65 @@ class Program:
             self._in_step_loop = True
         if persistent:
             self._persistent = []
+        region = name == "step" and self.one_region and not persistent
+        if region:
+            self._region = []
         yield var
         calls, self._persistent = self._persistent, None
+        region_calls = self._region
+        if region:
+            self._region = None
         self._in_step_loop = outer_step
         self._extents.pop()
         body = self._stack.pop()
         kernel_loop = self._persistent_loop(var, extent, calls) if persistent and calls is not None else None
+        if kernel_loop is None and region and body:
+            kernel_loop = self._region_loop(var, extent, body, region_calls)
         if kernel_loop is not None:
             self._stack[-1].extend(kernel_loop)
         elif body:
             self._stack[-1].append(tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
                                             tirx.SeqStmt(body) if len(body) > 1 else body[0]))
+
+    def _region_loop(self, var, extent, body: list, calls: list) -> list | None:
+        """CPU: a time loop as one parallel region instead of one per step.
+
+        Each embedded kernel's tiles are one parallel loop, and TVM's thread pool starts its
+        threads for each such loop: a region per step. Here the time loop itself becomes the
+        region (``pragma_parallel_launch_point``: every thread runs the loop), each kernel's
+        parallel loop inside it is split over the threads as before (the same static partition
+        at every step, so a core keeps its slice of the weights), and a barrier of the pool
+        (``pragma_parallel_barrier_when_finish``, ``TVMBackendParallelBarrier``) ends each
+        kernel, so that step t+1 reads what every thread wrote at step t. Returns the loop, or
+        None (the loop stays a region per step) unless every statement of its body is a kernel
+        whose body is one parallel loop: anything outside one would run on every thread.
+        """
+        kernels_in = list(calls or ())
+        stmts = []
+        for stmt in body:
+            stmts.extend(stmt.seq if isinstance(stmt, tirx.SeqStmt) else [stmt])
+        launches = [s for s in stmts if not isinstance(s, tirx.DeclBuffer)]
+        if not kernels_in or len(launches) != len(kernels_in):
+            return None
+        grids = []
+        for kernel_body in kernels_in:
+            if not isinstance(kernel_body, tvm.s_tir.SBlockRealize):
+                return None
+            grid = kernel_body.block.body
+            if not (isinstance(grid, tirx.For) and grid.kind == tirx.ForKind.PARALLEL):
+                return None
+            grids.append(grid)
+
+        def barrier_after(loop, mutator):
+            if any(loop.same_as(g) for g in grids):
+                return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding,
+                                {**loop.annotations, "pragma_parallel_barrier_when_finish": 1})
+            return loop
+
+        steps = [tvm_ffi.structural_mutate(stmt, [(tirx.For, barrier_after)]) for stmt in body]
+        return [tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
+                         tirx.SeqStmt(steps) if len(steps) > 1 else steps[0],
+                         annotations={"pragma_parallel_launch_point": 1})]
 
     def _persistent_loop(self, var, extent, calls) -> list | None:
         """A time loop of one kernel as one launch: the loop moves inside the kernel.
