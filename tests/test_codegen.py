@@ -311,3 +311,69 @@ def test_cuda_persistence_skips_two_direction_steps(monkeypatch):
     assert apart.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(apart)) == 4  # 2 layers x 2 directions
     assert apart.persistent_blocks == 132
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_time_loop_as_one_parallel_region_matches_torch(cell, monkeypatch, rng):
+    """``TVMRNN_TIME_LOOP_REGION=1``: each CPU time loop is one parallel region with a pool barrier
+    after each step's kernel (``sequence.Program._region_loop``), and the passes stay exact,
+    with both directions of a layer in one launch and with them apart, on 2 threads."""
+    import torch
+    from conftest import rel_error, torch_module
+    from tvmrnn import passes
+
+    monkeypatch.setenv("TVMRNN_TIME_LOOP_REGION", "1")
+    ref = torch_module(cell, 13, 37, 2, True, False).double()
+    x = torch.from_numpy(rng.standard_normal((9, 3, 13)))
+    xr = x.clone().requires_grad_(True)
+    y_ref = ref(xr)[0]
+    dy = torch.from_numpy(rng.standard_normal(tuple(y_ref.shape)))
+    y_ref.backward(dy)
+    for stacked in ("1", "0"):
+        monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", stacked)
+        rnn = tvmrnn.build(cell, input_size=13, hidden_size=37, num_layers=2, bidirectional=True, batch_size=3)
+        for name in ("forward", "forward_train", "backward"):
+            script = rnn.programs[name].build().script()
+            loops = 2 if stacked == "1" else 4  # time loops: one per layer, or per layer and direction
+            assert script.count("pragma_parallel_launch_point") == loops, (name, stacked)
+            assert script.count("pragma_parallel_barrier_when_finish") == loops, (name, stacked)
+        w = rnn.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
+        y, _, _ = rnn.forward(w, x.float())
+        assert rel_error(y, y_ref) < 1e-5
+        y, _, _, ws = rnn.forward_train(w, x.float())
+        grads = rnn.backward(w, ws, dy.float())
+        assert rel_error(grads["x"], xr.grad) < 1e-5
+        for name in ("weight_ih_l0", "weight_hh_l1_reverse", "bias_hh_l1"):
+            assert rel_error(grads[name], getattr(ref, name).grad) < 1e-5, name
+    monkeypatch.setenv("TVMRNN_TIME_LOOP_REGION", "2")
+    with pytest.raises(ValueError, match="TVMRNN_TIME_LOOP_REGION"):
+        passes.time_loop_regions()
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
+    """``cpu_gemm``'s L1 blocking (several register tiles a task, the reduction in slices outside
+    them) at odd sizes: a weight gradient whose reduction (t, n) and rows do not divide evenly."""
+    import numpy as np
+    import tvm
+    from tvmrnn import default_schedule as ds, kernels
+    from tvmrnn.profile import time_kernel
+    from tvmrnn.target import host_target
+
+    S, N, K, H, G = 3, 5, 36, 36, 4  # 6 row tiles (AVX2 and AVX-512), a 15-row reduction
+    kernel = kernels.weight_gradient(S, N, K, H, G, packed=packed)
+    plain, sch = tvm.s_tir.Schedule(kernel.func), tvm.s_tir.Schedule(kernel.func)
+    ds.cpu_gemm(plain, kernel, host_target(), row_block=1, red_block=0)
+    ds.cpu_gemm(sch, kernel, host_target(), row_block=3, red_block=5)
+    extents = [int(sch.get(loop).extent) for loop in sch.get_loops(sch.get_sblock("matmul_update"))]
+    plain_extents = [int(plain.get(loop).extent) for loop in plain.get_loops(plain.get_sblock("matmul_update"))]
+    assert len(extents) == len(plain_extents) + 1  # the row block's loop; t, n fused and split in 3 x 5
+    assert 3 in extents and extents.count(5) >= 1 and N in plain_extents
+    results = []
+    time_kernel(sch.mod["main"], host_target(), number=1, repeat=1, results=results)
+    dg, a, acc, dw = (r.astype(np.float64) for r in results)
+    if packed:
+        want = acc + np.einsum("tnk,tnjg->kjg", a, dg)
+    else:
+        want = acc + np.einsum("tnjg,tnk->gjk", dg, a)
+    assert np.abs(dw - want).max() / np.abs(want).max() < 1e-5
