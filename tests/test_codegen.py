@@ -155,13 +155,14 @@ def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
     import tvm
     import tvm_ffi
     from tvmrnn import kernels
-    from tvmrnn.default_schedule import GPU_MATMUL_VARIANTS, default_schedule, variants
+    from tvmrnn.default_schedule import GPU_MATMUL_VARIANTS, default_schedule, slice_variants, variants
     target = tvm.target.Target("nvidia/nvidia-h100")
     for kernel in (kernels.input_projection(256, 20, 800, 800, 4), kernels.weight_gradient(256, 20, 1600, 800, 3),
                    kernels.input_gradient(32, 20, 800, 800, 1, accumulate=True),
+                   kernels.input_projection(4, 20, 1600, 800, 4), kernels.input_gradient(4, 20, 800, 800, 3, False),
                    kernels.weight_gradient(7, 5, 13, 37, 4)):
         shapes = variants(kernel, target)
-        assert len(shapes) == 1 + len(GPU_MATMUL_VARIANTS) and shapes[0] == {}
+        assert len(shapes) == 1 + len(GPU_MATMUL_VARIANTS) + len(slice_variants(kernel)) and shapes[0] == {}
         hashes = set()
         for tiles in shapes:
             func = default_schedule(kernel, target, **tiles)
@@ -175,6 +176,32 @@ def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
                 report = _ptxas(source, tmp_path)
                 assert " 0 bytes spill stores" in report, report
         assert len(hashes) >= 4, kernel.name
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_short_chunk_gemms_split_their_reduction_over_blocks():
+    """A 4-step chunk's GEMMs (80 rows at DS2 sizes) fill too little of an H100 with output tiles
+    alone: by default their reduction is split over blocks (``blockIdx.z``), the partial sums go
+    to global memory and a second kernel adds them up with the epilogue; the 256-step chunk's
+    GEMM stays one kernel, and ``k_slices=1`` restores it for a short chunk too."""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.default_schedule import default_schedule, matmul_k_slices, matmul_shape
+    target = tvm.target.Target("nvidia/nvidia-h100")
+
+    def launches(kernel, **tiles):
+        func = default_schedule(kernel, target, **tiles)
+        source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+        z = re.findall(r'T\.thread_binding\((\d+), thread="blockIdx\.z"\)', func.script())
+        return len(re.findall(r'extern "C" __global__ [^;{]*\{', source)), [int(e) for e in z]
+
+    assert matmul_k_slices(80, 3200, 1600, matmul_shape(80, 3200)) == 5
+    assert matmul_k_slices(5120, 3200, 1600, matmul_shape(5120, 3200)) == 1
+    assert matmul_k_slices(80, 3200, 13, matmul_shape(80, 3200)) == 1  # too short to split
+    assert launches(kernels.input_projection(4, 20, 1600, 800, 4)) == (2, [5])
+    assert launches(kernels.input_gradient(4, 20, 1600, 800, 4, accumulate=True)) == (2, [5])
+    assert launches(kernels.input_projection(4, 20, 1600, 800, 4), matmul=dict(k_slices=1)) == (1, [1])
+    assert launches(kernels.input_projection(256, 20, 1600, 800, 4)) == (1, [1])
 
 
 # the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)

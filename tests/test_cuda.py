@@ -56,6 +56,22 @@ def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch
         built.cache_clear()
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_relu"])
+def test_all_steps_gemms_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch):
+    """The all-steps GEMMs of short chunks with their reduction split over blocks (``gpu_matmul``'s
+    ``k_slices``: a partial GEMM per slice, then the epilogue's kernel), made to split at the test
+    sizes: every GEMM that fills less than a quarter of the GPU, in slices of 16 or more. T = 7
+    and 50 run 4- and 32-step chunks of the input projection, input and weight gradients."""
+    from tvmrnn import default_schedule
+    monkeypatch.setattr(default_schedule, "GPU_MATMUL_MIN_SLICE", 16)
+    built.cache_clear()
+    try:
+        for T in (7, 50):
+            _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda, hidden=40)
+    finally:
+        built.cache_clear()
+
+
 @pytest.mark.parametrize("T", [1, 7])
 @pytest.mark.parametrize("layers_directions", [(1, False), (2, True)], ids=["1uni", "2bidir"])
 @pytest.mark.parametrize("name", ["peephole_lstm", "cifg_lstm", "mgu", "leaky_rnn"])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir import dlight
 
@@ -291,8 +292,8 @@ def _matmul_axes(stmt, name: str):
 
     def axes(region):  # the block's iteration variables in the operand's index order
         out = []
-        for r in region:
-            out += [v for v in ivs if v.same_as(r.min) and not any(v.same_as(o) for o in out)]
+        for r in region:  # an index may combine several (a reduction split into slices by rfactor)
+            out += [v for v in ivs if _uses(r.min, v) and not any(v.same_as(o) for o in out)]
         return out
 
     a_axes, b_axes = axes(a_region), axes(b_region)
@@ -302,22 +303,108 @@ def _matmul_axes(stmt, name: str):
     K = [v for v in a_axes if is_red[v]]
     if len(S) + len(I) + len(J) + len(K) != len(ivs) or not (I and J and K):
         raise s_tir.ScheduleError(f"{name}: not a GEMM of the form C[s, i, j] += A[s, i, k] B[s, j, k]")
-    k_inner = [any(r[-1].min.same_as(v) for v in K) for r in (a_region, b_region)]
+    k_inner = [any(_uses(r[-1].min, v) for v in K) for r in (a_region, b_region)]
     return S, I, J, K, k_inner
+
+
+def _uses(expr, var) -> bool:
+    found = []
+
+    def visit(v, mutator):
+        if v.same_as(var):
+            found.append(v)
+        return v
+
+    tvm_ffi.structural_mutate(expr, [(tvm.ir.Var, visit)])
+    return bool(found)
+
+
+def matmul_extents(kernel: Kernel) -> tuple[int, int, int]:
+    """``(rows, columns, reduction)`` of a kernel's GEMM as :func:`gpu_matmul` sees it."""
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    stmt = sch.get(sch.get_sblock(kernel.gemm))
+    _, I, J, K, _ = _matmul_axes(stmt, kernel.name)
+    extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+    return tuple(math.prod(extent[v] for v in vs) for vs in (I, J, K))
 
 
 def default_matmul_shape(kernel: Kernel):
     """The block shape :func:`gpu_matmul` takes for ``kernel`` by default (:func:`matmul_shape`
     of its output's rows and columns)."""
-    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    stmt = sch.get(sch.get_sblock(kernel.gemm))
-    _, I, J, _, _ = _matmul_axes(stmt, kernel.name)
-    extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
-    return matmul_shape(math.prod(extent[v] for v in I), math.prod(extent[v] for v in J))
+    rows, cols, _ = matmul_extents(kernel)
+    return matmul_shape(rows, cols)
+
+
+def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10)) -> list[int]:
+    """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM: none for a
+    GEMM whose default tiles give every SM :data:`GPU_MATMUL_FILL_THREADS` threads, else every
+    count of ``counts`` that cuts the reduction into whole 16-long tiles."""
+    rows, cols, reduction = matmul_extents(kernel)
+    (vi, ti, mi), (vj, tj, mj) = matmul_shape(rows, cols)
+    threads = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj)) * ti * tj
+    if threads >= GPU_SMS * GPU_MATMUL_FILL_THREADS:
+        return []
+    return [s for s in counts if reduction % s == 0 and (reduction // s) % GPU_MATMUL["k_tile"] == 0]
+
+
+# Split-K across blocks for the tiled GEMM (:func:`matmul_k_slices`): a GEMM whose output tiles
+# give the GPU fewer than a quarter of ``GPU_MATMUL_FILL_THREADS`` threads per SM has its
+# reduction split over blocks, each slice at least ``GPU_MATMUL_MIN_SLICE`` long.
+GPU_MATMUL_FILL_THREADS = 512
+GPU_MATMUL_MIN_SLICE = 256
+
+
+def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS) -> int:
+    """How many blocks share the reduction of a ``rows x cols`` GEMM tiled by ``shape`` by default.
+
+    The all-steps GEMMs of a short chunk (the last steps of a sequence: 4 steps x N = 20 rows)
+    have long reductions (800-3200) and few output tiles: the LSTM's 4-step input projection
+    (80 x 3200 x 1600) is 100 blocks of 64 threads on the H100's 132 SMs, ~10 TFLOP/s
+    (notes/performance.md v12), the 4-step input gradient (80 x 1600 x 3200) 75 blocks of 128.
+    Slices multiply the blocks, each summing its part of the reduction into a partial result in
+    global memory that a second kernel adds up with the GEMM's epilogue (cuBLAS's split-K). A
+    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices)."""
+    (vi, ti, mi), (vj, tj, mj) = shape
+    blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
+    threads = blocks * ti * tj
+    want = sms * GPU_MATMUL_FILL_THREADS
+    if 4 * threads > want:
+        return 1
+    most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
+    return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
+
+
+def _split_reduction(sch, gemm, slices: int):
+    """rfactor ``gemm``'s reduction into ``slices`` slices (a leading spatial axis of the partial
+    block, which is returned); ``gemm`` is left adding the slices up, computed at its first
+    consumer's output, one thread per element (the epilogue kernel)."""
+    _, reduction = _gemm_axes(sch, gemm)
+    # unit axes stay out of the fusion (fused in, one would be bound to a constant, which
+    # transform_block_layout refuses)
+    reduction = [l for l in reduction if _extent(sch, l) > 1] or reduction
+    red = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
+    block_slice, _ = sch.split(red, [slices, None])
+    spatial, _ = _gemm_axes(sch, gemm)
+    partial = sch.rfactor(block_slice, 0)
+    p_loops = sch.get_loops(partial)
+    sch.reorder(p_loops[len(spatial)], *p_loops[:len(spatial)])  # the slice first, as the block binds it
+    consumers = sch.get_consumers(gemm)
+    if len(consumers) != 1:
+        raise s_tir.ScheduleError(f"split-K: the GEMM needs one consumer, has {len(consumers)}")
+    loops = sch.get_loops(consumers[0])
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    block_loop, thread_loop = sch.split(fused, [None, min(GPU_THREADS, _extent(sch, fused))])
+    sch.bind(block_loop, "blockIdx.x")
+    sch.bind(thread_loop, "threadIdx.x")
+    sch.compute_at(gemm, thread_loop, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    for loop in sch.get_loops(gemm)[2:]:
+        sch.unroll(loop)
+    return partial
 
 
 def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
-               pad: int = 4) -> None:
+               pad: int = 4, k_slices: int | None = None) -> None:
     """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
 
     The GEMM is first normalised to ``C[s, i, j] += A[s, i, k] * B[s, j, k]`` (``reindex`` and
@@ -337,12 +424,30 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     this one. Global memory is read and written with scalar accesses: the sequence driver hands
     kernels views at offsets that need not be 16-byte aligned. Shapes that are not multiples of
     the tile are padded (``pad_einsum``): the copies read zeros past the edges.
+
+    ``k_slices`` splits the reduction over that many blocks (:func:`matmul_k_slices` picks the
+    default): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
+    second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`).
     """
     main = sch.get_sblock(kernel.gemm)
     stmt = sch.get(main)
-    ivs = [iv.var for iv in stmt.iter_vars]
     extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
     S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
+    m_total = math.prod(extent[v] for v in I)
+    n_total = math.prod(extent[v] for v in J)
+    k_total = math.prod(extent[v] for v in K)
+    default_rows, default_cols = matmul_shape(m_total, n_total)
+    if k_slices is None:
+        k_slices = matmul_k_slices(m_total, n_total, k_total, (rows or default_rows, cols or default_cols), k_tile)
+    if k_slices > 1:
+        if k_total % k_slices or (k_total // k_slices) % k_tile:
+            raise s_tir.ScheduleError(f"{kernel.name}: {k_slices} slices of a {k_total}-long reduction "
+                                      f"in {k_tile}-long tiles")
+        main = _split_reduction(sch, main, k_slices)
+        stmt = sch.get(main)
+        extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+        S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
+    ivs = [iv.var for iv in stmt.iter_vars]
 
     def index_map(used, groups):
         names = [tvm.tirx.Var(f"i{n}", "int32") for n in range(len(used))]
@@ -366,9 +471,6 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     sch.transform_layout(reindex_c, ("read", 0), index_map(used(S + I + J), [S, I, J]))
     sch.transform_block_layout(main, index_map(ivs, [S, I, J, K]))
 
-    m_total = math.prod(extent[v] for v in I)
-    n_total = math.prod(extent[v] for v in J)
-    default_rows, default_cols = matmul_shape(m_total, n_total)
     vi, ti, mi = rows or default_rows
     vj, tj, mj = cols or default_cols
     if m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread
@@ -412,7 +514,15 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         sch.vectorize(sch.get_loops(load)[-1])
     for copy in copies:
         dlight.gpu.matmul.auto_inline_producers(sch, copy)
-    dlight.gpu.matmul.auto_inline_consumer_chain(sch, accumulate)
+    if k_slices > 1:  # the partials go straight to global memory (the copies out of the padded
+        # and reindexed layouts inlined), where the epilogue kernel sums them
+        while True:
+            copies = [c for c in sch.get_consumers(accumulate) if sch.get(c).name_hint != kernel.gemm]
+            if not copies:
+                break
+            sch.reverse_compute_inline(copies[0])
+    else:
+        dlight.gpu.matmul.auto_inline_consumer_chain(sch, accumulate)
     sch.decompose_reduction(main, ko)
     for loop in (ki, ii, jj):
         sch.unroll(loop)
@@ -771,7 +881,8 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
         if kind == "split-K":
             return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
         if kind == "matmul":
-            return [{}] + [dict(matmul=dict(v)) for v in GPU_MATMUL_VARIANTS]
+            slices = [dict(k_slices=n) for n in slice_variants(kernel)]
+            return [{}] + [dict(matmul=dict(v)) for v in GPU_MATMUL_VARIANTS + tuple(slices)]
     return [{}]
 
 
