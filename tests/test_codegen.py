@@ -1,6 +1,7 @@
 """No-hardware codegen checks: the same kernels compile for an H100 (sm_90) and for AVX-512 CPUs."""
 from __future__ import annotations
 
+import math
 import re
 import shutil
 
@@ -134,7 +135,8 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     # a slice count that does not divide the reduction (37) is never used: rfactor would drop the
     # uneven split's predicate and add past the end
     assert launches(kernels.recurrent_step(lstm, 3, 37, train=False), block_slices=4) == 1
-    # whole models: the partial sums' global scratch is allocated once by the driver
+    # whole models: the partial sums' global scratch is one pool that the driver allocates once,
+    # every call's partial sums a view into it from its start (sequence.Program._pooled)
     import tvmrnn
     from tvmrnn import default_schedule as ds
     monkeypatch.setattr(ds, "GPU_BLOCK_SLICE", 8)
@@ -142,8 +144,12 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
                        target="nvidia/nvidia-h100")
     for name in ("forward", "forward_train", "backward"):
         script = rnn.programs[name].build().script()
-        scratch = re.findall(r"\w+_rf = T.sblock_alloc_buffer\(\([\d, ]+\)(.*)\)\n", script)
-        assert scratch and not any("scope" in rest for rest in scratch), name  # global, once per driver
+        pools = re.findall(r"scratch_pool = T.sblock_alloc_buffer\(\((\d+),\)(.*)\)\n", script)
+        assert len(pools) == 1 and "scope" not in pools[0][1], name  # global, once per driver
+        views = re.findall(r"\w+_rf(?:_\d+)? = T.decl_buffer\(\(([\d, ]+)\), data=scratch_pool.data", script)
+        assert views and not re.search(r"\w+_rf = T.sblock_alloc_buffer", script), name
+        largest = max(math.prod(int(d) for d in v.split(",") if d.strip()) for v in views)
+        assert largest <= int(pools[0][0]) < 2 * sum(math.prod(int(d) for d in v.split(",") if d.strip()) for v in views)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
