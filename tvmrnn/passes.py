@@ -488,14 +488,17 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     inference forward, training forward, backward and weight packing, with the target's chunk
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
-    from .target import persistent_passes
+    from .target import dependent_launch, persistent_passes
     how = dict(chunks=chunk_steps(target), stacked=stack_directions(target), one_region=time_loop_regions(target))
     passes = persistent_passes()
 
     def blocks(name):
         return persistent_blocks if name in passes else None
-    return (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), **how),
-            forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), **how),
-            backward_program(config, schedule, persistent_blocks=blocks("backward"),
-                             packed_grads=packed_weight_gradients(target), **how),
-            packing_program(config, schedule))
+    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), **how),
+                forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), **how),
+                backward_program(config, schedule, persistent_blocks=blocks("backward"),
+                                 packed_grads=packed_weight_gradients(target), **how),
+                packing_program(config, schedule))
+    for p in programs:
+        p.dependent_launch = dependent_launch(target)
+    return programs

@@ -261,6 +261,55 @@ def hoist_invariant_copies(decls, grid_body, var):
     return fixed, moving, hoisted, stmts
 
 
+def _grid_dependency(early: bool) -> list:
+    """``griddepcontrol.wait`` (PTX, sm_90+); with ``early``, then ``griddepcontrol.launch_dependents``."""
+    actions = ("wait", "launch_dependents") if early else ("wait",)
+    return [tirx.Evaluate(tirx.call_intrin("void", "tirx.ptx.griddepcontrol", action, "")) for action in actions]
+
+
+def with_grid_dependencies(stmt, early: bool = False):
+    """``stmt`` with every kernel in it (each outermost chain of thread-bound loops) starting by
+    waiting for the kernels launched before it (:func:`_grid_dependency`), for programmatic
+    dependent launch: see :attr:`Program.dependent_launch`."""
+    def rec(stmt):
+        if isinstance(stmt, tirx.For) and stmt.thread_binding is not None:
+            def chain(loop):
+                if isinstance(loop, tirx.For) and loop.thread_binding is not None:
+                    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, chain(loop.body),
+                                    loop.thread_binding, loop.annotations)
+                return tirx.SeqStmt(_grid_dependency(early) + [loop])
+            return chain(stmt)
+        if isinstance(stmt, tirx.SeqStmt):
+            return tirx.SeqStmt([rec(s) for s in stmt.seq])
+        if isinstance(stmt, tirx.For):
+            return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, rec(stmt.body),
+                            stmt.thread_binding, stmt.annotations)
+        if isinstance(stmt, tirx.IfThenElse):
+            return tirx.IfThenElse(stmt.condition, rec(stmt.then_case),
+                                   None if stmt.else_case is None else rec(stmt.else_case))
+        if isinstance(stmt, s_tir.SBlockRealize):
+            b = stmt.block
+            block = s_tir.SBlock(b.iter_vars, b.reads, b.writes, b.name_hint, rec(b.body), b.init,
+                                 b.alloc_buffers, b.match_buffers, b.annotations)
+            return s_tir.SBlockRealize(stmt.iter_values, stmt.predicate, block)
+        if _has_thread_loop(stmt):  # a kernel we would miss: a race
+            raise AssertionError(f"with_grid_dependencies: a kernel under a {type(stmt).__name__}")
+        return stmt
+    return rec(stmt)
+
+
+def _has_thread_loop(stmt) -> bool:
+    found = []
+
+    def visit(loop, mutator):
+        if loop.thread_binding is not None:
+            found.append(loop)
+        return loop
+
+    tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
+    return bool(found)
+
+
 def _hoist_scratch(body, scratch: list):
     """``body`` (an embedded kernel) without its root block's global-memory allocations, which
     go to ``scratch``."""
@@ -308,6 +357,14 @@ class Program:
         # (its size is known once every call is in: `build` swaps this stand-in for the real one)
         self._pool = tirx.decl_buffer((tirx.Var("pool_size", I32),), F32, "scratch_pool")
         self._pool_size = 0
+        # GPU (sm_90+) only: launch every kernel with programmatic dependent launch (Hopper's
+        # PDL: the next kernel's blocks are launched while this one runs, and wait at their
+        # start, ``griddepcontrol.wait``, until it has finished and its writes are visible),
+        # which hides the launch latency between a time loop's back-to-back kernels
+        # (`with_grid_dependencies`; set by `passes.all_programs` from `target.dependent_launch`):
+        # False, "wait" (a kernel is launched once the one before has exited) or "early" (also
+        # ``launch_dependents`` at each kernel's start: launched once the one before is running)
+        self.dependent_launch: bool | str = False
 
     def _pooled(self, buffers) -> tuple[list, list]:
         """Declarations that place a kernel call's global scratch (a GEMM's partial sums split
@@ -540,7 +597,11 @@ class Program:
             scratch.append(pool)
         if scratch:
             body = s_tir.SBlockRealize([], True, s_tir.SBlock([], [], [], "root", body, alloc_buffers=scratch))
+        if self.dependent_launch:
+            body = with_grid_dependencies(body, early=self.dependent_launch == "early")
         func = tirx.PrimFunc([t.buffer for t in self.params], body)
+        if self.dependent_launch:  # SplitHostDevice gives the flag to every kernel of the driver
+            func = func.with_attr("tirx.kernel_launch_params", ["tirx.use_programtic_dependent_launch"])
         # Distinct parameters never overlap (the passes allocate every output themselves), so say
         # so: without it LLVM must assume a kernel's stores may hit its weights and reloads them
         # at every step of the reduction (4x slower fused step on the CPU). Views of one

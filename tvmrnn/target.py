@@ -99,6 +99,29 @@ def persistent_passes() -> tuple[str, ...]:
     return PERSISTENT_PASSES[value]
 
 
+PDL_MODES = ("0", "wait", "early")
+DEFAULT_PDL = "wait"
+
+
+def dependent_launch(target) -> bool | str:
+    """How GPU passes launch their kernels: programmatic dependent launch (PDL, sm_90+) lets the
+    GPU start a kernel's blocks before the kernel before it has retired; each waits at its start
+    (``griddepcontrol.wait``) until that kernel has finished and its writes are visible, which
+    hides launch latency between a time loop's back-to-back kernels (``sequence.Program.dependent_launch``).
+    ``TVMRNN_PDL``: ``0`` off, ``wait`` (the next kernel may start once every block of this one
+    has exited), ``early`` (once every block of this one is running: its blocks then sit on SMs
+    while they wait)."""
+    if target is None or target.kind.name != "cuda":
+        return False
+    value = os.environ.get("TVMRNN_PDL", DEFAULT_PDL)
+    if value not in PDL_MODES:
+        raise ValueError(f"TVMRNN_PDL: expected one of {', '.join(PDL_MODES)}; got {value!r}")
+    digits = "".join(ch for ch in str(target.attrs.get("arch", "")) if ch.isdigit())
+    if value == "0" or not digits or int(digits) < 90:
+        return False
+    return value
+
+
 def resolve(target) -> tvm.target.Target:
     """None (this CPU), ``"cuda"`` (this machine's GPU), a TVM Target, a dict or a tag such as
     ``"nvidia/nvidia-h100"``."""
