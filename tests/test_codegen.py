@@ -410,3 +410,43 @@ def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
     else:
         want = acc + np.einsum("tnjg,tnk->gjk", dg, a)
     assert np.abs(dw - want).max() / np.abs(want).max() < 1e-5
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("mode", ["wait", "early", "0"])
+def test_cuda_programmatic_dependent_launch(mode, monkeypatch):
+    """On sm_90+ every kernel of a pass is launched with PDL (``TVMRNN_PDL``, ``wait`` by default):
+    each kernel waits (``griddepcontrol.wait``) before it touches memory, so that the launch of the
+    next can overlap the tail of the one before; ``early`` also lets dependents launch as soon as a
+    kernel's blocks run; ``0`` launches plainly. sm_80 has no PDL and gets none."""
+    monkeypatch.setenv("TVMRNN_PDL", mode)
+    rnn = tvmrnn.build("gru", input_size=13, hidden_size=37, batch_size=3, num_layers=2, bidirectional=True,
+                       target="nvidia/nvidia-h100", tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    kernels = [k for k in source.split("extern \"C\" __global__")[1:]
+               if k.split("\n", 1)[0].rstrip().endswith("{")]  # definitions, not declarations
+    assert len(kernels) >= 10
+    waits = [k.count("griddepcontrol_wait()") for k in kernels]
+    triggers = [k.count("griddepcontrol_launch_dependents()") for k in kernels]
+    if mode == "0":
+        assert sum(waits) == 0 and sum(triggers) == 0
+    else:  # one wait on every path through each kernel, before its first load
+        assert all(w >= 1 for w in waits), f"{waits.count(0)} of {len(kernels)} kernels never wait"
+        for kernel in kernels:  # no global buffer (a pointer argument) touched before the wait
+            signature, body = kernel.split("{", 1)
+            before = body.split("griddepcontrol_wait()")[0]
+            touched = [p for p in re.findall(r"\* __restrict__ (\w+)", signature) if re.search(rf"\b{p}\b", before)]
+            assert not touched, f"{touched} used before the wait in {signature.strip()}"
+        assert (sum(triggers) > 0) == (mode == "early")
+    monkeypatch.setenv("TVMRNN_PDL", "wait")
+    ampere = tvmrnn.build("gru", input_size=13, hidden_size=37, batch_size=3,
+                          target={"kind": "cuda", "arch": "sm_80"}, tuning_logs=False)
+    assert "griddepcontrol" not in ampere.executable.mod.imports[0].inspect_source()
+
+
+def test_pdl_mode_is_checked(monkeypatch):
+    from tvmrnn import target as targets
+    monkeypatch.setenv("TVMRNN_PDL", "sometimes")
+    with pytest.raises(ValueError, match="TVMRNN_PDL"):
+        targets.dependent_launch(targets.resolve("nvidia/nvidia-h100"))
+    assert targets.dependent_launch(targets.resolve("llvm")) is False
