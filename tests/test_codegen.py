@@ -293,17 +293,61 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
     assert rnn.persistent_blocks == 132 and metadata(rnn)["persistent_blocks"] == 132
 
 
-def test_persistent_loops_are_opt_in(monkeypatch):
+def test_persistent_modes(monkeypatch):
     from tvmrnn import target as targets
     h100 = targets.resolve("nvidia/nvidia-h100")
-    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
-    assert targets.persistent_blocks(h100) is None
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)  # auto: the inference forward
+    assert targets.persistent_mode() == "auto" and targets.persistent_passes() == ("forward",)
+    assert targets.persistent_blocks(h100) == 132
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
+    assert targets.persistent_blocks(h100) is None and targets.persistent_passes() == ()
     monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
     assert targets.persistent_blocks(h100) == 132
     assert targets.persistent_blocks(targets.resolve(None)) is None  # CPUs: none
+    assert targets.persistent_blocks(targets.resolve({"kind": "cuda", "arch": "sm_75"})) is None  # SMs unknown
     monkeypatch.setenv("TVMRNN_PERSISTENT", "all")
     with pytest.raises(ValueError, match="TVMRNN_PERSISTENT"):
         targets.persistent_blocks(h100)
+
+
+def _launch_flags(rnn, tmp_path) -> tuple[int, int]:
+    """(cooperative, programmatic dependent) launch flags in a build's CUDA function table: the
+    exported library's device blob lists each kernel's launch parameters by name."""
+    path = tmp_path / "rnn.so"
+    rnn.executable.export_library(str(path))
+    blob = path.read_bytes()
+    return blob.count(b"tirx.use_cooperative_launch"), blob.count(b"tirx.use_programtic_dependent_launch")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_relu"])
+def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, monkeypatch, tmp_path):
+    """By default (``TVMRNN_PERSISTENT`` unset: ``auto``) the inference forward's time loops are
+    persistent where the step's weights fit in the SMs' shared memory, and those kernels alone
+    are launched cooperatively (all blocks resident, or an error at launch: never a hang);
+    where the weights do not fit (H = 3072: 38 MB for a one-gate cell, 151 MB for an LSTM, against
+    132 x 227 KB) the loop keeps per-step launches."""
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
+    monkeypatch.delenv("TVMRNN_PDL", raising=False)
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, num_layers=2, batch_size=20,
+                       target="nvidia/nvidia-h100", tuning_logs=False)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.persistent_blocks == 132
+    assert not rnn.programs["forward_train"].uses_persistent_loops
+    assert not rnn.programs["backward"].uses_persistent_loops
+    source = rnn.executable.mod.imports[0].inspect_source()
+    kernels = [k for k in source.split("extern \"C\" __global__")[1:] if k.split("\n", 1)[0].rstrip().endswith("{")]
+    persistent = [k for k in kernels if "wait_until" in k]
+    assert len(persistent) == 2  # one per layer
+    cooperative, dependent = _launch_flags(rnn, tmp_path)
+    assert cooperative == len(persistent) and dependent == len(kernels)
+    big = tvmrnn.build(cell, input_size=64, hidden_size=3072, batch_size=20,
+                       target="nvidia/nvidia-h100", tuning_logs=False)
+    assert not big.programs["forward"].uses_persistent_loops and big.persistent_blocks is None
+    assert _launch_flags(big, tmp_path)[0] == 0
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
+    plain = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20,
+                         target="nvidia/nvidia-h100", tuning_logs=False)
+    assert plain.persistent_blocks is None and _launch_flags(plain, tmp_path)[0] == 0
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")

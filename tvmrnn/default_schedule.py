@@ -787,6 +787,26 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> bool:
     return True
 
 
+def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
+    """Whether a scheduled kernel copies its weights (role ``w``) into shared memory, as
+    :func:`_stationary_weights` does for a persistent kernel whose block slices fit there (whether
+    the default schedule or a tuned one did it)."""
+    if "w" not in kernel.roles:
+        return False
+    param = func.params[kernel.roles.index("w")]
+    wbuf = param
+    found = []
+
+    def visit(realize, mutator):
+        b = realize.block
+        if any(r.source.same_as(wbuf) for r in b.reads) and any(w.source.scope() == "shared.dyn" for w in b.writes):
+            found.append(b)
+        return mutator.default_mutate(realize)  # and the blocks inside it
+
+    tvm_ffi.structural_mutate(func.body, [(s_tir.SBlockRealize, visit)])
+    return bool(found)
+
+
 def _all_blocks(sch):
     found = []
 

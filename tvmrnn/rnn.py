@@ -18,6 +18,7 @@ from .arrays import Frame, to_tvm
 from .cells import get_cell
 from .default_schedule import is_gpu
 from .passes import Config, all_programs
+from .sequence import PIPELINE
 from .tuning import report_untuned, scheduler
 
 _INT32_MAX = 2**31 - 1
@@ -155,7 +156,8 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     # subexpressions itself: the kernels' PTX was within 0.5% and used the same registers
     # without it (notes/performance.md, v5). CPU builds keep it (they take seconds either way).
     with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target)}):
-        executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target)
+        executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target,
+                                 tir_pipeline=PIPELINE)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable)

@@ -18,9 +18,12 @@ import tvm_ffi
 from tvm import s_tir, tirx
 
 from tvm.backend.cuda import op as cuda_op
+from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from . import kernels
 from .kernels import Kernel
+from .default_schedule import keeps_weights_on_chip
+from .target import persistent_mode
 
 F32 = "float32"
 I32 = "int32"
@@ -298,6 +301,59 @@ def with_grid_dependencies(stmt, early: bool = False):
     return rec(stmt)
 
 
+COOPERATIVE = "tirx.use_cooperative_launch"
+LAUNCH_PARAMS = "tirx.kernel_launch_params"
+
+
+def _waits_on_grid(func) -> bool:
+    """Whether a device function spins on a global word (:func:`grid_barrier`'s wait)."""
+    found = []
+
+    def visit(call, mutator):
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.cuda.wait_until":
+            found.append(call)
+        return call
+
+    tvm_ffi.structural_mutate(func.body, [(tvm.ir.Call, visit)])
+    return bool(found)
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvmrnn.CooperativeGridBarriers")
+def cooperative_grid_barriers(mod, _ctx):
+    """Launch every kernel that has a grid barrier (a persistent time loop) cooperatively.
+
+    A grid barrier needs all of the kernel's blocks resident at once. An ordinary launch does not
+    promise that (another stream's kernels, or another process's under MPS, may hold the SMs the
+    barrier waits for: a hang); a cooperative launch (``CU_LAUNCH_ATTRIBUTE_COOPERATIVE``, TVM's
+    ``tirx.use_cooperative_launch``) either has them all resident or fails at launch. TVM takes a
+    kernel's launch flags from its driver for all of its kernels (``SplitHostDevice``), so this
+    runs after that pass and flags the barrier's kernels alone, on their device functions, which
+    is where the CUDA module's function table takes them from."""
+    updates = {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or not func.attrs.get("tirx.is_global_func"):
+            continue
+        if not _waits_on_grid(func):
+            continue
+        params = [str(p) for p in (func.attrs.get(LAUNCH_PARAMS) or [])]
+        if COOPERATIVE not in params:
+            updates[gvar] = func.with_attr(LAUNCH_PARAMS, params + [COOPERATIVE])
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
+def _tvmrnn_pipeline():
+    """TVM's default TIR pipeline, then :func:`cooperative_grid_barriers` (``tvm.compile(...,
+    tir_pipeline="tvmrnn")``)."""
+    base, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
+    return tvm.transform.Sequential([base, cooperative_grid_barriers], name="tvmrnn"), finalize_host, finalize_device
+
+
+PIPELINE = "tvmrnn"
+_tir_pipelines.PIPELINE_MAP[PIPELINE] = _tvmrnn_pipeline
+
+
 def _has_thread_loop(stmt) -> bool:
     found = []
 
@@ -337,6 +393,10 @@ class Program:
         # loop of one kernel runs as one persistent launch (see `loop`)
         self.persistent_blocks = persistent_blocks
         self._persistent: list | None = None  # the calls of the persistent time loop being emitted
+        # with it, only kernels whose schedule keeps their weights in shared memory run
+        # persistent (`target.persistent_passes`, ``auto``); the others' loops stay per-step
+        self.persistent_if_on_chip = persistent_blocks is not None and persistent_mode() == "auto"
+        self._not_on_chip: set[str] = set()
         # CPU only: each time loop as one parallel region, a barrier between steps (`_region_loop`)
         self.one_region = one_region
         self._region: list | None = None  # the calls of that time loop being emitted
@@ -409,7 +469,18 @@ class Program:
         if self._persistent is not None and kernel.batch and not PERSIST_STACKED:
             self._persistent = None  # this time loop stays a host loop of launches
         if self._persistent is not None:
-            kernel = kernels.persistent(kernel, self.persistent_blocks)
+            persistent = kernels.persistent(kernel, self.persistent_blocks)
+            if persistent.name not in self._scheduled and persistent.name not in self._not_on_chip:
+                scheduled = self.schedule(persistent)
+                if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
+                    self._not_on_chip.add(persistent.name)
+                else:
+                    self._scheduled[persistent.name] = scheduled
+                    self.kernels[persistent.name] = persistent
+            if persistent.name in self._not_on_chip:
+                self._persistent = None  # its weights would be read from L2 every step: slower
+            else:
+                kernel = persistent
         if kernel.name not in self._scheduled:
             self._scheduled[kernel.name] = self.schedule(kernel)
             self.kernels[kernel.name] = kernel

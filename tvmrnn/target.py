@@ -66,37 +66,50 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
     return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
 
 
-PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",)}
+PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",), "auto": ("forward",)}
+DEFAULT_PERSISTENT = "auto"
+
+
+def persistent_mode() -> str:
+    """``TVMRNN_PERSISTENT``: ``auto`` (the default), ``forward``, ``1`` or ``0``; see
+    :func:`persistent_passes`."""
+    value = os.environ.get("TVMRNN_PERSISTENT", DEFAULT_PERSISTENT) or DEFAULT_PERSISTENT
+    if value != "0" and value not in PERSISTENT_PASSES:
+        raise ValueError(f"TVMRNN_PERSISTENT: expected one of 0, {', '.join(PERSISTENT_PASSES)}; got {value!r}")
+    return value
 
 
 def persistent_blocks(target: tvm.target.Target) -> int | None:
-    """The most thread blocks a persistent kernel may have on this target: one per SM, so that
-    every block is resident at once whatever its size (the grid barrier needs them all running).
+    """The most thread blocks a persistent kernel may have on this target: one per SM (each
+    block of a persistent kernel takes the SM's shared memory for its slice of the weights, and
+    the grid barrier needs every block resident; the kernel is launched cooperatively, so the
+    GPU guarantees that or refuses the launch).
 
-    Persistent time loops are opt-in (``TVMRNN_PERSISTENT``, see :func:`persistent_passes`).
-    None: off, a CPU, or the GPU's SM count unknown."""
+    None: persistence off (``TVMRNN_PERSISTENT=0``, see :func:`persistent_passes`), a CPU, or
+    the GPU's SM count unknown."""
     if not persistent_passes():
         return None
     return multiprocessors(target)
 
 
 def persistent_passes() -> tuple[str, ...]:
-    """The passes whose time loops run as persistent kernels: ``TVMRNN_PERSISTENT=1`` every pass,
-    ``forward`` the inference forward only (on the H100 at Deep Speech 2 sizes, with the weights
-    kept in shared memory, the only pass where it is faster than per-step launches:
-    ``notes/performance.md`` v10), unset or ``0`` none. Time loops that run both directions of a
-    layer in one launch stay per-step launches either way (``sequence.PERSIST_STACKED``).
+    """The passes whose time loops run as persistent kernels (the loop inside one kernel, a grid
+    barrier between steps, each block's slice of the recurrent weights kept in shared memory for
+    all steps), from ``TVMRNN_PERSISTENT``:
 
-    Opt-in because a persistent kernel needs all its blocks resident at once: TVM launches it as
-    an ordinary kernel, not a cooperative one, so if other work fills the GPU's SMs (another
-    stream, another process under MPS) some blocks wait for SMs the barrier holds, and the
-    kernel hangs."""
-    value = os.environ.get("TVMRNN_PERSISTENT", "0")
-    if value in ("0", ""):
-        return ()
-    if value not in PERSISTENT_PASSES:
-        raise ValueError(f"TVMRNN_PERSISTENT: expected one of 0, {', '.join(PERSISTENT_PASSES)}; got {value!r}")
-    return PERSISTENT_PASSES[value]
+    - ``auto`` (default): the inference forward, where a loop's step kernel keeps its weights in
+      shared memory (else that loop stays per-step launches). On the H100 at Deep Speech 2 sizes
+      the only pass where persistence is faster (``notes/performance.md`` v10, v14);
+    - ``forward``: the inference forward, whether or not the weights fit on chip;
+    - ``1``: every pass (the backward's persistent step is slower: for studies);
+    - ``0``: none.
+
+    Time loops that run both directions of a layer in one launch stay per-step launches either
+    way (``sequence.PERSIST_STACKED``). Persistent kernels are launched cooperatively
+    (``sequence.cooperative_grid_barriers``): all their blocks are resident at once, or the
+    launch fails with an error; it never hangs when other work holds SMs."""
+    value = persistent_mode()
+    return () if value == "0" else PERSISTENT_PASSES[value]
 
 
 PDL_MODES = ("0", "wait", "early")
