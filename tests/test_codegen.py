@@ -310,6 +310,15 @@ def test_persistent_modes(monkeypatch):
         targets.persistent_blocks(h100)
 
 
+def test_launch_flags_keep_dynamic_shared_memory_last():
+    from tvmrnn.sequence import with_launch_flag
+    assert with_launch_flag(["blockIdx.x", "threadIdx.x", "tirx.use_programtic_dependent_launch",
+                             "tirx.use_dyn_shared_memory"], "tirx.use_cooperative_launch") == [
+        "blockIdx.x", "threadIdx.x", "tirx.use_programtic_dependent_launch", "tirx.use_cooperative_launch",
+        "tirx.use_dyn_shared_memory"]
+    assert with_launch_flag(["blockIdx.x"], "f") == ["blockIdx.x", "f"]
+
+
 def _launch_flags(rnn, tmp_path) -> tuple[int, int]:
     """(cooperative, programmatic dependent) launch flags in a build's CUDA function table: the
     exported library's device blob lists each kernel's launch parameters by name."""

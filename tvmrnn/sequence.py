@@ -303,6 +303,7 @@ def with_grid_dependencies(stmt, early: bool = False):
 
 COOPERATIVE = "tirx.use_cooperative_launch"
 LAUNCH_PARAMS = "tirx.kernel_launch_params"
+DYNAMIC_SHARED = "tirx.use_dyn_shared_memory"
 
 
 def _waits_on_grid(func) -> bool:
@@ -316,6 +317,16 @@ def _waits_on_grid(func) -> bool:
 
     tvm_ffi.structural_mutate(func.body, [(tvm.ir.Call, visit)])
     return bool(found)
+
+
+def with_launch_flag(params: list[str], flag: str) -> list[str]:
+    """A kernel's launch parameters (its thread axes, then flags) with ``flag`` added: before the
+    dynamic shared memory's, which TVM's runtime requires to come last (it is the launch's last
+    argument)."""
+    if DYNAMIC_SHARED in params:
+        i = params.index(DYNAMIC_SHARED)
+        return params[:i] + [flag] + params[i:]
+    return params + [flag]
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvmrnn.CooperativeGridBarriers")
@@ -337,7 +348,7 @@ def cooperative_grid_barriers(mod, _ctx):
             continue
         params = [str(p) for p in (func.attrs.get(LAUNCH_PARAMS) or [])]
         if COOPERATIVE not in params:
-            updates[gvar] = func.with_attr(LAUNCH_PARAMS, params + [COOPERATIVE])
+            updates[gvar] = func.with_attr(LAUNCH_PARAMS, with_launch_flag(params, COOPERATIVE))
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
