@@ -182,3 +182,36 @@ def test_torch_dropin_under_cuda_graphs(cell):
         assert err(gx, x.grad) < 1e-4 and err(gw, ref.weight_hh_l1_reverse.grad) < 1e-4
         x.grad = None
         ref.zero_grad()
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_persistent_inference_forward_under_a_cuda_graph(cell):
+    """The default build's inference forward is a persistent kernel, launched cooperatively: it
+    runs under ``torch.no_grad``, is captured into a CUDA graph, and each replay (new input and
+    state) matches cuDNN."""
+    import tvmrnn.torch as tt
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    T, H = 23, 37
+    ref = getattr(torch.nn, cell.upper())(I, H, 2).cuda()
+    ours = getattr(tt, cell.upper())(I, H, 2).cuda()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(T, N, I, device="cuda")
+    with torch.no_grad():
+        ours(x)  # build (and warm up) outside the capture
+        rnn = next(iter(ours._built.values()))
+        assert rnn.programs["forward"].uses_persistent_loops, "the default build has no persistent loop"
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            ours(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y, _ = ours(x)
+        for _ in range(2):
+            x.copy_(torch.randn(T, N, I, device="cuda"))
+            graph.replay()
+            torch.cuda.synchronize()
+            yr, _ = ref(x)
+            assert float((y - yr).norm() / yr.norm()) < 1e-4
