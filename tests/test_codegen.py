@@ -12,6 +12,11 @@ import tvmrnn
 SIZES = dict(input_size=64, hidden_size=64, num_layers=2, bidirectional=True, batch_size=4)
 
 
+def _kernel_definitions(source: str) -> list[str]:
+    """The ``__global__`` kernels defined in CUDA source (signature and body), not their declarations."""
+    return [k for k in source.split("extern \"C\" __global__")[1:] if k.split("\n", 1)[0].rstrip().endswith("{")]
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_avx512_code_uses_zmm_registers(cell):
     rnn = tvmrnn.build(cell, **SIZES, target={"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
@@ -344,7 +349,7 @@ def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, monkeyp
     assert not rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
     source = rnn.executable.mod.imports[0].inspect_source()
-    kernels = [k for k in source.split("extern \"C\" __global__")[1:] if k.split("\n", 1)[0].rstrip().endswith("{")]
+    kernels = _kernel_definitions(source)
     persistent = [k for k in kernels if "wait_until" in k]
     assert len(persistent) == 2  # one per layer
     cooperative, dependent = _launch_flags(rnn, tmp_path)
@@ -476,8 +481,7 @@ def test_cuda_programmatic_dependent_launch(mode, monkeypatch):
     rnn = tvmrnn.build("gru", input_size=13, hidden_size=37, batch_size=3, num_layers=2, bidirectional=True,
                        target="nvidia/nvidia-h100", tuning_logs=False)
     source = rnn.executable.mod.imports[0].inspect_source()
-    kernels = [k for k in source.split("extern \"C\" __global__")[1:]
-               if k.split("\n", 1)[0].rstrip().endswith("{")]  # definitions, not declarations
+    kernels = _kernel_definitions(source)
     assert len(kernels) >= 10
     waits = [k.count("griddepcontrol_wait()") for k in kernels]
     triggers = [k.count("griddepcontrol_launch_dependents()") for k in kernels]

@@ -793,8 +793,7 @@ def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
     the default schedule or a tuned one did it)."""
     if "w" not in kernel.roles:
         return False
-    param = func.params[kernel.roles.index("w")]
-    wbuf = param
+    wbuf = func.params[kernel.roles.index("w")]
     found = []
 
     def visit(realize, mutator):

@@ -302,21 +302,29 @@ def with_grid_dependencies(stmt, early: bool = False):
 
 
 COOPERATIVE = "tirx.use_cooperative_launch"
+DEPENDENT = "tirx.use_programtic_dependent_launch"  # (sic: TVM's spelling)
 LAUNCH_PARAMS = "tirx.kernel_launch_params"
 DYNAMIC_SHARED = "tirx.use_dyn_shared_memory"
 
 
-def _waits_on_grid(func) -> bool:
-    """Whether a device function spins on a global word (:func:`grid_barrier`'s wait)."""
+def _contains(node, node_type, predicate) -> bool:
+    """Whether some ``node_type`` node anywhere inside ``node`` satisfies ``predicate``."""
     found = []
 
-    def visit(call, mutator):
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.cuda.wait_until":
-            found.append(call)
-        return call
+    def visit(n, mutator):
+        if predicate(n):
+            found.append(n)
+            return n
+        return mutator.default_mutate(n)  # and the nodes inside it
 
-    tvm_ffi.structural_mutate(func.body, [(tvm.ir.Call, visit)])
+    tvm_ffi.structural_mutate(node, [(node_type, visit)])
     return bool(found)
+
+
+def _waits_on_grid(func) -> bool:
+    """Whether a device function spins on a global word (:func:`grid_barrier`'s wait)."""
+    return _contains(func.body, tvm.ir.Call,
+                     lambda call: isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.cuda.wait_until")
 
 
 def with_launch_flag(params: list[str], flag: str) -> list[str]:
@@ -366,15 +374,8 @@ _tir_pipelines.PIPELINE_MAP[PIPELINE] = _tvmrnn_pipeline
 
 
 def _has_thread_loop(stmt) -> bool:
-    found = []
-
-    def visit(loop, mutator):
-        if loop.thread_binding is not None:
-            found.append(loop)
-        return loop
-
-    tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
-    return bool(found)
+    """Whether a thread-bound loop (a kernel) is anywhere inside ``stmt``, under serial loops too."""
+    return _contains(stmt, tirx.For, lambda loop: loop.thread_binding is not None)
 
 
 def _hoist_scratch(body, scratch: list):
@@ -683,7 +684,7 @@ class Program:
             body = with_grid_dependencies(body, early=self.dependent_launch == "early")
         func = tirx.PrimFunc([t.buffer for t in self.params], body)
         if self.dependent_launch:  # SplitHostDevice gives the flag to every kernel of the driver
-            func = func.with_attr("tirx.kernel_launch_params", ["tirx.use_programtic_dependent_launch"])
+            func = func.with_attr(LAUNCH_PARAMS, [DEPENDENT])
         # Distinct parameters never overlap (the passes allocate every output themselves), so say
         # so: without it LLVM must assume a kernel's stores may hit its weights and reloads them
         # at every step of the reduction (4x slower fused step on the CPU). Views of one
