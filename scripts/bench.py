@@ -70,6 +70,21 @@ def configs(a):
     return [(c, L, a.bidirectional) for L in (a.num_layers or [1]) for c in cells]
 
 
+def study_parser(doc: str, reps: int, layers: bool = False) -> argparse.ArgumentParser:
+    """The arguments the GPU studies share (cells; Deep Speech 2 sizes by default; repetitions;
+    with ``layers``, layers and directions). A study adds its own."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("cells", nargs="*", default=["lstm"])
+    p.add_argument("-T", type=int, default=300)
+    p.add_argument("-N", type=int, default=20)
+    p.add_argument("--hidden-size", type=int, default=800)
+    if layers:
+        p.add_argument("--num-layers", type=int, default=1)
+        p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--reps", type=int, default=reps)
+    return p
+
+
 def timed(fn, sync, reps, max_seconds):
     fn()
     sync()  # warm-up (and first-call allocations)

@@ -20,7 +20,6 @@ Needs a CUDA GPU.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -171,14 +170,8 @@ def study(a, cell, torch, tvmrnn):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cells", nargs="*", default=["lstm"])
-    p.add_argument("-T", type=int, default=300)
-    p.add_argument("-N", type=int, default=20)
-    p.add_argument("--hidden-size", type=int, default=800)
-    p.add_argument("--num-layers", type=int, default=1)
-    p.add_argument("--bidirectional", action="store_true")
-    p.add_argument("--reps", type=int, default=20)
+    from bench import study_parser
+    p = study_parser(__doc__, reps=20, layers=True)
     p.add_argument("--json", help="write the rows here")
     a = p.parse_args()
     import torch

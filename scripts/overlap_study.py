@@ -20,25 +20,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 def timed(torch, fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
+    """Median milliseconds of ``fn`` between CUDA events on the current stream (``fn`` joins its
+    side streams back to it)."""
+    from launch_study import timed_call
+    return timed_call(torch, fn, reps)[1]
 
 
 def main():
@@ -103,7 +94,6 @@ def main():
         for name, (p_loop, p_gemm) in {"loop high, GEMMs low": (hi, lo), "equal": (lo, lo),
                                        "loop low, GEMMs high": (lo, hi)}.items():
             s_loop, s_gemm = torch.cuda.Stream(priority=p_loop), torch.cuda.Stream(priority=p_gemm)
-            done = {}
 
             def both():
                 main = torch.cuda.current_stream()
@@ -111,8 +101,6 @@ def main():
                 s_gemm.wait_stream(main)
                 with torch.cuda.stream(s_loop):
                     loop()
-                    done["loop"] = torch.cuda.Event(enable_timing=True)
-                    done["loop"].record()
                 with torch.cuda.stream(s_gemm):
                     gemms()
                 main.wait_stream(s_loop)

@@ -15,9 +15,7 @@ persistent by default, a single launch PDL cannot help; v14's study ran before t
 """
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -25,25 +23,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def timed(torch, fn, reps):
-    fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
-
-
-def rel(a, b):
-    return float((a.double() - b.double()).norm() / max(float(b.double().norm()), 1e-30))
+    """Median milliseconds of ``fn`` between CUDA events."""
+    from launch_study import timed_call
+    return timed_call(torch, fn, reps)[1]
 
 
 def study(a, cell, torch, tvmrnn):
-    from bench import torch_rnn
+    from bench import rel, torch_rnn
     T, N, H, L, bidir = a.T, a.N, a.hidden_size, a.num_layers, a.bidirectional
     dev = torch.device("cuda")
     torch.manual_seed(0)
@@ -102,14 +88,8 @@ def study(a, cell, torch, tvmrnn):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cells", nargs="*", default=["lstm"])
-    p.add_argument("-T", type=int, default=300)
-    p.add_argument("-N", type=int, default=20)
-    p.add_argument("--hidden-size", type=int, default=800)
-    p.add_argument("--num-layers", type=int, default=1)
-    p.add_argument("--bidirectional", action="store_true")
-    p.add_argument("--reps", type=int, default=20)
+    from bench import study_parser
+    p = study_parser(__doc__, reps=20, layers=True)
     p.add_argument("--modes", nargs="+", default=["0", "wait", "early"], help="TVMRNN_PDL values, the first the baseline")
     a = p.parse_args()
     import torch

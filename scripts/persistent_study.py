@@ -11,7 +11,6 @@ inference and training-pass times. Needs a CUDA GPU.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -24,12 +23,8 @@ SHAPES = ({}, {"stationary_bytes": 0}, {"accumulators": 96}, {"accumulators": 24
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cells", nargs="*", default=["lstm"])
-    p.add_argument("-T", type=int, default=300)
-    p.add_argument("-N", type=int, default=20)
-    p.add_argument("--hidden-size", type=int, default=800)
-    p.add_argument("--reps", type=int, default=10)
+    from bench import study_parser
+    p = study_parser(__doc__, reps=10)
     p.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default: all)")
     p.add_argument("--no-barrier", action="store_true",
                    help="leave the grid barrier out (wrong results: times what the barrier costs)")
