@@ -100,11 +100,12 @@ def timed(fn, sync, reps, max_seconds):
 
 
 def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800, reps=10, num_layers=1,
-                   bidirectional=False):
+                   bidirectional=False, train=True):
     """For each cell (input size = hidden size): build once per variant, run every build on the same
     weights and input, check each agrees with the first, and print median inference and
     training-pass (forward_train + backward) times. ``variants``: ``[(label, setup)]``, where
-    ``setup()`` sets what the variant changes (module attributes, environment) before its build."""
+    ``setup()`` sets what the variant changes (module attributes, environment) before its build.
+    ``train=False`` times inference only."""
     import torch
     import tvmrnn
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -127,10 +128,11 @@ def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800,
             ref = y if ref is None else ref
             err = float((y - ref).abs().max() / ref.abs().max())
             infer = 1e3 * timed(lambda: rnn.forward(w, x), sync, reps, float("inf"))[0]
-            train = 1e3 * timed(lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy), sync, reps, float("inf"))[0]
-            print(f"{cell:9s} {label:48s} inference {infer:7.2f} ms ({N / infer * 1e3:7.1f}/s)  "
-                  f"training {train:7.2f} ms ({N / train * 1e3:7.1f}/s)  max rel diff {err:.1e}  "
-                  f"build {built:.0f} s", flush=True)
+            line = f"{cell:9s} {label:48s} inference {infer:7.2f} ms ({N / infer * 1e3:7.1f}/s)  "
+            if train:
+                t = 1e3 * timed(lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy), sync, reps, float("inf"))[0]
+                line += f"training {t:7.2f} ms ({N / t * 1e3:7.1f}/s)  "
+            print(f"{line}max rel diff {err:.1e}  build {built:.0f} s", flush=True)
 
 
 def rel(a, b):

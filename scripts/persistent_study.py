@@ -19,13 +19,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 SHAPES = ({}, {"stationary_bytes": 0}, {"accumulators": 96}, {"accumulators": 24}, {"threads": 512},
           {"threads": 512, "accumulators": 24}, {"threads": 1024, "accumulators": 24}, {"threads": 1024, "accumulators": 12},
           {"threads": 512, "accumulators": 24, "stage_rows": True}, {"threads": 1024, "accumulators": 24, "stage_rows": True},
-          {"threads": 512, "accumulators": 12, "stage_rows": True}, {"threads": 512, "accumulators": 48, "stage_rows": True})
+          {"threads": 512, "accumulators": 12, "stage_rows": True}, {"threads": 512, "accumulators": 48, "stage_rows": True},
+          # v15: vector operand loads and staged epilogue inputs (the default since), each alone, and
+          # more accumulators or threads with partial sums past 48 KB
+          {"vector_k": 1, "stage_epilogue": False}, {"vector_k": 4, "stage_epilogue": False},
+          {"vector_k": 1, "stage_epilogue": True}, {"accumulators": 80, "max_shared_bytes": 64 * 1024},
+          {"accumulators": 40, "threads": 1024, "max_shared_bytes": 72 * 1024})
 
 
 def main():
     from bench import study_parser
     p = study_parser(__doc__, reps=10)
     p.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default: all)")
+    p.add_argument("--no-train", action="store_true", help="time inference only")
+    p.add_argument("--no-per-step", action="store_true", help="leave out the per-step-launch build")
     p.add_argument("--no-barrier", action="store_true",
                    help="leave the grid barrier out (wrong results: times what the barrier costs)")
     a = p.parse_args()
@@ -47,8 +54,9 @@ def main():
             default_schedule.PERSISTENT_TILES = {**DEFAULT, **shape}
         return setup
 
-    compare_builds(a.cells, [("per-step launches", launched)] + [(f"persistent {s}", persistent(s)) for s in shapes],
-                   device="cuda", T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps)
+    variants = [] if a.no_per_step else [("per-step launches", launched)]
+    compare_builds(a.cells, variants + [(f"persistent {s}", persistent(s)) for s in shapes],
+                   device="cuda", T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps, train=not a.no_train)
 
 
 if __name__ == "__main__":

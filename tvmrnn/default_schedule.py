@@ -546,7 +546,8 @@ def _copy_applied(sch, schedule) -> bool:
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
                 min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
                 max_blocks: int | None = None, block_slices: int | None = None,
-                stationary_bytes: int = 0, stage_rows: bool = False) -> None:
+                stationary_bytes: int = 0, stage_rows: bool = False, vector_k: int = 1,
+                stage_epilogue: bool = False) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
@@ -572,6 +573,11 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     ``accumulators`` per thread, set in :data:`PERSISTENT_TILES`, give a block more threads for
     its larger share). With ``stationary_bytes``, a persistent block's slice of the weights, if at
     most that large, is copied into shared memory once (:func:`_stationary_weights`).
+    ``vector_k`` (where both GEMM operands are staged in shared memory): each thread sums a
+    contiguous run of the reduction, read ``vector_k`` values at a time (:func:`_vector_operand_loads`).
+    ``stage_epilogue``: the epilogue's other global inputs (the step's input projection, the
+    carried cell state) are staged at the top of the step, their loads in flight during the GEMM
+    (:func:`_stage_epilogue_inputs`).
     """
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -589,11 +595,19 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
         consumer = sch.get_consumers(gemm)[0]
         nb = kernel.batch  # leading independent problems (directions): blocks of their own
         block_slices = 1
-    weight_bytes, partial_bytes = _split_k_in_blocks(sch, gemm, consumer, nb, ncols, threads, max_shared_bytes,
-                                                     min_blocks, thread_columns, unroll, accumulators, max_blocks,
-                                                     block_slices)
-    if max_blocks and stationary_bytes and weight_bytes + partial_bytes <= stationary_bytes:
-        _stationary_weights(sch, kernel, stationary_bytes - weight_bytes - partial_bytes if stage_rows else 0)
+    stationary = bool(max_blocks and stationary_bytes)
+    weight_bytes, partial_bytes, block_outputs, inner_loop = _split_k_in_blocks(
+        sch, gemm, consumer, nb, ncols, threads, max_shared_bytes, min_blocks, thread_columns, unroll, accumulators,
+        max_blocks, block_slices, vector_k=vector_k if stationary and stage_rows else 1)
+    if not (stationary and weight_bytes + partial_bytes <= stationary_bytes):
+        return
+    room = stationary_bytes - weight_bytes - partial_bytes
+    staged = _stationary_weights(sch, kernel, room if stage_rows else 0)
+    if stage_epilogue and staged:
+        left = room - (4 * staged[1] if len(staged) > 1 else 0)
+        _stage_epilogue_inputs(sch, kernel, block_outputs, left)
+    if inner_loop is not None and len(staged) == 2:
+        _vector_operand_loads(sch, *inner_loop)
 
 
 # Reduction length a thread block's slice of a per-step GEMM gets by default (see
@@ -657,12 +671,16 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
 
 
 def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
-                       thread_columns, unroll, accumulators, max_blocks, block_slices: int = 1) -> tuple[int, int]:
+                       thread_columns, unroll, accumulators, max_blocks, block_slices: int = 1,
+                       vector_k: int = 1) -> tuple[int, int, int, tuple | None]:
     """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
     a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes
     (the first of them the ``block_slices`` slices of the reduction, where it is split over blocks).
     Returns the bytes of a block's slice of the weights (its columns, the whole reduction) and of
-    its partial sums in shared memory."""
+    its partial sums in shared memory, the output elements of a block (rows x units), and with ``vector_k`` > 1 (each thread's slice of the
+    reduction a contiguous run, not every ``slices``-th index) the partial GEMM block, its loop over
+    the run in steps of a vector and the vector's width, for :func:`_vector_operand_loads`
+    (else None)."""
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - ncols
     problems = math.prod(_extent(sch, l) for l in spatial[:nb])
@@ -697,8 +715,13 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     while slices > 1 and slices * row_total * units * inner * 4 > max_shared_bytes:
         slices = _divisor(red_total, slices // 2)
 
+    run = red_total // slices
+    vector = next((v for v in (4, 2) if v <= vector_k and run % v == 0), 1) if slices > 1 else 1
     if slices > 1:
-        _, r_slice = sch.split(red, [None, slices])
+        if vector > 1:  # slice s sums the contiguous run [s * run, (s + 1) * run)
+            r_slice, _ = sch.split(red, [slices, None])
+        else:  # slice s sums every slices-th index from s
+            _, r_slice = sch.split(red, [None, slices])
         partial = sch.rfactor(r_slice, 0)
         # past the 48 KB a block may declare statically, dynamic shared memory (up to 227 KB)
         sch.set_scope(partial, 0, "shared" if max_shared_bytes <= 48 * 1024 else "shared.dyn")
@@ -717,7 +740,7 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     sch.set_scope(gemm, 0, "local")
     sizes = (4 * units * inner * red_total, 4 * slices * row_total * units * inner if slices > 1 else 0)
     if slices == 1:
-        return sizes
+        return (*sizes, row_total * units, None)
     for loop in sch.get_loops(gemm)[3:]:  # the sum of the partials: unrolled into registers
         sch.unroll(loop)
     # The partial sums: one thread per (slice, row group, column group), registers, then shared.
@@ -729,8 +752,8 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     p_row = sch.fuse(*p_rows) if len(p_rows) > 1 else p_rows[0]
     p_group, p_row_in = sch.split(p_row, [row_groups, rows_per_thread])
     p_cols, p_col_in = sch.split(p_lead, [column_threads, per_thread])
-    # a few reduction steps unrolled: their loads issue together
-    r_outer, r_unrolled = sch.split(p_red, [None, _divisor(_extent(sch, p_red), unroll)])
+    # a few reduction steps unrolled: their loads issue together (with vector loads, one vector)
+    r_outer, r_unrolled = sch.split(p_red, [None, vector if vector > 1 else _divisor(_extent(sch, p_red), unroll)])
     sch.reorder(p_slice, p_group, p_cols, r_outer, r_unrolled, p_row_in, p_col_in, *p_trailing)
     p_thread = sch.fuse(p_slice, p_group, p_cols)
     sch.bind(p_thread, "threadIdx.x")
@@ -742,14 +765,14 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     for block in (init, write_back):
         for loop in sch.get_loops(block)[2:]:
             sch.unroll(loop)
-    return sizes
+    return (*sizes, row_total * units, (partial, r_outer, vector) if vector > 1 else None)
 
 
 # Shared memory a block may use (the H100's 227 KB per block, less room for the partial sums).
 GPU_MAX_SHARED_BYTES = 227 * 1024
 
 
-def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> bool:
+def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> list[int]:
     """A persistent kernel's weights stay on its SM: each block's slice of ``w`` (its columns,
     the whole reduction) goes to dynamic shared memory in a copy placed at the block's top. A
     block works on the same columns at every step, so the time loop built around the kernel
@@ -758,15 +781,16 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> bool:
     once per launch instead of once per step (the persistent RNN kernels of Diamos et al., 2016).
     With ``room`` bytes of shared memory left, the GEMM's other operand (the step's hidden state)
     is also staged there at each step if it fits, one cooperative copy instead of every thread
-    reading it from L2."""
+    reading it from L2. Returns the elements of each staged copy (the weights' first), empty where
+    nothing was staged."""
     if "w" not in kernel.roles:
-        return False
+        return []
     func = sch.mod["main"]
     wbuf = func.params[kernel.roles.index("w")]
     readers = [b for b in _all_blocks(sch) if sch.get(b).name_hint != "root"
                and any(r.source.same_as(wbuf) for r in sch.get(b).reads)]
     if len(readers) != 1:
-        return False
+        return []
     block = readers[0]
     grid = sch.get_loops(block)[0]  # blockIdx.x
     threads = _thread_extent_of(sch, block)
@@ -784,7 +808,77 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> bool:
         outer, thread = sch.split(fused, [None, threads])
         sch.bind(thread, "threadIdx.x")
         sch.unroll(outer)  # every thread's loads in flight at once (a loop waits for each)
-    return True
+    return [math.prod(int(s) for s in reads[i].source.shape) if i != index else
+            math.prod(_region_extents(reads[i])) for i in staged]
+
+
+def _region_extents(region) -> list[int]:
+    return [int(r.extent) for r in region.region]
+
+
+def _vector_operand_loads(sch, partial, loop, vector: int) -> None:
+    """Each thread of a persistent step's partial GEMM loads its operands for ``vector``
+    consecutive reduction indices from shared memory at once, into registers (``loop`` steps
+    through the thread's contiguous run of the reduction a vector at a time): the staged hidden
+    state's rows (``rows`` x ``vector``, contiguous along the reduction) as ``vector``-wide loads,
+    the weights' columns (``vector`` x the thread's columns, contiguous along the columns) as
+    vectors of up to 4 where the columns allow, else unrolled scalars. Fewer, wider shared-memory
+    loads per multiply-add: before, each thread issued one scalar load per row and per column at
+    every reduction index."""
+    reads = sch.get(partial).reads
+    for index in reversed(range(len(reads))):
+        if reads[index].source.scope() != "shared.dyn":
+            continue
+        load = sch.cache_read(partial, index, "local", consumer_blocks=[partial])  # not the epilogue's
+        sch.compute_at(load, loop, preserve_unit_loops=True)
+        own = sch.get_loops(load)[-len(sch.get(load).iter_vars):]
+        last = own[-1]
+        extent = _extent(sch, last)
+        lanes = next((v for v in (4, 2) if extent % v == 0), 1)
+        for l in own[:-1]:
+            sch.unroll(l)
+        if lanes > 1:
+            _vectorize(sch, last, lanes)
+        else:
+            sch.unroll(last)
+
+
+def _stage_epilogue_inputs(sch, kernel: Kernel, per_block: int, room: int) -> int:
+    """Stage the epilogue's global inputs in a persistent step (every parameter its output blocks
+    read: the step's slice of the input projection, the bias, the carried cell state) in shared
+    memory, copied at the top of the block's step where ``room`` bytes allow, before the hidden
+    state's copy: their loads are then in flight during the GEMM instead of waiting after it (the
+    bias's copy, which does not move with the step, goes before the time loop with the weights').
+    ``per_block``: the output elements of a block. Returns the bytes used."""
+    func = sch.mod["main"]
+    params = func.params
+    outputs = [b for b in _all_blocks(sch) if sch.get(b).name_hint != "root" and _writes_param(sch, b, params)]
+    if not outputs:
+        return 0
+    grid = sch.get_loops(outputs[0])[0]  # blockIdx.x
+    threads = _thread_extent_of(sch, outputs[0])
+    out_size = math.prod(int(x) for x in sch.get(outputs[0]).writes[0].source.shape)
+    inputs = [p for p in params if any(r.source.same_as(p) for o in outputs for r in sch.get(o).reads)
+              and not any(w.source.same_as(p) for o in outputs for w in sch.get(o).writes)]
+    # each input's elements per output element, times a block's output elements; a block's single
+    # element is left in global memory (TVM 0.27's merge of dynamic shared memory fails on a
+    # one-element buffer copied before the time loop: an RNN's bias at one unit a block)
+    sizes = {p: per_block * math.prod(int(x) for x in p.shape) // out_size for p in inputs}
+    inputs = [p for p in inputs if sizes[p] > 1]
+    need = sum(4 * sizes[p] for p in inputs)
+    if need > room:
+        return 0
+    for param in inputs:
+        reader = next(o for o in outputs if any(r.source.same_as(param) for r in sch.get(o).reads))
+        index = next(i for i, r in enumerate(sch.get(reader).reads) if r.source.same_as(param))
+        copy = sch.cache_read(reader, index, "shared.dyn", consumer_blocks=outputs)
+        sch.compute_at(copy, grid, preserve_unit_loops=True, index=0)  # the step's first statement
+        loops = sch.get_loops(copy)[1:]
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        outer, thread = sch.split(fused, [None, threads])
+        sch.bind(thread, "threadIdx.x")
+        sch.unroll(outer)
+    return need
 
 
 def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
@@ -907,7 +1001,8 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
 
 # The split-K shape of persistent kernels (``gpu_split_k`` arguments; ``scripts/persistent_study.py``
 # compares others on a GPU).
-PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True)
+PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
+                        vector_k=4, stage_epilogue=True)
 
 
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:
