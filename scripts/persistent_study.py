@@ -11,6 +11,7 @@ inference and training-pass times. Needs a CUDA GPU.
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -20,23 +21,27 @@ SHAPES = ({}, {"stationary_bytes": 0}, {"accumulators": 96}, {"accumulators": 24
           {"threads": 512, "accumulators": 24}, {"threads": 1024, "accumulators": 24}, {"threads": 1024, "accumulators": 12},
           {"threads": 512, "accumulators": 24, "stage_rows": True}, {"threads": 1024, "accumulators": 24, "stage_rows": True},
           {"threads": 512, "accumulators": 12, "stage_rows": True}, {"threads": 512, "accumulators": 48, "stage_rows": True},
-          # v15: vector operand loads and staged epilogue inputs (the default since), each alone, and
-          # more accumulators or threads with partial sums past 48 KB
+          # v15: vector operand loads, staged epilogue inputs (the default since v15), both, and more
+          # accumulators or threads with partial sums past 48 KB
           {"vector_k": 1, "stage_epilogue": False}, {"vector_k": 4, "stage_epilogue": False},
-          {"vector_k": 1, "stage_epilogue": True}, {"accumulators": 80, "max_shared_bytes": 64 * 1024},
-          {"accumulators": 40, "threads": 1024, "max_shared_bytes": 72 * 1024})
+          {"vector_k": 1, "stage_epilogue": True}, {"vector_k": 4, "stage_epilogue": True},
+          {"vector_k": 4, "accumulators": 80, "max_shared_bytes": 64 * 1024},
+          {"vector_k": 4, "accumulators": 40, "threads": 1024, "max_shared_bytes": 72 * 1024})
 
 
 def main():
     from bench import study_parser
     p = study_parser(__doc__, reps=10)
     p.add_argument("--shapes", type=int, nargs="*", help="indices into SHAPES (default: all)")
+    p.add_argument("--shape", type=json.loads, action="append", default=[],
+                   help='another shape, as JSON (\'{"unroll": 10}\'); repeatable')
     p.add_argument("--no-train", action="store_true", help="time inference only")
     p.add_argument("--no-per-step", action="store_true", help="leave out the per-step-launch build")
     p.add_argument("--no-barrier", action="store_true",
                    help="leave the grid barrier out (wrong results: times what the barrier costs)")
     a = p.parse_args()
-    shapes = [SHAPES[i] for i in a.shapes] if a.shapes is not None else SHAPES
+    shapes = [SHAPES[i] for i in a.shapes] if a.shapes is not None else ([] if a.shape else list(SHAPES))
+    shapes += a.shape
     from bench import compare_builds
     from tvmrnn import default_schedule
     DEFAULT = dict(default_schedule.PERSISTENT_TILES)
