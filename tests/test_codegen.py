@@ -298,6 +298,33 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
     assert rnn.persistent_blocks == 132 and metadata(rnn)["persistent_blocks"] == 132
 
 
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("sizes", [dict(input_size=800, hidden_size=800, batch_size=20),
+                                   dict(input_size=13, hidden_size=37, batch_size=3)], ids=["ds2", "odd"])
+def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
+    """The persistent step's opt-in shapes (``default_schedule.PERSISTENT_TILES``; studied in
+    ``scripts/persistent_study.py``, not the default): ``stage_epilogue`` copies the step's input
+    projection into shared memory at the top of each step, so the epilogue no longer reads it from
+    global memory; ``vector_k`` loads the GEMM's operands from shared memory as vectors where the
+    reduction splits evenly (at DS2 sizes), scalars elsewhere. Both compile at odd sizes too (a
+    one-element bias slice is left in global memory: TVM's shared-memory merge fails on it)."""
+    from tvmrnn import default_schedule
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    monkeypatch.setattr(default_schedule, "PERSISTENT_TILES",
+                        {**default_schedule.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True})
+    rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
+    assert len(persistent) == 1  # the inference forward's
+    _, loop = persistent[0].split("for (int step = 0; step < ", 1)
+    assert re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = gx_ptr\[", loop), "the input projection is not staged"
+    assert not re.search(r"[^=] [-+*(] *gx_ptr\[|\(gx_ptr\[", loop), "the epilogue reads gx from global memory"
+    vectors = re.findall(r"\*\(float[24]\*\)\(\(\(float\*\)buf_dyn_shmem_ptr\)", loop)
+    assert bool(vectors) == (sizes["hidden_size"] == 800)
+
+
 def test_persistent_modes(monkeypatch):
     from tvmrnn import target as targets
     h100 = targets.resolve("nvidia/nvidia-h100")
