@@ -82,10 +82,17 @@ def study_parser(doc: str, reps: int, layers: bool = False) -> argparse.Argument
         p.add_argument("--num-layers", type=int, default=1)
         p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--reps", type=int, default=reps)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --reps calls, the builds timed in turn")
     return p
 
 
 def timed(fn, sync, reps, max_seconds):
+    times = samples(fn, sync, reps, max_seconds)
+    return statistics.median(times), len(times)
+
+
+def samples(fn, sync, reps, max_seconds=float("inf")):
+    """Seconds of each of ``reps`` calls after a warm-up (fewer past ``max_seconds``, at least 3)."""
     fn()
     sync()  # warm-up (and first-call allocations)
     times, start = [], time.perf_counter()
@@ -96,16 +103,22 @@ def timed(fn, sync, reps, max_seconds):
         times.append(time.perf_counter() - t0)
         if time.perf_counter() - start > max_seconds and len(times) >= 3:
             break
-    return statistics.median(times), len(times)
+    return times
 
 
 def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800, reps=10, num_layers=1,
-                   bidirectional=False, train=True):
+                   bidirectional=False, train=True, rounds=3):
     """For each cell (input size = hidden size): build once per variant, run every build on the same
     weights and input, check each agrees with the first, and print median inference and
     training-pass (forward_train + backward) times. ``variants``: ``[(label, setup)]``, where
     ``setup()`` sets what the variant changes (module attributes, environment) before its build.
-    ``train=False`` times inference only."""
+    ``train=False`` times inference only.
+
+    The builds are timed interleaved, ``rounds`` rounds of ``reps`` calls each (variant after
+    variant within a round): the median over all calls, and the spread of the rounds' medians.
+    On the H100 one persistent kernel's time moved ~10% between runs (notes/performance.md v15),
+    so one block of calls per variant, each at a different moment, could not call a change of a
+    few percent."""
     import torch
     import tvmrnn
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -116,23 +129,33 @@ def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800,
         dy = torch.randn(T, N, H * (2 if bidirectional else 1), device=device)
         # the same weights for every build
         params = tvmrnn.params_from_torch(torch_rnn(cell, H, H, num_layers, bidirectional).to(device))
-        ref = None
+        ref, built = None, []
         for label, setup in variants:
             setup()
             t0 = time.perf_counter()
             rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, num_layers=num_layers, bidirectional=bidirectional,
                                batch_size=N, target="cuda" if device == "cuda" else None, tuning_logs=False)
-            built = time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
             w = rnn.pack_weights(params)
             y = rnn.forward(w, x)[0]
             ref = y if ref is None else ref
             err = float((y - ref).abs().max() / ref.abs().max())
-            infer = 1e3 * timed(lambda: rnn.forward(w, x), sync, reps, float("inf"))[0]
-            line = f"{cell:9s} {label:48s} inference {infer:7.2f} ms ({N / infer * 1e3:7.1f}/s)  "
+            passes = {"inference": lambda rnn=rnn, w=w: rnn.forward(w, x)}
             if train:
-                t = 1e3 * timed(lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy), sync, reps, float("inf"))[0]
-                line += f"training {t:7.2f} ms ({N / t * 1e3:7.1f}/s)  "
-            print(f"{line}max rel diff {err:.1e}  build {built:.0f} s", flush=True)
+                passes["training"] = lambda rnn=rnn, w=w: rnn.backward(w, rnn.forward_train(w, x)[3], dy)
+            built.append((label, passes, err, seconds, {p: [] for p in passes}))
+        for _ in range(rounds):
+            for label, passes, err, seconds, times in built:
+                for name, fn in passes.items():
+                    times[name].append(samples(fn, sync, reps))
+        for label, passes, err, seconds, times in built:
+            line = f"{cell:9s} {label:48s} "
+            for name, per_round in times.items():
+                every = [t for r in per_round for t in r]
+                ms = 1e3 * statistics.median(every)
+                medians = [1e3 * statistics.median(r) for r in per_round]
+                line += (f"{name} {ms:7.2f} ms ({N / ms * 1e3:7.1f}/s, rounds {min(medians):.2f}-{max(medians):.2f})  ")
+            print(f"{line}max rel diff {err:.1e}  build {seconds:.0f} s", flush=True)
 
 
 def rel(a, b):

@@ -28,6 +28,7 @@ def main():
     p.add_argument("-N", type=int, default=20)
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --reps calls, the builds timed in turn")
     a = p.parse_args()
     if a.threads:
         os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
@@ -42,7 +43,7 @@ def main():
         return setup
 
     compare_builds(a.cells, [(f"chunks {c}", chunked(c)) for c in a.chunks], device=a.device, T=a.T, N=a.N,
-                   hidden_size=a.hidden_size, reps=a.reps)
+                   hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ def main():
     p.add_argument("-N", type=int, default=20)
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of --reps calls, the builds timed in turn")
     a = p.parse_args()
     if a.threads:
         os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
@@ -43,7 +44,7 @@ def main():
                 ("directions one after the other", stacked(False))]
     for layers in a.num_layers:
         print(f"-- {layers} bidirectional layer(s)", flush=True)
-        compare_builds(a.cells, variants, device=a.device, T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps,
+        compare_builds(a.cells, variants, device=a.device, T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds,
                        num_layers=layers, bidirectional=True)
 
 

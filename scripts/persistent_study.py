@@ -61,7 +61,7 @@ def main():
 
     variants = [] if a.no_per_step else [("per-step launches", launched)]
     compare_builds(a.cells, variants + [(f"persistent {s}", persistent(s)) for s in shapes],
-                   device="cuda", T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps, train=not a.no_train)
+                   device="cuda", T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds, train=not a.no_train)
 
 
 if __name__ == "__main__":
