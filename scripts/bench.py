@@ -71,7 +71,7 @@ def configs(a):
 
 
 def study_parser(doc: str, reps: int, layers: bool = False) -> argparse.ArgumentParser:
-    """The arguments the GPU studies share (cells; Deep Speech 2 sizes by default; repetitions;
+    """The arguments the studies share (cells; Deep Speech 2 sizes by default; repetitions and rounds;
     with ``layers``, layers and directions). A study adds its own."""
     p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("cells", nargs="*", default=["lstm"])

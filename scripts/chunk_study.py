@@ -11,7 +11,6 @@ buffer (the input projections of all steps are one array either way), only the G
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -19,16 +18,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cells", nargs="*", default=["lstm"])
+    from bench import study_parser
+    p = study_parser(__doc__, reps=10)
     p.add_argument("--chunks", nargs="+", default=["16,1", "64,16,1"], help="comma-separated sizes, ending in 1")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("-T", type=int, default=300)
-    p.add_argument("-N", type=int, default=20)
-    p.add_argument("--hidden-size", type=int, default=800)
-    p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3, help="rounds of --reps calls, the builds timed in turn")
     a = p.parse_args()
     if a.threads:
         os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool

@@ -10,7 +10,6 @@ loop per direction). Checks the builds agree and prints median inference and tra
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -18,16 +17,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("cells", nargs="*", default=["lstm"])
+    from bench import study_parser
+    p = study_parser(__doc__, reps=10)
+    p.add_argument("--num-layers", type=int, nargs="+", default=[1])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--num-layers", type=int, nargs="+", default=[1])
-    p.add_argument("-T", type=int, default=300)
-    p.add_argument("-N", type=int, default=20)
-    p.add_argument("--hidden-size", type=int, default=800)
-    p.add_argument("--reps", type=int, default=10)
-    p.add_argument("--rounds", type=int, default=3, help="rounds of --reps calls, the builds timed in turn")
     a = p.parse_args()
     if a.threads:
         os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
@@ -44,8 +38,8 @@ def main():
                 ("directions one after the other", stacked(False))]
     for layers in a.num_layers:
         print(f"-- {layers} bidirectional layer(s)", flush=True)
-        compare_builds(a.cells, variants, device=a.device, T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds,
-                       num_layers=layers, bidirectional=True)
+        compare_builds(a.cells, variants, device=a.device, T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps,
+                       rounds=a.rounds, num_layers=layers, bidirectional=True)
 
 
 if __name__ == "__main__":

@@ -602,11 +602,12 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     if not (stationary and weight_bytes + partial_bytes <= stationary_bytes):
         return
     room = stationary_bytes - weight_bytes - partial_bytes
-    staged = _stationary_weights(sch, kernel, room if stage_rows else 0)
-    if stage_epilogue and staged:
-        left = room - (4 * staged[1] if len(staged) > 1 else 0)
-        _stage_epilogue_inputs(sch, kernel, block_outputs, left)
-    if inner_loop is not None and len(staged) == 2:
+    row_bytes = _stationary_weights(sch, kernel, room if stage_rows else 0)
+    if row_bytes is None:
+        return
+    if stage_epilogue:
+        _stage_epilogue_inputs(sch, kernel, block_outputs, room - row_bytes)
+    if inner_loop is not None and row_bytes:
         _vector_operand_loads(sch, *inner_loop)
 
 
@@ -677,10 +678,10 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes
     (the first of them the ``block_slices`` slices of the reduction, where it is split over blocks).
     Returns the bytes of a block's slice of the weights (its columns, the whole reduction) and of
-    its partial sums in shared memory, the output elements of a block (rows x units), and with ``vector_k`` > 1 (each thread's slice of the
-    reduction a contiguous run, not every ``slices``-th index) the partial GEMM block, its loop over
-    the run in steps of a vector and the vector's width, for :func:`_vector_operand_loads`
-    (else None)."""
+    its partial sums in shared memory, the output elements of a block (rows x units), and with
+    ``vector_k`` > 1 (each thread's slice of the reduction a contiguous run, not every
+    ``slices``-th index) the partial GEMM block, its loop over the run in steps of a vector and
+    the vector's width, for :func:`_vector_operand_loads` (else None)."""
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - ncols
     problems = math.prod(_extent(sch, l) for l in spatial[:nb])
@@ -772,7 +773,7 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
 GPU_MAX_SHARED_BYTES = 227 * 1024
 
 
-def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> list[int]:
+def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> int | None:
     """A persistent kernel's weights stay on its SM: each block's slice of ``w`` (its columns,
     the whole reduction) goes to dynamic shared memory in a copy placed at the block's top. A
     block works on the same columns at every step, so the time loop built around the kernel
@@ -781,39 +782,41 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> list[int]:
     once per launch instead of once per step (the persistent RNN kernels of Diamos et al., 2016).
     With ``room`` bytes of shared memory left, the GEMM's other operand (the step's hidden state)
     is also staged there at each step if it fits, one cooperative copy instead of every thread
-    reading it from L2. Returns the elements of each staged copy (the weights' first), empty where
-    nothing was staged."""
+    reading it from L2. Returns the bytes of that per-step copy (0 without one), None where the
+    weights are not staged either."""
     if "w" not in kernel.roles:
-        return []
+        return None
     func = sch.mod["main"]
     wbuf = func.params[kernel.roles.index("w")]
     readers = [b for b in _all_blocks(sch) if sch.get(b).name_hint != "root"
                and any(r.source.same_as(wbuf) for r in sch.get(b).reads)]
     if len(readers) != 1:
-        return []
+        return None
     block = readers[0]
     grid = sch.get_loops(block)[0]  # blockIdx.x
     threads = _thread_extent_of(sch, block)
     reads = sch.get(block).reads
     index = next(i for i, r in enumerate(reads) if r.source.same_as(wbuf))
     rows = [i for i, r in enumerate(reads) if i != index and any(r.source.same_as(p) for p in func.params)]
-    staged = [index]
+    staged, row_bytes = [index], 0
     if room and len(rows) == 1 and 4 * math.prod(int(s) for s in reads[rows[0]].source.shape) <= room:
         staged.append(rows[0])
+        row_bytes = 4 * math.prod(int(s) for s in reads[rows[0]].source.shape)
     copies = [sch.cache_read(block, i, "shared.dyn") for i in sorted(staged, reverse=True)]
     for copy in copies:
         sch.compute_at(copy, grid, preserve_unit_loops=True)
-        loops = sch.get_loops(copy)[1:]
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        outer, thread = sch.split(fused, [None, threads])
-        sch.bind(thread, "threadIdx.x")
-        sch.unroll(outer)  # every thread's loads in flight at once (a loop waits for each)
-    return [math.prod(int(s) for s in reads[i].source.shape) if i != index else
-            math.prod(_region_extents(reads[i])) for i in staged]
+        _copy_by_threads(sch, copy, threads)
+    return row_bytes
 
 
-def _region_extents(region) -> list[int]:
-    return [int(r.extent) for r in region.region]
+def _copy_by_threads(sch, copy, threads: int) -> None:
+    """A copy placed under a block's ``blockIdx`` loop, spread over its ``threads`` threads, each
+    thread's share unrolled: every thread's loads in flight at once (a loop waits for each)."""
+    loops = sch.get_loops(copy)[1:]
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    outer, thread = sch.split(fused, [None, threads])
+    sch.bind(thread, "threadIdx.x")
+    sch.unroll(outer)
 
 
 def _vector_operand_loads(sch, partial, loop, vector: int) -> None:
@@ -843,18 +846,18 @@ def _vector_operand_loads(sch, partial, loop, vector: int) -> None:
             sch.unroll(last)
 
 
-def _stage_epilogue_inputs(sch, kernel: Kernel, per_block: int, room: int) -> int:
+def _stage_epilogue_inputs(sch, kernel: Kernel, per_block: int, room: int) -> None:
     """Stage the epilogue's global inputs in a persistent step (every parameter its output blocks
     read: the step's slice of the input projection, the bias, the carried cell state) in shared
     memory, copied at the top of the block's step where ``room`` bytes allow, before the hidden
     state's copy: their loads are then in flight during the GEMM instead of waiting after it (the
     bias's copy, which does not move with the step, goes before the time loop with the weights').
-    ``per_block``: the output elements of a block. Returns the bytes used."""
+    ``per_block``: the output elements of a block."""
     func = sch.mod["main"]
     params = func.params
     outputs = [b for b in _all_blocks(sch) if sch.get(b).name_hint != "root" and _writes_param(sch, b, params)]
     if not outputs:
-        return 0
+        return
     grid = sch.get_loops(outputs[0])[0]  # blockIdx.x
     threads = _thread_extent_of(sch, outputs[0])
     out_size = math.prod(int(x) for x in sch.get(outputs[0]).writes[0].source.shape)
@@ -865,20 +868,14 @@ def _stage_epilogue_inputs(sch, kernel: Kernel, per_block: int, room: int) -> in
     # one-element buffer copied before the time loop: an RNN's bias at one unit a block)
     sizes = {p: per_block * math.prod(int(x) for x in p.shape) // out_size for p in inputs}
     inputs = [p for p in inputs if sizes[p] > 1]
-    need = sum(4 * sizes[p] for p in inputs)
-    if need > room:
-        return 0
+    if sum(4 * sizes[p] for p in inputs) > room:
+        return
     for param in inputs:
         reader = next(o for o in outputs if any(r.source.same_as(param) for r in sch.get(o).reads))
         index = next(i for i, r in enumerate(sch.get(reader).reads) if r.source.same_as(param))
         copy = sch.cache_read(reader, index, "shared.dyn", consumer_blocks=outputs)
         sch.compute_at(copy, grid, preserve_unit_loops=True, index=0)  # the step's first statement
-        loops = sch.get_loops(copy)[1:]
-        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-        outer, thread = sch.split(fused, [None, threads])
-        sch.bind(thread, "threadIdx.x")
-        sch.unroll(outer)
-    return need
+        _copy_by_threads(sch, copy, threads)
 
 
 def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
