@@ -547,7 +547,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
                 min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
                 max_blocks: int | None = None, block_slices: int | None = None,
                 stationary_bytes: int = 0, stage_rows: bool = False, vector_k: int = 1,
-                stage_epilogue: bool = False) -> None:
+                stage_epilogue: bool = False, groups_outer: bool = False) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
@@ -578,6 +578,15 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     ``stage_epilogue``: the epilogue's other global inputs (the step's input projection, the
     carried cell state) are staged at the top of the step, their loads in flight during the GEMM
     (:func:`_stage_epilogue_inputs`).
+    ``groups_outer`` (a persistent kernel with stationary weights): a thread's row group is the
+    outermost part of its index, its reduction slice inside it, so a warp's threads share their
+    rows and differ in their slices. Its loads of the staged hidden state (one element of each of
+    its rows, at consecutive reduction indices) then fall in distinct shared-memory banks, and its
+    loads of the weights (a unit's gates, one 16-byte vector a thread) are consecutive. With the
+    slice outermost, a warp held two row groups, ``rows_per_thread`` rows of 800 words apart at
+    DS2 sizes: the same banks, two wavefronts per load (Nsight Compute on the H100,
+    notes/performance.md v16). Padding those rows to an odd stride removed the conflicts too, but
+    the copy's index arithmetic took 128 registers instead of 80 and the step ran slower.
     """
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -598,7 +607,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     stationary = bool(max_blocks and stationary_bytes)
     weight_bytes, partial_bytes, block_outputs, inner_loop = _split_k_in_blocks(
         sch, gemm, consumer, nb, ncols, threads, max_shared_bytes, min_blocks, thread_columns, unroll, accumulators,
-        max_blocks, block_slices, vector_k=vector_k if stationary and stage_rows else 1)
+        max_blocks, block_slices, vector_k=vector_k if stationary and stage_rows else 1,
+        groups_outer=groups_outer and stationary)
     if not (stationary and weight_bytes + partial_bytes <= stationary_bytes):
         return
     room = stationary_bytes - weight_bytes - partial_bytes
@@ -673,7 +683,7 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
 
 def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
                        thread_columns, unroll, accumulators, max_blocks, block_slices: int = 1,
-                       vector_k: int = 1) -> tuple[int, int, int, tuple | None]:
+                       vector_k: int = 1, groups_outer: bool = False) -> tuple[int, int, int, tuple | None]:
     """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
     a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes
     (the first of them the ``block_slices`` slices of the reduction, where it is split over blocks).
@@ -755,8 +765,9 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     p_cols, p_col_in = sch.split(p_lead, [column_threads, per_thread])
     # a few reduction steps unrolled: their loads issue together (with vector loads, one vector)
     r_outer, r_unrolled = sch.split(p_red, [None, vector if vector > 1 else _divisor(_extent(sch, p_red), unroll)])
-    sch.reorder(p_slice, p_group, p_cols, r_outer, r_unrolled, p_row_in, p_col_in, *p_trailing)
-    p_thread = sch.fuse(p_slice, p_group, p_cols)
+    lead = (p_group, p_slice) if groups_outer else (p_slice, p_group)
+    sch.reorder(*lead, p_cols, r_outer, r_unrolled, p_row_in, p_col_in, *p_trailing)
+    p_thread = sch.fuse(*lead, p_cols)
     sch.bind(p_thread, "threadIdx.x")
     write_back = sch.cache_write(partial, 0, "local")
     sch.reverse_compute_at(write_back, p_thread, preserve_unit_loops=True)
@@ -1002,8 +1013,12 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
 # ``bench_h100_v15b_lstm_infer.txt``): staging the epilogue's inputs measured 4.37 -> 3.72 ms in one
 # run and 3.88 -> 4.24 ms in another (the same builds differ by ~10% from run to run); vector operand
 # loads 4.33 alone, 3.95 with the staging. Neither is a measured gain, so both stay off.
+# v16 (``notes/bench/persistent_study_h100_v16*.txt``, 5 interleaved rounds each, ms): LSTM 3.81 (rounds
+# 3.80-3.83) -> row groups outermost 3.65 (3.64-3.65) -> with the epilogue's inputs staged 3.41 (3.39-3.43),
+# again 3.44; GRU 3.64 -> 3.69 -> 3.21; RNN-tanh 1.99 / 1.99 / 2.01 (rounds 1.8-2.3). Both on; vector loads
+# stay off (3.51 with both).
 PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
-                        vector_k=1, stage_epilogue=False)
+                        vector_k=1, stage_epilogue=True, groups_outer=True)
 
 
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:
