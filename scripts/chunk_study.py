@@ -23,6 +23,7 @@ def main():
     p.add_argument("--chunks", nargs="+", default=["16,1", "64,16,1"], help="comma-separated sizes, ending in 1")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--no-train", action="store_true", help="time inference only")
     a = p.parse_args()
     if a.threads:
         os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
@@ -37,7 +38,7 @@ def main():
         return setup
 
     compare_builds(a.cells, [(f"chunks {c}", chunked(c)) for c in a.chunks], device=a.device, T=a.T, N=a.N,
-                   hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds)
+                   hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds, train=not a.no_train)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ For each cell at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default, builds a
 twice: with the directions stacked (``tvmrnn.passes.stack_directions``, the GPU default: the step kernels
 get a leading direction axis, one launch runs both) and with ``TVMRNN_STACK_DIRECTIONS=0`` (a time
 loop per direction). Checks the builds agree and prints median inference and training-pass times.
+With ``--persistent-passes forward,forward_train`` (GPU) the unstacked build's time loops in those
+passes run as persistent kernels (``tvmrnn.target.PERSISTENT_PASSES``; by default only the inference
+forward's, which is all a stacked build leaves out).
 """
 from __future__ import annotations
 
@@ -22,16 +25,21 @@ def main():
     p.add_argument("--num-layers", type=int, nargs="+", default=[1])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--persistent-passes", default="forward",
+                   help="comma-separated passes whose one-direction time loops are persistent (GPU)")
     a = p.parse_args()
     if a.threads:
         os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
         import torch
         torch.set_num_threads(a.threads)
     from bench import compare_builds
+    from tvmrnn import target
+    default_passes = target.PERSISTENT_PASSES["auto"]
 
     def stacked(on):
-        def setup():  # read by build through passes.stack_directions
+        def setup():  # read by build through passes.stack_directions and target.persistent_passes
             os.environ["TVMRNN_STACK_DIRECTIONS"] = "1" if on else "0"
+            target.PERSISTENT_PASSES["auto"] = default_passes if on else tuple(a.persistent_passes.split(","))
         return setup
 
     variants = [("directions stacked (one launch per step)", stacked(True)),

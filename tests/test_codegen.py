@@ -325,6 +325,27 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
     assert bool(vectors) == (sizes["hidden_size"] == 800)
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell, monkeypatch):
+    """The default persistent step (DS2 sizes): a thread's row group is the outer part of its index
+    (``groups_outer``), so every thread of a warp reads the same rows of the staged hidden state
+    (its row-group offset, 10 rows x 800 words, is ``threadIdx.x / K`` with K >= 32: whole warps),
+    at consecutive reduction indices; with the slice outermost, one warp held both row groups,
+    800-word rows in the same banks (notes/performance.md v16). The epilogue's inputs are staged."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
+                       tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
+    assert len(persistent) == 1
+    _, loop = persistent[0].split("for (int step = 0; step < ", 1)
+    groups = re.findall(r"\(\(int\)threadIdx\.x\) / (\d+)\) \* 8000\)", loop)
+    assert groups and all(int(g) >= 32 for g in groups), groups
+    assert not re.search(r"threadIdx\.x\) % \d+\) / \d+\) \* 8000\)", loop)  # the v15 order
+    assert re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = gx_ptr\[", loop), "the input projection is not staged"
+
+
 def test_persistent_modes(monkeypatch):
     from tvmrnn import target as targets
     h100 = targets.resolve("nvidia/nvidia-h100")

@@ -547,7 +547,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
                 min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
                 max_blocks: int | None = None, block_slices: int | None = None,
                 stationary_bytes: int = 0, stage_rows: bool = False, vector_k: int = 1,
-                stage_epilogue: bool = False, groups_outer: bool = False) -> None:
+                stage_epilogue: bool = False, groups_outer: bool = False, row_vector: int = 1) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
@@ -587,6 +587,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     DS2 sizes: the same banks, two wavefronts per load (Nsight Compute on the H100,
     notes/performance.md v16). Padding those rows to an odd stride removed the conflicts too, but
     the copy's index arithmetic took 128 registers instead of 80 and the step ran slower.
+    ``row_vector``: the staged hidden state is copied ``row_vector`` floats a load.
     """
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -612,7 +613,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     if not (stationary and weight_bytes + partial_bytes <= stationary_bytes):
         return
     room = stationary_bytes - weight_bytes - partial_bytes
-    row_bytes = _stationary_weights(sch, kernel, room if stage_rows else 0)
+    row_bytes = _stationary_weights(sch, kernel, room if stage_rows else 0, row_vector)
     if row_bytes is None:
         return
     if stage_epilogue:
@@ -784,7 +785,7 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
 GPU_MAX_SHARED_BYTES = 227 * 1024
 
 
-def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> int | None:
+def _stationary_weights(sch, kernel: Kernel, room: int = 0, row_vector: int = 1) -> int | None:
     """A persistent kernel's weights stay on its SM: each block's slice of ``w`` (its columns,
     the whole reduction) goes to dynamic shared memory in a copy placed at the block's top. A
     block works on the same columns at every step, so the time loop built around the kernel
@@ -793,8 +794,8 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> int | None:
     once per launch instead of once per step (the persistent RNN kernels of Diamos et al., 2016).
     With ``room`` bytes of shared memory left, the GEMM's other operand (the step's hidden state)
     is also staged there at each step if it fits, one cooperative copy instead of every thread
-    reading it from L2. Returns the bytes of that per-step copy (0 without one), None where the
-    weights are not staged either."""
+    reading it from L2, ``row_vector`` elements a load. Returns the bytes of that per-step copy (0
+    without one), None where the weights are not staged either."""
     if "w" not in kernel.roles:
         return None
     func = sch.mod["main"]
@@ -813,19 +814,27 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0) -> int | None:
     if room and len(rows) == 1 and 4 * math.prod(int(s) for s in reads[rows[0]].source.shape) <= room:
         staged.append(rows[0])
         row_bytes = 4 * math.prod(int(s) for s in reads[rows[0]].source.shape)
-    copies = [sch.cache_read(block, i, "shared.dyn") for i in sorted(staged, reverse=True)]
-    for copy in copies:
+    for i in sorted(staged, reverse=True):
+        copy = sch.cache_read(block, i, "shared.dyn")
         sch.compute_at(copy, grid, preserve_unit_loops=True)
-        _copy_by_threads(sch, copy, threads)
+        # the hidden state is copied whole (one contiguous buffer): vectors where asked
+        _copy_by_threads(sch, copy, threads, row_vector if i != index else 1)
     return row_bytes
 
 
-def _copy_by_threads(sch, copy, threads: int) -> None:
+def _copy_by_threads(sch, copy, threads: int, vector: int = 1) -> None:
     """A copy placed under a block's ``blockIdx`` loop, spread over its ``threads`` threads, each
-    thread's share unrolled: every thread's loads in flight at once (a loop waits for each)."""
+    thread's share unrolled: every thread's loads in flight at once (a loop waits for each).
+    ``vector``: each thread moves ``vector`` consecutive elements at a time, where the copy's size
+    is a multiple of it (only for a copy of a whole contiguous buffer: its vectors are aligned)."""
     loops = sch.get_loops(copy)[1:]
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    outer, thread = sch.split(fused, [None, threads])
+    total = _extent(sch, fused)
+    if vector > 1 and total % vector == 0 and total >= vector * threads:
+        outer, thread, lanes = sch.split(fused, [None, threads, vector])
+        sch.vectorize(lanes)
+    else:
+        outer, thread = sch.split(fused, [None, threads])
     sch.bind(thread, "threadIdx.x")
     sch.unroll(outer)
 
