@@ -308,12 +308,13 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
     ``scripts/persistent_study.py``, not the default): ``stage_epilogue`` copies the step's input
     projection into shared memory at the top of each step, so the epilogue no longer reads it from
     global memory; ``vector_k`` loads the GEMM's operands from shared memory as vectors where the
-    reduction splits evenly (at DS2 sizes), scalars elsewhere. Both compile at odd sizes too (a
+    reduction splits evenly (at DS2 sizes), scalars elsewhere; ``row_vector`` copies the hidden state
+    in float4s where its size is a multiple of 4 threads' vectors. Both compile at odd sizes too (a
     one-element bias slice is left in global memory: TVM's shared-memory merge fails on it)."""
     from tvmrnn import default_schedule
     monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
     monkeypatch.setattr(default_schedule, "PERSISTENT_TILES",
-                        {**default_schedule.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True})
+                        {**default_schedule.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True, "row_vector": 4})
     rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
     source = rnn.executable.mod.imports[0].inspect_source()
     persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
@@ -321,8 +322,11 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
     _, loop = persistent[0].split("for (int step = 0; step < ", 1)
     assert re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = gx_ptr\[", loop), "the input projection is not staged"
     assert not re.search(r"[^=] [-+*(] *gx_ptr\[|\(gx_ptr\[", loop), "the epilogue reads gx from global memory"
-    vectors = re.findall(r"\*\(float[24]\*\)\(\(\(float\*\)buf_dyn_shmem_ptr\)", loop)
+    # vector loads from shared memory into registers (the merged buffer typed float or float4)
+    vectors = re.findall(r"= (\*\(float[24]\*\)\(\(\(float\*\)|\(\(float[24]\*\))buf_dyn_shmem_ptr\)", loop)
     assert bool(vectors) == (sizes["hidden_size"] == 800)
+    # row_vector: the hidden state's per-step copy in float4s where its size allows (20 x 800, not 3 x 37)
+    assert bool(re.search(r"= \*\(float4\*\)\(h_state_ptr \+", loop)) == (sizes["hidden_size"] == 800)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
