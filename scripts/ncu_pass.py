@@ -99,8 +99,15 @@ def main():
     p.add_argument("--kernels", type=int, default=16, help="profile N kernels of the call")
     p.add_argument("--skip", type=int, default=0, help="after skipping its first SKIP kernels")
     p.add_argument("--out", default="ncu_pass", help="OUT.csv, OUT.txt")
+    p.add_argument("--source", action="store_true",
+                   help="also sample where the warps stall, per SASS instruction (OUT.ncu-rep, OUT_sass.csv, "
+                        "OUT_sass.txt: the instructions and opcodes with the most samples); use with one kernel")
+    p.add_argument("--summarise", metavar="SASS_CSV", help="only summarise an OUT_sass.csv made before (no GPU)")
     p.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)  # the profiled process
     a = p.parse_args()
+    if a.summarise:
+        summarise_sass(a.summarise, a.summarise.replace(".csv", "") + ".txt")
+        return
     if a.inner:
         run_pass(a)
         return
@@ -126,6 +133,70 @@ def main():
     with open(a.out + ".txt", "w") as f:
         f.write(summary + "\n")
     print(summary)
+    if a.source:
+        source_stalls(a)
+
+
+def source_stalls(a):
+    """Stall samples per SASS instruction of the profiled kernels (Nsight Compute's source page)."""
+    inner = [sys.executable, os.path.abspath(__file__), *[x for x in sys.argv[1:] if x != "--source"], "--inner"]
+    cmd = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "--launch-count", str(a.kernels),
+           "--launch-skip", str(a.skip), "--cache-control", "none", "--section", "SourceCounters",
+           "--section", "WarpStateStats", "-f", "-o", a.out, *inner]
+    print(" ".join(cmd), flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
+        return
+    export = subprocess.run(["ncu", "-i", a.out + ".ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
+                            capture_output=True, text=True)
+    start = export.stdout.find('"')
+    if export.returncode or start < 0:
+        sys.stderr.write(export.stdout[-3000:] + export.stderr[-3000:])
+        return
+    with open(a.out + "_sass.csv", "w") as f:
+        f.write(export.stdout[start:])
+    summarise_sass(a.out + "_sass.csv", a.out + "_sass.txt")
+
+
+def summarise_sass(path: str, out: str) -> None:
+    """The stall samples of a source-page export (``OUT_sass.csv``): by opcode, by stall reason, and
+    the instructions with the most, written to ``out`` and printed."""
+    with open(path) as f:
+        text = f.read()
+    start = text.find('"Address"')  # after a line naming the kernel
+    rows = [r for r in csv.DictReader(io.StringIO(text[start:])) if r.get("Address", "").startswith("0x")]
+    if not rows:
+        print(f"{path}: no instructions")
+        return
+    sampled = next((k for k in rows[0] if k and k.startswith("Warp Stall Sampling (All")), None)
+    code = next((k for k in rows[0] if k and k.strip() in ("Source", "SASS")), None)
+    if not sampled or not code:
+        print("source page columns:", list(rows[0]))
+        return
+
+    def samples(row, column=None):
+        try:
+            return float((row.get(column or sampled) or "0").replace(",", "") or 0)
+        except ValueError:
+            return 0.0
+    total = sum(samples(r) for r in rows) or 1.0
+    by_op = {}
+    for r in rows:
+        op = (r[code].split() or ["?"])[0]
+        op = op if not op.startswith("@") else (r[code].split() + ["?", "?"])[1]
+        by_op[op] = by_op.get(op, 0.0) + samples(r)
+    reasons = {k: sum(samples(r, k) for r in rows) for k in rows[0]
+                if k and k.startswith("stall_") and not k.endswith("(Not Issued)")}
+    lines = [f"{path}: {len(rows)} instructions, {total:.0f} stall samples",
+             "by opcode: " + ", ".join(f"{op} {100 * n / total:.1f}%" for op, n in sorted(by_op.items(), key=lambda x: -x[1])[:14]),
+             "by reason: " + ", ".join(f"{k[6:]} {100 * n / total:.1f}%" for k, n in sorted(reasons.items(), key=lambda x: -x[1])[:10]),
+             "instructions with the most samples (#index in the kernel's SASS):"]
+    top = sorted(enumerate(rows), key=lambda x: -samples(x[1]))[:30]
+    lines += [f"  #{i:5d} {100 * samples(r) / total:5.1f}%  {r[code][:90]}" for i, r in top]
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

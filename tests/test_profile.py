@@ -44,3 +44,24 @@ def test_persistent_profiles_say_the_loop_is_one_launch():
     assert "1 kernels per step" in ordinary and "gap 4.7 us per step" in ordinary
     assert "persistent time loops (one launch per loop" in persistent and "kernels per step" not in persistent
     assert "in-kernel cost beyond the step launched alone 4.7 us per step" in persistent
+
+
+def test_ncu_source_summary(tmp_path):
+    """``scripts/ncu_pass.py --summarise``: Nsight Compute's source-page export (a line naming the
+    kernel, then one row per SASS instruction) summed by opcode and stall reason, predicates ignored."""
+    import os
+    import subprocess
+    import sys
+    export = tmp_path / "k_sass.csv"
+    export.write_text('"Kernel Name","step_kernel",\n'
+                      '"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_long_sb"\n'
+                      '"0x10","LDS R1, [R2]","100","0","100"\n'
+                      '"0x20","@!P0 STS [R3], R1","300","0","300"\n'
+                      '"0x30","BAR.SYNC.DEFER_BLOCKING 0x0","600","600","0"\n')
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "ncu_pass.py")
+    run = subprocess.run([sys.executable, script, "--summarise", str(export)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    summary = (tmp_path / "k_sass.txt").read_text()
+    assert "3 instructions, 1000 stall samples" in summary
+    assert "by opcode: BAR.SYNC.DEFER_BLOCKING 60.0%, STS 30.0%, LDS 10.0%" in summary
+    assert "by reason: barrier 60.0%, long_sb 40.0%" in summary
