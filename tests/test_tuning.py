@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 import torch
+import tvm
 
 import tvmrnn
 from tvmrnn import tuning
@@ -213,3 +214,70 @@ def test_tasks_rank_by_their_share_of_a_step(monkeypatch):
     monkeypatch.setattr(tuning, "best_latency_us", lambda db, kernel: 1e6 if kernel.name == rare.kernel.name else 1.0)
     ranked = tuning.rank_tasks(tasks, db=object())
     assert ranked[0] is rare and ranked.index(often) > 0
+
+
+H100_CONFIG = Config(CELLS["lstm"], 13, 37, 1, False, 3, False)
+
+
+def test_a_gpu_builds_persistent_loop_is_a_task_of_its_own():
+    """On a GPU target the inference forward's persistent time loop makes its step kernel a task,
+    run once a step, whose space is the default's listed shapes; CPU targets have none."""
+    tasks = tuning.extract_tasks([H100_CONFIG], target="nvidia/nvidia-h100")
+    persistent = [t for t in tasks if tuning.is_persistent(t.kernel)]
+    assert [t.kernel.name for t in persistent] == ["recurrent_step_lstm_infer_n3_h37_persistent"]
+    assert persistent[0].calls == tuning.REFERENCE_LENGTH
+    assert not any(tuning.is_persistent(t.kernel) for t in tuning.extract_tasks([H100_CONFIG]))
+    from tvmrnn import default_schedule
+    assert default_schedule.variants(persistent[0].kernel, tvm.target.Target("nvidia/nvidia-h100")) == \
+        [dict(v) for v in default_schedule.PERSISTENT_VARIANTS]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_persistent_candidates_build_as_step_loops(tmp_path):
+    """A persistent task's candidates build as a loop of steps in one launch with the kernel's own
+    parameters (what the runner calls); a schedule that cannot run persistently is refused with a
+    reason, and a step loop's measured time is logged per step."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvmrnn import default_schedule, kernels, sequence
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    task = next(t for t in tuning.extract_tasks([H100_CONFIG], target=target) if tuning.is_persistent(t.kernel))
+    mod = tuning.workload(task.kernel)
+    good = tvm.s_tir.Schedule(mod)
+    default_schedule.apply(good, task.kernel, target)
+    plain = kernels.recurrent_step(CELLS["lstm"], 3, 37, train=False)  # many small blocks, not persistent
+    bad = default_schedule.default_schedule(plain, target).with_attr("tvmrnn.persistent_blocks", 2)
+    @tvm.ir.utils.derived_object
+    class Here(ms.builder.PyBuilder):  # in this process: a worker's first build imports TVM's tensor intrinsics (~1 min)
+        def build(self, inputs):
+            paths = []
+            for b in inputs:
+                paths.append(str(tmp_path / f"{len(os.listdir(tmp_path))}.so"))
+                tvm.compile(b.mod, target=b.target).export_library(paths[-1])
+            return [ms.builder.BuilderResult(p, None) for p in paths]
+
+    loops = tuning.StepLoops(steps=5)
+    builder = tuning.StepLoopBuilder(Here(), loops)
+    built = builder.build([ms.builder.BuilderInput(good.mod, target),
+                           ms.builder.BuilderInput(tvm.IRModule({"main": bad}), target)])
+    assert built[0].error_msg is None and os.path.exists(built[0].artifact_path)
+    assert "does not run persistently" in built[1].error_msg and built[1].artifact_path is None
+    assert loops.artifacts == {built[0].artifact_path: 5}
+    with open(built[0].artifact_path, "rb") as f:  # launched cooperatively, as in a pass
+        blob = f.read()
+    assert blob.count(b"tirx.use_cooperative_launch") == 2  # the barrier's reset and the loop
+    loop = sequence.step_loop(good.mod["main"], target, 5)
+    assert [(p.name, tuple(p.shape)) for p in loop.params] == [(p.name, tuple(p.shape)) for p in mod["main"].params]
+    source = tvm.compile(tvm.IRModule({"main": loop}), target=target).mod.imports[0].inspect_source()
+    assert source.count("__global__") == 2 * 2  # two kernels (declared, then defined): the reset and the loop
+    assert "for (int step = 0; step < 5; ++step)" in source and "atomicAdd" in source  # the grid barrier
+
+    @tvm.ir.utils.derived_object
+    class Fixed(ms.runner.PyRunner):  # stands in for the GPU: every run takes 1 ms
+        def run(self, inputs):
+            return [ms.runner.LocalRunnerFuture([tvm.tirx.FloatImm("float64", 1e-3)], None) for _ in inputs]
+
+    runner = tuning.PerStepRunner(Fixed(), loops)
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    step, other = runner.run([ms.runner.RunnerInput(built[0].artifact_path, "cuda", args),
+                              ms.runner.RunnerInput("elsewhere.so", "cuda", args)])
+    assert float(step.result().run_secs[0]) == pytest.approx(2e-4) and float(other.result().run_secs[0]) == 1e-3

@@ -1003,9 +1003,23 @@ GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=12
 GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (dict(k_tile=8), dict(pipeline=True))
 
 
+# A persistent step's shapes that tuning measures (``tiles`` over :data:`PERSISTENT_TILES`): its
+# whole design space (:func:`tvmrnn.tuning.is_persistent`). At DS2 sizes the default LSTM step
+# is 115 blocks of 224 threads (7 warps an SM: latency-bound, v16's Nsight Compute); fewer
+# registers of partial sums a thread (``accumulators``) or more room for them
+# (``max_shared_bytes``) give 448; ``row_vector`` and ``vector_k`` were 3-4% by median in v16's
+# studies, within the rounds' ranges.
+PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epilogue=False),
+                       dict(accumulators=24), dict(accumulators=24, row_vector=4), dict(accumulators=32),
+                       dict(max_shared_bytes=96 * 1024), dict(max_shared_bytes=96 * 1024, row_vector=4),
+                       dict(accumulators=96), dict(thread_columns=8), dict(unroll=4), dict(unroll=16))
+
+
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
     """The default's own shapes worth measuring for ``kernel`` (``tiles`` for :func:`apply`),
     the default first: tuning seeds each new task with all of them."""
+    if is_gpu(target) and kernel.gemm is not None and persistent_blocks(kernel.func):
+        return [dict(v) for v in PERSISTENT_VARIANTS]
     if is_gpu(target) and kernel.gemm is not None:
         kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
         if kind == "split-K":

@@ -398,8 +398,11 @@ class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
     def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None,
-                 one_region: bool = False):
+                 one_region: bool = False, barrier_param: bool = True):
         self.name = name
+        # the persistent loops' grid-barrier counter: a parameter of the driver (a pass), or its
+        # own scratch allocation (`step_loop`, whose function keeps the kernel's parameters)
+        self.barrier_param = barrier_param
         self.schedule = schedule
         # GPU only: the most thread blocks that are surely resident at once; with it, each time
         # loop of one kernel runs as one persistent launch (see `loop`)
@@ -622,7 +625,11 @@ class Program:
         if threads is None:
             return None
         if self._barrier is None:
-            self._barrier = self.tensor("grid_barrier", (1,), ("i",))
+            if self.barrier_param:
+                self._barrier = self.tensor("grid_barrier", (1,), ("i",))
+            else:
+                self._barrier = SequenceTensor("grid_barrier", (1,), ("i",))
+                self._scratch.append(self._barrier.buffer)
         self.call(kernels.fill_zero(1), dst=self._barrier.at("i"))
         reset = self._stack[-1].pop()
         # the counter is an int32 view of the float32 parameter (zero bits are 0 either way)
@@ -690,3 +697,51 @@ class Program:
         # at every step of the reduction (4x slower fused step on the CPU). Views of one
         # parameter still share its data pointer and alias as they should.
         return func.with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
+
+
+# Steps a persistent task's candidate runs in one launch when tuning measures it (`step_loop`):
+# enough that the weights' copy into shared memory, once per launch, is a small part of the time
+# (as at T = 300), few enough that a measurement stays short.
+STEP_LOOP_STEPS = 64
+
+
+def step_loop(func: tirx.PrimFunc, target: tvm.target.Target, steps: int = STEP_LOOP_STEPS) -> tirx.PrimFunc:
+    """A scheduled persistent step kernel (:func:`tvmrnn.kernels.persistent`) run ``steps`` times
+    in one persistent launch, as a pass's time loop runs it (:meth:`Program.loop`: the block's
+    weights copied into shared memory once, a grid barrier after each step), on the kernel's own
+    buffers: the function has the kernel's parameters, every step reads the same inputs and
+    writes the same outputs. This is what tuning measures for a persistent task's candidate (a
+    kernel measured alone would copy its weights at every call; :class:`tvmrnn.tuning.StepLoopBuilder`).
+    Raises ValueError where the schedule cannot run persistently (more blocks than the kernel's
+    limit, or more than one launch a step): a pass would run it as a host loop of launches."""
+    blocks = func.attrs.get("tvmrnn.persistent_blocks") if func.attrs is not None else None
+    if blocks is None:
+        raise ValueError("step_loop: not a persistent kernel (no tvmrnn.persistent_blocks attribute)")
+    from .default_schedule import default_schedule
+    from .target import dependent_launch
+    name = str(func.attrs.get("global_symbol", "step")).removesuffix("_persistent")
+
+    def schedule(kernel):  # the candidate, and the barrier's reset
+        return func if kernel.name == f"{name}_persistent" else default_schedule(kernel, target)
+    prog = Program("main", schedule, persistent_blocks=int(blocks), barrier_param=False)
+    prog.persistent_if_on_chip = False  # measure the schedule as it is
+    prog.dependent_launch = dependent_launch(target)
+    tensors = []
+    for param in func.params:
+        tensor = SequenceTensor(param.name, [int(d) for d in param.shape], tuple(f"d{i}" for i in range(len(param.shape))))
+        if param.dtype != F32:
+            raise ValueError(f"step_loop: parameter {param.name} is {param.dtype}, not {F32}")
+        prog.params.append(tensor)
+        tensors.append(tensor)
+    kernel = Kernel(name, func, tuple(p.name for p in func.params))
+    with prog.loop(steps, "step"):
+        prog.call(kernel, **{t.name: t.at(*t.axes) for t in tensors})
+    if not prog.uses_persistent_loops:
+        raise ValueError(f"step_loop: the schedule of {name} does not run persistently (a single grid of at most "
+                         f"{int(blocks)} blocks)")
+    loop = prog.build()
+    # launched cooperatively, as in a pass, without tvmrnn's pipeline (a tuning worker builds this
+    # with MetaSchedule's): the driver's flag goes to both its kernels (the barrier's one-block
+    # reset as well, which changes nothing for it)
+    flags = [str(p) for p in (loop.attrs.get(LAUNCH_PARAMS) or [])]
+    return loop.with_attr(LAUNCH_PARAMS, flags + [COOPERATIVE])

@@ -27,10 +27,12 @@ from tvm.ir.utils import derived_object
 
 from . import fast_math, spaces
 from .default_schedule import apply as default_schedule_apply
-from .default_schedule import default_schedule, is_gpu
+from .default_schedule import default_schedule, is_gpu, persistent_blocks
 from .default_schedule import variants as default_variants
 from .kernels import Kernel
 from .passes import all_programs
+from .sequence import STEP_LOOP_STEPS, step_loop
+from .target import persistent_blocks as target_persistent_blocks
 
 REFERENCE_LENGTH = 300  # Deep Speech 2's T: the sequence length task weights are counted at
 DEFAULT_LOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
@@ -219,11 +221,18 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[
     """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
 
     ``target`` picks the programs as build does (``passes.all_programs``: chunk sizes, direction
-    stacking).
+    stacking, and on GPUs the persistent time loops, whose step kernel is a task of its own:
+    :func:`is_persistent`).
     """
     tasks: dict[str, Task] = {}
+    target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
+    blocks = target_persistent_blocks(target) if target is not None and is_gpu(target) else None
+
+    def schedule(kernel):  # a persistent loop is decided by its step's schedule (weights on chip)
+        return default_schedule(kernel, target) if persistent_blocks(kernel.func) else kernel.func
+
     for config in configs:
-        for program in all_programs(config, lambda k: k.func, target):
+        for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
                 task = tasks.setdefault(name, Task(program.kernels[name], 0))
                 task.calls += count
@@ -334,7 +343,10 @@ class PoolBuilder(ms.builder.PyBuilder):
     LocalBuilder starts a fresh pool for every batch; each worker imports TVM, which on the GPU
     machine takes longer than compiling the batch (45 s for 8 candidates that compile in 1.5 s
     each). This pool is recycled every ``recycle`` batches instead (LocalBuilder's reason for
-    restarting is a slow leak in long-lived workers).
+    restarting is a slow leak in long-lived workers). And a worker builds as MetaSchedule's
+    ``default_build`` does, but without first importing ``tvm.s_tir.tensor_intrin``: registering
+    TVM's tensor intrinsics took 74 s on the 2-core dev machine (TVM itself 5 s), and a candidate
+    arrives tensorised already (none of our spaces uses them).
     """
 
     def __init__(self, max_workers: int, timeout_sec: float, recycle: int = 25):
@@ -352,10 +364,15 @@ class PoolBuilder(ms.builder.PyBuilder):
             self._pool, self._batches = PopenPoolExecutor(max_workers=self.max_workers,
                                                           timeout=self.timeout_sec), 0
         self._batches += 1
+        def build(mod, target, _params):  # pickled by value: the worker needs only TVM
+            from tvm.driver import build as tvm_build
+            from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+            return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+
         results = []
         for r in self._pool.map_with_error_catching(
-                lambda x: _worker_func(*x),
-                [(None, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]):
+                lambda x: _worker_func(build, *x),
+                [(None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]):
             if r.status == StatusKind.COMPLETE:
                 results.append(ms.builder.BuilderResult(r.value, None))
             elif r.status == StatusKind.TIMEOUT:
@@ -370,6 +387,89 @@ def default_builder(target) -> ms.builder.Builder:
     cores = os.cpu_count() or 1
     workers = max(1, cores - 4) if cores > 8 else max(1, cores // 2)
     return PoolBuilder(max_workers=workers, timeout_sec=120 if cores <= 4 else 60)
+
+
+def is_persistent(kernel: Kernel) -> bool:
+    """A persistent time loop's step kernel (:func:`tvmrnn.kernels.persistent`). Its task measures
+    a candidate as that loop runs it, :data:`tvmrnn.sequence.STEP_LOOP_STEPS` steps in one launch
+    (:class:`StepLoopBuilder`), and logs the time per step; its design space is the default
+    schedule's listed shapes (:data:`tvmrnn.default_schedule.PERSISTENT_VARIANTS`), all of which
+    :func:`seed_defaults` measures: MetaSchedule's own rules do not keep weights in shared memory
+    across steps, which is what makes such a loop fast."""
+    return persistent_blocks(kernel.func) is not None
+
+
+class StepLoops:
+    """What a :class:`StepLoopBuilder` built as step loops (artifact path -> steps), for the
+    :class:`PerStepRunner` that runs them."""
+
+    def __init__(self, steps: int = STEP_LOOP_STEPS):
+        self.steps = steps
+        self.artifacts: dict[str, int] = {}
+
+
+@derived_object
+class StepLoopBuilder(ms.builder.PyBuilder):
+    """Builds a persistent step kernel's candidate as :func:`tvmrnn.sequence.step_loop` (its steps
+    in one launch, with the kernel's own parameters, so MetaSchedule's runners call it like any
+    candidate); every other candidate as it is. ``inner`` does the building."""
+
+    def __init__(self, inner, loops: StepLoops):
+        super().__init__()
+        self.inner, self.loops = inner, loops
+
+    def build(self, build_inputs):
+        results: list = [None] * len(build_inputs)
+        todo, looped = [], set()
+        for i, b in enumerate(build_inputs):
+            func = b.mod["main"]
+            if persistent_blocks(func) is None:
+                todo.append((i, b))
+                continue
+            try:
+                loop = step_loop(func, b.target, self.loops.steps).with_attr("global_symbol", "main")
+            except ValueError as err:
+                results[i] = ms.builder.BuilderResult(None, str(err))
+                continue
+            looped.add(i)
+            todo.append((i, ms.builder.BuilderInput(tvm.IRModule({"main": loop}), b.target, b.params)))
+        for (i, _), r in zip(todo, self.inner.build([b for _, b in todo]) if todo else []):
+            results[i] = r
+            if i in looped and r.error_msg is None:
+                self.loops.artifacts[str(r.artifact_path)] = self.loops.steps
+        return results
+
+
+@derived_object
+class _PerStepFuture(ms.runner.PyRunnerFuture):
+    def __init__(self, inner, steps: int):
+        super().__init__()
+        self.inner, self.steps = inner, steps
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+    def result(self):
+        r = self.inner.result()
+        if r.run_secs is None:
+            return r
+        return ms.runner.RunnerResult([tvm.tirx.FloatImm("float64", float(s) / self.steps) for s in r.run_secs],
+                                      r.error_msg)
+
+
+@derived_object
+class PerStepRunner(ms.runner.PyRunner):
+    """Runs candidates with ``inner``; a step loop's times (:class:`StepLoopBuilder`) are divided by
+    its steps, so a persistent task logs seconds per step, as the per-step kernels' tasks do."""
+
+    def __init__(self, inner, loops: StepLoops):
+        super().__init__()
+        self.inner, self.loops = inner, loops
+
+    def run(self, runner_inputs):
+        futures = self.inner.run(runner_inputs)
+        return [_PerStepFuture(f, self.loops.artifacts[str(r.artifact_path)])
+                if str(r.artifact_path) in self.loops.artifacts else f for r, f in zip(runner_inputs, futures)]
 
 
 def default_runner(target, rpc_tracker: str | None = None, rpc_key: str | None = None):
@@ -435,18 +535,23 @@ def _transfer(trace, mod, target, postprocs):
     return sch
 
 
-def _measure(db, mod, candidates, target, builder, runner) -> list[str]:
+def _measure(db, mod, candidates, target, builder, runner, times: list | None = None) -> list[str]:
     """Build and run scheduled ``candidates`` of workload ``mod``; commit a record for each (run
-    times, or none for a failure). Returns the error messages."""
+    times, or none for a failure). Returns the error messages; ``times`` gets each candidate's
+    mean time in us (None where it failed)."""
     built = builder.build([ms.builder.BuilderInput(c.mod, target) for c in candidates])
     args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
     ok = [(c, b) for c, b in zip(candidates, built) if b.error_msg is None]
     results = [r.result() for r in runner.run([
         ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args_info) for _, b in ok])]
     token = db.commit_workload(mod)
+    measured = {}
     for (c, _), r in zip(ok, results):
         secs = [float(x) for x in r.run_secs] if r.error_msg is None else None
         db.commit_tuning_record(ms.database.TuningRecord(c.trace, token, secs, target, args_info))
+        measured[id(c)] = 1e6 * sum(secs) / len(secs) if secs else None
+    if times is not None:
+        times.extend(measured.get(id(c)) for c in candidates)
     return [b.error_msg for b in built if b.error_msg] + [r.error_msg for r in results if r.error_msg]
 
 
@@ -459,7 +564,7 @@ def seed_defaults(db, tasks, target, builder, runner, out=print) -> int:
     measured = 0
     for task in tasks:
         mod = workload(task.kernel)
-        candidates, seen = [], set()
+        candidates, seen, shapes = [], set(), []
         for tiles in default_variants(task.kernel, target):  # the default first, then its other shapes
             sch = tvm.s_tir.Schedule(mod)
             default_schedule_apply(sch, task.kernel, target, **tiles)
@@ -467,10 +572,13 @@ def seed_defaults(db, tasks, target, builder, runner, out=print) -> int:
             if key not in seen:  # shapes that come out the same at these sizes are measured once
                 seen.add(key)
                 candidates.append(sch)
-        errors = _measure(db, mod, candidates, target, builder, runner)
+                shapes.append(" ".join(f"{k}={v}" for k, v in tiles.items()) or "default")
+        times = []
+        errors = _measure(db, mod, candidates, target, builder, runner, times)
         measured += len(candidates)
         best = best_latency_us(db.memory, task.kernel)
-        shapes = f" (best of {len(candidates)} shapes)" if len(candidates) > 1 else ""
+        shapes = (f" (best of {len(candidates)} shapes: " + ", ".join(
+            f"{s} {t:.1f}" if t else f"{s} failed" for s, t in zip(shapes, times)) + ")") if len(candidates) > 1 else ""
         out(f"task {task.kernel.name}: default schedule {best:.1f} us{shapes}" if best else
             f"task {task.kernel.name}: default schedule failed to run: {errors[0].strip().splitlines()[-1]}"
             if errors else f"task {task.kernel.name}: default schedule has no measurement")
@@ -532,17 +640,22 @@ def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64
     folder = os.path.join(log_dir, target_key(target))
     db = LogDatabase(folder)
     tasks = select_tasks(configs, target, kernels, max_tasks, db.memory)
-    builder = builder or default_builder(target)
-    runner = runner or default_runner(target, rpc_tracker, rpc_key)
+    loops = StepLoops()
+    builder = StepLoopBuilder(builder or default_builder(target), loops)
+    runner = PerStepRunner(runner or default_runner(target, rpc_tracker, rpc_key), loops)
     new = [t for t in tasks if not records_of(db.memory, t.kernel)]
     if warm_start_from:
-        warm_start(db, new, target, warm_start_from, builder, runner, out=out)
+        warm_start(db, [t for t in new if not is_persistent(t.kernel)], target, warm_start_from, builder, runner,
+                   out=out)
     if seed_default or reseed_defaults:
         seed_defaults(db, tasks if reseed_defaults else new, target, builder, runner, out=out)
     todo = [(t, trials_per_task - len(records_of(db.memory, t.kernel))) for t in tasks]
-    todo = [(t, n) for t, n in todo if n > 0]
+    todo = [(t, n) for t, n in todo if n > 0 and not is_persistent(t.kernel)]
     for t in tasks:
-        if all(t is not u for u, _ in todo):
+        if is_persistent(t.kernel):
+            out(f"task {t.kernel.name}: a persistent step, its space is the default's shapes: "
+                f"{len(records_of(db.memory, t.kernel))} measured")
+        elif all(t is not u for u, _ in todo):
             out(f"task {t.kernel.name}: {len(records_of(db.memory, t.kernel))} trials logged already, skipped")
     if todo:
         contexts = [ms.TuneContext(workload(t.kernel), target=target,
