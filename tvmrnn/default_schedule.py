@@ -109,12 +109,16 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         return tile if tile > 1 else _divisor(lead, cap)
 
     lead_tile = lead_tile_for(column_vectors or 4)
-    if lanes == 8 and column_vectors is None and inner > 1:
-        # AVX2's 16 registers, gate-interleaved columns (the fused step, the input projection):
-        # a 2-vector-wide tile with 5 rows ran 7-14% faster than a 4-wide one with 2 rows (dev
-        # machine, x86-64-v3, two runs: LSTM step 540-560 -> 491-505 us, input projection chunk
-        # 8.0 -> 7.0-7.2 ms), where 2 vectors hold a whole number of units. The GEMMs over plain
-        # columns (weight gradient, backward step) were 7-10% slower so and keep 4 vectors.
+    if lanes == 8 and column_vectors is None:
+        # AVX2's 16 registers: a 2-vector-wide tile with 5 rows (each loaded vector of the
+        # streamed operand feeds 5 multiply-adds) instead of a 4-wide one with 2 rows (2), where
+        # 2 vectors hold a whole number of units. Gate-interleaved columns (the fused step, the
+        # input projection) ran 7-14% faster so on a Zen 5 (x86-64-v3 code, two runs: LSTM step
+        # 540-560 -> 491-505 us, input projection chunk 8.0 -> 7.0-7.2 ms); plain columns were
+        # 7-10% slower there, but on an AVX2-only Zen 3 (2 threads, two runs each) 1.1-2.2x
+        # faster: the LSTM's backward step 3,731 / 3,207 -> 1,862-3,285 / 1,488 us, the GRU's
+        # 1,381 -> 939-970, the RNN's 253-259 -> 192-198, the RNN's forward step 255-257 -> 184,
+        # the LSTM's 16-step input gradient 25.8 -> 16.8-20.6 ms (notes/performance.md v17).
         narrow = lead_tile_for(2)
         if narrow * inner % lanes == 0:
             lead_tile = narrow
