@@ -22,7 +22,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from . import kernels
 from .kernels import Kernel
-from .default_schedule import keeps_weights_on_chip
+from .default_schedule import keeps_weights_on_chip, persistent_blocks
 from .target import persistent_mode
 
 F32 = "float32"
@@ -714,7 +714,7 @@ def step_loop(func: tirx.PrimFunc, target: tvm.target.Target, steps: int = STEP_
     kernel measured alone would copy its weights at every call; :class:`tvmrnn.tuning.StepLoopBuilder`).
     Raises ValueError where the schedule cannot run persistently (more blocks than the kernel's
     limit, or more than one launch a step): a pass would run it as a host loop of launches."""
-    blocks = func.attrs.get("tvmrnn.persistent_blocks") if func.attrs is not None else None
+    blocks = persistent_blocks(func)
     if blocks is None:
         raise ValueError("step_loop: not a persistent kernel (no tvmrnn.persistent_blocks attribute)")
     from .default_schedule import default_schedule
@@ -723,22 +723,21 @@ def step_loop(func: tirx.PrimFunc, target: tvm.target.Target, steps: int = STEP_
 
     def schedule(kernel):  # the candidate, and the barrier's reset
         return func if kernel.name == f"{name}_persistent" else default_schedule(kernel, target)
-    prog = Program("main", schedule, persistent_blocks=int(blocks), barrier_param=False)
+    prog = Program("main", schedule, persistent_blocks=blocks, barrier_param=False)
     prog.persistent_if_on_chip = False  # measure the schedule as it is
     prog.dependent_launch = dependent_launch(target)
-    tensors = []
     for param in func.params:
-        tensor = SequenceTensor(param.name, [int(d) for d in param.shape], tuple(f"d{i}" for i in range(len(param.shape))))
         if param.dtype != F32:
             raise ValueError(f"step_loop: parameter {param.name} is {param.dtype}, not {F32}")
-        prog.params.append(tensor)
-        tensors.append(tensor)
+    tensors = [SequenceTensor(p.name, [int(d) for d in p.shape], tuple(f"d{i}" for i in range(len(p.shape))))
+               for p in func.params]
+    prog.params.extend(tensors)
     kernel = Kernel(name, func, tuple(p.name for p in func.params))
     with prog.loop(steps, "step"):
         prog.call(kernel, **{t.name: t.at(*t.axes) for t in tensors})
     if not prog.uses_persistent_loops:
         raise ValueError(f"step_loop: the schedule of {name} does not run persistently (a single grid of at most "
-                         f"{int(blocks)} blocks)")
+                         f"{blocks} blocks)")
     loop = prog.build()
     # launched cooperatively, as in a pass, without tvmrnn's pipeline (a tuning worker builds this
     # with MetaSchedule's): the driver's flag goes to both its kernels (the barrier's one-block

@@ -400,12 +400,12 @@ def is_persistent(kernel: Kernel) -> bool:
 
 
 class StepLoops:
-    """What a :class:`StepLoopBuilder` built as step loops (artifact path -> steps), for the
-    :class:`PerStepRunner` that runs them."""
+    """The steps of a step loop, and the artifacts a :class:`StepLoopBuilder` built as such loops,
+    for the :class:`PerStepRunner` that runs them."""
 
     def __init__(self, steps: int = STEP_LOOP_STEPS):
         self.steps = steps
-        self.artifacts: dict[str, int] = {}
+        self.artifacts: set[str] = set()
 
 
 @derived_object
@@ -436,7 +436,7 @@ class StepLoopBuilder(ms.builder.PyBuilder):
         for (i, _), r in zip(todo, self.inner.build([b for _, b in todo]) if todo else []):
             results[i] = r
             if i in looped and r.error_msg is None:
-                self.loops.artifacts[str(r.artifact_path)] = self.loops.steps
+                self.loops.artifacts.add(str(r.artifact_path))
         return results
 
 
@@ -468,8 +468,8 @@ class PerStepRunner(ms.runner.PyRunner):
 
     def run(self, runner_inputs):
         futures = self.inner.run(runner_inputs)
-        return [_PerStepFuture(f, self.loops.artifacts[str(r.artifact_path)])
-                if str(r.artifact_path) in self.loops.artifacts else f for r, f in zip(runner_inputs, futures)]
+        return [_PerStepFuture(f, self.loops.steps) if str(r.artifact_path) in self.loops.artifacts else f
+                for r, f in zip(runner_inputs, futures)]
 
 
 def default_runner(target, rpc_tracker: str | None = None, rpc_key: str | None = None):
@@ -564,7 +564,7 @@ def seed_defaults(db, tasks, target, builder, runner, out=print) -> int:
     measured = 0
     for task in tasks:
         mod = workload(task.kernel)
-        candidates, seen, shapes = [], set(), []
+        candidates, seen, labels = [], set(), []
         for tiles in default_variants(task.kernel, target):  # the default first, then its other shapes
             sch = tvm.s_tir.Schedule(mod)
             default_schedule_apply(sch, task.kernel, target, **tiles)
@@ -572,13 +572,13 @@ def seed_defaults(db, tasks, target, builder, runner, out=print) -> int:
             if key not in seen:  # shapes that come out the same at these sizes are measured once
                 seen.add(key)
                 candidates.append(sch)
-                shapes.append(" ".join(f"{k}={v}" for k, v in tiles.items()) or "default")
+                labels.append(" ".join(f"{k}={v}" for k, v in tiles.items()) or "default")
         times = []
         errors = _measure(db, mod, candidates, target, builder, runner, times)
         measured += len(candidates)
         best = best_latency_us(db.memory, task.kernel)
         shapes = (f" (best of {len(candidates)} shapes: " + ", ".join(
-            f"{s} {t:.1f}" if t else f"{s} failed" for s, t in zip(shapes, times)) + ")") if len(candidates) > 1 else ""
+            f"{s} {t:.1f}" if t else f"{s} failed" for s, t in zip(labels, times)) + ")") if len(candidates) > 1 else ""
         out(f"task {task.kernel.name}: default schedule {best:.1f} us{shapes}" if best else
             f"task {task.kernel.name}: default schedule failed to run: {errors[0].strip().splitlines()[-1]}"
             if errors else f"task {task.kernel.name}: default schedule has no measurement")
