@@ -123,3 +123,21 @@ def test_cpu_kernels_use_every_core_unless_told():
     out = subprocess.run([sys.executable, "-c", code], env=dict(env, OMP_NUM_THREADS="1"),
                          capture_output=True, text=True, check=True).stdout
     assert out.split() == ["-", "1"]  # the user's choice stands (TVM reads OMP_NUM_THREADS too)
+
+
+def test_length_checks_are_cached_not_skipped(lstm, monkeypatch):
+    """A call's shape table and its 32-bit size check are computed once per sequence length
+    (they cost ~0.6 ms a call, the GPU idle meanwhile): a length over the limit is refused at
+    every call, one within it keeps working, and ``shapes`` hands out copies of the cached table."""
+    import tvmrnn.rnn as rnn_module
+    rnn, w = lstm
+    y5 = rnn.forward(w, x_of(T=5))[0]
+    largest = max(int(np.prod(s)) for p in rnn_module.PASSES for s in rnn.shapes(p, 7).values())
+    monkeypatch.setattr(rnn_module, "_INT32_MAX", largest - 1)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="x: T=7 makes buffers of over 2..31 elements"):
+            rnn.forward(w, x_of(T=7))
+    np.testing.assert_array_equal(rnn.forward(w, x_of(T=5))[0], y5)  # T=5 was checked before the limit fell
+    shapes = rnn.shapes("forward", 5)
+    shapes["x"] = (0,)
+    assert rnn.shapes("forward", 5)["x"] == (5, N, I)

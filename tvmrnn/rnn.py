@@ -181,6 +181,12 @@ class RNN:
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
         self._scratch_arrays: dict = {}
+        # per call, the same few sequence lengths come again: their shapes, size checks and the
+        # passes' functions are looked up once (recomputing them took ~0.6 ms a call on the H100
+        # machine's host, with the GPU idle meanwhile)
+        self._shapes: dict = {}
+        self._checked_lengths: set = set()
+        self._functions: dict = {}
         self._workspaces = _WorkspacePool()
         # GPU: the thread blocks of its persistent kernels, which need that many SMs (None: none)
         self.persistent_blocks: int | None = None
@@ -199,14 +205,30 @@ class RNN:
         return export(self, path)
 
     def shapes(self, program: str, T: int) -> dict:
-        """The shape of every argument of a pass, for sequence length T."""
-        return {name: tuple(a * T + b for a, b in dims) for name, dims in self.signatures[program]}
+        """The shape of every argument of a pass, for sequence length T (a fresh dict)."""
+        return dict(self._shapes_of(program, T))
+
+    def _shapes_of(self, program: str, T: int) -> dict:
+        key = (program, T)
+        held = self._shapes.get(key)
+        if held is None:
+            held = {name: tuple(a * T + b for a, b in dims) for name, dims in self.signatures[program]}
+            if len(self._shapes) > 256:  # many lengths (a varying T): keep the table bounded
+                self._shapes.clear()
+            self._shapes[key] = held
+        return held
+
+    def _function(self, program: str):
+        fn = self._functions.get(program)
+        if fn is None:
+            fn = self._functions[program] = self.module[program]
+        return fn
 
     def _run(self, program: str, frame: Frame, T: int, arrays: dict, results=()) -> None:
         """Call a pass with its named arrays. Arrays it needs beyond those are made here: fresh
         ones for the names in ``results`` (handed back to the caller), scratch for the rest."""
         args = []
-        for name, shape in self.shapes(program, T).items():
+        for name, shape in self._shapes_of(program, T).items():
             if name not in arrays:
                 arrays[name] = frame.empty(shape) if name in results else self._scratch(frame, program, name, shape)
             a = arrays[name]
@@ -214,9 +236,9 @@ class RNN:
         if frame.kind == "torch" and frame.device_kind == "cuda":
             import tvm_ffi
             with tvm_ffi.use_torch_stream():  # launch on PyTorch's current stream, in its order
-                self.module[program](*args)
+                self._function(program)(*args)
         else:
-            self.module[program](*args)
+            self._function(program)(*args)
 
     def _scratch(self, frame: Frame, program: str, name: str, shape):
         """A temporary of a pass (e.g. the input projections of all steps, 77 MB for a DS2 LSTM),
@@ -290,10 +312,14 @@ class RNN:
         if T < 1:
             raise ValueError(f"{name}: the sequence length T must be >= 1, got {T}")
         frame.check(name, x, c.seq_shape(T, features))
-        largest = max(int(np.prod(s)) for p in PASSES for s in self.shapes(p, T).values())
-        if largest > _INT32_MAX:
-            raise ValueError(f"{name}: T={T} makes buffers of over 2**31 elements (32-bit indexing); "
-                             f"split the sequence")
+        if T not in self._checked_lengths:
+            largest = max(int(np.prod(s)) for p in PASSES for s in self._shapes_of(p, T).values())
+            if largest > _INT32_MAX:
+                raise ValueError(f"{name}: T={T} makes buffers of over 2**31 elements (32-bit indexing); "
+                                 f"split the sequence")
+            if len(self._checked_lengths) > 256:
+                self._checked_lengths.clear()
+            self._checked_lengths.add(T)
         return frame, T
 
     def _state(self, frame, name, value, needed=True):
