@@ -141,3 +141,23 @@ def test_length_checks_are_cached_not_skipped(lstm, monkeypatch):
     shapes = rnn.shapes("forward", 5)
     shapes["x"] = (0,)
     assert rnn.shapes("forward", 5)["x"] == (5, N, I)
+
+
+def test_numpy_arrays_we_allocate_are_64_byte_aligned(lstm):
+    """Packed weights, outputs, workspaces and gradients made for NumPy callers start on a 64-byte
+    boundary (NumPy's own large arrays start 16 bytes past one: the DS2 LSTM ran 1.4x slower with
+    its packed weights there, notes/performance.md v18); misaligned inputs still work."""
+    from tvmrnn.arrays import ALIGNMENT, aligned_empty
+    rnn, w = lstm
+    x = np.empty(x_of().size + 1, np.float32)[1:].reshape(x_of().shape)  # 4 bytes off any boundary
+    x[...] = x_of()
+    y, hy, cy, ws = rnn.forward_train(w, x)
+    grads = rnn.backward(w, ws, np.ones_like(y))
+    made = [w.flat, y, hy, cy, *ws.arrays.values(), grads["x"], grads["h0"], grads["weight_ih_l0"]]  # (the first
+    # parameter starts the gradient buffer; the others are views at their offsets)
+    assert all(a.ctypes.data % ALIGNMENT == 0 for a in made if a.size)
+    np.testing.assert_array_equal(rnn.forward(w, np.ascontiguousarray(x))[0], rnn.forward(w, x)[0])
+    for shape in [(3,), (5, 7, 9), (0,), ()]:
+        a = aligned_empty(shape)
+        assert a.shape == shape and a.dtype == np.float32 and a.flags["C_CONTIGUOUS"] and a.flags["WRITEABLE"]
+        assert a.ctypes.data % ALIGNMENT == 0 or a.size == 0

@@ -10,6 +10,27 @@ import numpy as np
 import tvm_ffi
 
 
+# CPU kernels load 32- and 64-byte vectors; NumPy's large arrays start 16 bytes past a page
+# (glibc's mmap chunk header), so every other AVX2 load and every AVX-512 load of them straddles
+# two cache lines: a DS2 LSTM inference with its packed weights there ran 1.3-1.7x slower on the
+# Zen 3 dev machine (notes/performance.md v18). PyTorch and TVM align to 64 bytes; so do we.
+ALIGNMENT = 64
+
+
+def aligned_empty(shape, dtype=np.float32) -> np.ndarray:
+    """An uninitialised C-contiguous NumPy array whose data starts on a 64-byte boundary."""
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buf = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = -buf.ctypes.data % ALIGNMENT
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def is_aligned(a: np.ndarray) -> bool:
+    return a.ctypes.data % ALIGNMENT == 0
+
+
 def _is_torch(a) -> bool:
     return type(a).__module__.startswith("torch") and hasattr(a, "is_contiguous")
 
@@ -37,13 +58,15 @@ class Frame:
 
     def empty(self, shape):
         if self.kind == "numpy":
-            return np.empty(shape, np.float32)
+            return aligned_empty(shape)
         import torch
         return torch.empty(shape, dtype=torch.float32, device=self.device)
 
     def zeros(self, shape):
         if self.kind == "numpy":
-            return np.zeros(shape, np.float32)
+            a = aligned_empty(shape)
+            a.fill(0)
+            return a
         import torch
         return torch.zeros(shape, dtype=torch.float32, device=self.device)
 
