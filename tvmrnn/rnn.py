@@ -94,7 +94,10 @@ def _unshared(arrays: dict, name: str) -> bool:
         return False
     a = arrays[name]
     if isinstance(a, np.ndarray):
-        return True  # a NumPy view refers to its base array: counted above
+        # A NumPy view refers to the array that owns the memory. Ours are views themselves (of
+        # the 64-byte-aligned buffer, arrays.aligned_empty), so a view of one refers to that
+        # buffer, not to the array: the buffer must have no reference but the array's.
+        return a.base is None or sys.getrefcount(a.base) == 2  # a.base's and getrefcount's argument
     try:  # a torch view shares the storage, not the tensor object
         import torch
         return torch._C._storage_Use_Count(a.untyped_storage()._cdata) == 2  # a's and this call's
