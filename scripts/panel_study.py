@@ -2,6 +2,7 @@
 """CPU GEMMs with the weights K-major (today's layout) against column panels (BLIS-style).
 
     python scripts/panel_study.py --threads 1 16
+    python scripts/panel_study.py --passes lstm gru --threads 2   # whole passes, both layouts
 
 The kernels' weights are ``w[k, j, g]``: a register tile of 16 units x 4 gates reads 256 bytes
 of row ``k`` and then jumps 12.8 KB (H * G floats) to row ``k + 1``, so its reduction touches a new
@@ -49,7 +50,25 @@ def main():
     p.add_argument("--panels", type=int, nargs="+", default=[0, 16, 8])
     p.add_argument("--accumulators", type=int, nargs="+", default=[24])
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--passes", nargs="*", metavar="CELL",
+                   help="instead: whole DS2 passes of these cells built with K-major weights and with panels "
+                        "(TVMRNN_WEIGHT_PANELS=0 / 1), timed in turn (bench.compare_builds), at the first --threads")
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
     a = p.parse_args()
+    if a.passes is not None:
+        threads = str(a.threads[0])
+        os.environ["TVM_NUM_THREADS"] = threads
+        import torch
+        torch.set_num_threads(int(threads))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from bench import compare_builds
+
+        def layout(value):
+            return lambda: os.environ.__setitem__("TVMRNN_WEIGHT_PANELS", value)
+        compare_builds(a.passes or ["lstm"], [("K-major weights", layout("0")), ("column panels", layout("1"))],
+                       device="cpu", N=a.batch_size, hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds)
+        return
     if a.one is None:
         import subprocess
         for threads in a.threads:

@@ -66,6 +66,7 @@ def test_metadata_describes_the_package(exported):
     assert set(meta["signatures"]) == {"forward", "forward_train", "backward", "pack_weights"}
     assert meta["weights_size"] == sum(int(np.prod(s)) for _, s, _ in meta["parameters"])
     assert "weight_layout" in meta and "features" in meta["cpu"]
+    assert meta["weight_panel"] == 0  # 37 hidden units: no tile divides them, the weights stay K-major
 
 
 def test_not_a_package(tmp_path):

@@ -7,6 +7,8 @@ wrong index, gate order or missing term, which show up at 1e-2 or more.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -109,6 +111,61 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
         results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
     for a, b in zip(*results):
         assert (a is None and b is None) or np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("cell, hidden", [("lstm", 40), ("gru", 48), ("rnn_tanh", 80), ("rnn_relu", 80)])
+def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
+    """CPU forward weights packed in column panels of the tile's units (BLIS's packing; on by
+    default for AVX2, forced here so that any CPU runs it): the packed buffer holds them as
+    ``(H / u, K, u, G)``, and 2 bidirectional layers, both directions in one launch (a direction
+    axis before the panels), match PyTorch forward and backward, and K-major weights' outputs."""
+    from tvmrnn import default_schedule, kernels
+    from tvmrnn.target import host_target
+    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
+    G = {"lstm": 4, "gru": 3}.get(cell, 1)
+    u = default_schedule.weight_panel(host_target(), G, hidden)
+    assert 1 < u < hidden and hidden % u == 0
+    rnn = built(cell, 2, True, False, hidden_size=hidden, target=None)  # the build _check uses
+    steps = [k for k in rnn.programs["forward"].kernels if k.startswith("recurrent_step")]
+    assert steps and all(f"_p{u}_d2" in k for k in steps), steps
+    _check(cell, 2, True, False, 7, rng, hidden=hidden)
+
+    ref = _reference(cell, 2, True, False, hidden)
+    params = tvmrnn.params_from_torch(ref)
+    w = rnn.pack_weights(params)
+    slot = rnn.config.layout.slot(1, 1, "weight_hh")
+    W = params[slot.name].reshape(G, hidden, hidden)  # PyTorch's (G*H, K) as (G, H, K)
+    panels = w.flat[slot.offset:slot.offset + slot.size].reshape(kernels.weight_shape(hidden, hidden, G, u))
+    np.testing.assert_array_equal(panels, W.reshape(G, hidden // u, u, hidden).transpose(1, 3, 2, 0))
+    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "0")
+    k_major = tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=2, bidirectional=True, batch_size=N)
+    assert not any(re.search(r"_p\d+(_|$)", k) for k in k_major.programs["forward"].kernels)
+    x = rng.standard_normal((9, N, I)).astype(np.float32)
+    for got, want in zip(rnn.forward(w, x), k_major.forward(k_major.pack_weights(params), x)):
+        if want is not None:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_weight_panels_follow_the_target(monkeypatch):
+    """Panels on AVX2 CPUs by default (where they were measured faster), not on GPUs or AVX-512
+    unless forced; a size the tile does not divide keeps K-major weights."""
+    import tvm
+    from tvmrnn.default_schedule import weight_panel
+    monkeypatch.delenv("TVMRNN_WEIGHT_PANELS", raising=False)
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    gpu = tvm.target.Target("nvidia/nvidia-h100")
+    assert [weight_panel(avx2, g, 800) for g in (4, 3, 1)] == [4, 8, 16]
+    assert weight_panel(avx512, 4, 800) == 0 and weight_panel(gpu, 4, 800) == 0
+    assert weight_panel(avx2, 4, 37) == 0  # 37 units: no tile divides them
+    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
+    assert weight_panel(avx512, 4, 800) == 16 and weight_panel(gpu, 4, 800) == 0
+    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "0")
+    assert weight_panel(avx2, 4, 800) == 0
+    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "yes")
+    with pytest.raises(ValueError, match="TVMRNN_WEIGHT_PANELS: expected auto, 0 or 1"):
+        weight_panel(avx2, 4, 800)
 
 
 def test_direction_stacking_follows_the_target(monkeypatch):

@@ -64,6 +64,66 @@ def _divisor(n: int, at_most: int, multiple_of: int = 1) -> int:
     return 1
 
 
+def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | None = None) -> int:
+    """:func:`cpu_gemm`'s column tile, in steps of its leading column axis (``lead`` long; the
+    trailing ones, ``inner`` elements, e.g. all G gates of a unit, are taken whole): at most
+    ``column_vectors`` vectors of ``lanes`` floats, a whole number of them where possible."""
+    def lead_tile_for(vectors):
+        cap = max(1, vectors * lanes // inner)
+        # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
+        # 16 units make 48 floats (3 vectors); 20 units (60 floats) could not be split so.
+        tile = _divisor(lead, cap, multiple_of=lanes // math.gcd(lanes, inner))
+        return tile if tile > 1 else _divisor(lead, cap)
+
+    lead_tile = lead_tile_for(column_vectors or 4)
+    if lanes == 8 and column_vectors is None:
+        # AVX2's 16 registers: a 2-vector-wide tile with 5 rows (each loaded vector of the
+        # streamed operand feeds 5 multiply-adds) instead of a 4-wide one with 2 rows (2), where
+        # 2 vectors hold a whole number of units. Gate-interleaved columns (the fused step, the
+        # input projection) ran 7-14% faster so on a Zen 5 (x86-64-v3 code, two runs: LSTM step
+        # 540-560 -> 491-505 us, input projection chunk 8.0 -> 7.0-7.2 ms); plain columns were
+        # 7-10% slower there, but on an AVX2-only Zen 3 (2 threads, two runs each) 1.1-2.2x
+        # faster: the LSTM's backward step 3,731 / 3,207 -> 1,862-3,285 / 1,488 us, the GRU's
+        # 1,381 -> 939-970, the RNN's 253-259 -> 192-198, the RNN's forward step 255-257 -> 184,
+        # the LSTM's 16-step input gradient 25.8 -> 16.8-20.6 ms (notes/performance.md v17).
+        narrow = lead_tile_for(2)
+        if narrow * inner % lanes == 0:
+            lead_tile = narrow
+    return lead_tile
+
+
+def weight_panel(target, gates: int, hidden: int) -> int:
+    """Units per column panel of the forward weights for ``target`` (0: none, K-major).
+
+    The forward GEMMs (input projection, recurrent step) read ``w[k, j, g]``: a register tile of
+    u units reads u*G floats of row k, then jumps H*G floats (12.8 KB for a DS2 LSTM) to row
+    k + 1, a new page at every step of its reduction, which hardware prefetchers do not follow.
+    Packed in panels, ``w[j // u, k, j % u, g]`` with u the tile's units (BLIS's packing), a
+    tile's reduction walks one contiguous block. On the AVX2-only Zen 3 dev machine (2 threads,
+    interleaved, ``scripts/panel_study.py``) a step's GEMM went 1,214-1,408 -> 767-801 us and a
+    16-step chunk 14.3-14.7 -> 11.6-12.5 ms; on the AVX-512 Xeon v11 measured +5-38% a step on 16
+    threads and mixed chunks, and on a Zen 5 no change, so panels are on by default for AVX2 CPUs
+    only. ``TVMRNN_WEIGHT_PANELS``: ``auto`` (default), ``0`` never, ``1`` on every CPU. The panel
+    is the default schedule's tile (:func:`cpu_column_tile`), so that the tile's index into the
+    panel simplifies; a tuned schedule with another tile stays correct, only slower. GPUs: none
+    (a warp reads a K-major row coalesced).
+    """
+    import os
+    mode = os.environ.get("TVMRNN_WEIGHT_PANELS", "auto")
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"TVMRNN_WEIGHT_PANELS: expected auto, 0 or 1, got {mode!r}")
+    if target is None:
+        from .target import host_target
+        target = host_target()
+    if mode == "0" or is_gpu(target):
+        return 0
+    lanes = vector_lanes(target)
+    if mode == "auto" and lanes != 8:
+        return 0
+    units = cpu_column_tile(lanes, hidden, gates)
+    return units if 1 < units < hidden and hidden % units == 0 else 0
+
+
 def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,
              row_block: int | None = None, red_block: int | None = None) -> None:
     """Register-blocked GEMM (see the module docstring) on the kernel's reduction block.
@@ -94,34 +154,10 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     row_loops, col_loops = spatial[:-ncols], spatial[-ncols:]
     row_extents, col_extents = extents[:-ncols], extents[-ncols:]
 
-    # Column tile: whole trailing column axes (e.g. all G gates of a unit), the leading one tiled
-    # so that the tile is at most `column_vectors` vectors, a whole number of them where possible.
     inner = 1
     for e in col_extents[1:]:
         inner *= e
-    lead = col_extents[0]
-
-    def lead_tile_for(vectors):
-        cap = max(1, vectors * lanes // inner)
-        # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
-        # 16 units make 48 floats (3 vectors); 20 units (60 floats) could not be split so.
-        tile = _divisor(lead, cap, multiple_of=lanes // math.gcd(lanes, inner))
-        return tile if tile > 1 else _divisor(lead, cap)
-
-    lead_tile = lead_tile_for(column_vectors or 4)
-    if lanes == 8 and column_vectors is None:
-        # AVX2's 16 registers: a 2-vector-wide tile with 5 rows (each loaded vector of the
-        # streamed operand feeds 5 multiply-adds) instead of a 4-wide one with 2 rows (2), where
-        # 2 vectors hold a whole number of units. Gate-interleaved columns (the fused step, the
-        # input projection) ran 7-14% faster so on a Zen 5 (x86-64-v3 code, two runs: LSTM step
-        # 540-560 -> 491-505 us, input projection chunk 8.0 -> 7.0-7.2 ms); plain columns were
-        # 7-10% slower there, but on an AVX2-only Zen 3 (2 threads, two runs each) 1.1-2.2x
-        # faster: the LSTM's backward step 3,731 / 3,207 -> 1,862-3,285 / 1,488 us, the GRU's
-        # 1,381 -> 939-970, the RNN's 253-259 -> 192-198, the RNN's forward step 255-257 -> 184,
-        # the LSTM's 16-step input gradient 25.8 -> 16.8-20.6 ms (notes/performance.md v17).
-        narrow = lead_tile_for(2)
-        if narrow * inner % lanes == 0:
-            lead_tile = narrow
+    lead_tile = cpu_column_tile(lanes, col_extents[0], inner, column_vectors)
     width = lead_tile * inner
     # Row tile: the last row axis tiled so that rows x column vectors fit the accumulators.
     rows = _divisor(row_extents[-1], max(1, accumulators // max(1, -(-width // lanes)))) if row_extents else 1

@@ -7,7 +7,8 @@ supplies by running them in loops over views of whole-sequence buffers.
 
 Layouts (see :mod:`tvmrnn.layout`): weights are packed K-major and gate-interleaved,
 ``w[k, j, g]`` for input feature k, hidden unit j, gate g (EcoRNN's layout: one unit's gates
-sit side by side, so the fused step finds all gates of a unit together); gate projections are
+sit side by side, so the fused step finds all gates of a unit together), on AVX2 CPUs in column
+panels ``w[j // u, k, j % u, g]`` (:func:`weight_shape`); gate projections are
 ``(…, N, H, G)``; gradients of weights are produced in PyTorch's ``(G, H, K)`` layout.
 """
 from __future__ import annotations
@@ -74,33 +75,54 @@ def derivation(cell: Cell) -> Derivation:
     return derive(cell)
 
 
-def input_projection(steps, batch, in_size, hidden, gates) -> Kernel:
-    """``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]`` for a chunk of steps."""
+def weight_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, ...]:
+    """The forward weights' shape: K-major ``(K, H, G)``, or in column panels of ``panel`` units
+    ``(H / panel, K, panel, G)`` (see :func:`tvmrnn.default_schedule.weight_panel`)."""
+    if not panel:
+        return (in_size, hidden, gates)
+    if hidden % panel:
+        raise ValueError(f"panel: {panel} units do not divide hidden_size {hidden}")
+    return (hidden // panel, in_size, panel, gates)
+
+
+def _weight_at(w, lead: tuple, k, j, g, panel: int):
+    """``w[k, j, g]`` of the logical weights, whichever their layout."""
+    return w[(*lead, j // panel, k, j % panel, g)] if panel else w[(*lead, k, j, g)]
+
+
+def _panel_suffix(panel: int) -> str:
+    return f"_p{panel}" if panel else ""
+
+
+def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0) -> Kernel:
+    """``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]`` for a chunk of steps (``w`` in
+    column panels of ``panel`` units if given, :func:`weight_shape`)."""
     x = te.placeholder((steps, batch, in_size), F32, "x")
-    w = te.placeholder((in_size, hidden, gates), F32, "w")
+    w = te.placeholder(weight_shape(in_size, hidden, gates, panel), F32, "w")
     b = te.placeholder((hidden, gates), F32, "b")
     k = te.reduce_axis((0, in_size), "k")
     mm = te.compute((steps, batch, hidden, gates),
-                    lambda t, n, j, g: te.sum(x[t, n, k] * w[k, j, g], axis=k), name="matmul")
+                    lambda t, n, j, g: te.sum(x[t, n, k] * _weight_at(w, (), k, j, g, panel), axis=k), name="matmul")
     gx = te.compute(mm.shape, lambda t, n, j, g: mm[t, n, j, g] + b[j, g], name="gx")
-    return _make(f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}",
+    return _make(f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_panel_suffix(panel)}",
                  {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=("j", "g"))
 
 
-def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1) -> Kernel:
+def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0) -> Kernel:
     """The recurrent GEMM fused with the cell's gate math, for one step.
 
     Outputs h_t twice (into the state and into the layer output), c_t, and for training the
     values the derivation keeps for the backward. With ``directions`` > 1 every parameter gets a
     leading direction axis: one launch runs that many independent steps (both directions of a
-    bidirectional layer, each with its own weights), see :func:`_lead`.
+    bidirectional layer, each with its own weights), see :func:`_lead`. ``panel``: the weights'
+    column panels (:func:`weight_shape`).
     """
     d = derivation(cell)
     G = cell.num_gates
     lead = _lead(directions)
     gx = te.placeholder(lead + (batch, hidden, G), F32, "gx")
     h_prev = te.placeholder(lead + (batch, hidden), F32, "h_prev")
-    w = te.placeholder(lead + (hidden, hidden, G), F32, "w")
+    w = te.placeholder(lead + weight_shape(hidden, hidden, G, panel), F32, "w")
     b = te.placeholder(lead + (hidden, G), F32, "b")
     inputs = {"gx": gx, "h_prev": h_prev, "w": w, "b": b}
     if cell.has_cell_state:
@@ -111,7 +133,7 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1) 
 
     def projection(*i):
         *s, n, j, g = i  # s: the direction, if any
-        return te.sum(h_prev[(*s, n, k)] * w[(*s, k, j, g)], axis=k)
+        return te.sum(h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, j, g, panel), axis=k)
     gh = te.compute(lead + (batch, hidden, G), projection, name="recurrent_projection",
                     varargs_names=_axis_names(lead, "n", "j", "g"))
 
@@ -133,7 +155,8 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1) 
         exprs.update({f"saved{i}": e for i, (_, e) in enumerate(d.saved)})
     outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
-    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_lead_suffix(directions)}", inputs,
+    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}{_lead_suffix(directions)}",
+                 inputs,
                  outputs, gemm="recurrent_projection", columns=("j", "g"), batch=len(lead))
 
 
@@ -368,11 +391,16 @@ def copy(rows, cols) -> Kernel:
     return _make(f"copy_{rows}x{cols}", {"src": src}, {"dst": dst})
 
 
-def gate_transpose(gates, hidden, in_size) -> Kernel:
-    """Weight packing: PyTorch's ``(G, H, K)`` (rows g*H + j) -> the kernels' ``(K, H, G)``."""
+def gate_transpose(gates, hidden, in_size, panel: int = 0) -> Kernel:
+    """Weight packing: PyTorch's ``(G, H, K)`` (rows g*H + j) -> the kernels' ``(K, H, G)``, or
+    its column panels ``(H / panel, K, panel, G)`` (:func:`weight_shape`)."""
     src = te.placeholder((gates, hidden, in_size), F32, "src")
-    dst = te.compute((in_size, hidden, gates), lambda k, j, g: src[g, j, k], name="dst")
-    return _make(f"gate_transpose_g{gates}_h{hidden}_k{in_size}", {"src": src}, {"dst": dst})
+    if panel:
+        dst = te.compute(weight_shape(in_size, hidden, gates, panel),
+                         lambda p, k, u, g: src[g, p * panel + u, k], name="dst")
+    else:
+        dst = te.compute((in_size, hidden, gates), lambda k, j, g: src[g, j, k], name="dst")
+    return _make(f"gate_transpose_g{gates}_h{hidden}_k{in_size}{_panel_suffix(panel)}", {"src": src}, {"dst": dst})
 
 
 def gate_untranspose(gates, hidden, in_size) -> Kernel:

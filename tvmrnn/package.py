@@ -48,9 +48,11 @@ def metadata(rnn: RNN) -> dict:
         "dtype": "float32",
         "target": str(t), "target_kind": t.kind.name,
         "weight_layout": "one flat float32 buffer of packed_weights_size; per parameter, in PyTorch's order: "
-                         "weights (K, H, G) gate-interleaved, biases (H, G); then, from weights_size on, the "
+                         "weights (K, H, G) gate-interleaved (with weight_panel u > 0: in column panels, "
+                         "(H / u, K, u, G)), biases (H, G); then, from weights_size on, the "
                          "weights again in PyTorch's (G, H, K) layout; pack_weights(params, w) makes it from "
                          "PyTorch's flat layout",
+        "weight_panel": rnn.programs["pack_weights"].weight_panel,
         "packed_weights_size": c.layout.packed_total,
         "parameters": [[s.name, list(s.torch_shape), s.offset] for s in c.layout.slots],
         "weights_size": c.layout.total,

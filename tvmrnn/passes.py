@@ -35,7 +35,7 @@ from tvm import tirx
 
 from . import kernels
 from .cells import Cell
-from .default_schedule import is_gpu
+from .default_schedule import is_gpu, weight_panel
 from .layout import Layout
 from .sequence import Program, Stacked
 
@@ -198,7 +198,10 @@ def _bind(group, views_of):
 
 
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
-                    chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False) -> Program:
+                    chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
+                    panel: int = 0) -> Program:
+    """The inference or training forward. ``panel``: the forward weights' column panels, as
+    :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
@@ -251,14 +254,14 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         def h_row(d, row, _l=l):
             return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
-            step = kernels.recurrent_step(c, N, H, train, directions=len(group))
+            step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel)
             for gd, d in enumerate(group):
                 ld = l * D + d
                 w_ih = w.piece(layout.slot(l, d, "weight_ih").offset)
                 b_ih = w.piece(layout.slot(l, d, "bias_ih").offset)
 
                 def projection(start, size, _gd=gd, _w=w_ih, _b=b_ih):
-                    k = kernels.input_projection(size, N, in_size, H, G)
+                    k = kernels.input_projection(size, N, in_size, H, G, panel=panel)
                     prog.call(k, x=layer_in(start, size), w=_w, b=_b, gx=gx.at("t", "n", "j", "g", d=_gd, t=start))
                 prog.chunked(T, chunks, projection)
                 # State rows: training keeps all T+1 in time order (see the module docstring);
@@ -464,18 +467,20 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     return prog
 
 
-def packing_program(config: Config, schedule) -> Program:
+def packing_program(config: Config, schedule, panel: int = 0) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
-    every parameter transposed for the forward kernels, then the weights copied as they are
-    for the backward's (see :mod:`tvmrnn.layout`)."""
+    every parameter transposed for the forward kernels (the weights in column panels of ``panel``
+    units if given: :func:`tvmrnn.default_schedule.weight_panel`), then the weights copied as
+    they are for the backward's (see :mod:`tvmrnn.layout`)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
     prog = Program("pack_weights", schedule)
+    prog.weight_panel = panel  # recorded in exported packages' metadata
     src = prog.flat("params", layout.total)
     dst = prog.flat("w", layout.packed_total)
     for slot in layout.slots:
         k_size = slot.torch_shape[1] if len(slot.torch_shape) == 2 else 1  # a bias is a (G, H, 1) weight
         gates = 1 if slot.kind in layout.unit_params else G  # a per-unit parameter: a 1-gate bias, copied
-        kernel = kernels.gate_transpose(gates, H, k_size)
+        kernel = kernels.gate_transpose(gates, H, k_size, panel=panel if len(slot.torch_shape) == 2 else 0)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2:
             prog.call(kernels.copy(*slot.torch_shape), src=src.piece(slot.offset),
@@ -490,15 +495,17 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     its tasks from the same programs."""
     from .target import dependent_launch, persistent_passes
     how = dict(chunks=chunk_steps(target), stacked=stack_directions(target), one_region=time_loop_regions(target))
+    panel = weight_panel(target, config.cell.num_gates, config.hidden_size)
     passes = persistent_passes()
 
     def blocks(name):
         return persistent_blocks if name in passes else None
-    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), **how),
-                forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), **how),
+    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel, **how),
+                forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
+                                **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), **how),
-                packing_program(config, schedule))
+                packing_program(config, schedule, panel=panel))
     for p in programs:
         p.dependent_launch = dependent_launch(target)
     return programs
