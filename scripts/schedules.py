@@ -35,8 +35,11 @@ def known_kernels():
                 configs.append(Config(get_cell(cell), e["input_size"], e["hidden_size"], e.get("num_layers", 1),
                                       e.get("bidirectional", False), e["batch_size"], False))
     kernels = {}  # the CPU's and the GPU's chunk sizes give different GEMM kernels: both
-    # (the H100's tag: a persistent loop's step kernel is a workload for its SM count)
-    for target in (None, tvm.target.Target("nvidia/nvidia-h100")):
+    # (the H100's tag: a persistent loop's step kernel is a workload for its SM count); the CPU's
+    # kernels depend on it too (AVX2 CPUs pack weights in panels, AVX-512 ones do not; 8 cores and
+    # more stack directions), so this machine's and the logged Xeon's, whatever this machine is
+    xeon = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
+    for target in (None, xeon, tvm.target.Target("nvidia/nvidia-h100")):
         kernels.update((t.kernel.name, t.kernel) for t in tuning.extract_tasks(configs, target=target))
     return list(kernels.values())
 
