@@ -67,6 +67,7 @@ def test_metadata_describes_the_package(exported):
     assert meta["weights_size"] == sum(int(np.prod(s)) for _, s, _ in meta["parameters"])
     assert "weight_layout" in meta and "features" in meta["cpu"]
     assert meta["weight_panel"] == 0  # 37 hidden units: no tile divides them, the weights stay K-major
+    assert meta["backward_weight_panels"] == {"13": 0, "37": 0, "74": 0}  # nor 13 inputs, nor 2 x 37
 
 
 def test_not_a_package(tmp_path):

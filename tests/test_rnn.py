@@ -138,6 +138,12 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     W = params[slot.name].reshape(G, hidden, hidden)  # PyTorch's (G*H, K) as (G, H, K)
     panels = w.flat[slot.offset:slot.offset + slot.size].reshape(kernels.weight_shape(hidden, hidden, G, u))
     np.testing.assert_array_equal(panels, W.reshape(G, hidden // u, u, hidden).transpose(1, 3, 2, 0))
+    ub = default_schedule.weight_panel(host_target(), 1, hidden)  # the backward's copy, in panels of K
+    assert 1 < ub < hidden
+    back = w.flat[rnn.config.layout.torch_copy(slot.offset):][:slot.size]
+    np.testing.assert_array_equal(back.reshape(kernels.backward_weight_shape(G, hidden, hidden, ub)),
+                                  W.reshape(G, hidden, hidden // ub, ub).transpose(2, 1, 0, 3))
+    assert any(k.startswith("backward_step") and f"_p{ub}" in k for k in rnn.programs["backward"].kernels)
     monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "0")
     k_major = tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=2, bidirectional=True, batch_size=N)
     assert not any(re.search(r"_p\d+(_|$)", k) for k in k_major.programs["forward"].kernels)

@@ -106,7 +106,8 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     only. ``TVMRNN_WEIGHT_PANELS``: ``auto`` (default), ``0`` never, ``1`` on every CPU. The panel
     is the default schedule's tile (:func:`cpu_column_tile`), so that the tile's index into the
     panel simplifies; a tuned schedule with another tile stays correct, only slower. GPUs: none
-    (a warp reads a K-major row coalesced).
+    (a warp reads a K-major row coalesced). The backward's copy of a weight with K inputs takes
+    ``weight_panel(target, 1, K)`` (its tile runs along K alone: :func:`tvmrnn.kernels.backward_weight_shape`).
     """
     import os
     mode = os.environ.get("TVMRNN_WEIGHT_PANELS", "auto")
@@ -121,7 +122,8 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     if mode == "auto" and lanes != 8:
         return 0
     units = cpu_column_tile(lanes, hidden, gates)
-    return units if 1 < units < hidden and hidden % units == 0 else 0
+    # whole vectors only (a narrower tile, e.g. 2 of 74 features, gains nothing from a panel)
+    return units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
 
 
 def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,

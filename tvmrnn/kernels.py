@@ -90,6 +90,23 @@ def _weight_at(w, lead: tuple, k, j, g, panel: int):
     return w[(*lead, j // panel, k, j % panel, g)] if panel else w[(*lead, k, j, g)]
 
 
+def backward_weight_shape(gates, hidden, in_size, panel: int = 0) -> tuple[int, ...]:
+    """The backward's copy of the weights: PyTorch's ``(G, H, K)``, or in panels of ``panel``
+    input features ``(K / panel, H, G, panel)``, so that a tile of ``panel`` outputs ``k``
+    reduces over ``(j, g)`` along one contiguous block (:func:`weight_shape`'s idea, for the
+    data GEMMs ``dh = dg W_hh`` and ``dx = dg W_ih``)."""
+    if not panel:
+        return (gates, hidden, in_size)
+    if in_size % panel:
+        raise ValueError(f"panel: {panel} features do not divide {in_size}")
+    return (in_size // panel, hidden, gates, panel)
+
+
+def _weight_t_at(w, lead: tuple, g, j, k, panel: int):
+    """``W[g, j, k]`` of the backward's weight copy, whichever its layout."""
+    return w[(*lead, k // panel, j, g, k % panel)] if panel else w[(*lead, g, j, k)]
+
+
 def _panel_suffix(panel: int) -> str:
     return f"_p{panel}" if panel else ""
 
@@ -195,7 +212,7 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
                                f"pointwise_backward_{cell.name}_n{batch}_h{hidden}")
 
 
-def backward_step(cell: Cell, batch, hidden, directions: int = 1) -> Kernel:
+def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
 
     ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
@@ -205,20 +222,21 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1) -> Kernel:
     direct part, where the cell has one), then the pointwise backward's inputs for step t-1 except
     ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
     buffer as ``dh_direct_in``: each element is read before it is written, by the same thread).
-    ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter.
+    ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter. ``panel``:
+    the weights' panels (:func:`backward_weight_shape`).
     """
     G = cell.num_gates
     d = derivation(cell)
     lead = _lead(directions)
     dgh = te.placeholder(lead + (batch, hidden, G), F32, "dgh")
-    w = te.placeholder(lead + (G, hidden, hidden), F32, "w")
+    w = te.placeholder(lead + backward_weight_shape(G, hidden, hidden, panel), F32, "w")
     inputs = {"dgh": dgh, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, G), "g")
 
     def dh(*i):
         *s, n, k = i  # s: the direction, if any
-        return te.sum(dgh[(*s, n, j, g)] * w[(*s, g, j, k)], axis=[j, g])
+        return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
     mm = te.compute(lead + (batch, hidden), dh, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
     if d.grad_h_prev is not None:
         inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
@@ -226,7 +244,8 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1) -> Kernel:
     else:
         carried = lambda *i: mm[i]  # noqa: E731
     return _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
-                               f"backward_step_{cell.name}_n{batch}_h{hidden}{_lead_suffix(directions)}",
+                               f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
+                               f"{_lead_suffix(directions)}",
                                gemm="matmul", columns=("k",))
 
 
@@ -276,18 +295,19 @@ def _pointwise_backward(cell: Cell, batch, hidden, lead: tuple, inputs: dict, ca
     return _make(name, inputs, outputs, gemm=gemm, columns=columns, batch=len(lead))
 
 
-def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:
+def recurrent_backward(batch, hidden, gates, direct: bool, panel: int = 0) -> Kernel:
     """``dh_{t-1}[n, k] = sum_{g,j} dgh[n, j, g] w[g, j, k]`` (+ the pointwise's direct part).
 
     ``w`` is W_hh in PyTorch's ``(G, H, K)`` layout (kept beside the packed one, see
     :mod:`tvmrnn.layout`): the output axis ``k`` is then contiguous in the weights too.
     """
     dgh = te.placeholder((batch, hidden, gates), F32, "dgh")
-    w = te.placeholder((gates, hidden, hidden), F32, "w")
+    w = te.placeholder(backward_weight_shape(gates, hidden, hidden, panel), F32, "w")
     inputs = {"dgh": dgh, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, gates), "g")
-    mm = te.compute((batch, hidden), lambda n, k: te.sum(dgh[n, j, g] * w[g, j, k], axis=[j, g]),
+    mm = te.compute((batch, hidden),
+                    lambda n, k: te.sum(dgh[n, j, g] * _weight_t_at(w, (), g, j, k, panel), axis=[j, g]),
                     name="matmul")
     if direct:
         inputs["dh_direct"] = te.placeholder((batch, hidden), F32, "dh_direct")
@@ -295,7 +315,7 @@ def recurrent_backward(batch, hidden, gates, direct: bool) -> Kernel:
     else:
         out = te.compute(mm.shape, lambda n, k: mm[n, k], name="dh")
     suffix = "_direct" if direct else ""
-    return _make(f"recurrent_backward_n{batch}_h{hidden}_g{gates}{suffix}", inputs, {"dh": out},
+    return _make(f"recurrent_backward_n{batch}_h{hidden}_g{gates}{suffix}{_panel_suffix(panel)}", inputs, {"dh": out},
                  gemm="matmul", columns=("k",))
 
 
@@ -345,7 +365,7 @@ def bias_gradient(steps, batch, hidden, gates) -> Kernel:
                  gemm="sum", columns=("j", "g"))
 
 
-def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool) -> Kernel:
+def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel: int = 0) -> Kernel:
     """``dx[t, n, k] (+)= sum_{g,j} dg[t, n, j, g] w[g, j, k]`` for a chunk of steps.
 
     ``w`` is W_ih in PyTorch's ``(G, H, K)`` layout, as in :func:`recurrent_backward`. With
@@ -353,18 +373,19 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool) -> Ke
     direction of a bidirectional layer adds to what the first wrote).
     """
     dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
-    w = te.placeholder((gates, hidden, in_size), F32, "w")
+    w = te.placeholder(backward_weight_shape(gates, hidden, in_size, panel), F32, "w")
     inputs = {"dg": dg, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, gates), "g")
     mm = te.compute((steps, batch, in_size),
-                    lambda t, n, k: te.sum(dg[t, n, j, g] * w[g, j, k], axis=[j, g]), name="matmul")
+                    lambda t, n, k: te.sum(dg[t, n, j, g] * _weight_t_at(w, (), g, j, k, panel), axis=[j, g]),
+                    name="matmul")
     if accumulate:
         inputs["acc"] = te.placeholder(mm.shape, F32, "acc")
         out = te.compute(mm.shape, lambda t, n, k: inputs["acc"][t, n, k] + mm[t, n, k], name="dx")
     else:
         out = te.compute(mm.shape, lambda t, n, k: mm[t, n, k], name="dx")
-    suffix = "_acc" if accumulate else ""
+    suffix = ("_acc" if accumulate else "") + _panel_suffix(panel)
     return _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out},
                  gemm="matmul", columns=("k",))
 
@@ -401,6 +422,15 @@ def gate_transpose(gates, hidden, in_size, panel: int = 0) -> Kernel:
     else:
         dst = te.compute((in_size, hidden, gates), lambda k, j, g: src[g, j, k], name="dst")
     return _make(f"gate_transpose_g{gates}_h{hidden}_k{in_size}{_panel_suffix(panel)}", {"src": src}, {"dst": dst})
+
+
+def weight_panels(gates, hidden, in_size, panel: int) -> Kernel:
+    """Weight packing for the backward: PyTorch's ``(G, H, K)`` -> its panels
+    ``(K / panel, H, G, panel)`` (:func:`backward_weight_shape`)."""
+    src = te.placeholder((gates, hidden, in_size), F32, "src")
+    dst = te.compute(backward_weight_shape(gates, hidden, in_size, panel),
+                     lambda p, j, g, v: src[g, j, p * panel + v], name="dst")
+    return _make(f"weight_panels_g{gates}_h{hidden}_k{in_size}_p{panel}", {"src": src}, {"dst": dst})
 
 
 def gate_untranspose(gates, hidden, in_size) -> Kernel:

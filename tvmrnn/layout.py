@@ -13,7 +13,8 @@ pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs on the device and sh
 exported libraries. The packed buffer holds a second copy of the weights in PyTorch's own
 ``(G, H, K)`` layout at ``total + offset``: the backward's data GEMMs (``dx = dg W``,
 ``dh = dg W_hh``) produce ``k`` and want it contiguous in the weights (a CPU vectorises along it,
-a GPU warp reads it coalesced), as BLAS's transposed GEMM would. That doubles the weights' memory
+a GPU warp reads it coalesced), as BLAS's transposed GEMM would (on AVX2 CPUs in panels of the
+tile's ``u`` features, ``(K / u, H, G, u)``, :func:`tvmrnn.kernels.backward_weight_shape`). That doubles the weights' memory
 (10 MB more for a DS2 LSTM layer), not the workspace. Gradients come back in PyTorch's layout,
 also from one flat buffer.
 """

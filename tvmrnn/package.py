@@ -50,9 +50,10 @@ def metadata(rnn: RNN) -> dict:
         "weight_layout": "one flat float32 buffer of packed_weights_size; per parameter, in PyTorch's order: "
                          "weights (K, H, G) gate-interleaved (with weight_panel u > 0: in column panels, "
                          "(H / u, K, u, G)), biases (H, G); then, from weights_size on, the "
-                         "weights again in PyTorch's (G, H, K) layout; pack_weights(params, w) makes it from "
-                         "PyTorch's flat layout",
+                         "weights again in PyTorch's (G, H, K) layout (with backward_weight_panels[K] = v > 0: "
+                         "(K / v, H, G, v)); pack_weights(params, w) makes it from PyTorch's flat layout",
         "weight_panel": rnn.programs["pack_weights"].weight_panel,
+        "backward_weight_panels": {str(k): v for k, v in rnn.programs["pack_weights"].backward_weight_panels.items()},
         "packed_weights_size": c.layout.packed_total,
         "parameters": [[s.name, list(s.torch_shape), s.offset] for s in c.layout.slots],
         "weights_size": c.layout.total,

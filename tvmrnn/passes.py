@@ -302,10 +302,12 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
-                     packed_grads: bool = False, one_region: bool = False) -> Program:
+                     packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
-    time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`)."""
+    time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`).
+    ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
+    :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
@@ -351,7 +353,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
 
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H)
-    recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None)
+    recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
     for l in reversed(range(L)):
         in_size = I if l == 0 else D * H
         if l == L - 1:
@@ -411,7 +413,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             return views
 
         for group in groups:
-            fused = kernels.backward_step(c, N, H, directions=len(group))
+            fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H))
             # the last step's gate math with dhy; then one launch per step: step v's GEMM and
             # step v+1's gate math (from the end); then the first step's GEMM, into dh0
             for d in group:
@@ -455,7 +457,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                                  w=w.piece(layout.torch_copy(_slot["weight_ih"])), dx=d_in(start))
                     if _d > 0:
                         views["acc"] = d_in(start)
-                    prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0), **views)
+                    prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0,
+                                                     panel=panel_of(in_size)), **views)
                 if packed_grads:
                     for kind, k_size in (("weight_ih", in_size), ("weight_hh", H)):
                         prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(packed_at[kind]))
@@ -467,14 +470,16 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     return prog
 
 
-def packing_program(config: Config, schedule, panel: int = 0) -> Program:
+def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
     every parameter transposed for the forward kernels (the weights in column panels of ``panel``
-    units if given: :func:`tvmrnn.default_schedule.weight_panel`), then the weights copied as
-    they are for the backward's (see :mod:`tvmrnn.layout`)."""
+    units if given: :func:`tvmrnn.default_schedule.weight_panel`), then the weights copied for
+    the backward's, as they are or in panels of ``panel_of(K)`` input features (see
+    :mod:`tvmrnn.layout`)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
     prog = Program("pack_weights", schedule)
-    prog.weight_panel = panel  # recorded in exported packages' metadata
+    prog.weight_panel = panel  # recorded in exported packages' metadata, with the backward's
+    prog.backward_weight_panels = {}  # K -> panel of the backward's copy of a weight with K inputs
     src = prog.flat("params", layout.total)
     dst = prog.flat("w", layout.packed_total)
     for slot in layout.slots:
@@ -483,8 +488,9 @@ def packing_program(config: Config, schedule, panel: int = 0) -> Program:
         kernel = kernels.gate_transpose(gates, H, k_size, panel=panel if len(slot.torch_shape) == 2 else 0)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2:
-            prog.call(kernels.copy(*slot.torch_shape), src=src.piece(slot.offset),
-                      dst=dst.piece(layout.torch_copy(slot.offset)))
+            back = prog.backward_weight_panels[k_size] = panel_of(k_size)
+            copy = kernels.weight_panels(G, H, k_size, back) if back else kernels.copy(*slot.torch_shape)
+            prog.call(copy, src=src.piece(slot.offset), dst=dst.piece(layout.torch_copy(slot.offset)))
     return prog
 
 
@@ -496,6 +502,9 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     from .target import dependent_launch, persistent_passes
     how = dict(chunks=chunk_steps(target), stacked=stack_directions(target), one_region=time_loop_regions(target))
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size)
+
+    def panel_of(k_size):  # the backward's data GEMMs: their tile runs along K, one "gate"
+        return weight_panel(target, 1, k_size)
     passes = persistent_passes()
 
     def blocks(name):
@@ -504,8 +513,8 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
                                 **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
-                                 packed_grads=packed_weight_gradients(target), **how),
-                packing_program(config, schedule, panel=panel))
+                                 packed_grads=packed_weight_gradients(target), panel_of=panel_of, **how),
+                packing_program(config, schedule, panel=panel, panel_of=panel_of))
     for p in programs:
         p.dependent_launch = dependent_launch(target)
     return programs
