@@ -8,6 +8,7 @@ large arrays), which they had before v18. Both builds run on the same inputs, in
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -18,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def main():
-    from bench import study_parser
+    from bench import study_parser, torch_rnn
     p = study_parser(__doc__, reps=3)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--no-train", action="store_true")
@@ -39,13 +40,12 @@ def main():
 
     for cell in a.cells:
         torch.manual_seed(0)
-        params = tvmrnn.params_from_torch(torch.nn.LSTM(H, H) if cell == "lstm" else torch.nn.GRU(H, H) if cell == "gru"
-                                          else torch.nn.RNN(H, H, nonlinearity=cell[4:]))
+        params = tvmrnn.params_from_torch(torch_rnn(cell, H, H, 1, False))
         x = np.random.default_rng(0).standard_normal((T, N, H)).astype(np.float32)
         dy = np.random.default_rng(1).standard_normal((T, N, H)).astype(np.float32)
         sides = {}
         for label, patch in (("numpy default (before)", True), ("64-byte aligned (now)", False)):
-            with mock.patch.object(arrays, "aligned_empty", numpy_default) if patch else _nothing():
+            with mock.patch.object(arrays, "aligned_empty", numpy_default) if patch else contextlib.nullcontext():
                 rnn = tvmrnn.build(cell, input_size=H, hidden_size=H, batch_size=N)
                 w = rnn.pack_weights(params)
             sides[label] = (rnn, w, patch)
@@ -54,7 +54,7 @@ def main():
         for _ in range(a.rounds):
             for (label, pass_), out in times.items():
                 rnn, w, patch = sides[label]
-                with mock.patch.object(arrays, "aligned_empty", numpy_default) if patch else _nothing():
+                with mock.patch.object(arrays, "aligned_empty", numpy_default) if patch else contextlib.nullcontext():
                     fn = (lambda: rnn.forward(w, x)) if pass_ == "inference" else (
                         lambda: rnn.backward(w, rnn.forward_train(w, x)[3], dy))
                     results[label, pass_] = fn()
@@ -70,14 +70,6 @@ def main():
             print(f"{cell:9s} {pass_:10s} {label:24s} {statistics.median(out):9.1f} ms  "
                   f"({N / statistics.median(out) * 1e3:6.1f} samples/s; calls {min(out):.0f}-{max(out):.0f})  "
                   f"max diff {diff:.1e}", flush=True)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

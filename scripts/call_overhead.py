@@ -51,7 +51,7 @@ def host_ms(fn, sync, reps):
 
 
 def main():
-    from bench import study_parser
+    from bench import study_parser, torch_rnn
     p = study_parser(__doc__, reps=50, layers=True)
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda if there is one")
     p.add_argument("--threads", type=int, default=None, help="CPU threads, both sides")
@@ -70,9 +70,7 @@ def main():
     for cell in a.cells:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=a.bidirectional,
                            batch_size=N, target="cuda" if dev.type == "cuda" else None)
-        ref = getattr(torch.nn, {"lstm": "LSTM", "gru": "GRU"}.get(cell, "RNN"))
-        kw = {} if cell in ("lstm", "gru") else {"nonlinearity": cell[4:]}
-        ref = ref(I, H, num_layers=L, bidirectional=a.bidirectional, **kw)
+        ref = torch_rnn(cell, I, H, L, a.bidirectional)
         w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
         x = torch.randn(T, N, I, device=dev)
         with torch.no_grad():

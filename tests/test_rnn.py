@@ -120,10 +120,11 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     ``(H / u, K, u, G)``, and 2 bidirectional layers, both directions in one launch (a direction
     axis before the panels), match PyTorch forward and backward, and K-major weights' outputs."""
     from tvmrnn import default_schedule, kernels
+    from tvmrnn.cells import get_cell
     from tvmrnn.target import host_target
     monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
     monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
-    G = {"lstm": 4, "gru": 3}.get(cell, 1)
+    G = get_cell(cell).num_gates
     u = default_schedule.weight_panel(host_target(), G, hidden)
     assert 1 < u < hidden and hidden % u == 0
     rnn = built(cell, 2, True, False, hidden_size=hidden, target=None)  # the build _check uses

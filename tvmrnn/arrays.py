@@ -27,10 +27,6 @@ def aligned_empty(shape, dtype=np.float32) -> np.ndarray:
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def is_aligned(a: np.ndarray) -> bool:
-    return a.ctypes.data % ALIGNMENT == 0
-
-
 def _is_torch(a) -> bool:
     return type(a).__module__.startswith("torch") and hasattr(a, "is_contiguous")
 
