@@ -56,6 +56,10 @@ def parse():
     p.add_argument("--max-seconds", type=float, default=20.0, help="per side and pass, fewer reps if slower")
     p.add_argument("--no-train", action="store_true")
     p.add_argument("--tuning-logs", default=None)
+    p.add_argument("--packages", nargs="*", default=[], metavar="SO",
+                   help="exported packages (scripts/export.py) to load instead of building, each used for the "
+                        "configuration it was built for (a 5-layer GPU build takes minutes on a GPU machine's host; "
+                        "build it elsewhere with --target and bring the file)")
     p.add_argument("--profile", action="store_true", help="also time every kernel alone: where the time goes "
                                                           "(input GEMMs, weight gradients, recurrent part, gaps per step)")
     p.add_argument("--json", help="write the results here")
@@ -174,6 +178,16 @@ def torch_rnn(cell, I, H, L, bidir):
     return torch.nn.RNN(I, H, nonlinearity=cell[4:], **kw)
 
 
+def find_package(paths, tvmrnn, **config):
+    """The first of ``paths`` whose package metadata has every item of ``config``; None if none."""
+    from tvmrnn.package import read_metadata
+    for path in paths:
+        meta = read_metadata(path)
+        if all(meta.get(k) == v for k, v in config.items()):
+            return path
+    return None
+
+
 def bench_one(a, cell, L, bidir, tvmrnn, torch):
     T, N, I, H = a.seq_len, a.batch_size, a.input_size, a.hidden_size
     dev = torch.device(a.device)
@@ -183,15 +197,23 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     torch.manual_seed(0)
     ref = torch_rnn(cell, I, H, L, bidir).to(dev)
     t0 = time.perf_counter()
-    rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
-                       target=target, tuning_logs=a.tuning_logs)
+    package = find_package(a.packages, tvmrnn, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
+                           input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
+    if package:
+        if a.profile:
+            raise SystemExit(f"--profile needs a build (the kernels' programs); {package} is a package")
+        rnn = tvmrnn.load(package, device=a.device)
+    else:
+        rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
+                           target=target, tuning_logs=a.tuning_logs)
     build_s = time.perf_counter() - t0
-    tuned = sum(1 for v in rnn.schedules.values() if v == "tuned")
+    schedules = getattr(rnn, "schedules", {})  # a loaded package does not know them
+    tuned = f"{sum(1 for v in schedules.values() if v == 'tuned')}/{len(schedules)}" if schedules else "package"
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     x = torch.randn(T, N, I, device=dev)
     dy = torch.randn(T, N, H * (2 if bidir else 1), device=dev)
     row = dict(cell=cell, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, device=a.device,
-               build_s=round(build_s, 1), tuned_kernels=f"{tuned}/{len(rnn.schedules)}")
+               build_s=round(build_s, 1), tuned_kernels=tuned, package=package)
     results = []
     if a.profile:
         from tvmrnn.profile import GROUPS, profile

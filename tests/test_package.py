@@ -117,6 +117,30 @@ def test_export_script(tmp_path):
     assert rnn.config.cell.name == "rnn_relu" and rnn.config.batch_first and rnn.config.num_layers == 2
 
 
+def test_bench_uses_a_package_for_its_configuration(exported, tmp_path):
+    """``bench.py --packages``: the configuration the package was built for runs the package (no build),
+    and agrees with PyTorch; a package for another configuration is not used."""
+    out = tmp_path / "bench.json"
+    common = [sys.executable, os.path.join(REPO, "scripts", "bench.py"), "lstm", "-T", "5", "-N", str(N),
+              "--input-size", str(I), "--hidden-size", str(H), "--reps", "2", "--threads", "1",
+              "--packages", exported, "--json", str(out)]
+    subprocess.run(common + ["--num-layers", "2", "--bidirectional"], check=True, cwd=REPO, capture_output=True)
+    rows = json.load(open(out))["results"]
+    assert {r["pass_"] for r in rows} == {"inference", "training"}
+    assert all(r["package"] == exported and r["tuned_kernels"] == "package" for r in rows)
+    assert all(r["rel_error"] < 1e-4 for r in rows)
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    try:
+        from bench import find_package
+    finally:
+        sys.path.pop(0)
+    config = dict(cell="lstm", num_layers=2, bidirectional=True, batch_size=N, input_size=I, hidden_size=H,
+                  target_kind="llvm")
+    assert find_package([exported], tvmrnn, **config) == exported
+    assert find_package([exported], tvmrnn, **dict(config, num_layers=1)) is None
+    assert find_package([exported], tvmrnn, **dict(config, target_kind="cuda")) is None
+
+
 def test_cpp_example_matches_python(exported, tmp_path):
     binary = tmp_path / "run_forward"
     subprocess.run(["g++", "-std=c++17", "-O2", os.path.join(REPO, "examples", "cpp", "run_forward.cc"),
