@@ -559,3 +559,77 @@ def test_pdl_mode_is_checked(monkeypatch):
     with pytest.raises(ValueError, match="TVMRNN_PDL"):
         targets.dependent_launch(targets.resolve("nvidia/nvidia-h100"))
     assert targets.dependent_launch(targets.resolve("llvm")) is False
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_views_as_pointers_match_torch(cell, monkeypatch, rng):
+    """Views whose offset is in the data pointer (``sequence._make_view(pointer=True)``, what GPU
+    builds with ``TVMRNN_SHARED_KERNELS=1`` declare) address the same elements: forced on for a CPU
+    build, stacked directions included (a view pair whose stride is the distance between them),
+    the passes agree with PyTorch forward and backward."""
+    import torch
+    from conftest import rel_error, torch_module
+
+    monkeypatch.setattr(tvmrnn.target, "shared_kernels", lambda target: True)
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
+    ref = torch_module(cell, 13, 37, 2, True, False).double()
+    rnn = tvmrnn.build(cell, input_size=13, hidden_size=37, num_layers=2, bidirectional=True, batch_size=3,
+                       tuning_logs=False)
+    assert all(p.view_pointers for p in rnn.programs.values())
+    assert "handle_add_byte_offset" in str(rnn.programs["backward"].build())
+    w = rnn.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
+    x = torch.from_numpy(rng.standard_normal((9, 3, 13)))
+    y, _, _, ws = rnn.forward_train(w, x.float())
+    xr = x.clone().requires_grad_(True)
+    y_ref = ref(xr)[0]
+    dy = torch.from_numpy(rng.standard_normal(tuple(y_ref.shape)))
+    y_ref.backward(dy)
+    grads = rnn.backward(w, ws, dy.float())
+    assert rel_error(rnn.forward(w, x.float())[0], y_ref) < 1e-4
+    assert rel_error(y, y_ref) < 1e-4
+    assert rel_error(grads["x"], xr.grad) < 1e-4
+    for name in ("weight_ih_l0", "weight_hh_l1_reverse", "bias_hh_l1"):
+        assert rel_error(grads[name], getattr(ref, name).grad) < 1e-4, name
+
+
+def _host_kernel_names(rnn) -> set[str]:
+    """The kernels the host code launches (by name, as string constants of its LLVM IR)."""
+    ir = rnn.executable.mod.inspect_source("ll")
+    return set(re.findall(r'c"((?:forward|forward_train|backward|pack_weights)_kernel(?:_\d+)?)\\00"', ir))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_shared_kernels(monkeypatch, tmp_path):
+    """``TVMRNN_SHARED_KERNELS=1``: a GPU build compiles each distinct kernel once and launches it
+    from every call site (other layers and directions pass other pointers); every kernel the host
+    launches is defined, few definitions are the same code, the persistent inference forward
+    stays one kernel per layer, and nvcc compiles the source."""
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
+    sizes = dict(input_size=24, hidden_size=40, num_layers=3, bidirectional=True, batch_size=4)
+    built = {}
+    for shared in ("0", "1"):
+        monkeypatch.setenv("TVMRNN_SHARED_KERNELS", shared)
+        rnn = tvmrnn.build("lstm", **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+        source = rnn.executable.mod.imports[0].inspect_source()
+        definitions = _kernel_definitions(source)
+        names = [re.match(r"\s*void\s+(?:__launch_bounds__\(\d+\)\s*)?(\w+)", d).group(1) for d in definitions]
+        bodies = [d.replace(n, "K", 1) for d, n in zip(definitions, names)]
+        launched = _host_kernel_names(rnn)
+        assert launched and launched <= set(names), launched - set(names)
+        built[shared] = (names, bodies, source)
+    (names_off, _, _), (names_on, bodies_on, source_on) = built["0"], built["1"]
+    assert len(names_on) * 2 <= len(names_off), (len(names_on), len(names_off))
+    # what stays twice is code whose TIR differs only where CUDA does not show it (the extent a
+    # kernel declares for a flat parameter it indexes the same way): 8 of 68 here
+    assert len(set(bodies_on)) >= 0.8 * len(bodies_on), (len(set(bodies_on)), len(bodies_on))
+    _ptxas(source_on, tmp_path)
+    # one direction: the inference forward's time loops are persistent, one kernel per layer
+    # (their views stay offsets), launched cooperatively
+    rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False)
+    definitions = _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
+    assert rnn.programs["forward"].uses_persistent_loops
+    assert len([d for d in definitions if "wait_until" in d]) == 3
+    assert _launch_flags(rnn, tmp_path)[0] == 3
+    monkeypatch.setenv("TVMRNN_SHARED_KERNELS", "2")
+    with pytest.raises(ValueError, match="TVMRNN_SHARED_KERNELS"):
+        tvmrnn.build("lstm", **sizes, target="nvidia/nvidia-h100", tuning_logs=False)

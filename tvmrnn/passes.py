@@ -199,14 +199,15 @@ def _bind(group, views_of):
 
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
-                    panel: int = 0) -> Program:
+                    panel: int = 0, view_pointers: bool = False) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     groups = _direction_groups(config, stacked)
-    prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region)
+    prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region,
+                   view_pointers=view_pointers)
     T = tirx.Var("T", "int32")
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
     h0 = prog.tensor("h0", (LD, N, H), ("ld", "n", "j"))
@@ -302,7 +303,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
-                     packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0) -> Program:
+                     packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
+                     view_pointers: bool = False) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`).
@@ -314,7 +316,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     deriv = kernels.derivation(c)
     groups = _direction_groups(config, stacked)
     DG = len(groups[0])  # directions whose temporaries are live together
-    prog = Program("backward", schedule, persistent_blocks, one_region)
+    prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers)
     T = tirx.Var("T", "int32")
     y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
     dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)
@@ -470,14 +472,15 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     return prog
 
 
-def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0) -> Program:
+def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0,
+                    view_pointers: bool = False) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
     every parameter transposed for the forward kernels (the weights in column panels of ``panel``
     units if given: :func:`tvmrnn.default_schedule.weight_panel`), then the weights copied for
     the backward's, as they are or in panels of ``panel_of(K)`` input features (see
     :mod:`tvmrnn.layout`)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
-    prog = Program("pack_weights", schedule)
+    prog = Program("pack_weights", schedule, view_pointers=view_pointers)
     prog.weight_panel = panel  # recorded in exported packages' metadata, with the backward's
     prog.backward_weight_panels = {}  # K -> panel of the backward's copy of a weight with K inputs
     src = prog.flat("params", layout.total)
@@ -499,8 +502,12 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     inference forward, training forward, backward and weight packing, with the target's chunk
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
-    from .target import dependent_launch, persistent_passes
-    how = dict(chunks=chunk_steps(target), stacked=stack_directions(target), one_region=time_loop_regions(target))
+    from .target import dependent_launch, persistent_passes, shared_kernels
+    # views as pointers, so that the kernels of different layers and directions compile to one
+    # (`sequence.merge_identical_kernels`)
+    pointers = shared_kernels(target)
+    how = dict(chunks=chunk_steps(target), stacked=stack_directions(target), one_region=time_loop_regions(target),
+               view_pointers=pointers)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size)
 
     def panel_of(k_size):  # the backward's data GEMMs: their tile runs along K, one "gate"
@@ -514,7 +521,7 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
                                 **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of, **how),
-                packing_program(config, schedule, panel=panel, panel_of=panel_of))
+                packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers))
     for p in programs:
         p.dependent_launch = dependent_launch(target)
     return programs

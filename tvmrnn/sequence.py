@@ -130,8 +130,15 @@ def _offset(view: View):
     return offset
 
 
-def _make_view(view, param) -> tuple:
-    """The view buffer for kernel parameter ``param`` and the statement that declares it."""
+def _make_view(view, param, pointer: bool = False) -> tuple:
+    """The view buffer for kernel parameter ``param`` and the statement that declares it.
+
+    ``pointer``: the view's offset goes into its data pointer, computed where the view is
+    declared, and the buffer starts at element 0. On a GPU the host computes it, so a kernel
+    launched at several call sites (each layer and direction: other offsets into the same
+    flat buffers) takes its place as an argument and compiles to the same code at each, which
+    :func:`merge_identical_kernels` then keeps once. With the offset in the buffer instead,
+    each call site's constants are compiled into a kernel of its own."""
     shape = list(param.shape)
     lead = []
     if isinstance(view, Stacked):
@@ -151,6 +158,12 @@ def _make_view(view, param) -> tuple:
             strides.append(acc)
             acc = acc * s
         strides.reverse()
+    if pointer:
+        buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=lead + strides,
+                               elem_offset=0, data_alignment=4, offset_factor=1)
+        # in bytes, 64-bit: a 5-layer LSTM's training workspace alone is 1.1 GB
+        data = tirx.handle_add_byte_offset(tirx.buffer_data(t.buffer), tirx.Cast("int64", _offset(view)) * 4)
+        return buf, tirx.DeclBuffer(buf, data=data)
     buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=lead + strides,
                            elem_offset=_offset(view), data_alignment=4, offset_factor=1)
     return buf, tirx.DeclBuffer(buf, data=tirx.buffer_data(t.buffer))
@@ -362,11 +375,65 @@ def cooperative_grid_barriers(mod, _ctx):
     return mod
 
 
+def _is_kernel(func) -> bool:
+    return isinstance(func, tirx.PrimFunc) and func.attrs is not None and bool(func.attrs.get("tirx.is_global_func"))
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvmrnn.MergeIdenticalKernels")
+def merge_identical_kernels(mod, _ctx):
+    """Keep one of each set of identical device kernels, and launch it at all of their call sites.
+
+    A pass embeds a kernel at every call site (each layer, direction and chunk size), and TVM's
+    ``SplitHostDevice`` makes each embedding a device function of its own. With the views as
+    pointers (:func:`_make_view`) most of them are the same code: a 5-layer bidirectional GRU's
+    530 kernels were 38 MB of CUDA source, which NVRTC compiled for about four minutes at each
+    build or load of a package on the H100 machine. Runs after ``SplitHostDevice`` (whose host
+    code names each kernel in a ``call_ffi_kernel``) and after :func:`cooperative_grid_barriers`
+    (launch flags are part of a kernel's identity)."""
+    from .target import shared_kernels
+    canonical, keep = {}, {}  # kernel name -> the name of the one kept; structural hash -> kept kernels
+    for gvar, func in mod.functions.items():
+        if not _is_kernel(func):
+            continue
+        if not shared_kernels(func.attrs.get("target")):
+            return mod
+        anonymous = func.with_attr("global_symbol", "kernel")
+        key = tvm_ffi.structural_hash(anonymous)
+        for name, other in keep.get(key, []):
+            if tvm_ffi.structural_equal(anonymous, other):
+                canonical[gvar.name_hint] = name
+                break
+        else:
+            keep.setdefault(key, []).append((gvar.name_hint, anonymous))
+    if not canonical:
+        return mod
+
+    def rename(call, mutator):
+        if call.op.same_as(_CALL_KERNEL) and isinstance(call.args[0], tvm.ir.StringImm) \
+                and call.args[0].value in canonical:
+            return tvm.ir.Call(call.op, [tvm.ir.StringImm(canonical[call.args[0].value]), *call.args[1:]],
+                               attrs=call.attrs, ty_args=call.ty_args, span=call.span, ret_ty=call.ty)
+        return call
+
+    out = tvm.IRModule(attrs=mod.attrs)
+    for gvar, func in mod.functions.items():
+        if gvar.name_hint in canonical:
+            continue
+        if isinstance(func, tirx.PrimFunc) and not _is_kernel(func):
+            func = func.with_body(tvm_ffi.structural_mutate(func.body, [(tvm.ir.Call, rename)]))
+        out[gvar] = func
+    return out
+
+
+_CALL_KERNEL = tvm.ir.Op.get("tirx.call_ffi_kernel")
+
+
 def _tvmrnn_pipeline():
-    """TVM's default TIR pipeline, then :func:`cooperative_grid_barriers` (``tvm.compile(...,
-    tir_pipeline="tvmrnn")``)."""
+    """TVM's default TIR pipeline, then :func:`cooperative_grid_barriers` and
+    :func:`merge_identical_kernels` (``tvm.compile(..., tir_pipeline="tvmrnn")``)."""
     base, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
-    return tvm.transform.Sequential([base, cooperative_grid_barriers], name="tvmrnn"), finalize_host, finalize_device
+    return (tvm.transform.Sequential([base, cooperative_grid_barriers, merge_identical_kernels], name="tvmrnn"),
+            finalize_host, finalize_device)
 
 
 PIPELINE = "tvmrnn"
@@ -398,7 +465,7 @@ class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
     def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None,
-                 one_region: bool = False, barrier_param: bool = True):
+                 one_region: bool = False, barrier_param: bool = True, view_pointers: bool = False):
         self.name = name
         # the persistent loops' grid-barrier counter: a parameter of the driver (a pass), or its
         # own scratch allocation (`step_loop`, whose function keeps the kernel's parameters)
@@ -440,6 +507,8 @@ class Program:
         # False, "wait" (a kernel is launched once the one before has exited) or "early" (also
         # ``launch_dependents`` at each kernel's start: launched once the one before is running)
         self.dependent_launch: bool | str = False
+        # GPU: views declared as pointers the host computes (`_make_view`)
+        self.view_pointers = view_pointers
 
     def _pooled(self, buffers) -> tuple[list, list]:
         """Declarations that place a kernel call's global scratch (a GEMM's partial sums split
@@ -504,8 +573,11 @@ class Program:
             self._step_loops[-1][1] += 1
         func = s_tir.renew_defs(self._scheduled[kernel.name])  # fresh variables per embedding
         decls, mapping = [], []
+        # a persistent loop's views stay offsets: `hoist_invariant_copies` reads them to tell
+        # which move with the step
+        pointer = self.view_pointers and self._persistent is None
         for param, role in zip(func.params, kernel.roles):
-            buf, decl = _make_view(views[role], param)
+            buf, decl = _make_view(views[role], param, pointer)
             decls.append(decl)
             mapping.append((param, buf))
 

@@ -135,6 +135,26 @@ def dependent_launch(target) -> bool | str:
     return value
 
 
+# Off until run on a GPU: made and compiled (nvcc) on the dev machine in v19, not yet run.
+DEFAULT_SHARED_KERNELS = "0"
+
+
+def shared_kernels(target) -> bool:
+    """Whether a GPU build launches one compiled kernel from all of its call sites that run the
+    same code (``sequence.merge_identical_kernels``, with each view's offset in the pointer the host
+    passes, ``sequence._make_view``), instead of compiling a kernel per call site. A 5-layer
+    bidirectional GRU's 530 kernels (38 MB of CUDA source, which the H100 machine compiled for
+    about four minutes at each build and each load of a package) become a few dozen.
+    ``TVMRNN_SHARED_KERNELS``: ``1`` on, ``0`` off; CPUs: never (their kernels are functions
+    of the pass, compiled once)."""
+    if target is None or target.kind.name != "cuda":
+        return False
+    value = os.environ.get("TVMRNN_SHARED_KERNELS", DEFAULT_SHARED_KERNELS) or DEFAULT_SHARED_KERNELS
+    if value not in ("0", "1"):
+        raise ValueError(f"TVMRNN_SHARED_KERNELS: expected 0 or 1; got {value!r}")
+    return value == "1"
+
+
 def resolve(target) -> tvm.target.Target:
     """None (this CPU), ``"cuda"`` (this machine's GPU), a TVM Target, a dict or a tag such as
     ``"nvidia/nvidia-h100"``."""
