@@ -415,13 +415,12 @@ def merge_identical_kernels(mod, _ctx):
                                attrs=call.attrs, ty_args=call.ty_args, span=call.span, ret_ty=call.ty)
         return call
 
-    out = tvm.IRModule(attrs=mod.attrs)
+    out = mod.clone()
     for gvar, func in mod.functions.items():
         if gvar.name_hint in canonical:
-            continue
-        if isinstance(func, tirx.PrimFunc) and not _is_kernel(func):
-            func = func.with_body(tvm_ffi.structural_mutate(func.body, [(tvm.ir.Call, rename)]))
-        out[gvar] = func
+            del out[gvar]
+        elif isinstance(func, tirx.PrimFunc) and not _is_kernel(func):
+            out.update_func(gvar, func.with_body(tvm_ffi.structural_mutate(func.body, [(tvm.ir.Call, rename)])))
     return out
 
 
