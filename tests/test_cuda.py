@@ -56,6 +56,22 @@ def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch
         built.cache_clear()
 
 
+@pytest.mark.parametrize("T", [1, 7, 50])
+@pytest.mark.parametrize("cell", CELLS)
+def test_shared_kernels_match_torch_on_cuda(cell, T, rng, monkeypatch):
+    """``TVMRNN_SHARED_KERNELS=1``: one compiled kernel per distinct code, launched from every call
+    site with the view offsets in its pointers; 3 bidirectional layers (inner layers, both
+    directions, every chunk size up to 32 steps) and 1 unidirectional layer (the persistent
+    inference forward, whose views keep their offsets)."""
+    monkeypatch.setenv("TVMRNN_SHARED_KERNELS", "1")
+    built.cache_clear()  # builds are cached by their arguments, which do not say this
+    try:
+        _check(cell, 3, True, False, T, rng, target="cuda", as_array=to_cuda)
+        _check(cell, 1, False, False, T, rng, target="cuda", as_array=to_cuda)
+    finally:
+        built.cache_clear()
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_relu"])
 def test_all_steps_gemms_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch):
     """The all-steps GEMMs of short chunks with their reduction split over blocks (``gpu_matmul``'s
