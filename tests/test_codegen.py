@@ -622,6 +622,16 @@ def test_cuda_shared_kernels(monkeypatch, tmp_path):
     # what stays twice is code whose TIR differs only where CUDA does not show it (the extent a
     # kernel declares for a flat parameter it indexes the same way): 8 of 68 here
     assert len(set(bodies_on)) >= 0.8 * len(bodies_on), (len(set(bodies_on)), len(bodies_on))
+    # an accumulating kernel's input and output are one view: one pointer, not two __restrict__ ones
+    accumulating = 0
+    for definition in _kernel_definitions(source_on):
+        params = re.findall(r"(\w+)_ptr\b", definition.split("{", 1)[0])
+        for name in params:
+            if name.endswith("_acc"):
+                accumulating += 1
+                tensor = name[:-len("acc")]
+                assert [p for p in params if p.startswith(tensor)] == [name], params
+    assert accumulating
     _ptxas(source_on, tmp_path)
     # one direction: the inference forward's time loops are persistent, one kernel per layer
     # (their views stay offsets), launched cooperatively

@@ -169,6 +169,12 @@ def _make_view(view, param, pointer: bool = False) -> tuple:
     return buf, tirx.DeclBuffer(buf, data=tirx.buffer_data(t.buffer))
 
 
+def _same_view(a: tirx.DeclBuffer, b: tirx.DeclBuffer) -> bool:
+    """Whether two view declarations address the same elements the same way."""
+    return all(tvm_ffi.structural_equal(x, y) for x, y in ((a.data, b.data), (list(a.buffer.shape), list(b.buffer.shape)),
+                                                            (list(a.buffer.strides), list(b.buffer.strides))))
+
+
 def _thread_extent(stmt) -> int | None:
     """The extent of the first ``threadIdx.x`` loop in ``stmt`` (a kernel's threads per block)."""
     found = []
@@ -575,9 +581,18 @@ class Program:
         # a persistent loop's views stay offsets: `hoist_invariant_copies` reads them to tell
         # which move with the step
         pointer = self.view_pointers and self._persistent is None
+        declared = []  # (declaration, buffer) of each view declared for this call
         for param, role in zip(func.params, kernel.roles):
             buf, decl = _make_view(views[role], param, pointer)
+            # The same view for two parameters (an accumulating kernel's ``acc`` and its output):
+            # one buffer, as offsets into one parameter share its pointer. Two pointers would
+            # reach the kernel as two ``__restrict__`` arguments to the same memory.
+            same = next((b for d, b in declared if _same_view(d, decl)), None) if pointer else None
+            if same is not None:
+                mapping.append((param, same))
+                continue
             decls.append(decl)
+            declared.append((decl, buf))
             mapping.append((param, buf))
 
         def replace(v, mutator):
