@@ -178,7 +178,7 @@ def torch_rnn(cell, I, H, L, bidir):
     return torch.nn.RNN(I, H, nonlinearity=cell[4:], **kw)
 
 
-def find_package(paths, tvmrnn, **config):
+def find_package(paths, **config):
     """The first of ``paths`` whose package metadata has every item of ``config``; None if none."""
     from tvmrnn.package import read_metadata
     for path in paths:
@@ -197,7 +197,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     torch.manual_seed(0)
     ref = torch_rnn(cell, I, H, L, bidir).to(dev)
     t0 = time.perf_counter()
-    package = find_package(a.packages, tvmrnn, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
+    package = find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
                            input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
     if package:
         if a.profile:

@@ -136,9 +136,9 @@ def test_bench_uses_a_package_for_its_configuration(exported, tmp_path):
         sys.path.pop(0)
     config = dict(cell="lstm", num_layers=2, bidirectional=True, batch_size=N, input_size=I, hidden_size=H,
                   target_kind="llvm")
-    assert find_package([exported], tvmrnn, **config) == exported
-    assert find_package([exported], tvmrnn, **dict(config, num_layers=1)) is None
-    assert find_package([exported], tvmrnn, **dict(config, target_kind="cuda")) is None
+    assert find_package([exported], **config) == exported
+    assert find_package([exported], **dict(config, num_layers=1)) is None
+    assert find_package([exported], **dict(config, target_kind="cuda")) is None
 
 
 def test_cpp_example_matches_python(exported, tmp_path):

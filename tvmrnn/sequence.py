@@ -158,15 +158,12 @@ def _make_view(view, param, pointer: bool = False) -> tuple:
             strides.append(acc)
             acc = acc * s
         strides.reverse()
-    if pointer:
-        buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=lead + strides,
-                               elem_offset=0, data_alignment=4, offset_factor=1)
-        # in bytes, 64-bit: a 5-layer LSTM's training workspace alone is 1.1 GB
-        data = tirx.handle_add_byte_offset(tirx.buffer_data(t.buffer), tirx.Cast("int64", _offset(view)) * 4)
-        return buf, tirx.DeclBuffer(buf, data=data)
+    data, offset = tirx.buffer_data(t.buffer), _offset(view)
+    if pointer:  # the offset in bytes, 64-bit: a 5-layer LSTM's training workspace alone is 1.1 GB
+        data, offset = tirx.handle_add_byte_offset(data, tirx.Cast("int64", offset) * 4), 0
     buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=lead + strides,
-                           elem_offset=_offset(view), data_alignment=4, offset_factor=1)
-    return buf, tirx.DeclBuffer(buf, data=tirx.buffer_data(t.buffer))
+                           elem_offset=offset, data_alignment=4, offset_factor=1)
+    return buf, tirx.DeclBuffer(buf, data=data)
 
 
 def _same_view(a: tirx.DeclBuffer, b: tirx.DeclBuffer) -> bool:
@@ -356,6 +353,11 @@ def with_launch_flag(params: list[str], flag: str) -> list[str]:
     return params + [flag]
 
 
+def _is_kernel(func) -> bool:
+    """Whether ``func`` is a device kernel (what ``SplitHostDevice`` split off its driver)."""
+    return isinstance(func, tirx.PrimFunc) and func.attrs is not None and bool(func.attrs.get("tirx.is_global_func"))
+
+
 @tvm.transform.module_pass(opt_level=0, name="tvmrnn.CooperativeGridBarriers")
 def cooperative_grid_barriers(mod, _ctx):
     """Launch every kernel that has a grid barrier (a persistent time loop) cooperatively.
@@ -369,9 +371,7 @@ def cooperative_grid_barriers(mod, _ctx):
     is where the CUDA module's function table takes them from."""
     updates = {}
     for gvar, func in mod.functions.items():
-        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or not func.attrs.get("tirx.is_global_func"):
-            continue
-        if not _waits_on_grid(func):
+        if not _is_kernel(func) or not _waits_on_grid(func):
             continue
         params = [str(p) for p in (func.attrs.get(LAUNCH_PARAMS) or [])]
         if COOPERATIVE not in params:
@@ -379,10 +379,6 @@ def cooperative_grid_barriers(mod, _ctx):
     for gvar, func in updates.items():
         mod[gvar] = func
     return mod
-
-
-def _is_kernel(func) -> bool:
-    return isinstance(func, tirx.PrimFunc) and func.attrs is not None and bool(func.attrs.get("tirx.is_global_func"))
 
 
 @tvm.transform.module_pass(opt_level=0, name="tvmrnn.MergeIdenticalKernels")
@@ -581,18 +577,16 @@ class Program:
         # a persistent loop's views stay offsets: `hoist_invariant_copies` reads them to tell
         # which move with the step
         pointer = self.view_pointers and self._persistent is None
-        declared = []  # (declaration, buffer) of each view declared for this call
         for param, role in zip(func.params, kernel.roles):
             buf, decl = _make_view(views[role], param, pointer)
             # The same view for two parameters (an accumulating kernel's ``acc`` and its output):
             # one buffer, as offsets into one parameter share its pointer. Two pointers would
             # reach the kernel as two ``__restrict__`` arguments to the same memory.
-            same = next((b for d, b in declared if _same_view(d, decl)), None) if pointer else None
+            same = next((d.buffer for d in decls if _same_view(d, decl)), None) if pointer else None
             if same is not None:
                 mapping.append((param, same))
                 continue
             decls.append(decl)
-            declared.append((decl, buf))
             mapping.append((param, buf))
 
         def replace(v, mutator):
