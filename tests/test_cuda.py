@@ -58,12 +58,13 @@ def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch
 
 @pytest.mark.parametrize("T", [1, 7, 50])
 @pytest.mark.parametrize("cell", CELLS)
-def test_shared_kernels_match_torch_on_cuda(cell, T, rng, monkeypatch):
-    """``TVMRNN_SHARED_KERNELS=1``: one compiled kernel per distinct code, launched from every call
-    site with the view offsets in its pointers; 3 bidirectional layers (inner layers, both
+def test_kernels_per_call_site_match_torch_on_cuda(cell, T, rng, monkeypatch):
+    """``TVMRNN_SHARED_KERNELS=0``: a kernel per call site with its view offsets compiled in (the
+    default before v20; every other test here runs the default, one compiled kernel per distinct
+    code launched with the offsets in its pointers); 3 bidirectional layers (inner layers, both
     directions, every chunk size up to 32 steps) and 1 unidirectional layer (the persistent
-    inference forward, whose views keep their offsets)."""
-    monkeypatch.setenv("TVMRNN_SHARED_KERNELS", "1")
+    inference forward)."""
+    monkeypatch.setenv("TVMRNN_SHARED_KERNELS", "0")
     built.cache_clear()  # builds are cached by their arguments, which do not say this
     try:
         _check(cell, 3, True, False, T, rng, target="cuda", as_array=to_cuda)
