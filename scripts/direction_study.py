@@ -10,6 +10,12 @@ loop per direction). Checks the builds agree and prints median inference and tra
 With ``--persistent-passes forward,forward_train`` (GPU) the unstacked build's time loops in those
 passes run as persistent kernels (``tvmrnn.target.PERSISTENT_PASSES``; by default only the inference
 forward's, which is all a stacked build leaves out).
+With ``--stacked-persistent`` (GPU) the stacked build is compared with itself made persistent
+(``TVMRNN_PERSIST_STACKED=1``: one launch runs both directions' loops, each block on one direction's
+units, the hidden state staged in phases where it does not fit beside the weights), for the inference
+forward alone (``TVMRNN_PERSISTENT=auto``) and for both forwards (``train``), instead of unstacked:
+
+    python scripts/direction_study.py lstm gru --num-layers 1 --stacked-persistent --rounds 3
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ def main():
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--persistent-passes", default="forward",
                    help="comma-separated passes whose one-direction time loops are persistent (GPU)")
+    p.add_argument("--stacked-persistent", action="store_true",
+                   help="compare stacked per-step launches with stacked persistent loops instead (GPU)")
     a = p.parse_args()
     if a.threads:
         os.environ["TVM_NUM_THREADS"] = str(a.threads)  # before TVM starts its thread pool
@@ -36,14 +44,20 @@ def main():
     from tvmrnn import target
     default_passes = target.PERSISTENT_PASSES["auto"]
 
-    def stacked(on):
+    def stacked(on, persist_stacked="0", mode="auto"):
         def setup():  # read by build through passes.stack_directions and target.persistent_passes
             os.environ["TVMRNN_STACK_DIRECTIONS"] = "1" if on else "0"
+            os.environ["TVMRNN_PERSIST_STACKED"] = persist_stacked
+            os.environ["TVMRNN_PERSISTENT"] = mode
             target.PERSISTENT_PASSES["auto"] = default_passes if on else tuple(a.persistent_passes.split(","))
         return setup
 
-    variants = [("directions stacked (one launch per step)", stacked(True)),
-                ("directions one after the other", stacked(False))]
+    variants = [("directions stacked (one launch per step)", stacked(True))]
+    if a.stacked_persistent:
+        variants += [("stacked, persistent inference forward", stacked(True, "1", "auto")),
+                     ("stacked, persistent inference and training forwards", stacked(True, "1", "train"))]
+    else:
+        variants += [("directions one after the other", stacked(False))]
     for layers in a.num_layers:
         print(f"-- {layers} bidirectional layer(s)", flush=True)
         compare_builds(a.cells, variants, device=a.device, T=a.T, N=a.N, hidden_size=a.hidden_size, reps=a.reps,

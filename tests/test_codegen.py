@@ -331,6 +331,47 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(cell, monkeypatch, tmp_path):
+    """``TVMRNN_PERSIST_STACKED=1`` with ``TVMRNN_PERSISTENT=train`` (DS2 sizes, 1 bidirectional
+    layer): the inference and training forwards each run both directions in one persistent,
+    cooperative launch, a block per slice of one direction's units. An LSTM block's weights (13
+    units, 166 KB) and partial sums leave no room for the direction's whole 64 KB hidden state, so
+    the reduction runs in phases, each staging its part of h_prev between two barriers; within
+    227 KB of shared memory, unspilled. The backward stays per-step; the default build has none of this."""
+    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
+    sizes = dict(input_size=800, hidden_size=800, batch_size=20, bidirectional=True)
+    rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+    assert not rnn.programs["backward"].uses_persistent_loops
+    source = rnn.executable.mod.imports[0].inspect_source()
+    persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
+    assert len(persistent) == 2
+    for kernel in persistent:
+        prologue, loop = kernel.split("for (int step = 0; step < ", 1)
+        blocks = int(re.search(r"\(step \* (\d+)\) \+ \1", kernel).group(1))
+        assert blocks <= 132
+        # both directions' weights in one launch: each block picks its direction's by its index
+        assert re.search(r"\(\(int\)blockIdx\.x\) / \d+\) \* \d+\)", prologue)
+        phased = re.search(r"for \(int (ax\d+) = 0; \1 < (\d+); \+\+\1\) \{\s*__syncthreads\(\);\s*"
+                           r"\(\(float\*\)buf_dyn_shmem_ptr\)\[[^;]*\] = (h_state|hs)_ptr\[", loop)
+        if cell == "lstm":
+            assert phased and int(phased.group(2)) == 2, "the LSTM's hidden state is not staged in phases"
+        else:  # smaller blocks (the GRU's 3 gates): the whole hidden state at once
+            assert not phased and re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = (h_state|hs)_ptr\[", loop)
+    report = _ptxas(source, tmp_path)
+    assert not re.search(r"[1-9]\d* bytes spill", report)
+    smem = [int(b) for b in re.findall(r"(\d+) bytes smem", report)]
+    assert smem and max(smem) <= 48 * 1024  # static; the dynamic part is checked at launch
+    assert _launch_flags(rnn, tmp_path)[0] == 2
+    monkeypatch.delenv("TVMRNN_PERSIST_STACKED")
+    monkeypatch.delenv("TVMRNN_PERSISTENT")
+    default = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+    assert not default.programs["forward"].uses_persistent_loops  # stacked: per-step launches
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell, monkeypatch):
     """The default persistent step (DS2 sizes): a thread's row group is the outer part of its index
     (``groups_outer``), so every thread of a warp reads the same rows of the staged hidden state

@@ -589,7 +589,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
                 min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
                 max_blocks: int | None = None, block_slices: int | None = None,
                 stationary_bytes: int = 0, stage_rows: bool = False, vector_k: int = 1,
-                stage_epilogue: bool = False, groups_outer: bool = False, row_vector: int = 1) -> None:
+                stage_epilogue: bool = False, groups_outer: bool = False, row_vector: int = 1,
+                row_phases: int | None = None) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
 
     A thread block owns a few output columns (hidden units, each with all its trailing columns:
@@ -630,6 +631,12 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     notes/performance.md v16). Padding those rows to an odd stride removed the conflicts too, but
     the copy's index arithmetic took 128 registers instead of 80 and the step ran slower.
     ``row_vector``: the staged hidden state is copied ``row_vector`` floats a load.
+    ``row_phases`` (with ``stage_rows``): the reduction runs in that many phases, each staging its
+    part of the hidden state (``rows x K / row_phases``) in one shared buffer, then summing it;
+    None: one phase where the whole hidden state fits beside the weights and partial sums, else
+    the fewest of up to :data:`MAX_ROW_PHASES` that fit. A block of a two-direction step holds 13
+    LSTM units' weights (166 KB at DS2 sizes) and its partial sums (33 KB): the direction's whole
+    hidden state (64 KB) does not fit in the 227 KB, its halves do.
     """
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -648,14 +655,15 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
         nb = kernel.batch  # leading independent problems (directions): blocks of their own
         block_slices = 1
     stationary = bool(max_blocks and stationary_bytes)
-    weight_bytes, partial_bytes, block_outputs, inner_loop = _split_k_in_blocks(
+    weight_bytes, partial_bytes, block_outputs, inner_loop, phase = _split_k_in_blocks(
         sch, gemm, consumer, nb, ncols, threads, max_shared_bytes, min_blocks, thread_columns, unroll, accumulators,
         max_blocks, block_slices, vector_k=vector_k if stationary and stage_rows else 1,
-        groups_outer=groups_outer and stationary)
+        groups_outer=groups_outer and stationary,
+        stage_bytes=stationary_bytes if stationary and stage_rows else 0, row_phases=row_phases)
     if not (stationary and weight_bytes + partial_bytes <= stationary_bytes):
         return
     room = stationary_bytes - weight_bytes - partial_bytes
-    row_bytes = _stationary_weights(sch, kernel, room if stage_rows else 0, row_vector)
+    row_bytes = _stationary_weights(sch, kernel, room if stage_rows else 0, row_vector, phase)
     if row_bytes is None:
         return
     if stage_epilogue:
@@ -726,7 +734,8 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
 
 def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
                        thread_columns, unroll, accumulators, max_blocks, block_slices: int = 1,
-                       vector_k: int = 1, groups_outer: bool = False) -> tuple[int, int, int, tuple | None]:
+                       vector_k: int = 1, groups_outer: bool = False, stage_bytes: int = 0,
+                       row_phases: int | None = None) -> tuple[int, int, int, tuple | None, tuple | None]:
     """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
     a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes
     (the first of them the ``block_slices`` slices of the reduction, where it is split over blocks).
@@ -734,7 +743,10 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     its partial sums in shared memory, the output elements of a block (rows x units), and with
     ``vector_k`` > 1 (each thread's slice of the reduction a contiguous run, not every
     ``slices``-th index) the partial GEMM block, its loop over the run in steps of a vector and
-    the vector's width, for :func:`_vector_operand_loads` (else None)."""
+    the vector's width, for :func:`_vector_operand_loads` (else None), and where the hidden state
+    is staged in phases (``stage_bytes``, the shared memory a block may use, and ``row_phases``:
+    see :func:`gpu_split_k`) the partial GEMM block, its phase loop and the phase count (else
+    None)."""
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - ncols
     problems = math.prod(_extent(sch, l) for l in spatial[:nb])
@@ -769,10 +781,21 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     while slices > 1 and slices * row_total * units * inner * 4 > max_shared_bytes:
         slices = _divisor(red_total, slices // 2)
 
-    run = red_total // slices
+    sizes = (4 * units * inner * red_total, 4 * slices * row_total * units * inner if slices > 1 else 0)
+    phases = 1
+    if stage_bytes and slices > 1:
+        phases = _row_phases(4 * row_total * red_total, stage_bytes - sum(sizes), red_total, row_phases)
+        if phases > 1:  # each phase's part of the reduction split evenly over the slices
+            slices = _divisor(red_total // phases, slices)
+            sizes = (sizes[0], 4 * slices * row_total * units * inner)
+    run = red_total // slices // phases
     vector = next((v for v in (4, 2) if v <= vector_k and run % v == 0), 1) if slices > 1 else 1
     if slices > 1:
-        if vector > 1:  # slice s sums the contiguous run [s * run, (s + 1) * run)
+        if phases > 1 and vector > 1:  # phase p, slice s sums [p * K / phases + s * run, ... + run)
+            _, r_slice, _ = sch.split(red, [phases, slices, None])
+        elif phases > 1:  # phase p, slice s sums every slices-th index of [p * K / phases, ...) from s
+            _, _, r_slice = sch.split(red, [phases, None, slices])
+        elif vector > 1:  # slice s sums the contiguous run [s * run, (s + 1) * run)
             r_slice, _ = sch.split(red, [slices, None])
         else:  # slice s sums every slices-th index from s
             _, r_slice = sch.split(red, [None, slices])
@@ -792,9 +815,8 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     sch.bind(thread, "threadIdx.x")
     sch.compute_at(gemm, thread, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "local")
-    sizes = (4 * units * inner * red_total, 4 * slices * row_total * units * inner if slices > 1 else 0)
     if slices == 1:
-        return (*sizes, row_total * units, None)
+        return (*sizes, row_total * units, None, None)
     for loop in sch.get_loops(gemm)[3:]:  # the sum of the partials: unrolled into registers
         sch.unroll(loop)
     # The partial sums: one thread per (slice, row group, column group), registers, then shared.
@@ -803,31 +825,52 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     p_slice, p_rows = p_loops[0], p_loops[1:n_rows + 1]
     p_lead, p_trailing = p_loops[n_rows + 1], p_loops[n_rows + 2:n_rows + 2 + ncols - 1]
     p_red = p_loops[n_rows + 1 + ncols]
+    p_phase = None
+    if phases > 1:
+        p_phase, p_red = p_red, p_loops[n_rows + 2 + ncols]
     p_row = sch.fuse(*p_rows) if len(p_rows) > 1 else p_rows[0]
     p_group, p_row_in = sch.split(p_row, [row_groups, rows_per_thread])
     p_cols, p_col_in = sch.split(p_lead, [column_threads, per_thread])
     # a few reduction steps unrolled: their loads issue together (with vector loads, one vector)
     r_outer, r_unrolled = sch.split(p_red, [None, vector if vector > 1 else _divisor(_extent(sch, p_red), unroll)])
     lead = (p_group, p_slice) if groups_outer else (p_slice, p_group)
-    sch.reorder(*lead, p_cols, r_outer, r_unrolled, p_row_in, p_col_in, *p_trailing)
+    sch.reorder(*lead, p_cols, *([p_phase] if p_phase is not None else []), r_outer, r_unrolled, p_row_in,
+                p_col_in, *p_trailing)
     p_thread = sch.fuse(*lead, p_cols)
     sch.bind(p_thread, "threadIdx.x")
     write_back = sch.cache_write(partial, 0, "local")
     sch.reverse_compute_at(write_back, p_thread, preserve_unit_loops=True)
-    init = sch.decompose_reduction(partial, r_outer)
+    init = sch.decompose_reduction(partial, p_phase if p_phase is not None else r_outer)
     for loop in [r_unrolled, p_row_in, p_col_in, *p_trailing]:
         sch.unroll(loop)
     for block in (init, write_back):
         for loop in sch.get_loops(block)[2:]:
             sch.unroll(loop)
-    return (*sizes, row_total * units, (partial, r_outer, vector) if vector > 1 else None)
+    return (*sizes, row_total * units, (partial, r_outer, vector) if vector > 1 else None,
+            (partial, p_phase, phases) if p_phase is not None else None)
+
+
+# The most phases a persistent step's staged hidden state is split into (see gpu_split_k).
+MAX_ROW_PHASES = 4
+
+
+def _row_phases(row_bytes: int, room: int, reduction: int, asked: int | None) -> int:
+    """How many phases of the ``reduction`` stage the hidden state (``row_bytes``, ``room`` bytes
+    of shared memory left for it): ``asked`` if given, else 1 where it fits whole, else the fewest
+    up to :data:`MAX_ROW_PHASES` whose part fits; phases cut the reduction evenly. 1 where none
+    does (then nothing is staged)."""
+    if asked is not None:
+        return asked if asked >= 1 and reduction % asked == 0 else 1
+    if row_bytes <= room:
+        return 1
+    return next((p for p in range(2, MAX_ROW_PHASES + 1) if reduction % p == 0 and -(-row_bytes // p) <= room), 1)
 
 
 # Shared memory a block may use (the H100's 227 KB per block, less room for the partial sums).
 GPU_MAX_SHARED_BYTES = 227 * 1024
 
 
-def _stationary_weights(sch, kernel: Kernel, room: int = 0, row_vector: int = 1) -> int | None:
+def _stationary_weights(sch, kernel: Kernel, room: int = 0, row_vector: int = 1, phase=None) -> int | None:
     """A persistent kernel's weights stay on its SM: each block's slice of ``w`` (its columns,
     the whole reduction) goes to dynamic shared memory in a copy placed at the block's top. A
     block works on the same columns at every step, so the time loop built around the kernel
@@ -836,8 +879,10 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0, row_vector: int = 1)
     once per launch instead of once per step (the persistent RNN kernels of Diamos et al., 2016).
     With ``room`` bytes of shared memory left, the GEMM's other operand (the step's hidden state)
     is also staged there at each step if it fits, one cooperative copy instead of every thread
-    reading it from L2, ``row_vector`` elements a load. Returns the bytes of that per-step copy (0
-    without one), None where the weights are not staged either."""
+    reading it from L2, ``row_vector`` elements a load. With ``phase`` (the GEMM block, its phase
+    loop and the phase count, :func:`_split_k_in_blocks`), the copy goes inside the phase loop: each
+    phase stages its part of the reduction's hidden state, overwriting the last. Returns the bytes
+    of that per-step copy (0 without one), None where the weights are not staged either."""
     if "w" not in kernel.roles:
         return None
     func = sch.mod["main"]
@@ -853,10 +898,24 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0, row_vector: int = 1)
     index = next(i for i, r in enumerate(reads) if r.source.same_as(wbuf))
     rows = [i for i, r in enumerate(reads) if i != index and any(r.source.same_as(p) for p in func.params)]
     staged, row_bytes = [index], 0
-    if room and len(rows) == 1 and 4 * math.prod(int(s) for s in reads[rows[0]].source.shape) <= room:
+    if phase is not None and len(rows) == 1:
+        # a direction's share of the hidden state (a two-direction kernel's buffer holds both)
+        per_problem = math.prod(int(s) for s in reads[rows[0]].source.shape[kernel.batch:])
+        if room and 4 * -(-per_problem // phase[2]) <= room:
+            staged.append(rows[0])
+            row_bytes = 4 * -(-per_problem // phase[2])
+    elif room and len(rows) == 1 and 4 * math.prod(int(s) for s in reads[rows[0]].source.shape) <= room:
         staged.append(rows[0])
         row_bytes = 4 * math.prod(int(s) for s in reads[rows[0]].source.shape)
     for i in sorted(staged, reverse=True):
+        if i != index and phase is not None:
+            # each phase's part, copied by all the block's threads inside their loop (a
+            # cooperative copy; the barriers around it come from TVM's thread sync); for the
+            # GEMM only (an epilogue that reads the hidden state, the GRU's, reads it from memory)
+            copy = sch.cache_read(block, i, "shared.dyn", consumer_blocks=[block])
+            sch.compute_at(copy, phase[1], preserve_unit_loops=True)
+            _copy_by_threads(sch, copy, threads, 1, after=phase[1])
+            continue
         copy = sch.cache_read(block, i, "shared.dyn")
         sch.compute_at(copy, grid, preserve_unit_loops=True)
         # the hidden state is copied whole (one contiguous buffer): vectors where asked
@@ -864,12 +923,17 @@ def _stationary_weights(sch, kernel: Kernel, room: int = 0, row_vector: int = 1)
     return row_bytes
 
 
-def _copy_by_threads(sch, copy, threads: int, vector: int = 1) -> None:
+def _copy_by_threads(sch, copy, threads: int, vector: int = 1, after=None) -> None:
     """A copy placed under a block's ``blockIdx`` loop, spread over its ``threads`` threads, each
     thread's share unrolled: every thread's loads in flight at once (a loop waits for each).
     ``vector``: each thread moves ``vector`` consecutive elements at a time, where the copy's size
-    is a multiple of it (only for a copy of a whole contiguous buffer: its vectors are aligned)."""
-    loops = sch.get_loops(copy)[1:]
+    is a multiple of it (only for a copy of a whole contiguous buffer: its vectors are aligned).
+    ``after``: the copy sits under this loop (inside the threads' own loop), not the block's."""
+    loops = sch.get_loops(copy)
+    if after is None:
+        loops = loops[1:]
+    else:
+        loops = loops[next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(after))) + 1:]
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = _extent(sch, fused)
     if vector > 1 and total % vector == 0 and total >= vector * threads:

@@ -23,7 +23,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 from . import kernels
 from .kernels import Kernel
 from .default_schedule import keeps_weights_on_chip, persistent_blocks
-from .target import persistent_mode
+from .target import persist_stacked, persistent_mode
 
 F32 = "float32"
 I32 = "int32"
@@ -184,12 +184,6 @@ def _thread_extent(stmt) -> int | None:
     tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
     return found[0] if found else None
 
-
-# Whether a time loop of a kernel with a direction axis (both directions of a layer in one
-# launch per step) may become persistent. Off: on the H100 such kernels were slower persistent
-# than launched per step (5-layer bidirectional LSTM inference 220 against 448 samples/s,
-# notes/performance.md v10), while one-direction loops were faster. Studies may set it.
-PERSIST_STACKED = False
 
 # Studies only (scripts/persistent_study.py --no-barrier): False leaves the grid barrier out of
 # persistent loops, which makes their results wrong, to time what the barrier costs.
@@ -478,7 +472,9 @@ class Program:
         self._persistent: list | None = None  # the calls of the persistent time loop being emitted
         # with it, only kernels whose schedule keeps their weights in shared memory run
         # persistent (`target.persistent_passes`, ``auto``); the others' loops stay per-step
-        self.persistent_if_on_chip = persistent_blocks is not None and persistent_mode() == "auto"
+        self.persistent_if_on_chip = persistent_blocks is not None and persistent_mode() in ("auto", "train")
+        # time loops of two-direction kernels too (`target.persist_stacked`)
+        self.persist_stacked = persistent_blocks is not None and persist_stacked()
         self._not_on_chip: set[str] = set()
         # CPU only: each time loop as one parallel region, a barrier between steps (`_region_loop`)
         self.one_region = one_region
@@ -551,7 +547,7 @@ class Program:
         :class:`Stacked` pair of them for a kernel with a leading batch axis."""
         if set(views) != set(kernel.roles):
             raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
-        if self._persistent is not None and kernel.batch and not PERSIST_STACKED:
+        if self._persistent is not None and kernel.batch and not self.persist_stacked:
             self._persistent = None  # this time loop stays a host loop of launches
         if self._persistent is not None:
             persistent = kernels.persistent(kernel, self.persistent_blocks)

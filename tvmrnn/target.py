@@ -66,12 +66,13 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
     return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
 
 
-PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",), "auto": ("forward",)}
+PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",), "auto": ("forward",),
+                     "train": ("forward", "forward_train")}
 DEFAULT_PERSISTENT = "auto"
 
 
 def persistent_mode() -> str:
-    """``TVMRNN_PERSISTENT``: ``auto`` (the default), ``forward``, ``1`` or ``0``; see
+    """``TVMRNN_PERSISTENT``: ``auto`` (the default), ``forward``, ``train``, ``1`` or ``0``; see
     :func:`persistent_passes`."""
     value = os.environ.get("TVMRNN_PERSISTENT", DEFAULT_PERSISTENT) or DEFAULT_PERSISTENT
     if value != "0" and value not in PERSISTENT_PASSES:
@@ -101,15 +102,36 @@ def persistent_passes() -> tuple[str, ...]:
       shared memory (else that loop stays per-step launches). On the H100 at Deep Speech 2 sizes
       the only pass where persistence is faster (``notes/performance.md`` v10, v14);
     - ``forward``: the inference forward, whether or not the weights fit on chip;
+    - ``train``: both forwards, inference and training, where the weights fit on chip (for
+      studies: the training forward's persistent loops are not measured faster yet);
     - ``1``: every pass (the backward's persistent step is slower: for studies);
     - ``0``: none.
 
-    Time loops that run both directions of a layer in one launch stay per-step launches either
-    way (``sequence.PERSIST_STACKED``). Persistent kernels are launched cooperatively
+    Time loops that run both directions of a layer in one launch stay per-step launches unless
+    :func:`persist_stacked`. Persistent kernels are launched cooperatively
     (``sequence.cooperative_grid_barriers``): all their blocks are resident at once, or the
     launch fails with an error; it never hangs when other work holds SMs."""
     value = persistent_mode()
     return () if value == "0" else PERSISTENT_PASSES[value]
+
+
+# Off until measured on the H100 (v20 made the two-direction persistent step stage its hidden
+# state in phases; before that it read it from L2 and ran 2x slower than per-step launches, v10).
+DEFAULT_PERSIST_STACKED = "0"
+
+
+def persist_stacked() -> bool:
+    """Whether a time loop that runs both directions of a layer in one launch per step may become
+    persistent like a one-direction loop (the passes of :func:`persistent_passes`, where the
+    weights fit on chip): its blocks split the SMs between the directions, each block keeping
+    its slice of one direction's weights in shared memory and staging that direction's hidden
+    state in phases of the reduction (``default_schedule.gpu_split_k``'s ``row_phases``: 13
+    LSTM units' weights and half of a 20 x 800 hidden state fill a block's 227 KB).
+    ``TVMRNN_PERSIST_STACKED``: ``1`` on, ``0`` off (the default)."""
+    value = os.environ.get("TVMRNN_PERSIST_STACKED", DEFAULT_PERSIST_STACKED) or DEFAULT_PERSIST_STACKED
+    if value not in ("0", "1"):
+        raise ValueError(f"TVMRNN_PERSIST_STACKED: expected 0 or 1; got {value!r}")
+    return value == "1"
 
 
 PDL_MODES = ("0", "wait", "early")
