@@ -630,7 +630,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     DS2 sizes: the same banks, two wavefronts per load (Nsight Compute on the H100,
     notes/performance.md v16). Padding those rows to an odd stride removed the conflicts too, but
     the copy's index arithmetic took 128 registers instead of 80 and the step ran slower.
-    ``row_vector``: the staged hidden state is copied ``row_vector`` floats a load.
+    ``row_vector``: the staged hidden state is copied ``row_vector`` floats a load (a whole copy;
+    a phase's part is copied a float a load).
     ``row_phases`` (with ``stage_rows``): the reduction runs in that many phases, each staging its
     part of the hidden state (``rows x K / row_phases``) in one shared buffer, then summing it;
     None: one phase where the whole hidden state fits beside the weights and partial sums, else
