@@ -162,7 +162,8 @@ def test_persistent_time_loops_match_torch_on_cuda(cell, T, rng, monkeypatch):
 def test_two_direction_persistent_loops_match_torch_on_cuda(cell, T, rng, monkeypatch):
     """``TVMRNN_PERSIST_STACKED=1``, ``TVMRNN_PERSISTENT=train``: both forwards run both directions
     of a layer in one persistent launch, each block on one direction's units, the hidden state
-    staged in 2 phases of the reduction (forced here: at these sizes it fits whole)."""
+    staged in 2 phases of the reduction (forced here: at these sizes it fits whole); and a
+    one-direction layer's persistent loops with the same phases."""
     from tvmrnn import default_schedule
     monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
     monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
@@ -172,6 +173,7 @@ def test_two_direction_persistent_loops_match_torch_on_cuda(cell, T, rng, monkey
         _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda, hidden=40)
         rnn = built(cell, 2, True, False, hidden_size=40, target="cuda")
         assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+        _check(cell, 1, False, False, T, rng, target="cuda", as_array=to_cuda, hidden=40)  # one direction, phased
     finally:
         built.cache_clear()
 

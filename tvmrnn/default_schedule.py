@@ -635,7 +635,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     ``row_phases`` (with ``stage_rows``): the reduction runs in that many phases, each staging its
     part of the hidden state (``rows x K / row_phases``) in one shared buffer, then summing it;
     None: one phase where the whole hidden state fits beside the weights and partial sums, else
-    the fewest of up to :data:`MAX_ROW_PHASES` that fit. A block of a two-direction step holds 13
+    the fewest of up to :data:`MAX_ROW_PHASES` that fit (two-direction steps; one-direction steps
+    take one phase unless asked). A block of a two-direction step holds 13
     LSTM units' weights (166 KB at DS2 sizes) and its partial sums (33 KB): the direction's whole
     hidden state (64 KB) does not fit in the 227 KB, its halves do.
     """
@@ -660,7 +661,10 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
         sch, gemm, consumer, nb, ncols, threads, max_shared_bytes, min_blocks, thread_columns, unroll, accumulators,
         max_blocks, block_slices, vector_k=vector_k if stationary and stage_rows else 1,
         groups_outer=groups_outer and stationary,
-        stage_bytes=stationary_bytes if stationary and stage_rows else 0, row_phases=row_phases)
+        stage_bytes=stationary_bytes if stationary and stage_rows else 0,
+        # one-direction steps only where asked until phases are measured on a GPU (their default
+        # build at any size stays as it was)
+        row_phases=row_phases if row_phases is not None or kernel.batch else 1)
     if not (stationary and weight_bytes + partial_bytes <= stationary_bytes):
         return
     room = stationary_bytes - weight_bytes - partial_bytes
@@ -851,8 +855,9 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
             (partial, p_phase, phases) if p_phase is not None else None)
 
 
-# The most phases a persistent step's staged hidden state is split into (see gpu_split_k).
-MAX_ROW_PHASES = 4
+# The most phases a persistent step's staged row operand is split into (see gpu_split_k): the
+# backward step's is the gate gradients, 256 KB a direction for the DS2 LSTM (8 phases of 32 KB).
+MAX_ROW_PHASES = 8
 
 
 def _row_phases(row_bytes: int, room: int, reduction: int, asked: int | None) -> int:
@@ -1119,7 +1124,10 @@ GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) 
 PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epilogue=False),
                        dict(accumulators=24), dict(accumulators=24, row_vector=4), dict(accumulators=32),
                        dict(max_shared_bytes=96 * 1024), dict(max_shared_bytes=96 * 1024, row_vector=4),
-                       dict(accumulators=96), dict(thread_columns=8), dict(unroll=4), dict(unroll=16))
+                       dict(accumulators=96), dict(thread_columns=8), dict(unroll=4), dict(unroll=16),
+                       # one output column a thread: a two-direction backward step's 13 columns of
+                       # weights a block (166 KB) fit on chip, 16 (thread_columns=4) do not
+                       dict(thread_columns=1))
 
 
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
@@ -1132,7 +1140,13 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
         if kind == "split-K":
             return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
         if kind == "matmul":
-            slices = [dict(k_slices=n) for n in slice_variants(kernel)]
+            counts = slice_variants(kernel)
+            slices = [dict(k_slices=n) for n in counts]
+            # the largest tile with its reduction over 2 or 4 blocks: a GEMM whose large tiles make
+            # too few blocks for the GPU (the 256-step weight gradient with K = 800: 156 tiles of
+            # 128 x 128, 1.2 waves of 132 SMs) gets whole waves of them without a smaller tile's loads
+            rows, cols = GPU_MATMUL_SHAPES[0]
+            slices += [dict(rows=rows, cols=cols, k_slices=n) for n in counts if n in (2, 4)]
             return [{}] + [dict(matmul=dict(v)) for v in GPU_MATMUL_VARIANTS + tuple(slices)]
     return [{}]
 
