@@ -1,0 +1,229 @@
+"""Persistent GPU time loops in generated CUDA (nvcc, no GPU needed): weight-stationary steps, their
+options and modes, cooperative launches, two-direction loops. Split from ``test_codegen.py`` so that
+CI's two workers (``--dist loadfile``) share the code-generation tests evenly."""
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+import tvmrnn
+from test_codegen import _kernel_definitions, _launch_flags, _ptxas
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
+    """``TVMRNN_PERSISTENT=1``: each time loop is one launch with the loop inside the kernel, at
+    most one block per SM (132 on the H100), a grid barrier per step; nvcc assembles it unspilled."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
+                       tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    kernels = source.split("extern \"C\" __global__")[1:]
+    persistent = [k for k in kernels if "for (int step = 0; step < " in k]
+    # the forward's and training forward's steps, the backward's fused steps
+    assert len(persistent) == 3
+    for kernel in persistent:
+        assert "wait_until" in kernel and "atomic_add" in kernel
+        blocks = int(re.search(r"\(step \* (\d+)\) \+ \1", kernel).group(1))
+        assert blocks <= 132
+        # weight-stationary: the block's slice of the weights is copied into shared memory once,
+        # before the time loop, and the loop multiplies by it there, never by the weights in
+        # global memory (which the loop reads only for the biases)
+        prologue, loop = kernel.split("for (int step = 0; step < ", 1)
+        shared = r"(\(\(float\*\)buf_dyn_shmem_ptr\)|w_shared_dyn_ptr)\["  # merged or alone
+        assert "extern __shared__" in prologue and re.search(shared + r".*\] = w_ptr\[", prologue)
+        assert not re.search(r"\* w_ptr\[", loop) and re.search(r"\* " + shared, loop)
+    report = _ptxas(source, tmp_path)
+    assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
+    steps = [name for name in rnn.schedules if name.startswith(("recurrent_step", "backward_step"))]
+    assert len(steps) == 3 and all(name.endswith("_persistent") for name in steps)
+    from tvmrnn.package import metadata  # a package says how many SMs it needs (checked at load)
+    assert rnn.persistent_blocks == 132 and metadata(rnn)["persistent_blocks"] == 132
+
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("sizes", [dict(input_size=800, hidden_size=800, batch_size=20),
+                                   dict(input_size=13, hidden_size=37, batch_size=3)], ids=["ds2", "odd"])
+def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
+    """The persistent step's opt-in shapes (``default_schedule.PERSISTENT_TILES``; studied in
+    ``scripts/persistent_study.py``, not the default): ``stage_epilogue`` copies the step's input
+    projection into shared memory at the top of each step, so the epilogue no longer reads it from
+    global memory; ``vector_k`` loads the GEMM's operands from shared memory as vectors where the
+    reduction splits evenly (at DS2 sizes), scalars elsewhere; ``row_vector`` copies the hidden state
+    in float4s where its size is a multiple of 4 threads' vectors. Both compile at odd sizes too (a
+    one-element bias slice is left in global memory: TVM's shared-memory merge fails on it)."""
+    from tvmrnn import default_schedule
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    monkeypatch.setattr(default_schedule, "PERSISTENT_TILES",
+                        {**default_schedule.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True, "row_vector": 4})
+    rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
+    assert len(persistent) == 1  # the inference forward's
+    _, loop = persistent[0].split("for (int step = 0; step < ", 1)
+    assert re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = gx_ptr\[", loop), "the input projection is not staged"
+    assert not re.search(r"[^=] [-+*(] *gx_ptr\[|\(gx_ptr\[", loop), "the epilogue reads gx from global memory"
+    # vector loads from shared memory into registers (the merged buffer typed float or float4)
+    vectors = re.findall(r"= (\*\(float[24]\*\)\(\(\(float\*\)|\(\(float[24]\*\))buf_dyn_shmem_ptr\)", loop)
+    assert bool(vectors) == (sizes["hidden_size"] == 800)
+    # row_vector: the hidden state's per-step copy in float4s where its size allows (20 x 800, not 3 x 37)
+    assert bool(re.search(r"= \*\(float4\*\)\(h_state_ptr \+", loop)) == (sizes["hidden_size"] == 800)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(monkeypatch, tmp_path):
+    """``TVMRNN_PERSIST_STACKED=1`` with ``TVMRNN_PERSISTENT=train`` (DS2 sizes, 1 bidirectional
+    layer): the inference and training forwards each run both directions in one persistent,
+    cooperative launch, a block per slice of one direction's units. An LSTM block's weights (13
+    units, 166 KB) and partial sums leave no room for the direction's whole 64 KB hidden state, so
+    the reduction runs in phases, each staging its part of h_prev between two barriers; within
+    227 KB of shared memory, unspilled. The backward stays per-step. (The GRU's blocks, 3 gates,
+    stage the whole state; the default build keeps stacked loops per-step:
+    ``test_cuda_persistence_skips_two_direction_steps``.)"""
+    cell = "lstm"
+    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
+    sizes = dict(input_size=800, hidden_size=800, batch_size=20, bidirectional=True)
+    rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+    assert not rnn.programs["backward"].uses_persistent_loops
+    source = rnn.executable.mod.imports[0].inspect_source()
+    persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
+    assert len(persistent) == 2
+    for kernel in persistent:
+        prologue, loop = kernel.split("for (int step = 0; step < ", 1)
+        blocks = int(re.search(r"\(step \* (\d+)\) \+ \1", kernel).group(1))
+        assert blocks <= 132
+        # both directions' weights in one launch: each block picks its direction's by its index
+        assert re.search(r"\(\(int\)blockIdx\.x\) / \d+\) \* \d+\)", prologue)
+        phased = re.search(r"for \(int (ax\d+) = 0; \1 < (\d+); \+\+\1\) \{\s*__syncthreads\(\);\s*"
+                           r"\(\(float\*\)buf_dyn_shmem_ptr\)\[[^;]*\] = (h_state|hs)_ptr\[", loop)
+        assert phased and int(phased.group(2)) == 2, "the LSTM's hidden state is not staged in phases"
+    report = _ptxas(source, tmp_path)
+    assert not re.search(r"[1-9]\d* bytes spill", report)
+    smem = [int(b) for b in re.findall(r"(\d+) bytes smem", report)]
+    assert smem and max(smem) <= 48 * 1024  # static; the dynamic part is checked at launch
+    assert _launch_flags(rnn, tmp_path)[0] == 2
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell, monkeypatch):
+    """The default persistent step (DS2 sizes): a thread's row group is the outer part of its index
+    (``groups_outer``), so every thread of a warp reads the same rows of the staged hidden state
+    (its row-group offset, 10 rows x 800 words, is ``threadIdx.x / K`` with K >= 32: whole warps),
+    at consecutive reduction indices; with the slice outermost, one warp held both row groups,
+    800-word rows in the same banks (notes/performance.md v16). The epilogue's inputs are staged."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
+                       tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
+    assert len(persistent) == 1
+    _, loop = persistent[0].split("for (int step = 0; step < ", 1)
+    groups = re.findall(r"\(\(int\)threadIdx\.x\) / (\d+)\) \* 8000\)", loop)
+    assert groups and all(int(g) >= 32 for g in groups), groups
+    assert not re.search(r"threadIdx\.x\) % \d+\) / \d+\) \* 8000\)", loop)  # the v15 order
+    assert re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = gx_ptr\[", loop), "the input projection is not staged"
+
+
+def test_persistent_modes(monkeypatch):
+    from tvmrnn import target as targets
+    h100 = targets.resolve("nvidia/nvidia-h100")
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)  # auto: the inference forward
+    assert targets.persistent_mode() == "auto" and targets.persistent_passes() == ("forward",)
+    assert targets.persistent_blocks(h100) == 132
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
+    assert targets.persistent_blocks(h100) is None and targets.persistent_passes() == ()
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
+    assert targets.persistent_blocks(h100) == 132
+    assert targets.persistent_blocks(targets.resolve(None)) is None  # CPUs: none
+    assert targets.persistent_blocks(targets.resolve({"kind": "cuda", "arch": "sm_75"})) is None  # SMs unknown
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "all")
+    with pytest.raises(ValueError, match="TVMRNN_PERSISTENT"):
+        targets.persistent_blocks(h100)
+
+
+def test_launch_flags_keep_dynamic_shared_memory_last():
+    from tvmrnn.sequence import with_launch_flag
+    assert with_launch_flag(["blockIdx.x", "threadIdx.x", "tirx.use_programtic_dependent_launch",
+                             "tirx.use_dyn_shared_memory"], "tirx.use_cooperative_launch") == [
+        "blockIdx.x", "threadIdx.x", "tirx.use_programtic_dependent_launch", "tirx.use_cooperative_launch",
+        "tirx.use_dyn_shared_memory"]
+    assert with_launch_flag(["blockIdx.x"], "f") == ["blockIdx.x", "f"]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_relu"])
+def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, monkeypatch, tmp_path):
+    """By default (``TVMRNN_PERSISTENT`` unset: ``auto``) the inference forward's time loops are
+    persistent where the step's weights fit in the SMs' shared memory, and those kernels alone
+    are launched cooperatively (all blocks resident, or an error at launch: never a hang);
+    where the weights do not fit (H = 3072: 38 MB for a one-gate cell, 151 MB for an LSTM, against
+    132 x 227 KB) the loop keeps per-step launches."""
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
+    monkeypatch.delenv("TVMRNN_PDL", raising=False)
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, num_layers=2, batch_size=20,
+                       target="nvidia/nvidia-h100", tuning_logs=False)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.persistent_blocks == 132
+    assert not rnn.programs["forward_train"].uses_persistent_loops
+    assert not rnn.programs["backward"].uses_persistent_loops
+    source = rnn.executable.mod.imports[0].inspect_source()
+    kernels = _kernel_definitions(source)
+    persistent = [k for k in kernels if "wait_until" in k]
+    assert len(persistent) == 2  # one per layer
+    cooperative, dependent = _launch_flags(rnn, tmp_path)
+    assert cooperative == len(persistent) and dependent == len(kernels)
+    big = tvmrnn.build(cell, input_size=64, hidden_size=3072, batch_size=20,
+                       target="nvidia/nvidia-h100", tuning_logs=False)
+    assert not big.programs["forward"].uses_persistent_loops and big.persistent_blocks is None
+    assert _launch_flags(big, tmp_path)[0] == 0
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
+    plain = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20,
+                         target="nvidia/nvidia-h100", tuning_logs=False)
+    assert plain.persistent_blocks is None and _launch_flags(plain, tmp_path)[0] == 0
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_persistent_inference_forward_only(monkeypatch):
+    """``TVMRNN_PERSISTENT=forward``: the inference forward's time loop is one persistent launch
+    (weights in shared memory); the training passes keep their per-step launches."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
+                       tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    kernels = source.split("extern \"C\" __global__")[1:]
+    persistent = [re.search(r"void (?:__launch_bounds__\(\d+\) )?(\w+)\(", k).group(1) for k in kernels if "for (int step = 0; step < " in k]
+    assert len(persistent) == 1 and persistent[0].startswith("forward_kernel"), persistent
+    assert rnn.programs["forward"].uses_persistent_loops
+    assert not rnn.programs["forward_train"].uses_persistent_loops
+    assert not rnn.programs["backward"].uses_persistent_loops
+    assert rnn.persistent_blocks == 132
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_persistence_skips_two_direction_steps(monkeypatch):
+    """Both directions of a layer in one launch per step stay a host loop of launches under
+    ``TVMRNN_PERSISTENT`` (slower persistent on the H100, notes/performance.md v10) unless
+    ``TVMRNN_PERSIST_STACKED=1``; with the directions apart, each direction's loop is persistent."""
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+
+    def persistent_kernels(rnn):
+        source = rnn.executable.mod.imports[0].inspect_source()
+        return [k for k in source.split("extern \"C\" __global__")[1:] if "for (int step = 0; step < " in k]
+
+    build = dict(input_size=24, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
+                 target="nvidia/nvidia-h100", tuning_logs=False)
+    stacked = tvmrnn.build("rnn_tanh", **build)
+    assert not persistent_kernels(stacked) and not stacked.programs["forward"].uses_persistent_loops
+    assert stacked.persistent_blocks is None  # so its package asks for no resident grid
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "0")
+    apart = tvmrnn.build("rnn_tanh", **build)
+    assert apart.programs["forward"].uses_persistent_loops
+    assert len(persistent_kernels(apart)) == 4  # 2 layers x 2 directions
+    assert apart.persistent_blocks == 132
