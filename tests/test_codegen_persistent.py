@@ -147,6 +147,15 @@ def test_persistent_modes(monkeypatch):
     monkeypatch.setenv("TVMRNN_PERSISTENT", "all")
     with pytest.raises(ValueError, match="TVMRNN_PERSISTENT"):
         targets.persistent_blocks(h100)
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
+    assert targets.persistent_passes() == ("forward", "forward_train")
+    monkeypatch.delenv("TVMRNN_PERSIST_STACKED", raising=False)
+    assert not targets.persist_stacked()  # off by default
+    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
+    assert targets.persist_stacked()
+    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "yes")
+    with pytest.raises(ValueError, match="TVMRNN_PERSIST_STACKED: expected one of 0, 1"):
+        targets.persist_stacked()
 
 
 def test_launch_flags_keep_dynamic_shared_memory_last():

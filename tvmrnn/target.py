@@ -71,13 +71,19 @@ PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": (
 DEFAULT_PERSISTENT = "auto"
 
 
+def _env_value(name: str, default: str, choices) -> str:
+    """Environment variable ``name`` (``default`` when unset or empty), one of ``choices``; anything
+    else raises ``ValueError`` naming the variable."""
+    value = os.environ.get(name, default) or default
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
 def persistent_mode() -> str:
     """``TVMRNN_PERSISTENT``: ``auto`` (the default), ``forward``, ``train``, ``1`` or ``0``; see
     :func:`persistent_passes`."""
-    value = os.environ.get("TVMRNN_PERSISTENT", DEFAULT_PERSISTENT) or DEFAULT_PERSISTENT
-    if value != "0" and value not in PERSISTENT_PASSES:
-        raise ValueError(f"TVMRNN_PERSISTENT: expected one of 0, {', '.join(PERSISTENT_PASSES)}; got {value!r}")
-    return value
+    return _env_value("TVMRNN_PERSISTENT", DEFAULT_PERSISTENT, ("0", *PERSISTENT_PASSES))
 
 
 def persistent_blocks(target: tvm.target.Target) -> int | None:
@@ -128,10 +134,7 @@ def persist_stacked() -> bool:
     state in phases of the reduction (``default_schedule.gpu_split_k``'s ``row_phases``: 13
     LSTM units' weights and half of a 20 x 800 hidden state fill a block's 227 KB).
     ``TVMRNN_PERSIST_STACKED``: ``1`` on, ``0`` off (the default)."""
-    value = os.environ.get("TVMRNN_PERSIST_STACKED", DEFAULT_PERSIST_STACKED) or DEFAULT_PERSIST_STACKED
-    if value not in ("0", "1"):
-        raise ValueError(f"TVMRNN_PERSIST_STACKED: expected 0 or 1; got {value!r}")
-    return value == "1"
+    return _env_value("TVMRNN_PERSIST_STACKED", DEFAULT_PERSIST_STACKED, ("0", "1")) == "1"
 
 
 PDL_MODES = ("0", "wait", "early")
@@ -172,10 +175,7 @@ def shared_kernels(target) -> bool:
     of the pass, compiled once)."""
     if target is None or target.kind.name != "cuda":
         return False
-    value = os.environ.get("TVMRNN_SHARED_KERNELS", DEFAULT_SHARED_KERNELS) or DEFAULT_SHARED_KERNELS
-    if value not in ("0", "1"):
-        raise ValueError(f"TVMRNN_SHARED_KERNELS: expected 0 or 1; got {value!r}")
-    return value == "1"
+    return _env_value("TVMRNN_SHARED_KERNELS", DEFAULT_SHARED_KERNELS, ("0", "1")) == "1"
 
 
 def resolve(target) -> tvm.target.Target:
