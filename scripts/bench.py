@@ -10,7 +10,7 @@ For each configuration: builds tvmrnn (tuned records from tuning_logs/ where the
 same weights into torch.nn.LSTM/GRU/RNN, runs both on the same input, checks they agree, and times
 inference (forward) and training (forward + backward with the same output gradient). Prints
 samples/s (N / seconds per batch, the median of --reps) for each side and the ratio.
-On CUDA: cuDNN with TF32 off on both sides, plus a row with TF32 allowed for cuDNN (tvmrnn computes
+On CUDA: cuDNN with TF32 off on both sides, plus rows (inference, training) with TF32 allowed for cuDNN (tvmrnn computes
 in plain fp32 either way). On the CPU: PyTorch's CPU path; both sides use --threads threads.
 
 With --custom CELL (an example cell of tvmrnn.example_cells), each configuration instead times that
@@ -280,6 +280,14 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         memory += (f"; peak per training step: tvmrnn {results[-1]['tvmrnn_peak_mb']:.1f} MB, "
                    f"cuDNN {results[-1]['torch_peak_mb']:.1f} MB")
     print(f"{'':8s} {'':5s} {'':3s} memory           {memory}", flush=True)
+    if a.device == "cuda":  # cuDNN's training with TF32 allowed (tvmrnn's is fp32 either way)
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            theirs_train()
+            agree = max(rel(g["x"], xr.grad), rel(g["weight_hh_l0"], ref.weight_hh_l0.grad))
+            record("training (cuDNN TF32)", ours, timed(theirs_train, sync, a.reps, a.max_seconds), agree)
+        finally:
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     return results
 
 

@@ -432,8 +432,8 @@ def _host_kernel_names(rnn) -> set[str]:
 def test_cuda_shared_kernels(monkeypatch, tmp_path):
     """``TVMRNN_SHARED_KERNELS=1``: a GPU build compiles each distinct kernel once and launches it
     from every call site (other layers and directions pass other pointers); every kernel the host
-    launches is defined, few definitions are the same code, the persistent inference forward
-    stays one kernel per layer, and nvcc compiles the source."""
+    launches is defined, few definitions are the same code, the persistent forwards stay one
+    kernel per layer, and nvcc compiles the source."""
     monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
     sizes = dict(input_size=24, hidden_size=40, num_layers=2, bidirectional=True, batch_size=4)
     built = {}
@@ -463,13 +463,13 @@ def test_cuda_shared_kernels(monkeypatch, tmp_path):
                 assert [p for p in params if p.startswith(tensor)] == [name], params
     assert accumulating
     _ptxas(source_on, tmp_path)
-    # one direction: the inference forward's time loops are persistent, one kernel per layer
+    # one direction: both forwards' time loops are persistent, one kernel per layer and forward
     # (their views stay offsets), launched cooperatively
     rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False)
     definitions = _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
-    assert rnn.programs["forward"].uses_persistent_loops
-    assert len([d for d in definitions if "wait_until" in d]) == 2
-    assert _launch_flags(rnn, tmp_path)[0] == 2
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+    assert len([d for d in definitions if "wait_until" in d]) == 4
+    assert _launch_flags(rnn, tmp_path)[0] == 4
     monkeypatch.setenv("TVMRNN_SHARED_KERNELS", "2")
     with pytest.raises(ValueError, match="TVMRNN_SHARED_KERNELS"):
         tvmrnn.build("lstm", **sizes, target="nvidia/nvidia-h100", tuning_logs=False)

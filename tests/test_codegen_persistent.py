@@ -77,17 +77,17 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(monkeypatch, tmp_path):
-    """``TVMRNN_PERSIST_STACKED=1`` with ``TVMRNN_PERSISTENT=train`` (DS2 sizes, 1 bidirectional
-    layer): the inference and training forwards each run both directions in one persistent,
+    """The default build (``TVMRNN_PERSIST_STACKED`` and ``TVMRNN_PERSISTENT`` unset; DS2 sizes, 1
+    bidirectional layer): the inference and training forwards each run both directions in one persistent,
     cooperative launch, a block per slice of one direction's units. An LSTM block's weights (13
     units, 166 KB) and partial sums leave no room for the direction's whole 64 KB hidden state, so
     the reduction runs in phases, each staging its part of h_prev between two barriers; within
     227 KB of shared memory, unspilled. The backward stays per-step. (The GRU's blocks, 3 gates,
-    stage the whole state; the default build keeps stacked loops per-step:
+    stage the whole state; ``TVMRNN_PERSIST_STACKED=0`` keeps stacked loops per-step:
     ``test_cuda_persistence_skips_two_direction_steps``.)"""
     cell = "lstm"
-    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
+    monkeypatch.delenv("TVMRNN_PERSIST_STACKED", raising=False)
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
     sizes = dict(input_size=800, hidden_size=800, batch_size=20, bidirectional=True)
     rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
@@ -135,8 +135,8 @@ def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell, mo
 def test_persistent_modes(monkeypatch):
     from tvmrnn import target as targets
     h100 = targets.resolve("nvidia/nvidia-h100")
-    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)  # auto: the inference forward
-    assert targets.persistent_mode() == "auto" and targets.persistent_passes() == ("forward",)
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)  # auto: both forwards
+    assert targets.persistent_mode() == "auto" and targets.persistent_passes() == ("forward", "forward_train")
     assert targets.persistent_blocks(h100) == 132
     monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
     assert targets.persistent_blocks(h100) is None and targets.persistent_passes() == ()
@@ -149,10 +149,12 @@ def test_persistent_modes(monkeypatch):
         targets.persistent_blocks(h100)
     monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
     assert targets.persistent_passes() == ("forward", "forward_train")
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    assert targets.persistent_passes() == ("forward",)
     monkeypatch.delenv("TVMRNN_PERSIST_STACKED", raising=False)
-    assert not targets.persist_stacked()  # off by default
-    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
-    assert targets.persist_stacked()
+    assert targets.persist_stacked()  # on by default
+    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "0")
+    assert not targets.persist_stacked()
     monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "yes")
     with pytest.raises(ValueError, match="TVMRNN_PERSIST_STACKED: expected one of 0, 1"):
         targets.persist_stacked()
@@ -170,8 +172,9 @@ def test_launch_flags_keep_dynamic_shared_memory_last():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_relu"])
 def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, monkeypatch, tmp_path):
-    """By default (``TVMRNN_PERSISTENT`` unset: ``auto``) the inference forward's time loops are
-    persistent where the step's weights fit in the SMs' shared memory, and those kernels alone
+    """By default (``TVMRNN_PERSISTENT`` unset: ``auto``) both forwards' time loops (inference and
+    training) are persistent where the step's weights fit in the SMs' shared memory, the backward's
+    are per-step launches, and the persistent kernels alone
     are launched cooperatively (all blocks resident, or an error at launch: never a hang);
     where the weights do not fit (H = 3072: 38 MB for a one-gate cell, 151 MB for an LSTM, against
     132 x 227 KB) the loop keeps per-step launches."""
@@ -180,12 +183,12 @@ def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, monkeyp
     rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, num_layers=2, batch_size=20,
                        target="nvidia/nvidia-h100", tuning_logs=False)
     assert rnn.programs["forward"].uses_persistent_loops and rnn.persistent_blocks == 132
-    assert not rnn.programs["forward_train"].uses_persistent_loops
+    assert rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
     source = rnn.executable.mod.imports[0].inspect_source()
     kernels = _kernel_definitions(source)
     persistent = [k for k in kernels if "wait_until" in k]
-    assert len(persistent) == 2  # one per layer
+    assert len(persistent) == 4  # one per layer and forward
     cooperative, dependent = _launch_flags(rnn, tmp_path)
     assert cooperative == len(persistent) and dependent == len(kernels)
     big = tvmrnn.build(cell, input_size=64, hidden_size=3072, batch_size=20,
@@ -217,10 +220,12 @@ def test_cuda_persistent_inference_forward_only(monkeypatch):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_cuda_persistence_skips_two_direction_steps(monkeypatch):
-    """Both directions of a layer in one launch per step stay a host loop of launches under
-    ``TVMRNN_PERSISTENT`` (slower persistent on the H100, notes/performance.md v10) unless
-    ``TVMRNN_PERSIST_STACKED=1``; with the directions apart, each direction's loop is persistent."""
+    """``TVMRNN_PERSIST_STACKED=0``: both directions of a layer in one launch per step stay a host
+    loop of launches under ``TVMRNN_PERSISTENT`` (the default before v21, when staging the hidden
+    state in phases made them faster persistent); with the directions apart, each direction's loop
+    is persistent. By default the stacked loop is persistent too."""
     monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
+    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "0")
 
     def persistent_kernels(rnn):
         source = rnn.executable.mod.imports[0].inspect_source()
@@ -236,3 +241,9 @@ def test_cuda_persistence_skips_two_direction_steps(monkeypatch):
     assert apart.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(apart)) == 4  # 2 layers x 2 directions
     assert apart.persistent_blocks == 132
+    monkeypatch.delenv("TVMRNN_PERSIST_STACKED")
+    monkeypatch.delenv("TVMRNN_STACK_DIRECTIONS")
+    default = tvmrnn.build("rnn_tanh", **build)
+    assert default.programs["forward"].uses_persistent_loops
+    assert len(persistent_kernels(default)) == 2  # a layer's two directions in one kernel
+    assert default.persistent_blocks == 132

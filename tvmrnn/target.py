@@ -66,8 +66,8 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
     return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
 
 
-PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",), "auto": ("forward",),
-                     "train": ("forward", "forward_train")}
+PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",),
+                     "auto": ("forward", "forward_train"), "train": ("forward", "forward_train")}
 DEFAULT_PERSISTENT = "auto"
 
 
@@ -104,12 +104,13 @@ def persistent_passes() -> tuple[str, ...]:
     barrier between steps, each block's slice of the recurrent weights kept in shared memory for
     all steps), from ``TVMRNN_PERSISTENT``:
 
-    - ``auto`` (default): the inference forward, where a loop's step kernel keeps its weights in
-      shared memory (else that loop stays per-step launches). On the H100 at Deep Speech 2 sizes
-      the only pass where persistence is faster (``notes/performance.md`` v10, v14);
-    - ``forward``: the inference forward, whether or not the weights fit on chip;
-    - ``train``: both forwards, inference and training, where the weights fit on chip (for
-      studies: the training forward's persistent loops are not measured faster yet);
+    - ``auto`` (default): both forwards, inference and training, where a loop's step kernel keeps
+      its weights in shared memory (else that loop stays per-step launches). On the H100 at Deep
+      Speech 2 sizes the passes where persistence is faster (``notes/performance.md`` v10, v14,
+      v21: the training forward's persistent loops were measured faster once two-direction loops
+      staged their hidden state in phases);
+    - ``forward``: the inference forward only, whether or not the weights fit on chip;
+    - ``train``: the same passes as ``auto`` (kept for the studies that name it);
     - ``1``: every pass (the backward's persistent step is slower: for studies);
     - ``0``: none.
 
@@ -121,9 +122,10 @@ def persistent_passes() -> tuple[str, ...]:
     return () if value == "0" else PERSISTENT_PASSES[value]
 
 
-# Off until measured on the H100 (v20 made the two-direction persistent step stage its hidden
-# state in phases; before that it read it from L2 and ran 2x slower than per-step launches, v10).
-DEFAULT_PERSIST_STACKED = "0"
+# On since v21: measured on the H100, the two-direction persistent step (hidden state staged in
+# phases, v20) takes 10.3-11.6 us a step against 16.3 launched per step; 5-layer LSTM training
+# 1.46x -> 1.62x cuDNN. (Before phases it read h from L2 and ran 2x slower, v10.)
+DEFAULT_PERSIST_STACKED = "1"
 
 
 def persist_stacked() -> bool:
@@ -133,7 +135,7 @@ def persist_stacked() -> bool:
     its slice of one direction's weights in shared memory and staging that direction's hidden
     state in phases of the reduction (``default_schedule.gpu_split_k``'s ``row_phases``: 13
     LSTM units' weights and half of a 20 x 800 hidden state fill a block's 227 KB).
-    ``TVMRNN_PERSIST_STACKED``: ``1`` on, ``0`` off (the default)."""
+    ``TVMRNN_PERSIST_STACKED``: ``1`` on (the default), ``0`` off."""
     return _env_value("TVMRNN_PERSIST_STACKED", DEFAULT_PERSIST_STACKED, ("0", "1")) == "1"
 
 
