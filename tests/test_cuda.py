@@ -287,20 +287,22 @@ def test_persistent_inference_forward_under_a_cuda_graph(cell):
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_tuned_persistent_step_is_used_and_matches_torch_on_cuda(cell, tmp_path, rng):
-    """Tuning the inference forward's persistent step: every listed shape measured as a loop of
-    steps in one launch, logged per step; a build then takes the fastest and still matches PyTorch."""
+    """Tuning the forwards' persistent steps (inference and training, both persistent by default):
+    every listed shape measured as a loop of steps in one launch, logged per step; a build then
+    takes the fastest and still matches PyTorch."""
     from tvmrnn import default_schedule, tuning
     from tvmrnn.cells import CELLS as CELL_DEFS
     from tvmrnn.passes import Config
     target = tvm.target.Target("cuda")
     config = Config(CELL_DEFS[cell], I, 37, 1, False, N, False)
     results = tuning.tune([config], target, log_dir=str(tmp_path), trials_per_task=1, kernels=["_persistent"])
-    (task, best, trials), = results
-    assert tuning.is_persistent(task.kernel) and 1 < trials <= len(default_schedule.PERSISTENT_VARIANTS)
-    assert 0.5 < best < 100, best  # microseconds a step (a step loop's time divided by its steps)
+    assert sorted(task.kernel.name.split("_")[3] for task, _, _ in results) == ["infer", "train"]
+    for task, best, trials in results:
+        assert tuning.is_persistent(task.kernel) and 1 < trials <= len(default_schedule.PERSISTENT_VARIANTS)
+        assert 0.5 < best < 100, best  # microseconds a step (a step loop's time divided by its steps)
     rnn = tvmrnn.build(cell, input_size=I, hidden_size=37, batch_size=N, target="cuda", tuning_logs=str(tmp_path))
-    assert rnn.schedules[task.kernel.name] == "tuned"
-    assert rnn.programs["forward"].uses_persistent_loops
+    assert all(rnn.schedules[task.kernel.name] == "tuned" for task, _, _ in results)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
     ref = torch_module(cell, I, 37, 1, False, False).double()
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     x = rng.standard_normal((50, N, I)).astype(np.float32)
