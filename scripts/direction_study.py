@@ -5,15 +5,16 @@
 
 For each cell at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default, builds a bidirectional RNN
 twice: with the directions stacked (``tvmrnn.passes.stack_directions``, the GPU default: the step kernels
-get a leading direction axis, one launch runs both) and with ``TVMRNN_STACK_DIRECTIONS=0`` (a time
-loop per direction). Checks the builds agree and prints median inference and training-pass times.
-With ``--persistent-passes forward,forward_train`` (GPU) the unstacked build's time loops in those
-passes run as persistent kernels (``tvmrnn.target.PERSISTENT_PASSES``; by default only the inference
-forward's, which is all a stacked build leaves out).
-With ``--stacked-persistent`` (GPU) the stacked build is compared with itself made persistent
-(``TVMRNN_PERSIST_STACKED=1``: one launch runs both directions' loops, each block on one direction's
-units, the hidden state staged in phases where it does not fit beside the weights), for the inference
-forward alone (``TVMRNN_PERSISTENT=auto``) and for both forwards (``train``), instead of unstacked:
+get a leading direction axis, one launch runs both), here kept per-step launches
+(``TVMRNN_PERSIST_STACKED=0``), and with ``TVMRNN_STACK_DIRECTIONS=0`` (a time loop per direction).
+Checks the builds agree and prints median inference and training-pass times. The unstacked build's
+time loops in the passes of ``--persistent-passes`` (GPU; default both forwards, as
+``TVMRNN_PERSISTENT=auto``) run as persistent kernels (``tvmrnn.target.PERSISTENT_PASSES``).
+With ``--stacked-persistent`` (GPU) the stacked per-step build is compared with itself made persistent
+(``TVMRNN_PERSIST_STACKED=1``, the default since v21: one launch runs both directions' loops, each
+block on one direction's units, the hidden state staged in phases where it does not fit beside the
+weights), for the inference forward alone (``TVMRNN_PERSISTENT=forward``) and for both forwards
+(``auto``), instead of unstacked:
 
     python scripts/direction_study.py lstm gru --num-layers 1 --stacked-persistent --rounds 3
 """
@@ -31,7 +32,7 @@ def main():
     p.add_argument("--num-layers", type=int, nargs="+", default=[1])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--persistent-passes", default="forward",
+    p.add_argument("--persistent-passes", default="forward,forward_train",
                    help="comma-separated passes whose one-direction time loops are persistent (GPU)")
     p.add_argument("--stacked-persistent", action="store_true",
                    help="compare stacked per-step launches with stacked persistent loops instead (GPU)")
@@ -54,8 +55,8 @@ def main():
 
     variants = [("directions stacked (one launch per step)", stacked(True))]
     if a.stacked_persistent:
-        variants += [("stacked, persistent inference forward", stacked(True, "1", "auto")),
-                     ("stacked, persistent inference and training forwards", stacked(True, "1", "train"))]
+        variants += [("stacked, persistent inference forward", stacked(True, "1", "forward")),
+                     ("stacked, persistent inference and training forwards", stacked(True, "1", "auto"))]
     else:
         variants += [("directions one after the other", stacked(False))]
     for layers in a.num_layers:

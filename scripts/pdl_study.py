@@ -9,7 +9,7 @@ runs both and cuDNN (PyTorch, TF32 off) on the same weights and inputs in one pr
 both builds agree with each other and with cuDNN, and prints the median milliseconds of an
 inference forward and of a training step (forward + backward), timed with CUDA events around
 the public call, and samples/s ratios against cuDNN. Needs a CUDA GPU (Hopper or later for PDL).
-Persistent time loops follow ``TVMRNN_PERSISTENT`` (since v14 the inference forward's are
+Persistent time loops follow ``TVMRNN_PERSISTENT`` (since v14 the inference forward's, since v21 both forwards', are
 persistent by default, a single launch PDL cannot help; v14's study ran before that: set
 ``TVMRNN_PERSISTENT=0`` to repeat it).
 """

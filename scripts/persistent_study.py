@@ -4,7 +4,7 @@
     python scripts/persistent_study.py lstm gru rnn_tanh --reps 10
 
 For each cell, at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default: builds the forward with
-per-step launches (the default) and with persistent loops (``TVMRNN_PERSISTENT=1``) for each shape in SHAPES
+per-step launches (``TVMRNN_PERSISTENT=0``) and with persistent loops (``TVMRNN_PERSISTENT=1``) for each shape in SHAPES
 (changes to ``default_schedule.PERSISTENT_TILES``; ``{}`` is the default, ``stationary_bytes: 0``
 the weights read from global memory at every step), checks each agrees with the first, and prints the median
 inference and training-pass times. Needs a CUDA GPU.
