@@ -309,3 +309,17 @@ def test_tuned_persistent_step_is_used_and_matches_torch_on_cuda(cell, tmp_path,
     y, hy, _ = rnn.forward(w, to_cuda(x))
     y_ref = ref(torch.from_numpy(x).double())[0]
     assert float((y.cpu().double() - y_ref).norm() / y_ref.norm()) < 1e-5
+
+
+def test_profile_times_persistent_steps_in_their_loop():
+    """``tvmrnn.profile`` times a persistent loop's step as one step of that loop (weights staged
+    once, a grid barrier a step): alone, one launch stages its block's weights every time, which
+    made the DS2 LSTM's recurrent share read 111% of its forward pass (v21)."""
+    from tvmrnn.profile import profile
+    rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target="cuda")
+    for p in profile(rnn, T=300, passes=("forward", "forward_train"), reps=3):
+        assert p.persistent, p.name
+        (step,) = [k for k in p.kernels if k.in_loop]
+        assert step.name.endswith("_persistent") and step.calls == 300 and 0.5 < step.latency_us < 50
+        assert p.group_ms("recurrent") < 1.05 * p.measured_ms, p.table()
+        assert "(a step of its persistent loop)" in p.table()

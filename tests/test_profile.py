@@ -43,7 +43,10 @@ def test_persistent_profiles_say_the_loop_is_one_launch():
     persistent = PassProfile("forward", 300, 5.0, [k], 300, 1, persistent=True).table()
     assert "1 kernels per step" in ordinary and "gap 4.7 us per step" in ordinary
     assert "persistent time loops (one launch per loop" in persistent and "kernels per step" not in persistent
-    assert "in-kernel cost beyond the step launched alone 4.7 us per step" in persistent
+    assert "beyond its kernels (steps timed in their loop) 4.7 us per step" in persistent
+    looped = KernelTime("recurrent_step_lstm_infer_n20_h800_persistent", "recurrent", 300, 5.0, in_loop=True)
+    assert "(a step of its persistent loop)" in PassProfile("forward", 300, 5.0, [looped], 300, 1,
+                                                             persistent=True).table()
 
 
 def test_ncu_source_summary(tmp_path):

@@ -5,7 +5,10 @@ in loops. Here each distinct kernel is compiled on its own with the schedule ``b
 (tuned record or default), timed with TVM's ``time_evaluator`` on random inputs, and multiplied
 by how often the pass runs it at sequence length ``T``. The difference between the sum and the
 measured pass is what the loops cost beyond their kernels: on a GPU the launch gaps, on a CPU
-the parallel-region start-up and the caches a kernel alone does not see.
+the parallel-region start-up and the caches a kernel alone does not see. A persistent time
+loop's step kernel is timed as its loop runs it (:func:`tvmrnn.sequence.step_loop`: 64 steps in
+one cooperative launch, the weights staged once, a grid barrier a step), per step: alone, one
+launch would stage its block's weights every time.
 
 Kernels fall in four groups (:data:`GROUPS`): ``input GEMM`` (the all-steps GEMMs on the input
 side: the forward's input projection, the backward's input gradient), ``weight grads`` (the
@@ -22,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from .default_schedule import is_gpu
-from .sequence import Program
+from .default_schedule import is_gpu, persistent_blocks
+from .sequence import STEP_LOOP_STEPS, Program, step_loop
 
 GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
 _PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
@@ -43,7 +46,8 @@ class KernelTime:
     name: str
     group: str
     calls: int  # per pass at the profiled T
-    latency_us: float  # one call, median
+    latency_us: float  # one call, median (a persistent loop's step: one step of the loop)
+    in_loop: bool = False  # a persistent loop's step, timed as one step of that loop
 
     @property
     def total_ms(self) -> float:
@@ -75,7 +79,7 @@ class PassProfile:
     def table(self) -> str:
         if self.persistent:
             launches = "persistent time loops (one launch per loop; steps meet at a grid barrier)"
-            gap = "in-kernel cost beyond the step launched alone"
+            gap = "beyond its kernels (steps timed in their loop)"
         else:
             launches, gap = f"{self.launches_per_step} kernels per step", "gap"
         lines = [f"{self.name}: {self.measured_ms:.2f} ms measured, {self.kernel_ms:.2f} ms in kernels timed alone; "
@@ -87,7 +91,8 @@ class PassProfile:
             if ms or group != "weight grads":
                 lines.append(f"  {group:12s} {ms:9.2f} ms  {100 * ms / max(self.measured_ms, 1e-9):5.1f}% of the pass")
         for k in sorted(self.kernels, key=lambda k: -k.total_ms):
-            lines.append(f"    {k.name:48s} {k.calls:6d} x {k.latency_us:9.2f} us = {k.total_ms:8.2f} ms")
+            lines.append(f"    {k.name:48s} {k.calls:6d} x {k.latency_us:9.2f} us = {k.total_ms:8.2f} ms"
+                         + ("  (a step of its persistent loop)" if k.in_loop else ""))
         return "\n".join(lines)
 
 
@@ -131,11 +136,13 @@ def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
     for name, calls in program.calls(T).items():
         if calls == 0:
             continue
-        us = time_kernel(program.scheduled(name), rnn.target)
-        kernels.append(KernelTime(name, group_of(name), calls, us))
+        func = program.scheduled(name)
+        if program.uses_persistent_loops and persistent_blocks(func) is not None:
+            us = time_kernel(step_loop(func, rnn.target), rnn.target, number=5) / STEP_LOOP_STEPS
+            kernels.append(KernelTime(name, group_of(name), calls, us, in_loop=True))
+        else:
+            kernels.append(KernelTime(name, group_of(name), calls, time_kernel(func, rnn.target)))
     steps, per_step = program.step_counts(T)
-    # A persistent loop's step kernel is timed here as an ordinary launch (the same schedule
-    # without the loop and barrier), so its "gap" is the barrier and the in-kernel loop, not launches.
     return PassProfile(program.name, T, 1e3 * statistics.median(times), kernels, steps, per_step,
                        persistent=program.uses_persistent_loops)
 
