@@ -220,12 +220,13 @@ H100_CONFIG = Config(CELLS["lstm"], 13, 37, 1, False, 3, False)
 
 
 def test_a_gpu_builds_persistent_loop_is_a_task_of_its_own():
-    """On a GPU target the inference forward's persistent time loop makes its step kernel a task,
-    run once a step, whose space is the default's listed shapes; CPU targets have none."""
+    """On a GPU target each forward's persistent time loop (inference and training) makes its step
+    kernel a task, run once a step, whose space is the default's listed shapes; CPU targets have none."""
     tasks = tuning.extract_tasks([H100_CONFIG], target="nvidia/nvidia-h100")
     persistent = [t for t in tasks if tuning.is_persistent(t.kernel)]
-    assert [t.kernel.name for t in persistent] == ["recurrent_step_lstm_infer_n3_h37_persistent"]
-    assert persistent[0].calls == tuning.REFERENCE_LENGTH
+    assert sorted(t.kernel.name for t in persistent) == ["recurrent_step_lstm_infer_n3_h37_persistent",
+                                                         "recurrent_step_lstm_train_n3_h37_persistent"]
+    assert all(t.calls == tuning.REFERENCE_LENGTH for t in persistent)
     assert not any(tuning.is_persistent(t.kernel) for t in tuning.extract_tasks([H100_CONFIG]))
     from tvmrnn import default_schedule
     assert default_schedule.variants(persistent[0].kernel, tvm.target.Target("nvidia/nvidia-h100")) == \
