@@ -345,7 +345,8 @@ def import_tensor_intrinsics() -> None:
     ``inspect``'s file-to-module cache and scans all of ``sys.modules`` every time: with PyTorch
     loaded, 141 s of a 156 s tiny tuning run on the 2-core dev machine (v17 saw 74 s without it).
     Entering those two frozen modules in the cache (``inspect.modulesbyfile``, where ``inspect``
-    itself would put a module with a file) makes the lookup a dictionary hit and changes no answer."""
+    itself would put a module with a file) makes the lookup a dictionary hit; the frame records the
+    parser gets are the same (their file name, and no source lines: frozen modules have none)."""
     import importlib
     import inspect
     import sys
