@@ -21,6 +21,7 @@ writes for a cell cuDNN lacks), and torch.compile of that loop (reported as fail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -242,13 +243,10 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         agree = rel(y, y_ref)
         ours = timed(lambda: rnn.forward(w, x), sync, a.reps, a.max_seconds)
         for tf32 in ([False, True] if a.device == "cuda" else [False]):
-            torch.backends.cudnn.allow_tf32 = tf32
-            torch.backends.cuda.matmul.allow_tf32 = tf32
-            theirs = timed(lambda: ref(x), sync, a.reps, a.max_seconds)
-            record("inference" + (" (cuDNN TF32)" if tf32 else ""), ours, theirs,
-                   agree if not tf32 else rel(y, ref(x)[0]))
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
+            with cudnn_tf32(torch, tf32):
+                theirs = timed(lambda: ref(x), sync, a.reps, a.max_seconds)
+                record("inference" + (" (cuDNN TF32)" if tf32 else ""), ours, theirs,
+                       agree if not tf32 else rel(y, ref(x)[0]))
     if a.no_train:
         return results
 
@@ -265,8 +263,12 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         ref(xr)[0].backward(dy)
 
     g = ours_train()
+
+    def agreement():  # ours against PyTorch's gradients of its last training step
+        return max(rel(g["x"], xr.grad), rel(g["weight_hh_l0"], ref.weight_hh_l0.grad))
+
     theirs_train()
-    agree = max(rel(g["x"], xr.grad), rel(g["weight_hh_l0"], ref.weight_hh_l0.grad))
+    agree = agreement()
     ours = timed(ours_train, sync, a.reps, a.max_seconds)
     theirs = timed(theirs_train, sync, a.reps, a.max_seconds)
     record("training", ours, theirs, agree)
@@ -281,14 +283,22 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
                    f"cuDNN {results[-1]['torch_peak_mb']:.1f} MB")
     print(f"{'':8s} {'':5s} {'':3s} memory           {memory}", flush=True)
     if a.device == "cuda":  # cuDNN's training with TF32 allowed (tvmrnn's is fp32 either way)
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
-        try:
+        with cudnn_tf32(torch, True):
             theirs_train()
-            agree = max(rel(g["x"], xr.grad), rel(g["weight_hh_l0"], ref.weight_hh_l0.grad))
+            agree = agreement()
             record("training (cuDNN TF32)", ours, timed(theirs_train, sync, a.reps, a.max_seconds), agree)
-        finally:
-            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     return results
+
+
+@contextlib.contextmanager
+def cudnn_tf32(torch, allowed: bool):
+    """PyTorch's TF32 switches (cuDNN's and cuBLAS's) set to ``allowed`` inside, off again after:
+    off is how every comparison here runs unless a row says TF32."""
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def peak_mb(torch, step) -> float:
