@@ -11,7 +11,10 @@ same weights into torch.nn.LSTM/GRU/RNN, runs both on the same input, checks the
 inference (forward) and training (forward + backward with the same output gradient). Prints
 samples/s (N / seconds per batch, the median of --reps) for each side and the ratio.
 On CUDA: cuDNN with TF32 off on both sides, plus rows (inference, training) with TF32 allowed for cuDNN (tvmrnn computes
-in plain fp32 either way). On the CPU: PyTorch's CPU path; both sides use --threads threads.
+in plain fp32 either way). With --tf32, TF32 is allowed on both sides instead: tvmrnn built with
+``allow_tf32=True`` (its all-steps GEMMs on tensor cores), cuDNN and cuBLAS with PyTorch's TF32 switches on; the
+rows say "(TF32 both)" and their errors are against PyTorch's TF32 result. On the CPU: PyTorch's CPU path; both
+sides use --threads threads.
 
 With --custom CELL (an example cell of tvmrnn.example_cells), each configuration instead times that
 cell through tvmrnn beside the built-in LSTM through tvmrnn at the same sizes (same fusion: the
@@ -56,6 +59,8 @@ def parse():
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--max-seconds", type=float, default=20.0, help="per side and pass, fewer reps if slower")
     p.add_argument("--no-train", action="store_true")
+    p.add_argument("--tf32", action="store_true", help="CUDA: TF32 allowed on both sides (tvmrnn's allow_tf32, "
+                   "PyTorch's allow_tf32 switches) instead of fp32 against fp32 and cuDNN TF32")
     p.add_argument("--tuning-logs", default=None)
     p.add_argument("--packages", nargs="*", default=[], metavar="SO",
                    help="exported packages (scripts/export.py) to load instead of building, each used for the "
@@ -198,7 +203,9 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     torch.manual_seed(0)
     ref = torch_rnn(cell, I, H, L, bidir).to(dev)
     t0 = time.perf_counter()
-    package = find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
+    if a.tf32 and a.device != "cuda":
+        raise SystemExit("--tf32 is for --device cuda")
+    package = None if a.tf32 else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
                            input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
     if package:
         if a.profile:
@@ -206,7 +213,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         rnn = tvmrnn.load(package, device=a.device)
     else:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
-                           target=target, tuning_logs=a.tuning_logs)
+                           target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32)
     build_s = time.perf_counter() - t0
     schedules = getattr(rnn, "schedules", {})  # a loaded package does not know them
     tuned = f"{sum(1 for v in schedules.values() if v == 'tuned')}/{len(schedules)}" if schedules else "package"
@@ -236,17 +243,19 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         print(f"{cell:8s} L={L} {'bi ' if bidir else 'uni'} {name:16s} tvmrnn {N / ts:9.1f}  torch {N / rs:9.1f} "
               f"samples/s  ratio {rs / ts:5.2f}x  rel err {agree:.1e}", flush=True)
 
+    both = " (TF32 both)" if a.tf32 else ""  # --tf32: every row with TF32 on both sides
     # inference
-    with torch.no_grad():
+    with torch.no_grad(), cudnn_tf32(torch, a.tf32):
         y_ref = ref(x)[0]
         y = rnn.forward(w, x)[0]
         agree = rel(y, y_ref)
         ours = timed(lambda: rnn.forward(w, x), sync, a.reps, a.max_seconds)
-        for tf32 in ([False, True] if a.device == "cuda" else [False]):
+    with torch.no_grad():
+        for tf32 in ([False, True] if a.device == "cuda" and not a.tf32 else [a.tf32]):
             with cudnn_tf32(torch, tf32):
                 theirs = timed(lambda: ref(x), sync, a.reps, a.max_seconds)
-                record("inference" + (" (cuDNN TF32)" if tf32 else ""), ours, theirs,
-                       agree if not tf32 else rel(y, ref(x)[0]))
+                record("inference" + (" (cuDNN TF32)" if tf32 and not a.tf32 else both), ours, theirs,
+                       agree if tf32 == a.tf32 else rel(y, ref(x)[0]))
     if a.no_train:
         return results
 
@@ -267,11 +276,12 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     def agreement():  # ours against PyTorch's gradients of its last training step
         return max(rel(g["x"], xr.grad), rel(g["weight_hh_l0"], ref.weight_hh_l0.grad))
 
-    theirs_train()
-    agree = agreement()
-    ours = timed(ours_train, sync, a.reps, a.max_seconds)
-    theirs = timed(theirs_train, sync, a.reps, a.max_seconds)
-    record("training", ours, theirs, agree)
+    with cudnn_tf32(torch, a.tf32):
+        theirs_train()
+        agree = agreement()
+        ours = timed(ours_train, sync, a.reps, a.max_seconds)
+        theirs = timed(theirs_train, sync, a.reps, a.max_seconds)
+    record("training" + both, ours, theirs, agree)
     # memory: what the training forward keeps for the backward, and (CUDA) the peak a training step
     # allocates beyond what was allocated before it, both sides through PyTorch's allocator
     results[-1]["tvmrnn_workspace_mb"] = rnn.forward_train(w, x)[3].workspace_bytes / 2**20
@@ -282,7 +292,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         memory += (f"; peak per training step: tvmrnn {results[-1]['tvmrnn_peak_mb']:.1f} MB, "
                    f"cuDNN {results[-1]['torch_peak_mb']:.1f} MB")
     print(f"{'':8s} {'':5s} {'':3s} memory           {memory}", flush=True)
-    if a.device == "cuda":  # cuDNN's training with TF32 allowed (tvmrnn's is fp32 either way)
+    if a.device == "cuda" and not a.tf32:  # cuDNN's training with TF32 allowed (tvmrnn's is fp32 here)
         with cudnn_tf32(torch, True):
             theirs_train()
             agree = agreement()

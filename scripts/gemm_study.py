@@ -11,7 +11,9 @@ TFLOP/s, beside PyTorch's (cuBLAS, TF32 off) GEMM of the same shape. An entry is
 ``dlight[:key=value,...]`` (dlight's ``Matmul`` with scalar accesses, the default before v8; keys
 of its config: block_size_x/y, micro_size_x/y/k, vector_size, vthread_x/y, unroll) or overrides of
 :data:`tvmrnn.default_schedule.GPU_MATMUL` for :func:`tvmrnn.default_schedule.gpu_matmul`
-(``rows=2x16x4``, ``cols=...``, ``k_tile=16``, ``pipeline=0``; empty: the default).
+(``rows=2x16x4``, ``cols=...``, ``k_tile=16``, ``pipeline=0``, ``tf32=1``: TF32 tensor cores,
+:func:`tvmrnn.default_schedule.gpu_matmul_tf32`; empty: the default). A TF32 entry's difference
+from the first entry is TF32's rounding (~1e-3), not an error.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ DEFAULT_CONFIGS = [
     "rows=1x8x4,cols=1x16x4",  # 32 x 64
     "k_tile=8",
     "pipeline=1",
+    "tf32=1",  # TF32 tensor cores (build(..., allow_tf32=True)); compared with cuBLAS's TF32 too
 ]
 
 
@@ -81,6 +84,7 @@ def main():
     import tvm
     from tvmrnn import default_schedule as ds
     from tvmrnn import kernels
+    from tvmrnn.sequence import PIPELINE
     T, N, H, G = a.steps, a.N, a.hidden_size, a.gates
     K = a.in_size or H
     makers = {
@@ -96,6 +100,10 @@ def main():
     print(f"{torch.cuda.get_device_name()}  {T * N} x {K} x {H * G} GEMMs ({flops / 1e9:.1f} GFLOP)")
     cublas_us = _torch_us(lambda: torch.mm(ta, tb))
     print(f"cuBLAS (torch.mm, TF32 off): {cublas_us:9.1f} us  {flops / cublas_us / 1e6:5.1f} TFLOP/s")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    tf32_us = _torch_us(lambda: torch.mm(ta, tb))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print(f"cuBLAS (torch.mm, TF32 on):  {tf32_us:9.1f} us  {flops / tf32_us / 1e6:5.1f} TFLOP/s")
     for name in a.kernels:
         kernel = makers[name]()
         shapes = [[int(s) for s in param.shape] for param in kernel.func.params]
@@ -107,8 +115,9 @@ def main():
         for text in a.configs:
             try:
                 func = schedule(kernel, target, text)
-                lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                                  target=target).jit()
+                with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):  # as builds do
+                    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
+                                      target=target, tir_pipeline=PIPELINE).jit()
                 args = [tvm.runtime.tensor(h, device=dev) for h in host]
                 lib["main"](*args)
                 out = args[-1].numpy()

@@ -25,9 +25,10 @@ def torch_module(cell, input_size, hidden_size, num_layers, bidirectional, batch
 
 @functools.lru_cache(maxsize=None)
 def built(cell, num_layers=1, bidirectional=False, batch_first=False, input_size=I, hidden_size=H, batch_size=N,
-          target=None):
+          target=None, allow_tf32=False):
     return tvmrnn.build(cell, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
-                        bidirectional=bidirectional, batch_size=batch_size, batch_first=batch_first, target=target)
+                        bidirectional=bidirectional, batch_size=batch_size, batch_first=batch_first, target=target,
+                        allow_tf32=allow_tf32)
 
 
 def rel_error(actual, expected) -> float:

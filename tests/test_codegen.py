@@ -475,3 +475,22 @@ def test_cuda_shared_kernels(monkeypatch, tmp_path):
     monkeypatch.setenv("TVMRNN_SHARED_KERNELS", "2")
     with pytest.raises(ValueError, match="TVMRNN_SHARED_KERNELS"):
         tvmrnn.build("lstm", **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+
+
+def test_cuda_tf32_build_puts_the_all_steps_gemms_on_tensor_cores():
+    """``allow_tf32``: the all-steps GEMMs become TF32 workloads (their own kernels, tensor-core
+    ``mma.sync``); the per-step kernels stay fp32; without it no TF32 instruction appears. CPU
+    builds ignore it; a non-bool is refused."""
+    mma = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+    tf32 = tvmrnn.build("gru", 13, 37, num_layers=2, bidirectional=True, batch_size=3,
+                        target="nvidia/nvidia-h100", tuning_logs=False, allow_tf32=True)
+    assert tf32.allow_tf32 and "allow_tf32=True" in repr(tf32)
+    assert mma in tf32.executable.mod.imports[0].inspect_source()
+    on_tensor_cores = {k for k, how in tf32.schedules.items() if how == "tf32"}
+    assert {k.split("_t")[0] for k in on_tensor_cores} == {"input_projection", "input_gradient", "weight_gradient"}
+    assert not any(k.startswith(("recurrent_step", "backward_step")) and k in on_tensor_cores for k in tf32.schedules)
+    fp32 = tvmrnn.build("gru", 13, 37, num_layers=1, batch_size=3, target="nvidia/nvidia-h100", tuning_logs=False)
+    assert not fp32.allow_tf32 and "tf32" not in fp32.executable.mod.imports[0].inspect_source()
+    assert not tvmrnn.build("gru", 13, 37, batch_size=3, tuning_logs=False, allow_tf32=True).allow_tf32
+    with pytest.raises(TypeError, match="allow_tf32"):
+        tvmrnn.build("gru", 13, 37, batch_size=3, allow_tf32=1)

@@ -323,3 +323,51 @@ def test_profile_times_persistent_steps_in_their_loop():
         assert step.name.endswith("_persistent") and step.calls == 300 and 0.5 < step.latency_us < 50
         assert p.group_ms("recurrent") < 1.05 * p.measured_ms, p.table()
         assert "(a step of its persistent loop)" in p.table()
+
+
+# TF32 (build(..., allow_tf32=True)): the all-steps GEMMs on tensor cores round their operands to
+# 10 mantissa bits, so results differ from float64 by ~1e-3 (fp32 builds: ~1e-6); a wrong fragment
+# layout or tile edge gives errors of order 1.
+TF32_TOL = 1e-2
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_tf32_matches_torch_on_cuda(cell, rng):
+    """The test sizes (odd: every tile padded) over 50 steps (32- and 4-step chunks, split-K for
+    the short chunks' GEMMs), 2 bidirectional layers."""
+    _check(cell, 2, True, False, 50, rng, target="cuda", as_array=to_cuda, tol=TF32_TOL, allow_tf32=True)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_tf32_at_larger_sizes_matches_torch_on_cuda(cell, rng):
+    """Sizes where the 256-step chunks' GEMMs take the 128 x 128 tiles (5120 rows at N = 20) and
+    the weight gradient's reduction runs over thousands of rows."""
+    _check(cell, 1, True, False, 300, rng, target="cuda", as_array=to_cuda, tol=TF32_TOL, allow_tf32=True,
+           hidden=160, input_size=96, batch=20)
+
+
+def test_tf32_gemm_is_on_tensor_cores_and_rounds_like_tf32():
+    """One all-steps GEMM alone against NumPy: with TF32 its error is TF32's (above fp32's
+    ~1e-7, below 1e-2); its CUDA source has the TF32 mma instructions."""
+    from tvm import s_tir
+
+    from tvmrnn import default_schedule, kernels
+    from tvmrnn.sequence import PIPELINE
+    kernel = kernels.tf32(kernels.input_projection(256, 20, 200, 150, 4))
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    default_schedule.apply(sch, kernel, tvm.target.Target("cuda"))
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
+        lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                          target=tvmrnn.target.cuda_target(), tir_pipeline=PIPELINE)
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in lib.mod.imports[0].inspect_source()
+    rng = np.random.default_rng(0)
+    host = [rng.standard_normal([int(s) for s in p.shape]).astype("float32") for p in kernel.func.params]
+    args = [tvm.runtime.tensor(h, device=tvm.cuda()) for h in host]
+    lib.jit()["main"](*args)
+    got = args[-1].numpy()
+    ref_args = [tvm.runtime.tensor(h, device=tvm.cpu()) for h in host]
+    cpu = tvm.compile(tvm.IRModule({"main": kernels.input_projection(256, 20, 200, 150, 4).func}), target="llvm")
+    cpu["main"](*ref_args)
+    expected = ref_args[-1].numpy().astype(np.float64)
+    err = np.linalg.norm(got - expected) / np.linalg.norm(expected)
+    assert 1e-6 < err < 1e-2, err

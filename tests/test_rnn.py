@@ -20,21 +20,23 @@ CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 TOL = 1e-4
 
 
-def _reference(cell, num_layers, bidirectional, batch_first, hidden=H, seed=0):
+def _reference(cell, num_layers, bidirectional, batch_first, hidden=H, seed=0, input_size=I):
     torch.manual_seed(seed)
-    return torch_module(cell, I, hidden, num_layers, bidirectional, batch_first).double()
+    return torch_module(cell, input_size, hidden, num_layers, bidirectional, batch_first).double()
 
 
 def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=True, target=None,
-           as_array=lambda a: a, hidden=H):
-    """Run forward, training forward and backward on ``as_array`` inputs; compare with torch."""
-    rnn = built(cell, num_layers, bidirectional, batch_first, hidden_size=hidden, target=target)
-    ref = _reference(cell, num_layers, bidirectional, batch_first, hidden)
+           as_array=lambda a: a, hidden=H, tol=TOL, input_size=I, batch=N, **build):
+    """Run forward, training forward and backward on ``as_array`` inputs; compare with torch.
+    ``build``: more arguments of :func:`tvmrnn.build` (``allow_tf32``)."""
+    rnn = built(cell, num_layers, bidirectional, batch_first, input_size=input_size, hidden_size=hidden,
+                batch_size=batch, target=target, **build)
+    ref = _reference(cell, num_layers, bidirectional, batch_first, hidden, input_size=input_size)
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     D = 2 if bidirectional else 1
     has_c = cell == "lstm"
-    x = rng.standard_normal((N, T, I) if batch_first else (T, N, I)).astype(np.float32)
-    state = (num_layers * D, N, hidden)
+    x = rng.standard_normal((batch, T, input_size) if batch_first else (T, batch, input_size)).astype(np.float32)
+    state = (num_layers * D, batch, hidden)
     h0 = rng.standard_normal(state).astype(np.float32) if with_states else None
     c0 = rng.standard_normal(state).astype(np.float32) if with_states and has_c else None
 
@@ -50,11 +52,11 @@ def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=Tru
     else:
         yr, hyr = ref(xt, h0t)
     for got in (y, y_inf):
-        assert rel_error(got, yr) < TOL
+        assert rel_error(got, yr) < tol
     for got in (hy, hy_inf):
-        assert rel_error(got, hyr) < TOL
+        assert rel_error(got, hyr) < tol
     if has_c:
-        assert rel_error(cy, cyr) < TOL and rel_error(cy_inf, cyr) < TOL
+        assert rel_error(cy, cyr) < tol and rel_error(cy_inf, cyr) < tol
     else:
         assert cy is None and cy_inf is None
 
@@ -70,7 +72,7 @@ def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=Tru
     expected.update({name: p.grad for name, p in ref.named_parameters()})
     assert set(grads) == set(expected)
     for name, e in expected.items():
-        assert rel_error(grads[name], e) < TOL, name
+        assert rel_error(grads[name], e) < tol, name
 
 
 @pytest.mark.parametrize("T", [1, 7, 50])

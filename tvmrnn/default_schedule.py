@@ -32,6 +32,7 @@ import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir import dlight
 
+from . import tensor_cores
 from .kernels import Kernel
 
 GPU_THREADS = 128
@@ -239,9 +240,23 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "matmul":
-        config = {**GPU_MATMUL, **tiles.get("matmul", {})}
+        config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), **tiles.get("matmul", {})}
         return _copy_applied(sch, lambda copy: gpu_matmul(copy, kernel, **config))
     return kind is not None
+
+
+def uses_tf32(func) -> bool:
+    """Whether the kernel's function asks for TF32 tensor cores (:func:`tvmrnn.kernels.tf32`)."""
+    return bool(func.attrs is not None and int(func.attrs.get("tvmrnn.tf32", 0)))
+
+
+def tf32_applies(kernel: Kernel, target) -> bool:
+    """Whether a build with ``allow_tf32`` computes this kernel's GEMM on TF32 tensor cores: the
+    GPU's tiled GEMMs (the all-steps GEMMs: input projections, input and weight gradients). The
+    per-step GEMMs (split-K, fused with the gate math) and every CPU kernel stay fp32."""
+    if kernel.gemm is None or not is_gpu(target) or persistent_blocks(kernel.func):
+        return False
+    return _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "matmul"
 
 
 def _gpu_kind(sch, kernel: Kernel) -> str | None:
@@ -445,45 +460,25 @@ def _split_reduction(sch, gemm, slices: int):
     return partial
 
 
-def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
-               pad: int = 4, k_slices: int | None = None) -> None:
-    """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
+def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
+    """Bring the kernel's GEMM block to the form ``C[s, i, j] += A[s, i, k] * B[s, j, k]``
+    (``reindex`` and ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the
+    order its operand lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``),
+    so that copies of tiles read rows of contiguous memory. ``slices(rows, cols, reduction)``
+    says how many blocks share the reduction: more than one splits it first
+    (:func:`_split_reduction`; the slice becomes the leading axis ``s`` of a partial GEMM).
 
-    The GEMM is first normalised to ``C[s, i, j] += A[s, i, k] * B[s, j, k]`` (``reindex`` and
-    ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the order its operand
-    lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``), so that the
-    copies into shared memory read rows of contiguous memory. A block of ``rows[1] x cols[1]``
-    threads owns a ``prod(rows) x prod(cols)`` tile of ``C``; a thread an ``rows[0] x cols[0]``
-    grid of ``rows[2] x cols[2]`` micro-tiles (virtual threads, 64 accumulators with the default),
-    strided so that the threads of a warp read consecutive ``float4`` from shared memory. Both
-    operands are kept in shared memory reduction-major (``A`` transposed as it is copied in), rows
-    padded by ``pad`` floats (no bank conflicts for the transposed stores), so a thread loads its
-    micro-tile's operands with 128-bit loads: 4 of them per ``k`` for 64 multiply-adds. dlight's
-    ``Matmul`` read single floats from shared memory, 16 per 64 multiply-adds, which is as many
-    shared-memory instructions as the FMA pipes can take (on the H100 it ran at ~23 TFLOP/s, half
-    of cuBLAS, ``notes/performance.md`` v6). With ``pipeline`` the shared tiles are double-buffered
-    (TIR's software pipeline): the copy of the next tile is issued before the multiply-adds of
-    this one. Global memory is read and written with scalar accesses: the sequence driver hands
-    kernels views at offsets that need not be 16-byte aligned. Shapes that are not multiples of
-    the tile are padded (``pad_einsum``): the copies read zeros past the edges.
-
-    ``k_slices`` splits the reduction over that many blocks (:func:`matmul_k_slices` picks the
-    default): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
-    second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`).
-    """
+    Returns the normalised block, ``(rows, cols, reduction)`` before any split, whether each
+    operand is contiguous along the reduction, and the slice count."""
     main = sch.get_sblock(kernel.gemm)
     stmt = sch.get(main)
     extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
     S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
-    m_total = math.prod(extent[v] for v in I)
-    n_total = math.prod(extent[v] for v in J)
-    k_total = math.prod(extent[v] for v in K)
-    default_rows, default_cols = matmul_shape(m_total, n_total)
-    if k_slices is None:
-        k_slices = matmul_k_slices(m_total, n_total, k_total, (rows or default_rows, cols or default_cols), k_tile)
+    totals = tuple(math.prod(extent[v] for v in vs) for vs in (I, J, K))
+    k_slices = slices(*totals)
     if k_slices > 1:
-        if k_total % k_slices or (k_total // k_slices) % k_tile:
-            raise s_tir.ScheduleError(f"{kernel.name}: {k_slices} slices of a {k_total}-long reduction "
+        if totals[2] % k_slices or (totals[2] // k_slices) % k_tile:
+            raise s_tir.ScheduleError(f"{kernel.name}: {k_slices} slices of a {totals[2]}-long reduction "
                                       f"in {k_tile}-long tiles")
         main = _split_reduction(sch, main, k_slices)
         stmt = sch.get(main)
@@ -512,7 +507,84 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     sch.transform_layout(reindex_b, ("write", 0), index_map(used(S + J + K), [S, J, K]))
     sch.transform_layout(reindex_c, ("read", 0), index_map(used(S + I + J), [S, I, J]))
     sch.transform_block_layout(main, index_map(ivs, [S, I, J, K]))
+    return main, totals, k_inner, k_slices
 
+
+# TF32 tensor-core tiles (tensor_cores.tf32_tiles) for the all-steps GEMMs of a build with
+# ``allow_tf32``: (warps, 16 x 16 fragments per warp) along (rows, cols), and the reduction steps
+# per shared-memory tile. The larger tile where it gives the GPU at least a wave of blocks.
+TF32_TILES = (dict(warps=(2, 4), fragments=(4, 2), k_tile=32), dict(warps=(2, 2), fragments=(2, 2), k_tile=32))
+
+
+def tf32_tile(rows: int, cols: int, sms: int = GPU_SMS) -> dict:
+    """The entry of :data:`TF32_TILES` for a ``rows x cols`` output."""
+    def blocks(t):
+        return -(-rows // (t["warps"][0] * t["fragments"][0] * 16)) * -(-cols // (t["warps"][1] * t["fragments"][1] * 16))
+    return next((t for t in TF32_TILES if blocks(t) >= sms), TF32_TILES[-1])
+
+
+def tf32_k_slices(rows: int, cols: int, reduction: int, tile: dict, sms: int = GPU_SMS) -> int:
+    """Split-K for a TF32 GEMM with few output tiles (the short chunks' GEMMs), by the rule of
+    :func:`matmul_k_slices` in threads per SM."""
+    (wi, wj), (fi, fj) = tile["warps"], tile["fragments"]
+    blocks = -(-rows // (wi * fi * 16)) * -(-cols // (wj * fj * 16))
+    threads = blocks * wi * wj * 32
+    want = sms * GPU_MATMUL_FILL_THREADS
+    if 4 * threads > want:
+        return 1
+    most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
+    k_tile = tile["k_tile"]
+    return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
+
+
+def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict | None = None) -> None:
+    """:func:`gpu_matmul` on TF32 tensor cores (``mma.sync`` m16n8k8, :mod:`tvmrnn.tensor_cores`):
+    the same normalised GEMM, block tiles of :func:`tf32_tile` (or ``tile``), split-K by
+    :func:`tf32_k_slices` (or ``k_slices``), the epilogue fused into the write of the output."""
+    chosen = {}
+
+    def slices(m_total, n_total, k_total):
+        chosen.update(tile or tf32_tile(m_total, n_total))
+        return tf32_k_slices(m_total, n_total, k_total, chosen) if k_slices is None else k_slices
+    main, _, k_inner, n_slices = normalize_matmul(sch, kernel, slices, TF32_TILES[0]["k_tile"])
+    tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, **chosen)
+
+
+def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
+               pad: int = 4, k_slices: int | None = None, tf32: bool = False) -> None:
+    """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
+
+    The GEMM is first normalised to ``C[s, i, j] += A[s, i, k] * B[s, j, k]`` (``reindex`` and
+    ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the order its operand
+    lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``), so that the
+    copies into shared memory read rows of contiguous memory. A block of ``rows[1] x cols[1]``
+    threads owns a ``prod(rows) x prod(cols)`` tile of ``C``; a thread an ``rows[0] x cols[0]``
+    grid of ``rows[2] x cols[2]`` micro-tiles (virtual threads, 64 accumulators with the default),
+    strided so that the threads of a warp read consecutive ``float4`` from shared memory. Both
+    operands are kept in shared memory reduction-major (``A`` transposed as it is copied in), rows
+    padded by ``pad`` floats (no bank conflicts for the transposed stores), so a thread loads its
+    micro-tile's operands with 128-bit loads: 4 of them per ``k`` for 64 multiply-adds. dlight's
+    ``Matmul`` read single floats from shared memory, 16 per 64 multiply-adds, which is as many
+    shared-memory instructions as the FMA pipes can take (on the H100 it ran at ~23 TFLOP/s, half
+    of cuBLAS, ``notes/performance.md`` v6). With ``pipeline`` the shared tiles are double-buffered
+    (TIR's software pipeline): the copy of the next tile is issued before the multiply-adds of
+    this one. Global memory is read and written with scalar accesses: the sequence driver hands
+    kernels views at offsets that need not be 16-byte aligned. Shapes that are not multiples of
+    the tile are padded (``pad_einsum``): the copies read zeros past the edges.
+
+    ``k_slices`` splits the reduction over that many blocks (:func:`matmul_k_slices` picks the
+    default): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
+    second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`).
+    """
+    if tf32:
+        gpu_matmul_tf32(sch, kernel, k_slices=k_slices)
+        return
+
+    def slices(m_total, n_total, k_total):
+        shape = (rows or matmul_shape(m_total, n_total)[0], cols or matmul_shape(m_total, n_total)[1])
+        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile) if k_slices is None else k_slices
+    main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile)
+    default_rows, default_cols = matmul_shape(m_total, n_total)
     vi, ti, mi = rows or default_rows
     vj, tj, mj = cols or default_cols
     if m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread

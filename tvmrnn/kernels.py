@@ -399,6 +399,14 @@ def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
     return dataclasses.replace(kernel, name=f"{kernel.name}_persistent", func=func)
 
 
+def tf32(kernel: Kernel) -> Kernel:
+    """The same GEMM kernel, its products on TF32 tensor cores (a build with ``allow_tf32``,
+    :func:`tvmrnn.default_schedule.gpu_matmul_tf32`). A workload of its own (the attribute is
+    part of its function), so that records tuned for the fp32 schedule never apply to it."""
+    func = kernel.func.with_attr("tvmrnn.tf32", 1)
+    return dataclasses.replace(kernel, name=f"{kernel.name}_tf32", func=func)
+
+
 def fill_zero(size) -> Kernel:
     """``dst = 0`` (resets a persistent kernel's grid-barrier counter before its launch)."""
     dst = te.compute((size,), lambda i: tvm.tirx.const(0, F32), name="dst")

@@ -70,6 +70,7 @@ def metadata(rnn: RNN) -> dict:
     if t.kind.name == "cuda":
         meta["cuda_arch"] = str(t.attrs["arch"])
         meta["persistent_blocks"] = rnn.persistent_blocks
+        meta["allow_tf32"] = rnn.allow_tf32
     return meta
 
 
@@ -197,4 +198,5 @@ def load(path, device=None) -> RNN:
     target = tvm.target.Target(json.loads(meta["target"]) if meta["target"].startswith("{") else meta["target"])
     rnn = RNN(config, target, module, meta["signatures"], device_index=device_index)
     rnn.persistent_blocks = meta.get("persistent_blocks")
+    rnn.allow_tf32 = bool(meta.get("allow_tf32", False))
     return rnn

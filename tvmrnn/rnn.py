@@ -113,7 +113,8 @@ def _check_options(name, value, kind, minimum=None):
 
 
 def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
-          batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None) -> "RNN":
+          batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None,
+          allow_tf32: bool = False) -> "RNN":
     """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
 
     Parameters
@@ -133,6 +134,12 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         ``TVMRNN_TUNING_LOGS`` environment variable, else the repository's ``tuning_logs/``.
         Kernels without a record use a default schedule (a warning says so, once); False uses
         default schedules throughout.
+    allow_tf32 : bool
+        On a CUDA target, compute the GEMMs over all steps (input projections, input and weight
+        gradients) on TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32`` lets cuBLAS
+        do: operands rounded to 10 mantissa bits, products summed in fp32 (relative errors
+        ~1e-3 instead of ~1e-6). The per-step recurrent GEMMs and the gate math stay fp32. Off by
+        default; a CPU target ignores it.
 
     Returns
     -------
@@ -145,12 +152,12 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                         ("num_layers", num_layers), ("batch_size", batch_size)):
         _check_options(name, value, int, 1)
-    for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first)):
+    for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first), ("allow_tf32", allow_tf32)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
     config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first)
     target = targets.resolve(target)
-    schedule, used = scheduler(target, tuning_logs)
+    schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
     blocks = targets.persistent_blocks(target)
     programs = all_programs(config, schedule, target, blocks)
     # TIR's common-subexpression elimination is superlinear in a function's size: on a GPU target,
@@ -164,7 +171,8 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable)
-    rnn.schedules = used  # kernel name -> "tuned" or "default"
+    rnn.schedules = used  # kernel name -> "tuned", "default" or "tf32"
+    rnn.allow_tf32 = allow_tf32 and is_gpu(target)
     rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.profile
     rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None
     return rnn
@@ -193,6 +201,7 @@ class RNN:
         self._workspaces = _WorkspacePool()
         # GPU: the thread blocks of its persistent kernels, which need that many SMs (None: none)
         self.persistent_blocks: int | None = None
+        self.allow_tf32 = False  # GEMMs over all steps on TF32 tensor cores (build's allow_tf32)
         self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.device_index = device_index if self.device_kind == "cuda" else 0
 
@@ -200,7 +209,8 @@ class RNN:
         c = self.config
         return (f"tvmrnn.RNN({c.cell.name!r}, input_size={c.input_size}, hidden_size={c.hidden_size}, "
                 f"num_layers={c.num_layers}, bidirectional={c.bidirectional}, batch_size={c.batch_size}, "
-                f"batch_first={c.batch_first}, target={self.target.kind.name!r})")
+                f"batch_first={c.batch_first}, target={self.target.kind.name!r}"
+                + (", allow_tf32=True)" if self.allow_tf32 else ")"))
 
     def export(self, path) -> str:
         """Write one shared library with every pass and its metadata (see :mod:`tvmrnn.package`)."""

@@ -427,8 +427,18 @@ def _tvmrnn_pipeline():
     """TVM's default TIR pipeline, then :func:`cooperative_grid_barriers` and
     :func:`merge_identical_kernels` (``tvm.compile(..., tir_pipeline="tvmrnn")``)."""
     base, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
+    # TVM 0.27's LowerWarpMemory turns the first warp-scope allocation of a statement sequence
+    # into registers and leaves its siblings in warp scope (later TVM continues through them);
+    # a tensor-core GEMM (tvmrnn.tensor_cores) has three side by side, so the pass runs until
+    # none is left (it leaves lowered code unchanged)
+    def device_passes():
+        lower_warp = [tirx.transform.LowerWarpMemory() for _ in range(WARP_ALLOCATIONS - 1)]
+        return tvm.transform.Sequential([*lower_warp, finalize_device()], name="tvmrnn_device")
     return (tvm.transform.Sequential([base, cooperative_grid_barriers, merge_identical_kernels], name="tvmrnn"),
-            finalize_host, finalize_device)
+            finalize_host, device_passes)
+
+
+WARP_ALLOCATIONS = 3  # the most warp-scope buffers side by side in one kernel (A, B and C fragments)
 
 
 PIPELINE = "tvmrnn"

@@ -27,9 +27,9 @@ from tvm.ir.utils import derived_object
 
 from . import fast_math, spaces
 from .default_schedule import apply as default_schedule_apply
-from .default_schedule import default_schedule, is_gpu, persistent_blocks
+from .default_schedule import default_schedule, is_gpu, persistent_blocks, tf32_applies
 from .default_schedule import variants as default_variants
-from .kernels import Kernel
+from .kernels import Kernel, tf32
 from .passes import all_programs
 from .sequence import STEP_LOOP_STEPS, step_loop
 from .target import persistent_blocks as target_persistent_blocks
@@ -294,17 +294,23 @@ def embeddable(func, target) -> bool:
     return all(scope != "global" for scope in scopes)
 
 
-def scheduler(target: tvm.target.Target, tuning_logs=None):
-    """``kernel -> scheduled PrimFunc``: the best logged schedule, else the default one.
+def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False):
+    """``kernel -> scheduled PrimFunc``: the best logged schedule, else the default one. With
+    ``allow_tf32``, the GPU's all-steps GEMMs become TF32 workloads (:func:`kernels.tf32`).
 
-    Returns the function and a dict it fills: kernel name -> "tuned" or "default".
+    Returns the function and a dict it fills: kernel name -> "tuned", "default" or "tf32" (a TF32
+    kernel's default schedule: none of them has records yet).
     """
     folder = logs_folder(tuning_logs, target)
     db = load_records(folder) if folder else None
     used: dict[str, str] = {}
 
     def schedule(kernel: Kernel):
+        if allow_tf32 and tf32_applies(kernel, target):
+            kernel = tf32(kernel)
         func = pick(kernel)
+        if kernel.name.endswith("_tf32") and used[kernel.name] == "default":
+            used[kernel.name] = "tf32"
         return func if is_gpu(target) else fast_math.vectorisable(func)
 
     def pick(kernel: Kernel):

@@ -1,0 +1,352 @@
+"""TF32 tensor-core tiles for the GPU's all-steps GEMMs (``build(..., allow_tf32=True)``).
+
+TVM ships tensor intrinsics for ``mma.sync`` on float16, int8 and float8 operands, not on TF32;
+this module registers the five a TF32 GEMM needs, in the same form (``s_tir.TensorIntrin``: a
+description that tensorize matches, an implementation it substitutes), for PTX's
+``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``. Each intrinsic covers a warp's 16 x 16
+output tile over 8 steps of the reduction (two ``m16n8k8`` instructions), with the warp's
+fragments in TVM's ``warp`` memory scope (a ``[32, local]`` buffer, lane first, that
+``LowerWarpMemory`` turns into each thread's registers):
+
+- ``A`` (16 x 8, row-major): lane ``4 g + t`` holds ``A[g, t], A[g + 8, t], A[g, t + 4], A[g + 8, t + 4]``
+- ``B`` (16 x 8 as ``[n, k]``): lane ``4 g + t`` holds ``B[g, t], B[g, t + 4]`` and the same at ``n + 8``
+- ``C`` (16 x 16): lane ``4 g + t`` holds ``C[g, 2t], C[g, 2t + 1], C[g + 8, 2t], C[g + 8, 2t + 1]``
+  and the same at ``n + 8``
+
+(PTX ISA, "Matrix fragments for mma.m16n8k8" with ``.tf32``). Operands are loaded from shared
+memory a float at a time (``ldmatrix`` moves 16-bit elements); they reach the tensor cores as
+fp32 bit patterns, whose low 13 mantissa bits the hardware ignores (truncation to TF32, as when
+cuBLAS is handed fp32 data with TF32 allowed). Products are summed in fp32.
+
+:func:`gpu_matmul_tf32` is the schedule: the GEMM normalised as :func:`default_schedule.gpu_matmul`
+normalises it, block tiles in shared memory, warp tiles of these 16 x 16 fragments, and the
+output staged through shared memory so that the fused epilogue writes it with whole warps along
+the output's rows.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir
+from tvm.script import tirx as T
+
+WARP = 32
+SHARED = "shared.dyn"  # the scope of the operand and output tiles
+M, N, K = 16, 16, 8  # one intrinsic: a 16 x 16 output tile, 8 reduction steps
+A_LOCAL, B_LOCAL, C_LOCAL = M * K // WARP, N * K // WARP, M * N // WARP  # 4, 4, 8 floats a lane
+
+
+# (row, reduction) of a fragment -> (lane, register) and back, per operand
+def a_map(i, k):
+    return (i % 8) * 4 + k % 4, i // 8 + (k // 4) * 2
+
+
+def a_inverse(lane, r):
+    return lane // 4 + (r % 2) * 8, lane % 4 + (r // 2) * 4
+
+
+def b_map(j, k):
+    return (j % 8) * 4 + k % 4, (j // 8) * 2 + k // 4
+
+
+def b_inverse(lane, r):
+    return lane // 4 + (r // 2) * 8, lane % 4 + (r % 2) * 4
+
+
+def c_map(i, j):
+    return (i % 8) * 4 + (j % 8) // 2, (j // 8) * 4 + (i // 8) * 2 + j % 2
+
+
+def c_inverse(lane, r):
+    return lane // 4 + ((r // 2) % 2) * 8, (r // 4) * 8 + (lane % 4) * 2 + r % 2
+
+
+def _load_intrin(fragment_map, inverse, rows: int, local: int, reduction_major: bool):
+    """shared ``[rows, K]`` (``[K, rows]`` if ``reduction_major``) -> a warp fragment."""
+    shape = (K, rows) if reduction_major else (rows, K)
+
+    def at(buf, r, k):
+        return buf[k, r] if reduction_major else buf[r, k]
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, w: T.handle) -> None:
+        A = T.match_buffer(a, shape, "float32", scope=SHARED, offset_factor=1)
+        W = T.match_buffer(w, (WARP, local), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(A[0:shape[0], 0:shape[1]])
+            T.writes(W[0:WARP, 0:local])
+            for r, k in T.grid(rows, K):
+                with T.sblock("load"):
+                    vr, vk = T.axis.remap("SS", [r, k])
+                    lane, reg = T.meta_var(fragment_map(vr, vk))
+                    W[lane, reg] = A[vr, vk]
+
+    @T.prim_func(s_tir=True)
+    def desc_reduction_major(a: T.handle, w: T.handle) -> None:
+        A = T.match_buffer(a, shape, "float32", scope=SHARED, offset_factor=1)
+        W = T.match_buffer(w, (WARP, local), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(A[0:shape[0], 0:shape[1]])
+            T.writes(W[0:WARP, 0:local])
+            for r, k in T.grid(rows, K):
+                with T.sblock("load"):
+                    # the block's variables in its shared tile's order, as cache_read makes them
+                    vk, vr = T.axis.remap("SS", [k, r])
+                    lane, reg = T.meta_var(fragment_map(vr, vk))
+                    W[lane, reg] = A[vk, vr]
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, w: T.handle) -> None:
+        s0 = T.int32()
+        s1 = T.int32()
+        A = T.match_buffer(a, shape, "float32", scope=SHARED, offset_factor=1, strides=[s0, s1])
+        W = T.match_buffer(w, (WARP, local), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(A[0:shape[0], 0:shape[1]])
+            T.writes(W[0:WARP, 0:local])
+            for tx in T.thread_binding(0, WARP, "threadIdx.x"):
+                for reg in T.unroll(local):
+                    r, k = T.meta_var(inverse(tx, reg))
+                    W[tx, reg] = at(A, r, k)
+
+    return (desc_reduction_major if reduction_major else desc), impl
+
+
+def _mma_intrin():
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (WARP, A_LOCAL), "float32", scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (WARP, B_LOCAL), "float32", scope="warp", offset_factor=1)
+        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:A_LOCAL], B[0:WARP, 0:B_LOCAL])
+            T.writes(C[0:WARP, 0:C_LOCAL])
+            for i, j, k in T.grid(M, N, K):
+                with T.sblock("C"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    lc, rc = T.meta_var(c_map(vi, vj))
+                    la, ra = T.meta_var(a_map(vi, vk))
+                    lb, rb = T.meta_var(b_map(vj, vk))
+                    C[lc, rc] = C[lc, rc] + A[la, ra] * B[lb, rb]
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (WARP, A_LOCAL), "float32", scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (WARP, B_LOCAL), "float32", scope="warp", offset_factor=1)
+        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:A_LOCAL], B[0:WARP, 0:B_LOCAL])
+            T.writes(C[0:WARP, 0:C_LOCAL])
+            for tx in T.thread_binding(0, WARP, "threadIdx.x"):
+                for half in T.unroll(2):  # the two 8-column halves of the tile
+                    T.evaluate(T.ptx_legacy.mma(
+                        "m16n8k8", "row", "col", "tf32", "tf32", "fp32",
+                        A.data, A.elem_offset + tx * A_LOCAL,
+                        B.data, B.elem_offset + tx * B_LOCAL + half * (B_LOCAL // 2),
+                        C.data, C.elem_offset + tx * C_LOCAL + half * (C_LOCAL // 2),
+                        False, dtype="float32"))
+
+    return desc, impl
+
+
+def _fill_intrin():
+    @T.prim_func(s_tir=True)
+    def desc(c: T.handle) -> None:
+        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:WARP, 0:C_LOCAL])
+            for i, j in T.grid(M, N):
+                with T.sblock("fill"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    lane, reg = T.meta_var(c_map(vi, vj))
+                    C[lane, reg] = T.float32(0)
+
+    @T.prim_func(s_tir=True)
+    def impl(c: T.handle) -> None:
+        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads()
+            T.writes(C[0:WARP, 0:C_LOCAL])
+            for tx in T.thread_binding(0, WARP, "threadIdx.x"):
+                for reg in T.unroll(C_LOCAL):
+                    C[tx, reg] = T.float32(0)
+
+    return desc, impl
+
+
+def _store_intrin():
+    """A warp's 16 x 16 accumulator tile -> shared memory."""
+    @T.prim_func(s_tir=True)
+    def desc(w: T.handle, c: T.handle) -> None:
+        W = T.match_buffer(w, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        C = T.match_buffer(c, (M, N), "float32", scope=SHARED, offset_factor=1)
+        with T.sblock("root"):
+            T.reads(W[0:WARP, 0:C_LOCAL])
+            T.writes(C[0:M, 0:N])
+            for i, j in T.grid(M, N):
+                with T.sblock("store"):
+                    vi, vj = T.axis.remap("SS", [i, j])
+                    lane, reg = T.meta_var(c_map(vi, vj))
+                    C[vi, vj] = W[lane, reg]
+
+    @T.prim_func(s_tir=True)
+    def impl(w: T.handle, c: T.handle) -> None:
+        s0 = T.int32()
+        s1 = T.int32()
+        W = T.match_buffer(w, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        C = T.match_buffer(c, (M, N), "float32", scope=SHARED, offset_factor=1, strides=[s0, s1])
+        with T.sblock("root"):
+            T.reads(W[0:WARP, 0:C_LOCAL])
+            T.writes(C[0:M, 0:N])
+            for tx in T.thread_binding(0, WARP, "threadIdx.x"):
+                for reg in T.unroll(C_LOCAL):
+                    i, j = T.meta_var(c_inverse(tx, reg))
+                    C[i, j] = W[tx, reg]
+
+    return desc, impl
+
+
+LOAD_A = "tvmrnn_tf32_load_a"
+LOAD_A_T = "tvmrnn_tf32_load_a_reduction_major"
+LOAD_B = "tvmrnn_tf32_load_b"
+LOAD_B_T = "tvmrnn_tf32_load_b_reduction_major"
+MMA = "tvmrnn_tf32_mma_m16n16k8"
+FILL = "tvmrnn_tf32_fill"
+STORE = "tvmrnn_tf32_store_shared"
+
+_registered = False
+
+
+def register() -> None:
+    """Register the intrinsics with TVM (once per process)."""
+    global _registered
+    if _registered:
+        return
+    for name, pair in ((LOAD_A, _load_intrin(a_map, a_inverse, M, A_LOCAL, False)),
+                       (LOAD_A_T, _load_intrin(a_map, a_inverse, M, A_LOCAL, True)),
+                       (LOAD_B, _load_intrin(b_map, b_inverse, N, B_LOCAL, False)),
+                       (LOAD_B_T, _load_intrin(b_map, b_inverse, N, B_LOCAL, True)),
+                       (MMA, _mma_intrin()), (FILL, _fill_intrin()), (STORE, _store_intrin())):
+        s_tir.TensorIntrin.register(name, *pair, override=True)
+    _registered = True
+
+
+def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int = 32, pad: int = 4,
+               split_k: bool = False, keep: str | None = None) -> None:
+    """Tile the normalised GEMM ``main`` (``C[s, i, j] += A[s, i, k] * B[s, j, k]``) for TF32
+    tensor cores.
+
+    A block of ``warps[0] x warps[1]`` warps owns a ``(warps[0] * fragments[0] * 16) x
+    (warps[1] * fragments[1] * 16)`` output tile, each warp a ``fragments`` grid of 16 x 16
+    tiles (``8 * prod(fragments)`` accumulators a thread). The operands go through shared memory
+    ``k_tile`` reduction steps at a time; ``k_inner`` says per operand whether its reduction axis
+    is contiguous in global memory: then shared memory keeps it as rows of the reduction (padded
+    by ``pad`` floats: the fragment loads' 32 lanes hit 32 banks), else reduction-major (padded by
+    ``2 * pad``), so that the copies read and write along the contiguous axis. The accumulators
+    go through shared memory too, so that the fused epilogue (``main``'s consumer chain, inlined)
+    writes the output with whole warps along its rows. With ``split_k`` (``main`` is the partial
+    GEMM of :func:`tvmrnn.default_schedule._split_reduction`) the partial results are written
+    out as they are and ``keep`` (the block that adds up the slices) is left alone.
+
+    Everything sits in dynamic shared memory (``shared.dyn``): the 128 x 128 tile takes 101 KB,
+    more than a block's 48 KB of static shared memory."""
+    register()
+    (wi, wj), (fi, fj) = warps, fragments
+    bm, bn = wi * fi * M, wj * fj * N
+    warps_total = wi * wj
+    sch.pad_einsum(main, [1, bm, bn, k_tile])
+    s, i, j, k = sch.get_loops(main)
+    i, i_tc = sch.split(i, [None, M])
+    j, j_tc = sch.split(j, [None, N])
+    k, k_tc = sch.split(k, [None, K])
+    sch.reorder(i, j, k, i_tc, j_tc, k_tc)
+    outer = sch.blockize(i_tc)
+    bi, ty_i, f_i = sch.split(i, [None, wi, fi])
+    bj, ty_j, f_j = sch.split(j, [None, wj, fj])
+    ko, ki = sch.split(k, [None, k_tile // K])
+    sch.reorder(s, bi, bj, ty_i, ty_j, ko, ki, f_i, f_j)
+    sch.bind(s, "blockIdx.z")
+    sch.bind(bi, "blockIdx.y")
+    sch.bind(bj, "blockIdx.x")
+    ty = sch.fuse(ty_i, ty_j)
+    sch.bind(ty, "threadIdx.y")
+
+    def by_threads(loops):
+        _, y, x = sch.split(sch.fuse(*loops), [None, warps_total, WARP])
+        sch.bind(y, "threadIdx.y")
+        sch.bind(x, "threadIdx.x")
+
+    def to_shared(index, contiguous_k):
+        copy = sch.cache_read(outer, index, SHARED)
+        sch.compute_at(copy, ko, preserve_unit_loops=True)
+        m, kk = sch.get_loops(copy)[-2:]
+        if not contiguous_k:
+            sch.reorder(kk, m)
+            sch.transform_layout(copy, ("write", 0), lambda b, m, kk: (b, kk, m))
+        by_threads(sch.get_loops(copy)[-2:])
+        sch.storage_align(copy, 0, axis=1, factor=32, offset=pad if contiguous_k else 2 * pad)
+        return copy
+
+    copies = [to_shared(0, k_inner[0]), to_shared(1, k_inner[1])]
+    from tvm.s_tir import dlight
+    for copy in copies:
+        dlight.gpu.matmul.auto_inline_producers(sch, copy)
+
+    def to_warp(index, fragment_map, contiguous_k, intrin):
+        frag = sch.cache_read(outer, index, "warp")  # laid out as its shared tile, then as fragments
+        sch.compute_at(frag, ki, preserve_unit_loops=True)
+        r, kk = sch.get_loops(frag)[-2:]
+        if contiguous_k:
+            sch.transform_layout(frag, ("write", 0),
+                                 lambda b, r, kk: (b, r // 16, kk // K, *fragment_map(r % 16, kk % K)))
+        else:
+            r, kk = kk, r
+            sch.reorder(r, kk)
+            sch.transform_layout(frag, ("write", 0),
+                                 lambda b, kk, r: (b, r // 16, kk // K, *fragment_map(r % 16, kk % K)))
+        ro, ri = sch.split(r, [None, 16])
+        sch.tensorize(ri, intrin)
+        _unroll(sch, ro)
+
+    to_warp(0, a_map, k_inner[0], LOAD_A if k_inner[0] else LOAD_A_T)
+    to_warp(1, b_map, k_inner[1], LOAD_B if k_inner[1] else LOAD_B_T)
+
+    staged = sch.cache_write(outer, 0, SHARED)
+    acc = sch.cache_write(outer, 0, "warp")
+    sch.reverse_compute_at(acc, ty, preserve_unit_loops=True)
+    sch.reverse_compute_at(staged, bj, preserve_unit_loops=True)
+    r, c = sch.get_loops(acc)[-2:]
+    ro, ri = sch.split(r, [None, M])
+    co, ci = sch.split(c, [None, N])
+    sch.reorder(ro, co, ri, ci)
+    sch.transform_layout(acc, ("read", 0), lambda b, r, c: (b, r // M, c // N, *c_map(r % M, c % N)))
+    sch.storage_align(acc, 0, axis=1, factor=32, offset=pad)
+    if split_k:  # the partials go straight out (the copies out of the padded, reindexed layout inlined)
+        while True:
+            rest = [b for b in sch.get_consumers(staged) if sch.get(b).name_hint != keep]
+            if not rest:
+                break
+            sch.reverse_compute_inline(rest[0])
+    else:
+        dlight.gpu.matmul.auto_inline_consumer_chain(sch, staged)
+    by_threads(sch.get_loops(staged)[-2:])
+    init = _innermost(sch, sch.decompose_reduction(outer, ko))
+    sch.tensorize(sch.get_loops(init)[-2], FILL)
+    sch.tensorize(ri, STORE)
+    sch.tensorize(sch.get_loops(_innermost(sch, outer))[-3], MMA)
+    for loop in (ki, f_i, f_j, ro, co):
+        _unroll(sch, loop)
+
+
+def _unroll(sch, loop) -> None:
+    """Have NVCC unroll ``loop`` (``#pragma unroll``): unrolled by TVM, the loops over fragments
+    leave constant offsets in the warp buffers' indices that ``LowerWarpMemory`` cannot split
+    into lane and register."""
+    sch.unroll(loop)
+    sch.annotate(loop, "pragma_unroll_explicit", 0)
+
+
+def _innermost(sch, block):
+    while sch.get_child_blocks(block):
+        block = sch.get_child_blocks(block)[0]
+    return block
