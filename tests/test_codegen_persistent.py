@@ -247,3 +247,20 @@ def test_cuda_persistence_skips_two_direction_steps(monkeypatch):
     assert default.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(default)) == 2  # a layer's two directions in one kernel
     assert default.persistent_blocks == 132
+
+
+@pytest.mark.parametrize("hidden,bidirectional", [(128, False), (160, True)])
+def test_cuda_persistent_steps_keep_all_their_shared_memory_dynamic(hidden, bidirectional):
+    """A persistent step whose staged weights and hidden state are dynamic shared memory keeps its
+    partial sums there too. TVM's runtime opts a kernel into more than 48 KB of shared memory only
+    when its dynamic part alone passes 48 KB; 40 KB of static partial sums beside 13 KB of dynamic
+    buffers (H = 128, N = 20) was refused at launch on the H100 (v22)."""
+    rnn = tvmrnn.build("lstm", 96, hidden, bidirectional=bidirectional, batch_size=20,
+                       target="nvidia/nvidia-h100", tuning_logs=False)
+    persistent = [k for k in _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
+                  if "grid_barrier" in k.split("\n", 1)[0]]
+    assert persistent
+    for kernel in persistent:
+        if "buf_dyn_shmem" in kernel:
+            static = re.findall(r"^\s*__shared__ .*?\[(\d+)\];", kernel, re.M)
+            assert sum(int(n) for n in static) * 4 <= 1024, (kernel.split("(", 1)[0], static)

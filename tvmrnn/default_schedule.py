@@ -733,7 +733,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
         sch, gemm, consumer, nb, ncols, threads, max_shared_bytes, min_blocks, thread_columns, unroll, accumulators,
         max_blocks, block_slices, vector_k=vector_k if stationary and stage_rows else 1,
         groups_outer=groups_outer and stationary,
-        stage_bytes=stationary_bytes if stationary and stage_rows else 0,
+        stage_bytes=stationary_bytes if stationary and stage_rows else 0, dynamic_partials=stationary,
         # one-direction steps only where asked until phases are measured on a GPU (their default
         # build at any size stays as it was)
         row_phases=row_phases if row_phases is not None or kernel.batch else 1)
@@ -812,7 +812,8 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
 def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
                        thread_columns, unroll, accumulators, max_blocks, block_slices: int = 1,
                        vector_k: int = 1, groups_outer: bool = False, stage_bytes: int = 0,
-                       row_phases: int | None = None) -> tuple[int, int, int, tuple | None, tuple | None]:
+                       row_phases: int | None = None,
+                       dynamic_partials: bool = False) -> tuple[int, int, int, tuple | None, tuple | None]:
     """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
     a copy) writes out, with ``nb`` leading independent problem axes and ``ncols`` column axes
     (the first of them the ``block_slices`` slices of the reduction, where it is split over blocks).
@@ -877,8 +878,13 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
         else:  # slice s sums every slices-th index from s
             _, r_slice = sch.split(red, [None, slices])
         partial = sch.rfactor(r_slice, 0)
-        # past the 48 KB a block may declare statically, dynamic shared memory (up to 227 KB)
-        sch.set_scope(partial, 0, "shared" if max_shared_bytes <= 48 * 1024 else "shared.dyn")
+        # past the 48 KB a block may declare statically, dynamic shared memory (up to 227 KB); and
+        # dynamic beside a block's other dynamic buffers (``dynamic_partials``: a persistent step's
+        # staged weights and hidden state): TVM's runtime opts a kernel into more than 48 KB only
+        # when its dynamic part alone passes 48 KB, so 40 KB of static partial sums beside 13 KB
+        # of dynamic buffers was refused at launch (v22: H = 128 and 256, N = 20)
+        dynamic = dynamic_partials or max_shared_bytes > 48 * 1024
+        sch.set_scope(partial, 0, "shared.dyn" if dynamic else "shared")
     # The output nest: (rows..., lead column, trailing columns); a block per `units` columns.
     out_loops = sch.get_loops(consumer)
     col_block, col_unit = sch.split(out_loops[n_rows], [None, units])
