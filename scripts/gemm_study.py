@@ -12,7 +12,8 @@ TFLOP/s, beside PyTorch's (cuBLAS, TF32 off) GEMM of the same shape. An entry is
 of its config: block_size_x/y, micro_size_x/y/k, vector_size, vthread_x/y, unroll) or overrides of
 :data:`tvmrnn.default_schedule.GPU_MATMUL` for :func:`tvmrnn.default_schedule.gpu_matmul`
 (``rows=2x16x4``, ``cols=...``, ``k_tile=16``, ``pipeline=0``, ``tf32=1``: TF32 tensor cores,
-:func:`tvmrnn.default_schedule.gpu_matmul_tf32`; empty: the default). A TF32 entry's difference
+:func:`tvmrnn.default_schedule.gpu_matmul_tf32`, its tile set by ``tf32_warps=2x4``,
+``tf32_fragments=4x2``, ``tf32_k_tile=32``, ``tf32_pipeline=1``; empty: the default). A TF32 entry's difference
 from the first entry is TF32's rounding (~1e-3), not an error.
 """
 from __future__ import annotations
@@ -47,7 +48,11 @@ def parse_config(text: str) -> tuple[str, dict]:
 
     def value(v):
         return tuple(int(x) for x in v.split("x")) if "x" in v else int(v)
-    return kind, {k: value(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+    config = {k: value(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+    tile = {k[5:]: config.pop(k) for k in list(config) if k.startswith("tf32_")}  # tf32_warps=2x4, ...
+    if tile:
+        config["tf32"] = tile
+    return kind, config
 
 
 def schedule(kernel, target, text):

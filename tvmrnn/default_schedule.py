@@ -539,14 +539,15 @@ def tf32_k_slices(rows: int, cols: int, reduction: int, tile: dict, sms: int = G
 
 def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict | None = None) -> None:
     """:func:`gpu_matmul` on TF32 tensor cores (``mma.sync`` m16n8k8, :mod:`tvmrnn.tensor_cores`):
-    the same normalised GEMM, block tiles of :func:`tf32_tile` (or ``tile``), split-K by
+    the same normalised GEMM, block tiles of :func:`tf32_tile` (``tile`` overrides any of its
+    ``warps``, ``fragments``, ``k_tile``, or sets ``pipeline``), split-K by
     :func:`tf32_k_slices` (or ``k_slices``), the epilogue fused into the write of the output."""
-    chosen = {}
+    rows, cols, _ = matmul_extents(kernel)
+    chosen = {**tf32_tile(rows, cols), **(tile or {})}
 
     def slices(m_total, n_total, k_total):
-        chosen.update(tile or tf32_tile(m_total, n_total))
         return tf32_k_slices(m_total, n_total, k_total, chosen) if k_slices is None else k_slices
-    main, _, k_inner, n_slices = normalize_matmul(sch, kernel, slices, TF32_TILES[0]["k_tile"])
+    main, _, k_inner, n_slices = normalize_matmul(sch, kernel, slices, chosen["k_tile"])
     tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, **chosen)
 
 
@@ -576,8 +577,8 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     default): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
     second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`).
     """
-    if tf32:
-        gpu_matmul_tf32(sch, kernel, k_slices=k_slices)
+    if tf32:  # a tiling of its own: ``tf32`` may be a dict overriding the tile (:data:`TF32_TILES`)
+        gpu_matmul_tf32(sch, kernel, k_slices=k_slices, tile=tf32 if isinstance(tf32, dict) else None)
         return
 
     def slices(m_total, n_total, k_total):

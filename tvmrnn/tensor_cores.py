@@ -232,7 +232,7 @@ def register() -> None:
 
 
 def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int = 32, pad: int = 4,
-               split_k: bool = False, keep: str | None = None) -> None:
+               split_k: bool = False, keep: str | None = None, pipeline: bool = False) -> None:
     """Tile the normalised GEMM ``main`` (``C[s, i, j] += A[s, i, k] * B[s, j, k]``) for TF32
     tensor cores.
 
@@ -249,7 +249,9 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     out as they are and ``keep`` (the block that adds up the slices) is left alone.
 
     Everything sits in dynamic shared memory (``shared.dyn``): the 128 x 128 tile takes 101 KB,
-    more than a block's 48 KB of static shared memory."""
+    more than a block's 48 KB of static shared memory. With ``pipeline`` the operand tiles are
+    double-buffered (TIR's software pipeline): the next tile's copies are issued before this
+    tile's multiply-adds."""
     register()
     (wi, wj), (fi, fj) = warps, fragments
     bm, bn = wi * fi * M, wj * fj * N
@@ -336,6 +338,9 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     sch.tensorize(sch.get_loops(_innermost(sch, outer))[-3], MMA)
     for loop in (ki, f_i, f_j, ro, co):
         _unroll(sch, loop)
+    if pipeline:  # under ko: the two copies, then the loop over the tile's fragments
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
 
 
 def _unroll(sch, loop) -> None:
