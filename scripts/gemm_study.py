@@ -89,7 +89,7 @@ def main():
     import tvm
     from tvmrnn import default_schedule as ds
     from tvmrnn import kernels
-    from tvmrnn.sequence import PIPELINE
+    from tvmrnn.sequence import compile_module
     T, N, H, G = a.steps, a.N, a.hidden_size, a.gates
     K = a.in_size or H
     makers = {
@@ -120,9 +120,7 @@ def main():
         for text in a.configs:
             try:
                 func = schedule(kernel, target, text)
-                with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):  # as builds do
-                    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}),
-                                      target=target, tir_pipeline=PIPELINE).jit()
+                lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target).jit()
                 args = [tvm.runtime.tensor(h, device=dev) for h in host]
                 lib["main"](*args)
                 out = args[-1].numpy()

@@ -364,13 +364,12 @@ def test_tf32_gemm_is_on_tensor_cores_and_rounds_like_tf32():
     from tvm import s_tir
 
     from tvmrnn import default_schedule, kernels
-    from tvmrnn.sequence import PIPELINE
+    from tvmrnn.sequence import compile_module
     kernel = kernels.tf32(kernels.input_projection(256, 20, 200, 150, 4))
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     default_schedule.apply(sch, kernel, tvm.target.Target("cuda"))
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": True}):
-        lib = tvm.compile(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
-                          target=tvmrnn.target.cuda_target(), tir_pipeline=PIPELINE)
+    lib = compile_module(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
+                         tvmrnn.target.cuda_target())
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in lib.mod.imports[0].inspect_source()
     rng = np.random.default_rng(0)
     host = [rng.standard_normal([int(s) for s in p.shape]).astype("float32") for p in kernel.func.params]

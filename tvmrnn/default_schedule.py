@@ -423,7 +423,11 @@ def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 1
     slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices)."""
     (vi, ti, mi), (vj, tj, mj) = shape
     blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
-    threads = blocks * ti * tj
+    return _k_slices(blocks * ti * tj, reduction, k_tile, sms)
+
+
+def _k_slices(threads: int, reduction: int, k_tile: int, sms: int) -> int:
+    """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles."""
     want = sms * GPU_MATMUL_FILL_THREADS
     if 4 * threads > want:
         return 1
@@ -516,25 +520,22 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
 TF32_TILES = (dict(warps=(2, 4), fragments=(4, 2), k_tile=32), dict(warps=(2, 2), fragments=(2, 2), k_tile=32))
 
 
+def _tf32_blocks(rows: int, cols: int, tile: dict) -> int:
+    """Thread blocks of a ``rows x cols`` output in ``tile``'s block tiles."""
+    (wi, wj), (fi, fj) = tile["warps"], tile["fragments"]
+    return -(-rows // (wi * fi * 16)) * -(-cols // (wj * fj * 16))
+
+
 def tf32_tile(rows: int, cols: int, sms: int = GPU_SMS) -> dict:
     """The entry of :data:`TF32_TILES` for a ``rows x cols`` output."""
-    def blocks(t):
-        return -(-rows // (t["warps"][0] * t["fragments"][0] * 16)) * -(-cols // (t["warps"][1] * t["fragments"][1] * 16))
-    return next((t for t in TF32_TILES if blocks(t) >= sms), TF32_TILES[-1])
+    return next((t for t in TF32_TILES if _tf32_blocks(rows, cols, t) >= sms), TF32_TILES[-1])
 
 
 def tf32_k_slices(rows: int, cols: int, reduction: int, tile: dict, sms: int = GPU_SMS) -> int:
     """Split-K for a TF32 GEMM with few output tiles (the short chunks' GEMMs), by the rule of
-    :func:`matmul_k_slices` in threads per SM."""
-    (wi, wj), (fi, fj) = tile["warps"], tile["fragments"]
-    blocks = -(-rows // (wi * fi * 16)) * -(-cols // (wj * fj * 16))
-    threads = blocks * wi * wj * 32
-    want = sms * GPU_MATMUL_FILL_THREADS
-    if 4 * threads > want:
-        return 1
-    most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
-    k_tile = tile["k_tile"]
-    return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
+    :func:`matmul_k_slices`."""
+    threads = _tf32_blocks(rows, cols, tile) * tile["warps"][0] * tile["warps"][1] * 32
+    return _k_slices(threads, reduction, tile["k_tile"], sms)
 
 
 def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict | None = None) -> None:

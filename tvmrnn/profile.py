@@ -26,7 +26,7 @@ import numpy as np
 import tvm
 
 from .default_schedule import is_gpu, persistent_blocks
-from .sequence import PIPELINE, STEP_LOOP_STEPS, Program, step_loop
+from .sequence import STEP_LOOP_STEPS, Program, compile_module, step_loop
 
 GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
 _PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
@@ -110,10 +110,7 @@ def time_kernel(func, target, number: int = 20, repeat: int = 5, results: list |
     random values at every call; ``results``, if given, gets them as NumPy arrays after the runs
     (so two schedules of one kernel can be compared)."""
     dev = _device(target)
-    # compiled as builds compile (tvmrnn.rnn.build): TF32 kernels need both (tvmrnn.tensor_cores)
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target)}):
-        lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target,
-                          tir_pipeline=PIPELINE)
+    lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
     args = _random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
     timer = lib.jit().time_evaluator("main", dev, number=number, repeat=repeat)
     us = 1e6 * statistics.median(timer(*args).results)

@@ -18,7 +18,7 @@ from .arrays import Frame, to_tvm
 from .cells import get_cell
 from .default_schedule import is_gpu
 from .passes import Config, all_programs
-from .sequence import PIPELINE
+from .sequence import compile_module
 from .tuning import report_untuned, scheduler
 
 _INT32_MAX = 2**31 - 1
@@ -160,14 +160,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
     blocks = targets.persistent_blocks(target)
     programs = all_programs(config, schedule, target, blocks)
-    # TIR's common-subexpression elimination is superlinear in a function's size: on a GPU target,
-    # where the passes embed a launch per call site, it took 83% of a 2-layer bidirectional LSTM's
-    # build (31 of 37 s) and pushed a 5-layer one past minutes. NVCC eliminates the same
-    # subexpressions itself: the kernels' PTX was within 0.5% and used the same registers
-    # without it (notes/performance.md, v5). CPU builds keep it (they take seconds either way).
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target)}):
-        executable = tvm.compile(tvm.IRModule({p.name: p.build() for p in programs}), target=target,
-                                 tir_pipeline=PIPELINE)
+    executable = compile_module(tvm.IRModule({p.name: p.build() for p in programs}), target)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable)

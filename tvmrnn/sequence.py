@@ -22,7 +22,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from . import kernels
 from .kernels import Kernel
-from .default_schedule import keeps_weights_on_chip, persistent_blocks
+from .default_schedule import is_gpu, keeps_weights_on_chip, persistent_blocks
 from .target import persist_stacked, persistent_mode
 
 F32 = "float32"
@@ -443,6 +443,18 @@ WARP_ALLOCATIONS = 3  # the most warp-scope buffers side by side in one kernel (
 
 PIPELINE = "tvmrnn"
 _tir_pipelines.PIPELINE_MAP[PIPELINE] = _tvmrnn_pipeline
+
+
+def compile_module(mod: tvm.IRModule, target):
+    """``tvm.compile`` as every build compiles: with :data:`PIPELINE`, and without TIR's
+    common-subexpression elimination on GPUs. CSE is superlinear in a function's size: on a GPU
+    target, where the passes embed a launch per call site, it took 83% of a 2-layer bidirectional
+    LSTM's build (31 of 37 s) and pushed a 5-layer one past minutes; NVCC eliminates the same
+    subexpressions itself (the kernels' PTX was within 0.5% and used the same registers without it,
+    notes/performance.md, v5). It would also hide the lane index of the TF32 kernels' warp-buffer
+    stores from ``LowerWarpMemory`` (:mod:`tvmrnn.tensor_cores`). CPU builds keep it."""
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target)}):
+        return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
 
 
 def _has_thread_loop(stmt) -> bool:

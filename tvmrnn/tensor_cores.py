@@ -67,6 +67,9 @@ def _load_intrin(fragment_map, inverse, rows: int, local: int, reduction_major: 
     def at(buf, r, k):
         return buf[k, r] if reduction_major else buf[r, k]
 
+    # the block's variables in its shared tile's order, as cache_read makes them
+    order = (1, 0) if reduction_major else (0, 1)
+
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, w: T.handle) -> None:
         A = T.match_buffer(a, shape, "float32", scope=SHARED, offset_factor=1)
@@ -76,23 +79,10 @@ def _load_intrin(fragment_map, inverse, rows: int, local: int, reduction_major: 
             T.writes(W[0:WARP, 0:local])
             for r, k in T.grid(rows, K):
                 with T.sblock("load"):
-                    vr, vk = T.axis.remap("SS", [r, k])
+                    v0, v1 = T.axis.remap("SS", [(r, k)[order[0]], (r, k)[order[1]]])
+                    vr, vk = T.meta_var(((v0, v1)[order[0]], (v0, v1)[order[1]]))
                     lane, reg = T.meta_var(fragment_map(vr, vk))
-                    W[lane, reg] = A[vr, vk]
-
-    @T.prim_func(s_tir=True)
-    def desc_reduction_major(a: T.handle, w: T.handle) -> None:
-        A = T.match_buffer(a, shape, "float32", scope=SHARED, offset_factor=1)
-        W = T.match_buffer(w, (WARP, local), "float32", scope="warp", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(A[0:shape[0], 0:shape[1]])
-            T.writes(W[0:WARP, 0:local])
-            for r, k in T.grid(rows, K):
-                with T.sblock("load"):
-                    # the block's variables in its shared tile's order, as cache_read makes them
-                    vk, vr = T.axis.remap("SS", [k, r])
-                    lane, reg = T.meta_var(fragment_map(vr, vk))
-                    W[lane, reg] = A[vk, vr]
+                    W[lane, reg] = at(A, vr, vk)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, w: T.handle) -> None:
@@ -108,7 +98,7 @@ def _load_intrin(fragment_map, inverse, rows: int, local: int, reduction_major: 
                     r, k = T.meta_var(inverse(tx, reg))
                     W[tx, reg] = at(A, r, k)
 
-    return (desc_reduction_major if reduction_major else desc), impl
+    return desc, impl
 
 
 def _mma_intrin():

@@ -306,10 +306,11 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     used: dict[str, str] = {}
 
     def schedule(kernel: Kernel):
-        if allow_tf32 and tf32_applies(kernel, target):
+        on_tensor_cores = allow_tf32 and tf32_applies(kernel, target)
+        if on_tensor_cores:
             kernel = tf32(kernel)
         func = pick(kernel)
-        if kernel.name.endswith("_tf32") and used[kernel.name] == "default":
+        if on_tensor_cores and used[kernel.name] == "default":
             used[kernel.name] = "tf32"
         return func if is_gpu(target) else fast_math.vectorisable(func)
 
