@@ -359,8 +359,9 @@ def test_persistent_forward_launches_at_mid_sizes_on_cuda(hidden, bidirectional,
 
 
 def test_tf32_gemm_is_on_tensor_cores_and_rounds_like_tf32():
-    """One all-steps GEMM alone against NumPy: with TF32 its error is TF32's (above fp32's
-    ~1e-7, below 1e-2); its CUDA source has the TF32 mma instructions."""
+    """One all-steps GEMM alone against the same kernel unscheduled on the CPU (fp32): with TF32
+    its error is TF32's (above fp32's ~1e-7, below 1e-2); its CUDA source has the TF32 mma
+    instructions."""
     from tvm import s_tir
 
     from tvmrnn import default_schedule, kernels
