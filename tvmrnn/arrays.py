@@ -6,6 +6,10 @@ DLPack, so nothing is copied. Every check names the argument and what was expect
 """
 from __future__ import annotations
 
+import mmap
+import os
+import sys
+
 import numpy as np
 import tvm_ffi
 
@@ -24,6 +28,63 @@ def aligned_empty(shape, dtype=np.float32) -> np.ndarray:
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     buf = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -buf.ctypes.data % ALIGNMENT
+    return buf[start:start + nbytes].view(dtype).reshape(shape)
+
+
+# Transparent huge pages for the large arrays a CPU pass keeps: packed weights, the scratch (the
+# input projections of all steps) and training workspaces. With 4 KB pages a register tile of the
+# K-major weights touches a new page at every step of its reduction (12.8 KB rows for a DS2 LSTM),
+# and each core's slice of a 10 MB weight matrix spans all of its 2,500 pages, more than a core's
+# second-level TLB holds (notes/performance.md v23). Linux gives 2 MB pages to memory that asks
+# for them (``madvise``) where THP is ``madvise`` (the GPU machine's Xeon and the dev machine) or
+# ``always``. ``TVMRNN_HUGE_PAGES``: ``auto`` (default: where the kernel offers THP), ``0`` never,
+# ``1`` always try.
+HUGE_PAGE = 2 << 20
+_THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def _thp_offered() -> bool:
+    try:
+        with open(_THP_SETTING) as f:
+            setting = f.read()
+    except OSError:
+        return False
+    return "[always]" in setting or "[madvise]" in setting
+
+
+_OFFERED = None
+
+
+def huge_pages() -> bool:
+    """Whether large CPU arrays that tvmrnn keeps get transparent huge pages (``TVMRNN_HUGE_PAGES``)."""
+    global _OFFERED
+    mode = os.environ.get("TVMRNN_HUGE_PAGES", "auto")
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"TVMRNN_HUGE_PAGES: expected auto, 0 or 1, got {mode!r}")
+    if mode == "0" or not sys.platform.startswith("linux") or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return False
+    if mode == "1":
+        return True
+    if _OFFERED is None:
+        _OFFERED = _thp_offered()
+    return _OFFERED
+
+
+def huge_empty(shape, dtype=np.float32) -> np.ndarray:
+    """Like :func:`aligned_empty`, in its own anonymous mapping, 2 MB-aligned and advised
+    ``MADV_HUGEPAGE`` before its first touch, so that its pages are 2 MB ones where the OS has
+    them (it falls back to 4 KB pages silently). The mapping lives as long as the array or a view of it."""
+    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = -(-max(nbytes, 1) // HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE  # room to align the start
+    mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf = np.frombuffer(mm, np.uint8)
+    start = -buf.ctypes.data % HUGE_PAGE
+    try:
+        mm.madvise(mmap.MADV_HUGEPAGE, start, size - start)
+    except OSError:  # a kernel without THP: 4 KB pages
+        pass
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
@@ -52,7 +113,17 @@ class Frame:
     def describe(self) -> str:
         return "a NumPy array (CPU)" if self.kind == "numpy" else f"a torch tensor on {self.device}"
 
-    def empty(self, shape):
+    def empty(self, shape, kept: bool = False):
+        """An uninitialised float32 array in this frame. ``kept``: an array tvmrnn holds across
+        calls (packed weights, scratch, workspaces): on CPUs, 2 MB or more of it gets huge
+        pages (:func:`huge_pages`); a torch caller then gets a tensor over that NumPy memory."""
+        if kept and self.device_kind == "cpu" and 4 * int(np.prod(shape, dtype=np.int64)) >= HUGE_PAGE \
+                and huge_pages():
+            a = huge_empty(shape)
+            if self.kind == "numpy":
+                return a
+            import torch
+            return torch.from_numpy(a)
         if self.kind == "numpy":
             return aligned_empty(shape)
         import torch

@@ -102,13 +102,18 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     Packed in panels, ``w[j // u, k, j % u, g]`` with u the tile's units (BLIS's packing), a
     tile's reduction walks one contiguous block. On the AVX2-only Zen 3 dev machine (2 threads,
     interleaved, ``scripts/panel_study.py``) a step's GEMM went 1,214-1,408 -> 767-801 us and a
-    16-step chunk 14.3-14.7 -> 11.6-12.5 ms; on the AVX-512 Xeon v11 measured +5-38% a step on 16
-    threads and mixed chunks, and on a Zen 5 no change, so panels are on by default for AVX2 CPUs
-    only. ``TVMRNN_WEIGHT_PANELS``: ``auto`` (default), ``0`` never, ``1`` on every CPU. The panel
-    is the default schedule's tile (:func:`cpu_column_tile`), so that the tile's index into the
-    panel simplifies; a tuned schedule with another tile stays correct, only slower. GPUs: none
-    (a warp reads a K-major row coalesced). The backward's copy of a weight with K inputs takes
-    ``weight_panel(target, 1, K)`` (its tile runs along K alone: :func:`tvmrnn.kernels.backward_weight_shape`).
+    16-step chunk 14.3-14.7 -> 11.6-12.5 ms. On the GPU machine's AVX-512 Xeon (16 threads,
+    notes/performance.md v23, ``scripts/step_study.py``) the LSTM's step alone went 154 -> 123 us
+    (125 -> 119 with huge pages), on one thread 1,108 -> 942 us, and whole passes interleaved
+    with PyTorch (``scripts/cpu_pass_study.py``, huge pages on both sides of the comparison)
+    LSTM inference 58.3 -> 48.4 ms, training 211 -> 198 ms, the GRU's the same or faster, the
+    RNNs' the same. So every CPU gets them. ``TVMRNN_WEIGHT_PANELS``: ``auto`` or ``1``
+    (default: panels), ``0`` K-major (for comparisons). The panel is the default schedule's tile
+    (:func:`cpu_column_tile`), so that the tile's index into the panel simplifies; a schedule with
+    another tile stays correct but is slow (a 10 x 2-vector tile on 16-unit panels ran 4x slower
+    on the Xeon: its index does not simplify). GPUs: none (a warp reads a K-major row coalesced).
+    The backward's copy of a weight with K inputs takes ``weight_panel(target, 1, K)`` (its tile
+    runs along K alone: :func:`tvmrnn.kernels.backward_weight_shape`).
     """
     import os
     mode = os.environ.get("TVMRNN_WEIGHT_PANELS", "auto")
@@ -120,8 +125,6 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     if mode == "0" or is_gpu(target):
         return 0
     lanes = vector_lanes(target)
-    if mode == "auto" and lanes != 8:
-        return 0
     units = cpu_column_tile(lanes, hidden, gates)
     # whole vectors only (a narrower tile, e.g. 2 of 74 features, gains nothing from a panel)
     return units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0

@@ -230,13 +230,15 @@ class RNN:
             fn = self._functions[program] = self.module[program]
         return fn
 
-    def _run(self, program: str, frame: Frame, T: int, arrays: dict, results=()) -> None:
+    def _run(self, program: str, frame: Frame, T: int, arrays: dict, results=(), kept=()) -> None:
         """Call a pass with its named arrays. Arrays it needs beyond those are made here: fresh
-        ones for the names in ``results`` (handed back to the caller), scratch for the rest."""
+        ones for the names in ``results`` (handed back to the caller; those also in ``kept`` are
+        held across calls, e.g. recycled workspaces: huge pages on CPUs), scratch for the rest."""
         args = []
         for name, shape in self._shapes_of(program, T).items():
             if name not in arrays:
-                arrays[name] = frame.empty(shape) if name in results else self._scratch(frame, program, name, shape)
+                arrays[name] = (frame.empty(shape, kept=name in kept) if name in results
+                                else self._scratch(frame, program, name, shape))
             a = arrays[name]
             args.append(a if isinstance(a, tvm.runtime.Tensor) else to_tvm(a))
         if frame.kind == "torch" and frame.device_kind == "cuda":
@@ -258,7 +260,7 @@ class RNN:
         key = (threading.get_ident(), frame.kind, program, name)
         held = self._scratch_arrays.get(key)
         if held is None or tuple(held.shape) != tuple(shape):
-            held = self._scratch_arrays[key] = frame.empty(shape)
+            held = self._scratch_arrays[key] = frame.empty(shape, kept=True)
         return held
 
     def free_scratch(self) -> None:
@@ -290,7 +292,7 @@ class RNN:
                 packed = tvm.runtime.empty((layout.packed_total,), "float32", device=tvm.cuda(self.device_index))
                 self.module["pack_weights"](flat, packed)
                 return PackedWeights(self, packed)
-        packed = frame.empty((layout.packed_total,))
+        packed = frame.empty((layout.packed_total,), kept=True)
         self._run("pack_weights", frame, 0, {"params": flat, "w": packed})
         return PackedWeights(self, packed)
 
@@ -353,7 +355,8 @@ class RNN:
         recycle = train and frame.device_kind == "cpu"
         if recycle:
             arrays.update(self._workspaces.take(key) or {})  # every element is written before it is read
-        self._run("forward_train" if train else "forward", frame, T, arrays, results)
+        self._run("forward_train" if train else "forward", frame, T, arrays, results,
+                  kept=c.workspace_shapes(T) if recycle else ())
         outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
         if not train:
             return outputs
