@@ -68,6 +68,9 @@ def parse():
                         "build it elsewhere with --target and bring the file)")
     p.add_argument("--profile", action="store_true", help="also time every kernel alone: where the time goes "
                                                           "(input GEMMs, weight gradients, recurrent part, gaps per step)")
+    p.add_argument("--torch-huge-pages", action="store_true",
+                   help="CPU: PyTorch's allocator on 2 MB pages too (THP_MEM_ALLOC_ENABLE=1, PyTorch's own switch, "
+                        "off by default), as tvmrnn's kept arrays are (TVMRNN_HUGE_PAGES)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", nargs="*", help="draw PNG charts from result files and exit")
     return p.parse_args()
@@ -411,8 +414,10 @@ def bench_custom(a, name, L, bidir, tvmrnn, torch):
 
 
 def machine(torch, a):
+    from tvmrnn.arrays import huge_pages
     info = dict(python=platform.python_version(), torch=torch.__version__, threads=a.threads,
-                cpu=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"))
+                cpu=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"),
+                tvmrnn_huge_pages=huge_pages(), torch_huge_pages=os.environ.get("THP_MEM_ALLOC_ENABLE") == "1")
     try:
         with open("/proc/cpuinfo") as f:
             info["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
@@ -453,6 +458,8 @@ def main():
     if a.plot:
         return plot(a.plot)
     os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))  # before TVM starts its thread pool
+    if a.torch_huge_pages:
+        os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # read by PyTorch's CPU allocator at its first use
     import torch
     torch.set_num_threads(a.threads)
     torch.backends.cudnn.allow_tf32 = False
