@@ -36,11 +36,24 @@ def known_kernels():
                                       e.get("bidirectional", False), e["batch_size"], False))
     kernels = {}  # the CPU's and the GPU's chunk sizes give different GEMM kernels: both
     # (the H100's tag: a persistent loop's step kernel is a workload for its SM count); the CPU's
-    # kernels depend on it too (AVX2 CPUs pack weights in panels, AVX-512 ones do not; 8 cores and
-    # more stack directions), so this machine's and the logged Xeon's, whatever this machine is
+    # kernels depend on it too (8 cores and more stack directions), so this machine's and the
+    # logged Xeon's, whatever this machine is. Records stay in use for the kernels of builds with
+    # the options off: K-major weights (TVMRNN_WEIGHT_PANELS=0, the CPUs' layout before v23) and
+    # per-step GPU loops (TVMRNN_PERSISTENT=0, and where the weights do not fit on chip).
     xeon = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
-    for target in (None, xeon, tvm.target.Target("nvidia/nvidia-h100")):
-        kernels.update((t.kernel.name, t.kernel) for t in tuning.extract_tasks(configs, target=target))
+    h100 = tvm.target.Target("nvidia/nvidia-h100")
+    for target, options in ((None, {}), (None, {"TVMRNN_WEIGHT_PANELS": "0"}), (xeon, {}),
+                            (xeon, {"TVMRNN_WEIGHT_PANELS": "0"}), (h100, {}), (h100, {"TVMRNN_PERSISTENT": "0"})):
+        saved = {k: os.environ.get(k) for k in options}
+        os.environ.update(options)
+        try:
+            kernels.update((t.kernel.name, t.kernel) for t in tuning.extract_tasks(configs, target=target))
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k)
+                else:
+                    os.environ[k] = v
     return list(kernels.values())
 
 
