@@ -264,3 +264,47 @@ def test_cuda_persistent_steps_keep_all_their_shared_memory_dynamic(hidden, bidi
         if "buf_dyn_shmem" in kernel:
             static = re.findall(r"^\s*__shared__ .*?\[(\d+)\];", kernel, re.M)
             assert sum(int(n) for n in static) * 4 <= 1024, (kernel.split("(", 1)[0], static)
+
+
+def _kernel_with_shared(static_floats: int, dynamic_floats: int):
+    """A one-block CUDA kernel that stages ``a`` through a static and a dynamic shared buffer."""
+    from tvm.script import tirx as T
+    n = max(static_floats, dynamic_floats)
+
+    @T.prim_func(s_tir=True)
+    def main(a: T.Buffer((n,), "float32"), b: T.Buffer((n,), "float32")):
+        for bx in T.thread_binding(1, thread="blockIdx.x"):
+            for tx in T.thread_binding(128, thread="threadIdx.x"):
+                with T.sblock("root_kernel"):
+                    s = T.sblock_alloc_buffer((static_floats,), "float32", scope="shared")
+                    d = T.sblock_alloc_buffer((dynamic_floats,), "float32", scope="shared.dyn")
+                    for i in range(static_floats // 128):
+                        with T.sblock("load_s"):
+                            s[i * 128 + tx] = a[i * 128 + tx]
+                    for i in range(dynamic_floats // 128):
+                        with T.sblock("load_d"):
+                            d[i * 128 + tx] = a[i * 128 + tx]
+                    for i in range(n // 128):
+                        with T.sblock("store"):
+                            b[i * 128 + tx] = s[(i * 128 + tx) % static_floats] + d[(i * 128 + tx) % dynamic_floats]
+    return main
+
+
+def test_cuda_kernels_refused_at_build_when_their_shared_memory_would_be_refused_at_launch():
+    """A CUDA kernel whose static and dynamic shared memory together pass 48 KB while the dynamic
+    part alone does not is refused when it is compiled, naming the kernel and its bytes: TVM's
+    runtime would not opt it in past 48 KB and every launch would fail (v22's persistent step at
+    H = 128 did, on the H100). Under 48 KB in all, or with the dynamic part past 48 KB (opted in),
+    it compiles; so does every default build (the tests above build them)."""
+    import tvm
+    from tvmrnn.sequence import SharedMemoryError, compile_module, shared_memory_bytes
+    target = tvm.target.Target("nvidia/nvidia-h100")
+
+    def build(static_floats, dynamic_floats):
+        return compile_module(tvm.IRModule({"main": _kernel_with_shared(static_floats, dynamic_floats)}), target)
+
+    with pytest.raises(SharedMemoryError, match=r"kernel main\w*: 40960 bytes of static and 12800 bytes of dynamic"):
+        build(10240, 3200)  # v22's sizes: 40 KB of partial sums beside 12.5 KB of dynamic buffers
+    build(10240, 1280)  # 45 KB in all
+    build(1280, 15360)  # 60 KB dynamic: TVM opts it in
+    assert shared_memory_bytes(_kernel_with_shared(256, 512)) == (1024, 2048)

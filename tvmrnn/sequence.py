@@ -9,6 +9,7 @@ embedded kernel becomes one launch per step.
 """
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
@@ -375,6 +376,70 @@ def cooperative_grid_barriers(mod, _ctx):
     return mod
 
 
+# Shared memory a CUDA kernel gets without opting in. TVM's runtime opts a kernel in (the driver's
+# MAX_DYNAMIC_SHARED_SIZE_BYTES, up to the device's limit) only when its *dynamic* shared memory
+# alone is more than this; static arrays beside a smaller dynamic part still count against 48 KB.
+SHARED_WITHOUT_OPT_IN = 48 * 1024
+
+
+class SharedMemoryError(RuntimeError):
+    """A compiled GPU kernel whose shared memory the CUDA runtime would refuse at launch."""
+
+
+_SHARED_MEMORY_MESSAGE = r"kernel \S+: \d+ bytes of static and \d+ bytes of dynamic shared memory .*?or use less\."
+
+
+def shared_memory_bytes(func: tirx.PrimFunc) -> tuple[int, int]:
+    """``(static, dynamic)`` bytes of shared memory a device function allocates (``shared`` and
+    ``shared.dyn`` buffers; sizes that are not constants count as 0)."""
+    sizes = {"shared": 0, "shared.dyn": 0}
+
+    def count(buffer):
+        if buffer.scope() not in sizes:
+            return
+        elements = 1
+        for extent in buffer.shape:
+            if not isinstance(extent, tirx.IntImm):
+                return
+            elements *= int(extent)
+        sizes[buffer.scope()] += elements * tvm.DataType(buffer.dtype).bits // 8
+
+    def visit(node, mutator):
+        if isinstance(node, tirx.AllocBuffer):
+            count(node.buffer)
+        else:  # a block's own allocations (before blocks are lowered)
+            for buffer in node.alloc_buffers:
+                count(buffer)
+        return mutator.default_mutate(node)
+
+    tvm_ffi.structural_mutate(func.body, [(tirx.AllocBuffer, visit), (s_tir.SBlock, visit)])
+    return sizes["shared"], sizes["shared.dyn"]
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvmrnn.CheckSharedMemory")
+def check_shared_memory(mod, _ctx):
+    """Refuse, at build time and by name, a CUDA kernel whose static and dynamic shared memory
+    together pass :data:`SHARED_WITHOUT_OPT_IN` while its dynamic part alone does not: TVM's
+    runtime would not opt it in and every launch would fail (v22's persistent step at H = 128 did,
+    with ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``, and an ordinary launch fails with
+    ``CUDA_ERROR_INVALID_VALUE``). Runs on the device functions after TVM's device passes (shared
+    buffers merged), changing nothing."""
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        target = func.attrs.get("target") if func.attrs else None
+        if target is None or target.kind.name != "cuda":
+            continue
+        static, dynamic = shared_memory_bytes(func)
+        if static + dynamic > SHARED_WITHOUT_OPT_IN >= dynamic:
+            raise SharedMemoryError(
+                f"kernel {gvar.name_hint}: {static} bytes of static and {dynamic} bytes of dynamic shared memory "
+                f"({static + dynamic} in all) pass the {SHARED_WITHOUT_OPT_IN} a kernel gets without opting in, "
+                f"and TVM's runtime opts in only when the dynamic part alone passes it: the launch would fail. "
+                f"Its schedule must keep its large shared buffers dynamic (tvmrnn.default_schedule), or use less.")
+    return mod
+
+
 @tvm.transform.module_pass(opt_level=0, name="tvmrnn.MergeIdenticalKernels")
 def merge_identical_kernels(mod, _ctx):
     """Keep one of each set of identical device kernels, and launch it at all of their call sites.
@@ -433,7 +498,7 @@ def _tvmrnn_pipeline():
     # none is left (it leaves lowered code unchanged)
     def device_passes():
         lower_warp = [tirx.transform.LowerWarpMemory() for _ in range(WARP_ALLOCATIONS - 1)]
-        return tvm.transform.Sequential([*lower_warp, finalize_device()], name="tvmrnn_device")
+        return tvm.transform.Sequential([*lower_warp, finalize_device(), check_shared_memory], name="tvmrnn_device")
     return (tvm.transform.Sequential([base, cooperative_grid_barriers, merge_identical_kernels], name="tvmrnn"),
             finalize_host, device_passes)
 
@@ -454,7 +519,15 @@ def compile_module(mod: tvm.IRModule, target):
     notes/performance.md, v5). It would also hide the lane index of the TF32 kernels' warp-buffer
     stores from ``LowerWarpMemory`` (:mod:`tvmrnn.tensor_cores`). CPU builds keep it."""
     with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target)}):
-        return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
+        try:
+            return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
+        except SharedMemoryError:
+            raise
+        except Exception as e:  # TVM hands a Python pass's exception on as an error of its own
+            found = re.search(_SHARED_MEMORY_MESSAGE, str(e), re.S)
+            if found:
+                raise SharedMemoryError(found.group(0)) from None
+            raise
 
 
 def _has_thread_loop(stmt) -> bool:
