@@ -297,13 +297,13 @@ def test_cuda_kernels_refused_at_build_when_their_shared_memory_would_be_refused
     H = 128 did, on the H100). Under 48 KB in all, or with the dynamic part past 48 KB (opted in),
     it compiles; so does every default build (the tests above build them)."""
     import tvm
-    from tvmrnn.sequence import SharedMemoryError, compile_module, shared_memory_bytes
+    from tvmrnn.sequence import compile_module, shared_memory_bytes
     target = tvm.target.Target("nvidia/nvidia-h100")
 
     def build(static_floats, dynamic_floats):
         return compile_module(tvm.IRModule({"main": _kernel_with_shared(static_floats, dynamic_floats)}), target)
 
-    with pytest.raises(SharedMemoryError, match=r"kernel main\w*: 40960 bytes of static and 12800 bytes of dynamic"):
+    with pytest.raises(tvmrnn.SharedMemoryError, match=r"kernel main\w*: 40960 bytes of static and 12800 bytes of dynamic"):
         build(10240, 3200)  # v22's sizes: 40 KB of partial sums beside 12.5 KB of dynamic buffers
     build(10240, 1280)  # 45 KB in all
     build(1280, 15360)  # 60 KB dynamic: TVM opts it in

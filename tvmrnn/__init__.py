@@ -38,6 +38,7 @@ from .cells import CELLS, Cell, define_cell, get_cell
 from .rnn import RNN, PackedWeights, Workspace, build
 from .torch_params import params_from_torch
 from .package import PackageError, load
+from .sequence import SharedMemoryError
 
 __all__ = ["build", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
-           "define_cell", "get_cell", "CellDefinitionError", "load", "PackageError"]
+           "define_cell", "get_cell", "CellDefinitionError", "load", "PackageError", "SharedMemoryError"]
