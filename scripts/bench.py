@@ -99,6 +99,18 @@ def study_parser(doc: str, reps: int, layers: bool = False) -> argparse.Argument
     return p
 
 
+def fresh_process(script: str, threads: int, args) -> str:
+    """``script`` run with ``args`` in a process of its own whose TVM and OpenMP pools have
+    ``threads`` threads (a thread pool is fixed at its first use); its standard output. The CPU
+    studies time each thread count so (``--one``)."""
+    import subprocess
+    env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([sys.executable, script, *map(str, args)], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(out.stderr)
+    return out.stdout
+
+
 def timed(fn, sync, reps, max_seconds):
     times = samples(fn, sync, reps, max_seconds)
     return statistics.median(times), len(times)

@@ -41,26 +41,18 @@ VARIANTS = {
 
 def build(cell, config, env, step_tile, target):
     """A build with ``env`` set and the fused steps' CPU tile overridden by ``step_tile``."""
+    from unittest import mock
+
     import tvmrnn
     from tvmrnn import default_schedule as ds
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     original = ds.cpu_gemm
 
     def cpu_gemm(sch, kernel, target, **tiles):
         if kernel.name.startswith("recurrent_step_"):
             tiles = {**tiles, **step_tile}
         return original(sch, kernel, target, **tiles)
-    ds.cpu_gemm = cpu_gemm
-    try:
+    with mock.patch.dict(os.environ, env), mock.patch.object(ds, "cpu_gemm", cpu_gemm):
         return tvmrnn.build(cell, target=target, tuning_logs=False, **config)
-    finally:
-        ds.cpu_gemm = original
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def main():

@@ -34,17 +34,13 @@ def main():
     p.add_argument("--one", nargs=2, metavar=("SIDE", "THREADS"), help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one is None:
-        import subprocess
+        from bench import fresh_process
         base = {}
         for threads in a.threads:
             for side in ("tvm", "torch"):
-                env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-                out = subprocess.run([sys.executable, __file__, "--one", side, str(threads), "-N", str(a.batch_size),
-                                      "--hidden-size", str(a.hidden_size), "--cells", *a.cells],
-                                     env=env, capture_output=True, text=True)
-                if out.returncode:
-                    raise SystemExit(out.stderr)
-                for line in out.stdout.splitlines():
+                out = fresh_process(__file__, threads, ["--one", side, threads, "-N", a.batch_size,
+                                                        "--hidden-size", a.hidden_size, "--cells", *a.cells])
+                for line in out.splitlines():
                     name, us, flop = line.split("\t")
                     us, flop = float(us), float(flop)
                     base.setdefault(name, us)

@@ -70,17 +70,12 @@ def main():
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one is None:
-        import subprocess
+        from bench import fresh_process
         for threads in a.threads:
-            env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-            args = [sys.executable, __file__, "--one", str(threads), "--kernels", *a.kernels, "--steps", str(a.steps),
-                    "-N", str(a.batch_size), "--hidden-size", str(a.hidden_size),
-                    "--row-blocks", *map(str, a.row_blocks), "--red-blocks", *map(str, a.red_blocks),
-                    "--column-vectors", *map(str, a.column_vectors)]
-            out = subprocess.run(args, env=env, capture_output=True, text=True)
-            if out.returncode:
-                raise SystemExit(out.stderr)
-            print(out.stdout, end="", flush=True)
+            args = ["--one", threads, "--kernels", *a.kernels, "--steps", a.steps, "-N", a.batch_size,
+                    "--hidden-size", a.hidden_size, "--row-blocks", *a.row_blocks, "--red-blocks", *a.red_blocks,
+                    "--column-vectors", *a.column_vectors]
+            print(fresh_process(__file__, threads, args), end="", flush=True)
         return
     import numpy as np
     import tvm

@@ -70,15 +70,11 @@ def main():
                        device="cpu", N=a.batch_size, hidden_size=a.hidden_size, reps=a.reps, rounds=a.rounds)
         return
     if a.one is None:
-        import subprocess
+        from bench import fresh_process
         for threads in a.threads:
-            env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-            args = [sys.executable, __file__, "--one", str(threads), "-N", str(a.batch_size), "--hidden-size",
-                    str(a.hidden_size), "--panels", *map(str, a.panels), "--accumulators", *map(str, a.accumulators)]
-            out = subprocess.run(args, env=env, capture_output=True, text=True)
-            if out.returncode:
-                raise SystemExit(out.stderr)
-            print(out.stdout, end="", flush=True)
+            args = ["--one", threads, "-N", a.batch_size, "--hidden-size", a.hidden_size, "--panels", *a.panels,
+                    "--accumulators", *a.accumulators]
+            print(fresh_process(__file__, threads, args), end="", flush=True)
         return
     import numpy as np
     import tvm

@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import sys
+from unittest import mock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -44,16 +45,8 @@ def known_kernels():
     h100 = tvm.target.Target("nvidia/nvidia-h100")
     for target, options in ((None, {}), (None, {"TVMRNN_WEIGHT_PANELS": "0"}), (xeon, {}),
                             (xeon, {"TVMRNN_WEIGHT_PANELS": "0"}), (h100, {}), (h100, {"TVMRNN_PERSISTENT": "0"})):
-        saved = {k: os.environ.get(k) for k in options}
-        os.environ.update(options)
-        try:
+        with mock.patch.dict(os.environ, options):
             kernels.update((t.kernel.name, t.kernel) for t in tuning.extract_tasks(configs, target=target))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k)
-                else:
-                    os.environ[k] = v
     return list(kernels.values())
 
 

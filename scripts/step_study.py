@@ -20,10 +20,10 @@ import argparse
 import mmap
 import os
 import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def small_pages(shape):
@@ -119,20 +119,9 @@ def main():
     a = p.parse_args()
     if a.one is not None:
         return one(a)
-    for threads in a.threads:
-        env = dict(os.environ, TVM_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-        args = [arg for arg in sys.argv[1:]]
-        if "--threads" in args:  # drop the list of thread counts
-            i = args.index("--threads")
-            j = i + 1
-            while j < len(args) and not args[j].startswith("-"):
-                j += 1
-            del args[i:j]
-        out = subprocess.run([sys.executable, __file__, *args, "--one", str(threads)], env=env,
-                             capture_output=True, text=True)
-        if out.returncode:
-            raise SystemExit(out.stderr)
-        print(out.stdout, end="", flush=True)
+    from bench import fresh_process
+    for threads in a.threads:  # the same arguments, one thread count a process
+        print(fresh_process(__file__, threads, [*sys.argv[1:], "--one", threads]), end="", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,11 +21,16 @@ import tvm_ffi
 ALIGNMENT = 64
 
 
-def aligned_empty(shape, dtype=np.float32) -> np.ndarray:
-    """An uninitialised C-contiguous NumPy array whose data starts on a 64-byte boundary."""
+def _layout(shape, dtype) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape as a tuple of ints, dtype, bytes)`` of an array to allocate."""
     shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return shape, dtype, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+
+
+def aligned_empty(shape, dtype=np.float32) -> np.ndarray:
+    """An uninitialised C-contiguous NumPy array whose data starts on a 64-byte boundary."""
+    shape, dtype, nbytes = _layout(shape, dtype)
     buf = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = -buf.ctypes.data % ALIGNMENT
     return buf[start:start + nbytes].view(dtype).reshape(shape)
@@ -74,9 +79,7 @@ def huge_empty(shape, dtype=np.float32) -> np.ndarray:
     """Like :func:`aligned_empty`, in its own anonymous mapping, 2 MB-aligned and advised
     ``MADV_HUGEPAGE`` before its first touch, so that its pages are 2 MB ones where the OS has
     them (it falls back to 4 KB pages silently). The mapping lives as long as the array or a view of it."""
-    shape = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    shape, dtype, nbytes = _layout(shape, dtype)
     size = -(-max(nbytes, 1) // HUGE_PAGE) * HUGE_PAGE + HUGE_PAGE  # room to align the start
     mm = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     buf = np.frombuffer(mm, np.uint8)

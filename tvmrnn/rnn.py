@@ -350,17 +350,18 @@ class RNN:
             arrays["c0"] = self._state(frame, "c0", c0)
         else:
             self._state(frame, "c0", c0, needed=False)
-        results = {"y", "hy", "cy"} | (set(c.workspace_shapes(T)) if train else set())
+        workspace = c.workspace_shapes(T) if train else {}
+        results = {"y", "hy", "cy", *workspace}
         key = (frame.kind, str(frame.device), T)
         recycle = train and frame.device_kind == "cpu"
         if recycle:
             arrays.update(self._workspaces.take(key) or {})  # every element is written before it is read
         self._run("forward_train" if train else "forward", frame, T, arrays, results,
-                  kept=c.workspace_shapes(T) if recycle else ())
+                  kept=workspace if recycle else ())
         outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
         if not train:
             return outputs
-        kept = {k: arrays[k] for k in c.workspace_shapes(T)}
+        kept = {k: arrays[k] for k in workspace}
         ws = Workspace(self, frame, T, x, kept)
         if recycle:
             weakref.finalize(ws, self._workspaces.give_back, key, kept).atexit = False
