@@ -36,6 +36,8 @@ VARIANTS = {
     "kmajor-huge-step1": ({"TVMRNN_WEIGHT_PANELS": "0"}, dict(column_vectors=1, accumulators=20),
                           {"TVMRNN_HUGE_PAGES": "1"}),
     "default": ({}, {}, {}),
+    # each time loop one parallel region, a pool barrier after each kernel (v12's option)
+    "region": ({"TVMRNN_TIME_LOOP_REGION": "1"}, {}, {}),
 }
 
 

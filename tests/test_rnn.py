@@ -119,7 +119,8 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
 def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     """CPU forward weights packed in column panels of the tile's units (BLIS's packing; on by
     default for AVX2, forced here so that any CPU runs it): the packed buffer holds them as
-    ``(H / u, K, u, G)``, and 2 bidirectional layers, both directions in one launch (a direction
+    ``(H / u, K, G, u)`` (gate-blocked: one gate of u units side by side), the biases as
+    ``(H / u, G, u)``, and 2 bidirectional layers, both directions in one launch (a direction
     axis before the panels), match PyTorch forward and backward, and K-major weights' outputs."""
     from tvmrnn import default_schedule, kernels
     from tvmrnn.cells import get_cell
@@ -140,7 +141,11 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     slot = rnn.config.layout.slot(1, 1, "weight_hh")
     W = params[slot.name].reshape(G, hidden, hidden)  # PyTorch's (G*H, K) as (G, H, K)
     panels = w.flat[slot.offset:slot.offset + slot.size].reshape(kernels.weight_shape(hidden, hidden, G, u))
-    np.testing.assert_array_equal(panels, W.reshape(G, hidden // u, u, hidden).transpose(1, 3, 2, 0))
+    np.testing.assert_array_equal(panels, W.reshape(G, hidden // u, u, hidden).transpose(1, 3, 0, 2))
+    bias = rnn.config.layout.slot(1, 1, "bias_hh")
+    B = params[bias.name].reshape(G, hidden // u, u)
+    np.testing.assert_array_equal(w.flat[bias.offset:bias.offset + bias.size].reshape(kernels.gate_shape(hidden, G, u)),
+                                  B.transpose(1, 0, 2))
     ub = default_schedule.weight_panel(host_target(), 1, hidden)  # the backward's copy, in panels of K
     assert 1 < ub < hidden
     back = w.flat[rnn.config.layout.torch_copy(slot.offset):][:slot.size]

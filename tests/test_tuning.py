@@ -74,6 +74,26 @@ def test_build_uses_the_log_and_still_matches_torch(tuned_logs, rng):
     assert rel_error(y, ref(torch.from_numpy(x).double())[0]) < 1e-4
 
 
+def test_tuning_a_gate_blocked_lstm_step(tmp_path, rng):
+    """The fused step's search space on gate-blocked weight panels (``(H / u, K, G, u)``, every
+    CPU's default where a panel divides H): its candidates build and run, and the build with the
+    tuned record matches PyTorch."""
+    config = Config(CELLS["lstm"], 4, 16, 1, False, 2, False)
+    steps = [t.kernel.name for t in tuning.extract_tasks([config])
+             if t.kernel.name.startswith("recurrent_step_lstm_infer")]
+    assert len(steps) == 1 and re.search(r"_p\d+$", steps[0]), steps
+    results = tuning.tune([config], tvmrnn.target.host_target(), log_dir=str(tmp_path), trials_per_task=4,
+                          kernels=steps, num_trials_per_iter=4, out=lambda line: None)
+    assert results[0][0].kernel.name == steps[0] and results[0][2] >= 4
+    rnn = tvmrnn.build("lstm", input_size=4, hidden_size=16, batch_size=2, tuning_logs=str(tmp_path))
+    assert rnn.schedules[steps[0]] == "tuned"
+    torch.manual_seed(0)
+    ref = torch_module("lstm", 4, 16, 1, False, False).double()
+    x = rng.standard_normal((11, 2, 4)).astype(np.float32)
+    y, _, _ = rnn.forward(rnn.pack_weights(tvmrnn.params_from_torch(ref)), x)
+    assert rel_error(y, ref(torch.from_numpy(x).double())[0]) < 1e-4
+
+
 def test_untuned_build_says_so_once(tmp_path):
     with pytest.warns(tuning.UntunedWarning, match="have no tuning record"):
         tvmrnn.build("gru", input_size=3, hidden_size=5, batch_size=2, tuning_logs=str(tmp_path))

@@ -99,8 +99,12 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     The forward GEMMs (input projection, recurrent step) read ``w[k, j, g]``: a register tile of
     u units reads u*G floats of row k, then jumps H*G floats (12.8 KB for a DS2 LSTM) to row
     k + 1, a new page at every step of its reduction, which hardware prefetchers do not follow.
-    Packed in panels, ``w[j // u, k, j % u, g]`` with u the tile's units (BLIS's packing), a
-    tile's reduction walks one contiguous block. On the AVX2-only Zen 3 dev machine (2 threads,
+    Packed in panels, ``w[j // u, k, g, j % u]`` with u the tile's units (BLIS's packing), a
+    tile's reduction walks one contiguous block. Within a panel's row the gates are blocked
+    (gate g of the u units side by side), and so are the biases and the input projection
+    (:func:`tvmrnn.kernels.gate_shape`): the fused gate math after the GEMM then reads whole
+    vectors (with ``(j % u, g)`` order it gathered each gate lane by lane, ~1,400 ``vinsertps``
+    a register tile on AVX-512: notes/performance.md v23-v24). On the AVX2-only Zen 3 dev machine (2 threads,
     interleaved, ``scripts/panel_study.py``) a step's GEMM went 1,214-1,408 -> 767-801 us and a
     16-step chunk 14.3-14.7 -> 11.6-12.5 ms. On the GPU machine's AVX-512 Xeon (16 threads,
     notes/performance.md v23, ``scripts/step_study.py``) the LSTM's step alone went 154 -> 123 us
@@ -169,7 +173,9 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     rows = _divisor(row_extents[-1], max(1, accumulators // max(1, -(-width // lanes)))) if row_extents else 1
 
     if len(sch.get_loops(epilogues[0])) < len(spatial) or len(epilogues) > 1:
-        _tile_from_outputs(sch, gemm, epilogues[0], lead_tile, rows, lanes)
+        # the tile in units: gate-blocked columns (p, g, u) take lead_tile panels of u units each
+        units = lead_tile * (col_extents[-1] if kernel.columns[-1] == "u" else 1)
+        _tile_from_outputs(sch, gemm, epilogues[0], units, rows, lanes)
         return
     if row_block is None and red_block is None:
         row_block, red_block = l1_blocks(kernel)

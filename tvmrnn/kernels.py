@@ -7,9 +7,10 @@ supplies by running them in loops over views of whole-sequence buffers.
 
 Layouts (see :mod:`tvmrnn.layout`): weights are packed K-major and gate-interleaved,
 ``w[k, j, g]`` for input feature k, hidden unit j, gate g (EcoRNN's layout: one unit's gates
-sit side by side, so the fused step finds all gates of a unit together), on AVX2 CPUs in column
-panels ``w[j // u, k, j % u, g]`` (:func:`weight_shape`); gate projections are
-``(…, N, H, G)``; gradients of weights are produced in PyTorch's ``(G, H, K)`` layout.
+sit side by side, so the fused step finds all gates of a unit together), on CPUs in gate-blocked
+column panels ``w[j // u, k, g, j % u]`` (:func:`weight_shape`); gate projections and biases are
+``(…, N, H, G)`` and ``(H, G)``, with panels ``(…, N, H / u, G, u)`` and ``(H / u, G, u)``
+(:func:`gate_shape`); gradients of weights are produced in PyTorch's ``(G, H, K)`` layout.
 """
 from __future__ import annotations
 
@@ -76,18 +77,55 @@ def derivation(cell: Cell) -> Derivation:
 
 
 def weight_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, ...]:
-    """The forward weights' shape: K-major ``(K, H, G)``, or in column panels of ``panel`` units
-    ``(H / panel, K, panel, G)`` (see :func:`tvmrnn.default_schedule.weight_panel`)."""
+    """The forward weights' shape: K-major ``(K, H, G)``, or in column panels of ``panel`` units,
+    each panel's row k gate-blocked, ``(H / panel, K, G, panel)``: gate g of the panel's units side
+    by side (the issue's "gate-interleaved, blocked by 16 lanes"; see :func:`gate_shape` and
+    :func:`tvmrnn.default_schedule.weight_panel`)."""
     if not panel:
         return (in_size, hidden, gates)
     if hidden % panel:
         raise ValueError(f"panel: {panel} units do not divide hidden_size {hidden}")
-    return (hidden // panel, in_size, panel, gates)
+    return (hidden // panel, in_size, gates, panel)
 
 
-def _weight_at(w, lead: tuple, k, j, g, panel: int):
-    """``w[k, j, g]`` of the logical weights, whichever their layout."""
-    return w[(*lead, j // panel, k, j % panel, g)] if panel else w[(*lead, k, j, g)]
+def _weight_at(w, lead: tuple, k, column: tuple, panel: int):
+    """The logical ``w[k, j, g]`` of the weights, whichever their layout, for the column given as
+    an index into :func:`gate_shape`'s axes (``(j, g)``, or ``(j // panel, g, j % panel)``)."""
+    if panel:
+        p, g, u = column
+        return w[(*lead, p, k, g, u)]
+    return w[(*lead, k, *column)]
+
+
+def gate_shape(hidden, gates, panel: int = 0) -> tuple[int, ...]:
+    """The trailing axes of a tensor with a value per unit and gate (the biases, the input
+    projection ``gx``, a step's recurrent projection): ``(H, G)`` gate-interleaved, or with the
+    weights' ``panel`` (:func:`weight_shape`) gate-blocked ``(H / panel, G, panel)``, so that a CPU
+    vector holds one gate of ``panel`` consecutive units and the fused gate math reads and writes
+    whole vectors (gate-interleaved, it gathered each gate lane by lane)."""
+    return (hidden // panel, gates, panel) if panel else (hidden, gates)
+
+
+def gate_axes(panel: int = 0) -> tuple[str, ...]:
+    """The names of :func:`gate_shape`'s axes (a kernel's GEMM ``columns``)."""
+    return ("p", "g", "u") if panel else ("j", "g")
+
+
+def gate_index(j, g, panel: int = 0) -> tuple:
+    """Unit ``j``, gate ``g`` as an index into :func:`gate_shape`'s axes."""
+    return (j // panel, g, j % panel) if panel else (j, g)
+
+
+def _gates_compute(lead_shape: tuple, hidden, gates, panel, fcompute, name, lead_names):
+    """``te.compute`` over ``lead_shape + gate_shape(...)``, ``fcompute(*lead, column)`` given the
+    column as an index into :func:`gate_shape`'s axes, the axes named ``lead_names +
+    gate_axes(panel)``."""
+    ncols = 3 if panel else 2
+
+    def body(*i):
+        return fcompute(*i[:-ncols], tuple(i[-ncols:]))
+    return te.compute(lead_shape + gate_shape(hidden, gates, panel), body, name=name,
+                      varargs_names=list(lead_names) + list(gate_axes(panel)))
 
 
 def backward_weight_shape(gates, hidden, in_size, panel: int = 0) -> tuple[int, ...]:
@@ -113,16 +151,19 @@ def _panel_suffix(panel: int) -> str:
 
 def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0) -> Kernel:
     """``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]`` for a chunk of steps (``w`` in
-    column panels of ``panel`` units if given, :func:`weight_shape`)."""
+    column panels of ``panel`` units if given, :func:`weight_shape`; ``b`` and ``gx`` then
+    gate-blocked, :func:`gate_shape`)."""
     x = te.placeholder((steps, batch, in_size), F32, "x")
     w = te.placeholder(weight_shape(in_size, hidden, gates, panel), F32, "w")
-    b = te.placeholder((hidden, gates), F32, "b")
+    b = te.placeholder(gate_shape(hidden, gates, panel), F32, "b")
     k = te.reduce_axis((0, in_size), "k")
-    mm = te.compute((steps, batch, hidden, gates),
-                    lambda t, n, j, g: te.sum(x[t, n, k] * _weight_at(w, (), k, j, g, panel), axis=k), name="matmul")
-    gx = te.compute(mm.shape, lambda t, n, j, g: mm[t, n, j, g] + b[j, g], name="gx")
+    mm = _gates_compute((steps, batch), hidden, gates, panel,
+                        lambda t, n, col: te.sum(x[t, n, k] * _weight_at(w, (), k, col, panel), axis=k), "matmul",
+                        ("t", "n"))
+    gx = _gates_compute((steps, batch), hidden, gates, panel, lambda t, n, col: mm[(t, n, *col)] + b[col], "gx",
+                        ("t", "n"))
     return _make(f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_panel_suffix(panel)}",
-                 {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=("j", "g"))
+                 {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
 
 
 def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0) -> Kernel:
@@ -137,10 +178,10 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     d = derivation(cell)
     G = cell.num_gates
     lead = _lead(directions)
-    gx = te.placeholder(lead + (batch, hidden, G), F32, "gx")
+    gx = te.placeholder(lead + (batch,) + gate_shape(hidden, G, panel), F32, "gx")
     h_prev = te.placeholder(lead + (batch, hidden), F32, "h_prev")
     w = te.placeholder(lead + weight_shape(hidden, hidden, G, panel), F32, "w")
-    b = te.placeholder(lead + (hidden, G), F32, "b")
+    b = te.placeholder(lead + gate_shape(hidden, G, panel), F32, "b")
     inputs = {"gx": gx, "h_prev": h_prev, "w": w, "b": b}
     if cell.has_cell_state:
         inputs["c_prev"] = te.placeholder(lead + (batch, hidden), F32, "c_prev")
@@ -149,17 +190,18 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     k = te.reduce_axis((0, hidden), "k")
 
     def projection(*i):
-        *s, n, j, g = i  # s: the direction, if any
-        return te.sum(h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, j, g, panel), axis=k)
-    gh = te.compute(lead + (batch, hidden, G), projection, name="recurrent_projection",
-                    varargs_names=_axis_names(lead, "n", "j", "g"))
+        *s, n, col = i  # s: the direction, if any
+        return te.sum(h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, col, panel), axis=k)
+    gh = _gates_compute(lead + (batch,), hidden, G, panel, projection, "recurrent_projection",
+                        _axis_names(lead, "n"))
 
     def env(*i):
         *s, n, j = i  # s: the direction, if any
         e = {d.h_prev: h_prev[(*s, n, j)]}
         for g in range(G):
-            e[d.x_gates[g]] = gx[(*s, n, j, g)]
-            e[d.h_gates[g]] = gh[(*s, n, j, g)] + b[(*s, j, g)]
+            col = gate_index(j, g, panel)
+            e[d.x_gates[g]] = gx[(*s, n, *col)]
+            e[d.h_gates[g]] = gh[(*s, n, *col)] + b[(*s, *col)]
         if cell.has_cell_state:
             e[d.c_prev] = inputs["c_prev"][(*s, n, j)]
         e.update({var: inputs["unit"][(*s, p, j)] for p, var in enumerate(d.params)})
@@ -174,7 +216,7 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     mode = "train" if train else "infer"
     return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}{_lead_suffix(directions)}",
                  inputs,
-                 outputs, gemm="recurrent_projection", columns=("j", "g"), batch=len(lead))
+                 outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
 
 
 def _lead(directions: int) -> tuple:
@@ -422,11 +464,12 @@ def copy(rows, cols) -> Kernel:
 
 def gate_transpose(gates, hidden, in_size, panel: int = 0) -> Kernel:
     """Weight packing: PyTorch's ``(G, H, K)`` (rows g*H + j) -> the kernels' ``(K, H, G)``, or
-    its column panels ``(H / panel, K, panel, G)`` (:func:`weight_shape`)."""
+    its gate-blocked column panels ``(H / panel, K, G, panel)`` (:func:`weight_shape`; a bias is
+    a weight with K = 1, so it comes out as :func:`gate_shape`'s layout)."""
     src = te.placeholder((gates, hidden, in_size), F32, "src")
     if panel:
         dst = te.compute(weight_shape(in_size, hidden, gates, panel),
-                         lambda p, k, u, g: src[g, p * panel + u, k], name="dst")
+                         lambda p, k, g, u: src[g, p * panel + u, k], name="dst")
     else:
         dst = te.compute((in_size, hidden, gates), lambda k, j, g: src[g, j, k], name="dst")
     return _make(f"gate_transpose_g{gates}_h{hidden}_k{in_size}{_panel_suffix(panel)}", {"src": src}, {"dst": dst})

@@ -52,8 +52,8 @@ def metadata(rnn: RNN) -> dict:
         "dtype": "float32",
         "target": str(t), "target_kind": t.kind.name,
         "weight_layout": "one flat float32 buffer of packed_weights_size; per parameter, in PyTorch's order: "
-                         "weights (K, H, G) gate-interleaved (with weight_panel u > 0: in column panels, "
-                         "(H / u, K, u, G)), biases (H, G); then, from weights_size on, the "
+                         "weights (K, H, G) gate-interleaved, biases (H, G) (with weight_panel u > 0: weights in "
+                         "gate-blocked column panels (H / u, K, G, u), biases (H / u, G, u)); then, from weights_size on, the "
                          "weights again in PyTorch's (G, H, K) layout (with backward_weight_panels[K] = v > 0: "
                          "(K / v, H, G, v)); pack_weights(params, w) makes it from PyTorch's flat layout",
         "weight_panel": rnn.programs["pack_weights"].weight_panel,

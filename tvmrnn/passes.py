@@ -4,7 +4,8 @@ Buffers (T is the run-time sequence length, LD = layers x directions, D*H = laye
 
 * ``x`` (T, N, I), ``y`` (T, N, D*H), or batch-first (N, T, ·): the user's arrays, used in place.
 * ``gx`` (D', T, N, H, G): the input projections of all steps of the D' directions whose time
-  loops run together (both, or one at a time; see below), a temporary.
+  loops run together (both, or one at a time; see below), a temporary; with CPU weight panels
+  of u units gate-blocked, (D', T, N, H/u, G, u) (:func:`tvmrnn.kernels.gate_shape`).
 * training workspace, kept for the backward: every step's state in time order; ``cs`` (LD, T+1,
   N, H) for c, and for h: ``hs`` (D, T+1, N, H) for the last layer (the forward direction's h0
   sits at row 0, the reverse one's at row T), ``layer_out`` (L-1, T+2, N, D*H) for the inner
@@ -217,7 +218,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     hy = prog.tensor("hy", (LD, N, H), ("ld", "n", "j"))
     cy = prog.tensor("cy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     # the input projections of the directions that run together (one, or both)
-    gx = prog.tensor("gx", (len(groups[0]), T, N, H, G), ("d", "t", "n", "j", "g"))
+    gx = prog.tensor("gx", (len(groups[0]), T, N, *kernels.gate_shape(H, G, panel)),
+                     ("d", "t", "n", *kernels.gate_axes(panel)))
+    gate_axes = kernels.gate_axes(panel)
     if train:
         shapes = config.workspace_shapes(T)
         hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
@@ -263,7 +266,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
                 def projection(start, size, _gd=gd, _w=w_ih, _b=b_ih):
                     k = kernels.input_projection(size, N, in_size, H, G, panel=panel)
-                    prog.call(k, x=layer_in(start, size), w=_w, b=_b, gx=gx.at("t", "n", "j", "g", d=_gd, t=start))
+                    prog.call(k, x=layer_in(start, size), w=_w, b=_b, gx=gx.at("t", "n", *gate_axes, d=_gd, t=start))
                 prog.chunked(T, chunks, projection)
                 # State rows: training keeps all T+1 in time order (see the module docstring);
                 # inference alternates two.
@@ -280,7 +283,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                         rows = (prev_row(d, s), next_row(d, s))
                     else:
                         rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
-                    views = dict(gx=gx.at("n", "j", "g", d=gd, t=s), w=w.piece(layout.slot(_l, d, "weight_hh").offset),
+                    views = dict(gx=gx.at("n", *gate_axes, d=gd, t=s), w=w.piece(layout.slot(_l, d, "weight_hh").offset),
                                  b=w.piece(layout.slot(_l, d, "bias_hh").offset),
                                  h_prev=h_row(d, rows[0]), h=h_row(d, rows[1]), y=layer_out(s, d))
                     if cs is not None:
@@ -488,7 +491,8 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
     for slot in layout.slots:
         k_size = slot.torch_shape[1] if len(slot.torch_shape) == 2 else 1  # a bias is a (G, H, 1) weight
         gates = 1 if slot.kind in layout.unit_params else G  # a per-unit parameter: a 1-gate bias, copied
-        kernel = kernels.gate_transpose(gates, H, k_size, panel=panel if len(slot.torch_shape) == 2 else 0)
+        # weights and biases in the forward kernels' layout (a per-unit parameter as it is)
+        kernel = kernels.gate_transpose(gates, H, k_size, panel=panel if gates == G else 0)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2:
             back = prog.backward_weight_panels[k_size] = panel_of(k_size)

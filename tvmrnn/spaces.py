@@ -11,7 +11,7 @@ into the GEMM's write-back) produce a module that does not compile. So the step 
   the output nest ``(n, j)`` (after the direction axis of a two-direction step) is the anchor
   and the GEMM is computed under it, one thread (GPU) or one core (CPU) owning a slice of
   hidden units ``j`` with all gates of a unit side by side
-  (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.layout`). Knobs:
+  (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.layout`, or its gate-blocked panels). Knobs:
 
   - GPU: hidden units per block, batch rows per thread (register tile over ``n`` reusing each
     loaded weight), **split-K** across ``threadIdx.y`` with a cross-thread reduction (small
@@ -88,9 +88,12 @@ def fused_step_space(target: tvm.target.Target):
         sch.parallel(sch.fuse(j_core, *lead) if lead else j_core)
         n_outer, _ = _split(sch, n, 2, 4)
         sch.compute_at(gemm, n_outer, preserve_unit_loops=True)
-        *_, gn, gj, gg, k = sch.get_loops(gemm)
-        sch.reorder(k, gn, gj, gg)
-        sch.vectorize(sch.fuse(gj, gg))
+        # the GEMM's own loops: its row n, its columns (j, g), or gate-blocked (p, g, u)
+        # (kernels.gate_shape), and k
+        names = [iv.var.name for iv in sch.get(gemm).iter_vars]
+        gn, *columns, k = sch.get_loops(gemm)[names.index("v_n") - len(names):]
+        sch.reorder(k, gn, *columns)
+        sch.vectorize(sch.fuse(*columns))
         _unroll(sch, root)
 
     def space(sch):
