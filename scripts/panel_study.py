@@ -8,7 +8,7 @@ The kernels' weights are ``w[k, j, g]``: a register tile of 16 units x 4 gates r
 of row ``k`` and then jumps 12.8 KB (H * G floats) to row ``k + 1``, so its reduction touches a new
 4 KB page at every step: 800 pages per tile, more than a core's TLB holds for its slice of the
 weights, and a stride hardware prefetchers do not follow across pages. Packed in panels,
-``w[j // u, k, j % u, g]`` with ``u`` the tile's units, a tile's reduction walks one contiguous
+``w[j // u, k, g, j % u]`` (gate-blocked since v24) with ``u`` the tile's units, a tile's reduction walks one contiguous
 block (200 KB), and a core's slice of the weights is contiguous too. This times the same GEMM
 (``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]``, the input projection, whose
 schedule is the fused step's) in both layouts, as one step (20 rows) and as a 16-step chunk
