@@ -101,8 +101,24 @@ def _device(target):
 
 
 def _random_tensors(shapes, dev):
+    """Random float32 arguments on ``dev``; on a CPU where tvmrnn's own arrays get huge pages
+    (:func:`tvmrnn.arrays.huge_pages`), the large ones get them too, as a user's call gives its
+    scratch and workspaces (with 4 KB pages a pass measured 20-34 us a step slower than its kernels
+    on the Xeon, against 4-7 us with a user's arrays: notes/performance.md v24)."""
+    import tvm_ffi
+
+    from .arrays import HUGE_PAGE, huge_empty, huge_pages
     rng = np.random.default_rng(0)
-    return [tvm.runtime.tensor(rng.uniform(-0.5, 0.5, shape).astype("float32"), device=dev) for shape in shapes]
+    tensors = []
+    for shape in shapes:
+        values = rng.uniform(-0.5, 0.5, shape).astype("float32")
+        if dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and values.nbytes >= HUGE_PAGE and huge_pages():
+            array = huge_empty(values.shape)
+            array[...] = values
+            tensors.append(tvm_ffi.from_dlpack(array))
+        else:
+            tensors.append(tvm.runtime.tensor(values, device=dev))
+    return tensors
 
 
 def time_kernel(func, target, number: int = 20, repeat: int = 5, results: list | None = None) -> float:
