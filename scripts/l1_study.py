@@ -29,15 +29,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KERNELS = ("weight_gradient", "weight_gradient_packed", "input_projection", "input_gradient", "step_projection")
 
 
-def make(name, steps, N, H, G):
+def make(name, steps, N, H, G, target):
+    """The kernel as a default build makes it for ``target`` (weights in its panels, if any)."""
     from tvmrnn import kernels
+    from tvmrnn.default_schedule import weight_panel
     if name.startswith("weight_gradient"):
         return kernels.weight_gradient(steps, N, H, H, G, packed=name.endswith("packed"))
-    if name == "input_projection":
-        return kernels.input_projection(steps, N, H, H, G)
-    if name == "step_projection":
-        return kernels.input_projection(1, N, H, H, G)
-    return kernels.input_gradient(steps, N, H, H, G, accumulate=False)
+    if name in ("input_projection", "step_projection"):
+        return kernels.input_projection(1 if name == "step_projection" else steps, N, H, H, G,
+                                        panel=weight_panel(target, G, H))
+    return kernels.input_gradient(steps, N, H, H, G, accumulate=False, panel=weight_panel(target, 1, H))
 
 
 def reference(name, args):
@@ -49,11 +50,15 @@ def reference(name, args):
     if name == "weight_gradient_packed":
         dg, x, acc, _ = a
         return acc + np.einsum("tnk,tnjg->kjg", x, dg)
-    if name in ("input_projection", "step_projection"):
+    if name in ("input_projection", "step_projection"):  # weights (H/u, K, G, u), b (H/u, G, u)
         x, w, b, _ = a
-        return np.einsum("tnk,kjg->tnjg", x, w) + b
-    dg, w, _ = a
-    return np.einsum("tnjg,gjk->tnk", dg, w)
+        if w.ndim == 3:
+            return np.einsum("tnk,kjg->tnjg", x, w) + b
+        return np.einsum("tnk,pkgu->tnpgu", x, w) + b
+    dg, w, _ = a  # the backward's weight copy (G, H, K) or (K/v, H, G, v)
+    if w.ndim == 3:
+        return np.einsum("tnjg,gjk->tnk", dg, w)
+    return np.einsum("tnjg,qjgv->tnqv", dg, w).reshape(dg.shape[0], dg.shape[1], -1)
 
 
 def main():
@@ -67,6 +72,7 @@ def main():
     p.add_argument("--red-blocks", type=int, nargs="+", default=[64, 128, 256])
     p.add_argument("--column-vectors", type=int, nargs="+", default=[4], help="cpu_gemm's widest column tile, in "
                    "vectors (narrower tiles: more parallel tasks when whole rows make a block)")
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--one", type=int, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one is None:
@@ -74,32 +80,46 @@ def main():
         for threads in a.threads:
             args = ["--one", threads, "--kernels", *a.kernels, "--steps", a.steps, "-N", a.batch_size,
                     "--hidden-size", a.hidden_size, "--row-blocks", *a.row_blocks, "--red-blocks", *a.red_blocks,
-                    "--column-vectors", *a.column_vectors]
+                    "--column-vectors", *a.column_vectors, "--rounds", a.rounds]
             print(fresh_process(__file__, threads, args), end="", flush=True)
         return
+    import statistics
+
     import numpy as np
     import tvm
     from tvmrnn import default_schedule as ds
-    from tvmrnn.profile import time_kernel
+    from tvmrnn.profile import _random_tensors
+    from tvmrnn.sequence import compile_module
     from tvmrnn.target import host_target
 
     N, H, G = a.batch_size, a.hidden_size, 4
     target = host_target()
+    runs = []  # (label, flop, timer, args, name, times)
     for name in a.kernels:
         steps = 1 if name == "step_projection" else a.steps
         flop = 2 * steps * N * H * H * G
         blocks = [(1, 0)] + [(rb, kb) for rb in a.row_blocks for kb in a.red_blocks]
         for (row_block, red_block), vectors in ((b, v) for v in a.column_vectors for b in blocks):
-            kernel = make(name, steps, N, H, G)
+            kernel = make(name, steps, N, H, G, target)
             sch = tvm.s_tir.Schedule(kernel.func)
             ds.cpu_gemm(sch, kernel, target, row_block=row_block, red_block=red_block, column_vectors=vectors)
-            results = []
-            us = time_kernel(sch.mod["main"], target, number=50 if steps == 1 else 10, repeat=5, results=results)
-            want = reference(name, results)
-            err = float(np.abs(results[-1] - want).max() / np.abs(want).max())
+            func = sch.mod["main"]
+            lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target).jit()
+            args = _random_tensors([[int(s) for s in param.shape] for param in func.params], tvm.cpu(0))
+            timer = lib.time_evaluator("main", tvm.cpu(0), number=50 if steps == 1 else 10, repeat=1)
             label = ("unblocked" if red_block == 0 else f"{row_block} tiles x {red_block} reduction rows") + f", {vectors} vec"
-            print(f"threads {a.one:3d}  {name:24s} {label:30s} {us:9.1f} us  {flop / us / 1e3:7.1f} GFLOP/s  "
-                  f"max rel err {err:.1e}", flush=True)
+            runs.append((f"{name:24s} {label:30s}", flop, timer, args, name, []))
+    # every variant once a round, round after round (this VM's speed moves within minutes)
+    for _ in range(a.rounds):
+        for _, _, timer, args, _, times in runs:
+            times.append(1e6 * timer(*args).mean)
+    for label, flop, timer, args, name, times in runs:
+        us = statistics.median(times)
+        results = [x.numpy() for x in args]
+        want = reference(name, results)
+        err = float(np.abs(results[-1] - want).max() / np.abs(want).max())
+        print(f"threads {a.one:3d}  {label} {us:9.1f} us (rounds {min(times):.1f}-{max(times):.1f})  "
+              f"{flop / us / 1e3:7.1f} GFLOP/s  max rel err {err:.1e}", flush=True)
 
 
 if __name__ == "__main__":
