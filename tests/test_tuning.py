@@ -94,6 +94,34 @@ def test_tuning_a_gate_blocked_lstm_step(tmp_path, rng):
     assert rel_error(y, ref(torch.from_numpy(x).double())[0]) < 1e-4
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_sampled_cpu_steps_on_gate_blocked_panels_match_the_default(cell, rng):
+    """Schedules sampled from the fused step's CPU space (their units whole panels) compute what
+    the default schedule does, output for output."""
+    from tvm import s_tir
+
+    from tvmrnn import default_schedule, kernels, spaces
+    from tvmrnn.cells import get_cell
+    from tvmrnn.sequence import compile_module
+    target = tvmrnn.target.host_target()
+    kernel = kernels.recurrent_step(get_cell(cell), 4, 32, False, panel=8)
+    inputs = [rng.uniform(-1, 1, [int(d) for d in p.shape]).astype("float32") for p in kernel.func.params]
+    outputs = [i for i, role in enumerate(kernel.roles) if role in ("h", "y", "c")]
+
+    def run(func):
+        lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target).jit()
+        arrays = [tvm.runtime.tensor(x.copy()) for x in inputs]
+        lib["main"](*arrays)
+        return [arrays[i].numpy() for i in outputs]
+    want = run(default_schedule.default_schedule(kernel, target))
+    assert all(not np.array_equal(w, inputs[i]) for w, i in zip(want, outputs))
+    for seed in range(1, 4):
+        sch = s_tir.Schedule(spaces.prepare(kernel), seed=seed)
+        spaces.fused_step_space(target)(sch)
+        for got, w in zip(run(sch.mod["main"]), want):
+            np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-6)
+
+
 def test_untuned_build_says_so_once(tmp_path):
     with pytest.warns(tuning.UntunedWarning, match="have no tuning record"):
         tvmrnn.build("gru", input_size=3, hidden_size=5, batch_size=2, tuning_logs=str(tmp_path))

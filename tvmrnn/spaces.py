@@ -17,8 +17,8 @@ into the GEMM's write-back) produce a module that does not compile. So the step 
     loaded weight), **split-K** across ``threadIdx.y`` with a cross-thread reduction (small
     batches leave too few output elements to fill the H100 otherwise), unrolling.
   - CPU: hidden units per core (a core keeps the same slice of the recurrent weights, hence
-    in its own L2, at every step), batch rows per inner tile, the ``(j, g)`` run vectorised
-    over contiguous weights, unrolling.
+    in its own L2, at every step; whole panels of gate-blocked weights), batch rows per inner
+    tile, the ``(j, g)`` (or ``(p, g, u)``) run vectorised over contiguous weights, unrolling.
 
 The workload keeps the output blocks marked not to be inlined (:func:`prepare`), so that
 MetaSchedule's default space also stays correct on it (two launches per step, an intermediate in
@@ -82,15 +82,23 @@ def fused_step_space(target: tvm.target.Target):
 
     def cpu(sch):
         root, gemm, outputs = _blocks(sch)
+        iters = sch.get(gemm).iter_vars
+        names = [iv.var.name for iv in iters]
+        # gate-blocked columns (p, g, u) (kernels.gate_shape): a core's and a tile's units are whole
+        # panels of u, so that their index into the panels simplifies (a tile across panels ran
+        # 4-5x slower on the Xeon, notes/performance.md v23)
+        panel = int(iters[names.index("v_u")].dom.extent) if "v_u" in names else 1
         *lead, n, j = sch.get_loops(outputs[0])
-        j_core, j_inner = _split(sch, j, 2, 64)
-        sch.reorder(j_core, *lead, n, j_inner)
+        units = []
+        if panel > 1:
+            j, unit = sch.split(j, [None, panel])
+            units = [unit]
+        j_core, j_inner = _split(sch, j, 2, max(1, 64 // panel))
+        sch.reorder(j_core, *lead, n, j_inner, *units)
         sch.parallel(sch.fuse(j_core, *lead) if lead else j_core)
         n_outer, _ = _split(sch, n, 2, 4)
         sch.compute_at(gemm, n_outer, preserve_unit_loops=True)
-        # the GEMM's own loops: its row n, its columns (j, g), or gate-blocked (p, g, u)
-        # (kernels.gate_shape), and k
-        names = [iv.var.name for iv in sch.get(gemm).iter_vars]
+        # the GEMM's own loops: its row n, its columns (j, g), or gate-blocked (p, g, u), and k
         gn, *columns, k = sch.get_loops(gemm)[names.index("v_n") - len(names):]
         sch.reorder(k, gn, *columns)
         sch.vectorize(sch.fuse(*columns))
