@@ -41,13 +41,10 @@ def main():
     from unittest import mock
 
     import numpy as np
-    import tvm
-    import tvm_ffi
 
     import tvmrnn
     from tvmrnn import sequence
-    from tvmrnn.arrays import huge_empty
-    from tvmrnn.sequence import compile_module
+    from tvmrnn.profile import kernel_timer
     T, N, H = a.seq_len, a.batch_size, a.hidden_size
     rng = np.random.default_rng(0)
     print(f"threads {os.environ.get('TVM_NUM_THREADS', 'default')}, T={T} N={N} I=H={H}, "
@@ -81,16 +78,7 @@ def main():
         for name, count in calls.items():
             if not name.startswith(("recurrent_step", "input_projection")) or not count:
                 continue
-            func = program.scheduled(name)
-            lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), rnn.target).jit()
-            arrays = []
-            for param in func.params:
-                shape = [int(s) for s in param.shape]
-                arr = huge_empty(shape)
-                arr[...] = rng.uniform(-0.1, 0.1, shape).astype(np.float32)
-                arrays.append(arr)
-            args = [tvm_ffi.from_dlpack(arr) for arr in arrays]
-            timer = lib.time_evaluator("main", tvm.cpu(), number=20, repeat=1)
+            timer, args = kernel_timer(program.scheduled(name), rnn.target, number=20, repeat=1)
             alone.append((name, count, lambda timer=timer, args=args: 1e3 * timer(*args).mean))
         times = {"pass": [], "loop": [], **{name: [] for name, _, _ in alone}}
         for _ in range(a.rounds):

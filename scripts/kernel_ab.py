@@ -10,7 +10,8 @@ exists in the code), and on a shared VM two processes timed minutes apart differ
 (``tvmrnn_old``: the package imports itself only relatively), each kernel (the fused step for
 inference and for training, a 16-step input projection, at the build's default schedule and
 weight panels for this CPU, with the builds' vector math) is compiled from both packages, and every
-round times each once (``--number`` calls), arrays on 2 MB pages. Reported: the median over
+round times each once (``--number`` calls), its arguments on huge pages where tvmrnn's own
+arrays get them (``profile.kernel_timer``). Reported: the median over
 ``--rounds`` rounds with their range, in microseconds. Threads: ``TVM_NUM_THREADS``.
 """
 from __future__ import annotations
@@ -44,13 +45,8 @@ def main():
     p.add_argument("--number", type=int, default=50)
     p.add_argument("--rounds", type=int, default=10)
     a = p.parse_args()
-    import numpy as np
-    import tvm
-    import tvm_ffi
-
     import tvmrnn
-    from tvmrnn.arrays import huge_empty
-    from tvmrnn.sequence import compile_module
+    from tvmrnn.profile import kernel_timer
     from tvmrnn.target import host_target
     old = import_as(a.old, "tvmrnn_old")
     sides = {}
@@ -59,7 +55,6 @@ def main():
                             for m in ("cells", "kernels", "default_schedule", "fast_math"))
     target = host_target()
     N, H = a.batch_size, a.hidden_size
-    rng = np.random.default_rng(0)
     runs = []
     for cell_name in a.cells:
         for name in a.kernels:
@@ -71,16 +66,8 @@ def main():
                     k = kernels.input_projection(16, N, H, H, G, panel=panel)
                 else:
                     k = kernels.recurrent_step(cell, N, H, name == "train", panel=panel)
-                func = fast_math.vectorisable(ds.default_schedule(k, target))
-                lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target).jit()
-                arrays = []
-                for param in func.params:
-                    shape = [int(s) for s in param.shape]
-                    x = huge_empty(shape)
-                    x[...] = rng.uniform(-0.1, 0.1, shape).astype(np.float32)
-                    arrays.append(x)
-                args = [tvm_ffi.from_dlpack(x) for x in arrays]
-                timer = lib.time_evaluator("main", tvm.cpu(), number=a.number, repeat=1)
+                timer, args = kernel_timer(fast_math.vectorisable(ds.default_schedule(k, target)), target,
+                                           number=a.number, repeat=1)
                 runs.append((f"{cell_name:8s} {name:10s} {side} (panel {panel})",
                              lambda timer=timer, args=args: timer(*args).mean, []))
     for _ in range(a.rounds):

@@ -88,8 +88,7 @@ def main():
     import numpy as np
     import tvm
     from tvmrnn import default_schedule as ds
-    from tvmrnn.profile import _random_tensors
-    from tvmrnn.sequence import compile_module
+    from tvmrnn.profile import kernel_timer
     from tvmrnn.target import host_target
 
     N, H, G = a.batch_size, a.hidden_size, 4
@@ -103,10 +102,7 @@ def main():
             kernel = make(name, steps, N, H, G, target)
             sch = tvm.s_tir.Schedule(kernel.func)
             ds.cpu_gemm(sch, kernel, target, row_block=row_block, red_block=red_block, column_vectors=vectors)
-            func = sch.mod["main"]
-            lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target).jit()
-            args = _random_tensors([[int(s) for s in param.shape] for param in func.params], tvm.cpu(0))
-            timer = lib.time_evaluator("main", tvm.cpu(0), number=50 if steps == 1 else 10, repeat=1)
+            timer, args = kernel_timer(sch.mod["main"], target, number=50 if steps == 1 else 10, repeat=1)
             label = ("unblocked" if red_block == 0 else f"{row_block} tiles x {red_block} reduction rows") + f", {vectors} vec"
             runs.append((f"{name:24s} {label:30s}", flop, timer, args, name, []))
     # every variant once a round, round after round (this VM's speed moves within minutes)

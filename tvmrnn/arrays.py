@@ -75,6 +75,12 @@ def huge_pages() -> bool:
     return _OFFERED
 
 
+def wants_huge_pages(nbytes: int) -> bool:
+    """Whether a CPU array of ``nbytes`` that tvmrnn keeps gets huge pages: 2 MB or more, where
+    :func:`huge_pages` says so."""
+    return nbytes >= HUGE_PAGE and huge_pages()
+
+
 def huge_empty(shape, dtype=np.float32) -> np.ndarray:
     """Like :func:`aligned_empty`, in its own anonymous mapping, 2 MB-aligned and advised
     ``MADV_HUGEPAGE`` before its first touch, so that its pages are 2 MB ones where the OS has
@@ -120,8 +126,7 @@ class Frame:
         """An uninitialised float32 array in this frame. ``kept``: an array tvmrnn holds across
         calls (packed weights, scratch, workspaces): on CPUs, 2 MB or more of it gets huge
         pages (:func:`huge_pages`); a torch caller then gets a tensor over that NumPy memory."""
-        if kept and self.device_kind == "cpu" and 4 * int(np.prod(shape, dtype=np.int64)) >= HUGE_PAGE \
-                and huge_pages():
+        if kept and self.device_kind == "cpu" and wants_huge_pages(4 * int(np.prod(shape, dtype=np.int64))):
             a = huge_empty(shape)
             if self.kind == "numpy":
                 return a

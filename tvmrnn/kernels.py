@@ -120,7 +120,7 @@ def _gates_compute(lead_shape: tuple, hidden, gates, panel, fcompute, name, lead
     """``te.compute`` over ``lead_shape + gate_shape(...)``, ``fcompute(*lead, column)`` given the
     column as an index into :func:`gate_shape`'s axes, the axes named ``lead_names +
     gate_axes(panel)``."""
-    ncols = 3 if panel else 2
+    ncols = len(gate_axes(panel))
 
     def body(*i):
         return fcompute(*i[:-ncols], tuple(i[-ncols:]))

@@ -218,9 +218,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     hy = prog.tensor("hy", (LD, N, H), ("ld", "n", "j"))
     cy = prog.tensor("cy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     # the input projections of the directions that run together (one, or both)
-    gx = prog.tensor("gx", (len(groups[0]), T, N, *kernels.gate_shape(H, G, panel)),
-                     ("d", "t", "n", *kernels.gate_axes(panel)))
     gate_axes = kernels.gate_axes(panel)
+    gx = prog.tensor("gx", (len(groups[0]), T, N, *kernels.gate_shape(H, G, panel)), ("d", "t", "n", *gate_axes))
     if train:
         shapes = config.workspace_shapes(T)
         hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))

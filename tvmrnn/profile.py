@@ -107,12 +107,12 @@ def _random_tensors(shapes, dev):
     on the Xeon, against 4-7 us with a user's arrays: notes/performance.md v24)."""
     import tvm_ffi
 
-    from .arrays import HUGE_PAGE, huge_empty, huge_pages
+    from .arrays import huge_empty, wants_huge_pages
     rng = np.random.default_rng(0)
     tensors = []
     for shape in shapes:
         values = rng.uniform(-0.5, 0.5, shape).astype("float32")
-        if dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and values.nbytes >= HUGE_PAGE and huge_pages():
+        if dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and wants_huge_pages(values.nbytes):
             array = huge_empty(values.shape)
             array[...] = values
             tensors.append(tvm_ffi.from_dlpack(array))
@@ -121,14 +121,21 @@ def _random_tensors(shapes, dev):
     return tensors
 
 
+def kernel_timer(func, target, number: int = 20, repeat: int = 5):
+    """One scheduled kernel compiled alone, ready to time: ``(timer, args)``, TVM's
+    ``time_evaluator`` over it (``number`` calls a result, ``repeat`` results) and its arguments,
+    random values, the same at every call (:func:`_random_tensors`)."""
+    dev = _device(target)
+    lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
+    args = _random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
+    return lib.jit().time_evaluator("main", dev, number=number, repeat=repeat), args
+
+
 def time_kernel(func, target, number: int = 20, repeat: int = 5, results: list | None = None) -> float:
     """Median latency of one scheduled kernel alone, in microseconds. Its arguments are the same
     random values at every call; ``results``, if given, gets them as NumPy arrays after the runs
     (so two schedules of one kernel can be compared)."""
-    dev = _device(target)
-    lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
-    args = _random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
-    timer = lib.jit().time_evaluator("main", dev, number=number, repeat=repeat)
+    timer, args = kernel_timer(func, target, number, repeat)
     us = 1e6 * statistics.median(timer(*args).results)
     if results is not None:
         results.extend(a.numpy() for a in args)
