@@ -38,6 +38,8 @@ VARIANTS = {
     "default": ({}, {}, {}),
     # each time loop one parallel region, a pool barrier after each kernel (v12's option)
     "region": ({"TVMRNN_TIME_LOOP_REGION": "1"}, {}, {}),
+    # weight gradients summed in rows (K, H, G), as before v25's panels
+    "grad-rows": ({"TVMRNN_GRADIENT_PANELS": "0"}, {}, {}),
 }
 
 

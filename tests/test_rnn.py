@@ -161,6 +161,64 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("cell, hidden", [("lstm", 40), ("rnn_relu", 80), ("gru", 48)])
+def test_weight_gradients_in_panels_match_rows(cell, hidden, monkeypatch):
+    """A CPU backward sums its weight gradients in column panels where the cell's dgh is its dgx
+    (each chunk's gate gradients packed into panels once, for both weights; the GRU keeps rows:
+    two packs cost more than panels gain) and gives the gradients the rows layout gives
+    (``TVMRNN_GRADIENT_PANELS=0``), over chunks of 16, 4 and 1 steps, 2 bidirectional layers
+    (the first layer's W_ih of another input size)."""
+    from tvmrnn import default_schedule
+    from tvmrnn.cells import get_cell
+    from tvmrnn.target import host_target
+    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
+    G = get_cell(cell).num_gates
+    u = default_schedule.gradient_panel(host_target(), G, hidden)
+    assert u == default_schedule.weight_panel(host_target(), G, hidden) and 1 < u < hidden
+    T = 21
+    x = np.random.default_rng(7).standard_normal((T, N, I)).astype(np.float32)
+    results = []
+    for mode in ("auto", "0"):
+        monkeypatch.setenv("TVMRNN_GRADIENT_PANELS", mode)
+        rnn = tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=2, bidirectional=True, batch_size=N)
+        calls = rnn.programs["backward"].calls(T)
+        packs = sum(n for k, n in calls.items() if k.startswith("gradient_panels_"))
+        sums = [k for k in calls if k.startswith("weight_gradient")]
+        if mode == "auto" and cell != "gru":
+            assert sums and all(k.startswith(f"weight_gradient_panels_p{u}_") for k in sums), sums
+            assert packs == 4 * 3, calls  # 3 chunks (16, 4, 1 steps) a direction of a layer, 4 of them
+        else:
+            assert packs == 0 and all(k.startswith("weight_gradient_packed_") for k in sums), sums
+        w = rnn.pack_weights({s.name: np.random.default_rng(3).standard_normal(s.torch_shape).astype(np.float32) * 0.3
+                              for s in rnn.config.layout.slots})
+        y, *_, ws = rnn.forward_train(w, x)
+        dy = np.random.default_rng(4).standard_normal(y.shape).astype(np.float32)
+        results.append(rnn.backward(w, ws, dy))
+    assert results[0].keys() == results[1].keys()
+    for name in results[0]:
+        np.testing.assert_allclose(results[0][name], results[1][name], rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_gradient_panels_follow_the_target(monkeypatch):
+    """Weight gradients in panels where the forward weights have panels (CPUs), never on GPUs or
+    at sizes no tile divides; ``TVMRNN_GRADIENT_PANELS=0`` keeps rows."""
+    import tvm
+    from tvmrnn.default_schedule import gradient_panel
+    monkeypatch.delenv("TVMRNN_WEIGHT_PANELS", raising=False)
+    monkeypatch.delenv("TVMRNN_GRADIENT_PANELS", raising=False)
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
+    avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    gpu = tvm.target.Target("nvidia/nvidia-h100")
+    assert [gradient_panel(avx512, g, 800) for g in (4, 3, 1)] == [16, 16, 32]
+    assert [gradient_panel(avx2, g, 800) for g in (4, 3, 1)] == [4, 8, 16]
+    assert gradient_panel(gpu, 4, 800) == 0 and gradient_panel(avx2, 4, 37) == 0
+    monkeypatch.setenv("TVMRNN_GRADIENT_PANELS", "0")
+    assert gradient_panel(avx512, 4, 800) == 0
+    monkeypatch.setenv("TVMRNN_GRADIENT_PANELS", "1")
+    with pytest.raises(ValueError, match="TVMRNN_GRADIENT_PANELS: expected auto or 0"):
+        gradient_panel(avx2, 4, 800)
+
+
 def test_weight_panels_follow_the_target(monkeypatch):
     """Panels on every CPU by default (AVX2 and AVX-512: measured faster on both), never on GPUs;
     ``TVMRNN_WEIGHT_PANELS=0`` keeps K-major weights, and so does a size the tile does not divide."""

@@ -134,6 +134,28 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     return units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
 
 
+def gradient_panel(target, gates: int, hidden: int) -> int:
+    """Units per column panel in which a CPU backward sums its weight gradients (0: rows ``(K, H,
+    G)``; :func:`tvmrnn.kernels.weight_gradient`): the forward weights' panel
+    (:func:`weight_panel`), where the weight gradient's register tile is one whole panel.
+    A 16-step DS2 LSTM chunk on the GPU machine's Xeon (16 threads, interleaved,
+    ``scripts/wgrad_study.py``): 1,706 us in rows, 1,381 in panels, plus 110 us to pack the gate
+    gradients into panels (one pack serves both weights where dgh is dgx: the backward uses panels
+    only there, not for the GRU); one thread 15.8 -> 12.1 ms (notes/performance.md v25). ``TVMRNN_GRADIENT_PANELS``: ``auto`` (default) or ``0`` (rows, for
+    comparisons); GPUs: none (they sum weight gradients in PyTorch's layout)."""
+    import os
+    mode = os.environ.get("TVMRNN_GRADIENT_PANELS", "auto")
+    if mode not in ("auto", "0"):
+        raise ValueError(f"TVMRNN_GRADIENT_PANELS: expected auto or 0, got {mode!r}")
+    if mode == "0":
+        return 0
+    if target is None:
+        from .target import host_target
+        target = host_target()
+    panel = weight_panel(target, gates, hidden)
+    return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates) == panel else 0
+
+
 def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,
              row_block: int | None = None, red_block: int | None = None) -> None:
     """Register-blocked GEMM (see the module docstring) on the kernel's reduction block.

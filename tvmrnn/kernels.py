@@ -361,27 +361,72 @@ def recurrent_backward(batch, hidden, gates, direct: bool, panel: int = 0) -> Ke
                  gemm="matmul", columns=("k",))
 
 
-def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False) -> Kernel:
+def gradient_panels_shape(steps, batch, hidden, gates, panel: int) -> tuple[int, ...]:
+    """Gate gradients of a chunk of steps in column panels, ``(H / panel, T, N, panel, G)``: panel
+    p holds the ``panel * G`` columns ``(j, g)`` of units ``p * panel ...`` for every row ``(t, n)``,
+    so that a weight-gradient tile, which streams those columns along its reduction over ``(t,
+    n)``, walks one contiguous block (in ``(T, N, H, G)`` each step of it jumps a 12.8 KB row for a
+    DS2 LSTM). :func:`gradient_panels` packs them."""
+    if hidden % panel:
+        raise ValueError(f"panel: {panel} units do not divide hidden_size {hidden}")
+    return (hidden // panel, steps, batch, panel, gates)
+
+
+def gradient_panels(steps, batch, hidden, gates, panel: int) -> Kernel:
+    """``(T, N, H, G)`` gate gradients -> :func:`gradient_panels_shape`'s panels (a block copy:
+    each panel's row is ``panel * G`` consecutive floats of a gradient row)."""
+    src = te.placeholder((steps, batch, hidden, gates), F32, "src")
+    dst = te.compute(gradient_panels_shape(steps, batch, hidden, gates, panel),
+                     lambda p, t, n, u, g: src[t, n, p * panel + u, g], name="dst")
+    return _make(f"gradient_panels_t{steps}_n{batch}_h{hidden}_g{gates}_p{panel}", {"src": src}, {"dst": dst})
+
+
+def weight_gradient_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, ...]:
+    """A weight gradient as :func:`weight_gradient` sums it on a CPU: ``(K, H, G)``, or in the
+    column panels of ``panel`` units ``(H / panel, K, panel, G)``."""
+    if not panel:
+        return (in_size, hidden, gates)
+    if hidden % panel:
+        raise ValueError(f"panel: {panel} units do not divide hidden_size {hidden}")
+    return (hidden // panel, in_size, panel, gates)
+
+
+def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, panel: int = 0) -> Kernel:
     """Accumulate ``dw[g, j, k] += sum_{t,n} dg[t, n, j, g] a[t, n, k]`` over a chunk of steps.
 
     ``dw`` is in PyTorch's layout (row g*H + j), or with ``packed`` in the forward kernels'
     ``(k, j, g)`` (:func:`gate_transpose`'s; :func:`gate_untranspose` brings it back): there the
     gate gradients are the streamed operand, read along their contiguous ``(j, g)``, which CPUs
-    run 1.7-2.3x faster (notes/performance.md, v12). The caller passes the same buffer as ``acc``
-    and ``dw``, so the running sum stays in place and its order (chunk by chunk, in time order)
-    is fixed: the result is bit-identical from run to run.
+    run 1.7-2.3x faster (notes/performance.md, v12). With ``panel`` (and ``packed``) the gate
+    gradients come in :func:`gradient_panels_shape`'s panels and ``dw`` is summed in
+    :func:`weight_gradient_shape`'s, so that a tile (a whole panel of columns) streams one
+    contiguous block, as the input projection streams its packed weights: on the GPU machine's
+    Xeon 1,706 -> 1,381 us a 16-step DS2 LSTM chunk (16 threads; PyTorch's GEMM 1,243,
+    notes/performance.md v25). The caller passes the same buffer as ``acc`` and ``dw``, so the
+    running sum stays in place and its order (chunk by chunk, in time order) is fixed: the
+    result is bit-identical from run to run.
     """
-    dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
     a = te.placeholder((steps, batch, in_size), F32, "a")
     t = te.reduce_axis((0, steps), "t")
     n = te.reduce_axis((0, batch), "n")
-    if packed:
+    if panel:
+        if not packed:
+            raise ValueError("weight_gradient: panels are a packed layout (packed=True)")
+        dg = te.placeholder(gradient_panels_shape(steps, batch, hidden, gates, panel), F32, "dg")
+        acc = te.placeholder(weight_gradient_shape(in_size, hidden, gates, panel), F32, "acc")
+        mm = te.compute(acc.shape, lambda p, k, u, g: te.sum(a[t, n, k] * dg[p, t, n, u, g], axis=[t, n]),
+                        name="matmul")
+        out = te.compute(acc.shape, lambda p, k, u, g: acc[p, k, u, g] + mm[p, k, u, g], name="dw")
+        columns, name = ("u", "g"), f"weight_gradient_panels_p{panel}"
+    elif packed:
+        dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
         acc = te.placeholder((in_size, hidden, gates), F32, "acc")
         mm = te.compute(acc.shape, lambda k, j, g: te.sum(a[t, n, k] * dg[t, n, j, g], axis=[t, n]),
                         name="matmul")
         out = te.compute(acc.shape, lambda k, j, g: acc[k, j, g] + mm[k, j, g], name="dw")
         columns, name = ("j", "g"), "weight_gradient_packed"
     else:
+        dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
         acc = te.placeholder((gates, hidden, in_size), F32, "acc")
         mm = te.compute(acc.shape, lambda g, j, k: te.sum(dg[t, n, j, g] * a[t, n, k], axis=[t, n]),
                         name="matmul")
@@ -484,9 +529,12 @@ def weight_panels(gates, hidden, in_size, panel: int) -> Kernel:
     return _make(f"weight_panels_g{gates}_h{hidden}_k{in_size}_p{panel}", {"src": src}, {"dst": dst})
 
 
-def gate_untranspose(gates, hidden, in_size) -> Kernel:
-    """The inverse of :func:`gate_transpose`: the kernels' ``(K, H, G)`` -> PyTorch's ``(G, H, K)``
-    (a packed weight gradient, :func:`weight_gradient`, into the caller's gradients)."""
-    src = te.placeholder((in_size, hidden, gates), F32, "src")
-    dst = te.compute((gates, hidden, in_size), lambda g, j, k: src[k, j, g], name="dst")
-    return _make(f"gate_untranspose_g{gates}_h{hidden}_k{in_size}", {"src": src}, {"dst": dst})
+def gate_untranspose(gates, hidden, in_size, panel: int = 0) -> Kernel:
+    """A packed weight gradient (:func:`weight_gradient`, :func:`weight_gradient_shape`: ``(K, H,
+    G)`` or its panels) -> PyTorch's ``(G, H, K)``, into the caller's gradients."""
+    src = te.placeholder(weight_gradient_shape(in_size, hidden, gates, panel), F32, "src")
+    if panel:
+        dst = te.compute((gates, hidden, in_size), lambda g, j, k: src[j // panel, k, j % panel, g], name="dst")
+    else:
+        dst = te.compute((gates, hidden, in_size), lambda g, j, k: src[k, j, g], name="dst")
+    return _make(f"gate_untranspose_g{gates}_h{hidden}_k{in_size}{_panel_suffix(panel)}", {"src": src}, {"dst": dst})

@@ -36,7 +36,7 @@ from tvm import tirx
 
 from . import kernels
 from .cells import Cell
-from .default_schedule import is_gpu, weight_panel
+from .default_schedule import gradient_panel, is_gpu, weight_panel
 from .layout import Layout
 from .sequence import Program, Stacked
 
@@ -306,10 +306,13 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
-                     view_pointers: bool = False) -> Program:
+                     grad_panel: int = 0, view_pointers: bool = False) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
-    time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`).
+    time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
+    with ``grad_panel`` too (where the cell's dgh is its dgx), in column panels of that many
+    units, each chunk's gate gradients packed into panels first, once for both weights
+    (:func:`tvmrnn.default_schedule.gradient_panel`).
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
@@ -354,6 +357,13 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     k_most = max(I, D * H) if L > 1 else I
     dw_packed = prog.flat("dw_packed", (k_most + H) * H * G) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
+    # panels where one pack of a chunk's gate gradients serves both weights (dgh is dgx: the LSTM,
+    # the RNNs). The GRU's two packs cost more than its panels gain: 16-step chunk on the Xeon,
+    # 2 x 1,749 us in rows against 2 x 1,586 + 2 x 98 in panels, and its training pass was 4-10%
+    # slower in two interleaved studies (notes/performance.md v25)
+    grad_panel = grad_panel if packed_grads and deriv.gate_grads_shared else 0
+    # a chunk's gate gradients in panels (kernels.gradient_panels_shape), for the weight gradients
+    dg_panels = prog.flat("dg_panels", max(chunks) * N * H * G) if grad_panel else None
 
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H)
@@ -449,8 +459,14 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                             (dgh, "weight_hh", "bias_hh", h_before, H)):
                         chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
                         piece = dw_packed.piece(packed_at[kind_w]) if packed_grads else dw.piece(_slot[kind_w])
-                        prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads), dg=chunk, a=a,
-                                  acc=piece, dw=piece)
+                        operand = chunk
+                        if grad_panel:  # packed once: dgh is dgx
+                            operand = dg_panels.piece(0)
+                            if kind_w == "weight_ih":
+                                prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=chunk, dst=operand)
+                        prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads,
+                                                          panel=grad_panel),
+                                  dg=operand, a=a, acc=piece, dw=piece)
                         bias = dw.piece(_slot[kind_b])
                         prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
                     if P:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
@@ -469,7 +485,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 prog.chunked(T, chunks, gradients)
                 if packed_grads:
                     for kind, k_size in (("weight_ih", in_size), ("weight_hh", H)):
-                        prog.call(kernels.gate_untranspose(G, H, k_size), src=dw_packed.piece(packed_at[kind]),
+                        prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
+                                  src=dw_packed.piece(packed_at[kind]),
                                   dst=dw.piece(slot[kind]))
     return prog
 
@@ -523,7 +540,8 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
                                 **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
-                                 packed_grads=packed_weight_gradients(target), panel_of=panel_of, **how),
+                                 packed_grads=packed_weight_gradients(target), panel_of=panel_of,
+                                 grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers))
     for p in programs:
         p.dependent_launch = dependent_launch(target)
