@@ -8,8 +8,9 @@
 
 For each configuration: builds tvmrnn (tuned records from tuning_logs/ where they exist), loads the
 same weights into torch.nn.LSTM/GRU/RNN, runs both on the same input, checks they agree, and times
-inference (forward) and training (forward + backward with the same output gradient). Prints
-samples/s (N / seconds per batch, the median of --reps) for each side and the ratio.
+inference (forward) and training (forward + backward with the same output gradient), the two sides'
+calls in turn (:func:`interleaved`: each pair at the same moment of a machine whose speed drifts).
+Prints samples/s (N / seconds per batch, the median of --reps) for each side and the ratio.
 On CUDA: cuDNN with TF32 off on both sides, plus rows (inference, training) with TF32 allowed for cuDNN (tvmrnn computes
 in plain fp32 either way). With --tf32, TF32 is allowed on both sides instead: tvmrnn built with
 ``allow_tf32=True`` (its all-steps GEMMs on tensor cores), cuDNN and cuBLAS with PyTorch's TF32 switches on; the
@@ -129,6 +130,28 @@ def samples(fn, sync, reps, max_seconds=float("inf")):
         if time.perf_counter() - start > max_seconds and len(times) >= 3:
             break
     return times
+
+
+def interleaved(ours, theirs, sync, reps, max_seconds):
+    """Both sides timed call after call in turn (ours, theirs, ours, ...) after a warm-up of each:
+    ``((median, calls), (median, calls))``. On a shared VM a pass moves 20-40% within minutes
+    (notes/performance.md v12, v23), so one side's block of calls timed after the other's can
+    differ by the machine's drift alone; in turn, each pair sees the same moment. Stops after
+    ``reps`` pairs, or past ``max_seconds`` for both together with at least 3."""
+    times = ([], [])
+    for fn in (ours, theirs):
+        fn()
+        sync()  # warm-up (and first-call allocations)
+    start = time.perf_counter()
+    for _ in range(reps):
+        for fn, out in zip((ours, theirs), times):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            out.append(time.perf_counter() - t0)
+        if time.perf_counter() - start > max_seconds and len(times[0]) >= 3:
+            break
+    return tuple((statistics.median(t), len(t)) for t in times)
 
 
 def compare_builds(cells, variants, device="cuda", T=300, N=20, hidden_size=800, reps=10, num_layers=1,
@@ -264,11 +287,12 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         y_ref = ref(x)[0]
         y = rnn.forward(w, x)[0]
         agree = rel(y, y_ref)
-        ours = timed(lambda: rnn.forward(w, x), sync, a.reps, a.max_seconds)
+        ours, theirs = interleaved(lambda: rnn.forward(w, x), lambda: ref(x), sync, a.reps, 2 * a.max_seconds)
     with torch.no_grad():
         for tf32 in ([False, True] if a.device == "cuda" and not a.tf32 else [a.tf32]):
             with cudnn_tf32(torch, tf32):
-                theirs = timed(lambda: ref(x), sync, a.reps, a.max_seconds)
+                if tf32 != a.tf32:  # the extra row: cuDNN with TF32 against our fp32 times above
+                    theirs = timed(lambda: ref(x), sync, a.reps, a.max_seconds)
                 record("inference" + (" (cuDNN TF32)" if tf32 and not a.tf32 else both), ours, theirs,
                        agree if tf32 == a.tf32 else rel(y, ref(x)[0]))
     if a.no_train:
@@ -294,8 +318,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     with cudnn_tf32(torch, a.tf32):
         theirs_train()
         agree = agreement()
-        ours = timed(ours_train, sync, a.reps, a.max_seconds)
-        theirs = timed(theirs_train, sync, a.reps, a.max_seconds)
+        ours, theirs = interleaved(ours_train, theirs_train, sync, a.reps, 2 * a.max_seconds)
     record("training" + both, ours, theirs, agree)
     # memory: what the training forward keeps for the backward, and (CUDA) the peak a training step
     # allocates beyond what was allocated before it, both sides through PyTorch's allocator
