@@ -13,6 +13,13 @@ the rounds' medians):
   (the large ones on huge pages where tvmrnn's own arrays get them, as ``profile`` does); the
   backward reads the forward's workspace;
 - ``public``: ``rnn.forward_train(w, x)`` then ``rnn.backward(w, ws, dy)``, what ``bench.py`` times;
+- ``bare forward_train`` and ``bare backward`` alone;
+- ``bare, torch outputs``: the same with the outputs handed back (``y``, ``dx``, ``dw``) PyTorch
+  allocations (4 KB pages), made once;
+- ``bare, fresh torch outputs``: PyTorch allocations made at every call (their pages touched first
+  by the passes);
+- ``bare, torch op before``: a PyTorch parallel op (``torch.zeros``) before each pass, as the public
+  calls make (PyTorch's OpenMP threads may spin on the cores TVM's pool then needs);
 - ``public forward_train`` alone, and ``public backward`` alone (on a workspace made before);
 - ``torch``: PyTorch's training step as ``bench.py`` times it, for scale;
 - the pieces the public calls add: ``dw = zeros(...)`` (the weight gradients' buffer, zeroed: the
@@ -68,10 +75,40 @@ def main():
         fargs = [made[n] for n in shapes["forward_train"]]
         bargs = [made[n] for n in shapes["backward"]]
         zero = torch.zeros(made["dw"].shape)
+        total = rnn.config.layout.total
 
         def bare():
             fwd(*fargs)
             made["dw"].copyfrom(zero.numpy())  # the backward accumulates into dw: zeroed as the public call does
+            bwd(*bargs)
+
+        def bare_forward():
+            fwd(*fargs)
+
+        def bare_backward():
+            made["dw"].copyfrom(zero.numpy())
+            bwd(*bargs)
+
+        # the same, the outputs handed back (y, dx, dw) PyTorch's own allocations, as the public call's
+        outs = {n: to_tvm(torch.empty(tuple(made[n].shape))) for n in ("y", "dx", "dw")}
+        fargs_t = [outs.get(n, made[n]) for n in shapes["forward_train"]]
+        bargs_t = [outs.get(n, made[n]) for n in shapes["backward"]]
+
+        def bare_torch_outputs():
+            fwd(*fargs_t)
+            outs["dw"].copyfrom(zero.numpy())
+            bwd(*bargs_t)
+
+        def bare_fresh_outputs():  # fresh PyTorch outputs at every call, as the public call's (no torch op)
+            fresh = {n: to_tvm(torch.empty(tuple(made[n].shape))) for n in ("y", "dx", "dw")}
+            fwd(*[fresh.get(n, made[n]) for n in shapes["forward_train"]])
+            fresh["dw"].copyfrom(zero.numpy())
+            bwd(*[fresh.get(n, made[n]) for n in shapes["backward"]])
+
+        def bare_after_torch_op():  # a PyTorch parallel op (OpenMP) just before each pass
+            torch.zeros(total)
+            fwd(*fargs)
+            made["dw"].copyfrom(torch.zeros(total).numpy())
             bwd(*bargs)
 
         def public():
@@ -79,7 +116,6 @@ def main():
             return rnn.backward(w, ws, dy)
 
         ws_kept = rnn.forward_train(w, x)[3]
-        total = rnn.config.layout.total
         xr = x.clone().requires_grad_(True)
 
         def torch_train():
@@ -89,6 +125,11 @@ def main():
 
         variants = {
             "bare (both passes)": bare,
+            "bare forward_train": bare_forward,
+            "bare backward": bare_backward,
+            "bare, torch outputs": bare_torch_outputs,
+            "bare, fresh torch outputs": bare_fresh_outputs,
+            "bare, torch op before": bare_after_torch_op,
             "public (both calls)": public,
             "public forward_train": lambda: rnn.forward_train(w, x),
             "public backward": lambda: rnn.backward(w, ws_kept, dy),

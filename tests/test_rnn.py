@@ -325,6 +325,41 @@ def test_scratch_is_reused_and_results_are_fresh(rng):
 
 
 @pytest.mark.parametrize("frame", ["numpy", "torch"])
+def test_every_result_is_written_by_the_passes(rng, monkeypatch, frame):
+    """Fresh arrays filled with NaN (as recycled memory may hold anything): the passes write every
+    element they return or read, including the weight gradients, which the backward zeroes itself
+    (the caller no longer does: a torch.zeros before the pass left PyTorch's OpenMP threads
+    spinning on its cores). Omitted states are one kept zero array per shape on the CPU, which the
+    passes only read."""
+    from tvmrnn.arrays import Frame
+    empty = Frame.empty
+
+    def poisoned(self, shape, kept=False):
+        a = empty(self, shape, kept)
+        a.fill(float("nan")) if self.kind == "numpy" else a.fill_(float("nan"))
+        return a
+    rnn = built("lstm", 2, True)
+    ref = _reference("lstm", 2, True, False)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    as_frame = (lambda a: a) if frame == "numpy" else torch.from_numpy
+    x = as_frame(rng.standard_normal((19, N, I)).astype(np.float32))
+    dy = as_frame(rng.standard_normal((19, N, 2 * H)).astype(np.float32))
+    want_y, _, _, ws = rnn.forward_train(w, x)
+    want = rnn.backward(w, ws, dy)
+    rnn.free_scratch()  # scratch and workspaces made afresh, poisoned too
+    monkeypatch.setattr(Frame, "empty", poisoned)
+    y, hy, cy, ws = rnn.forward_train(w, x)
+    got = rnn.backward(w, ws, dy)
+    for out in (y, hy, cy, *got.values()):
+        assert not np.isnan(np.asarray(out)).any()
+    assert np.array_equal(np.asarray(y), np.asarray(want_y))
+    for name in want:
+        assert np.array_equal(np.asarray(got[name]), np.asarray(want[name])), name
+    assert len(rnn._zero_states) == 1  # h0, c0 and dhy, dcy: all (L*D, N, H), one kept array
+    assert not np.asarray(next(iter(rnn._zero_states.values()))).any()
+
+
+@pytest.mark.parametrize("frame", ["numpy", "torch"])
 def test_workspace_recycled_only_when_nothing_refers_to_it(rng, frame):
     """A dropped workspace's arrays serve the next training forward (no fresh pages to zero), and
     only then: a live workspace, or one whose array (or a view of it) someone still holds, is

@@ -338,7 +338,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dx = prog.tensor("dx", config.seq_shape(T, I), config.seq_axes)
     dh0 = prog.tensor("dh0", (LD, N, H), ("ld", "n", "j"))
     dc0 = prog.tensor("dc0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
-    dw = prog.flat("dw", layout.total)  # PyTorch layout; the caller zeroes it
+    dw = prog.flat("dw", layout.total)  # PyTorch layout; zeroed first (the pass accumulates into it)
     dgx = prog.tensor("dgx", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
     dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
     # the gradient of an inner layer's output: written by the layer above's input gradients, read
@@ -365,6 +365,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     # a chunk's gate gradients in panels (kernels.gradient_panels_shape), for the weight gradients
     dg_panels = prog.flat("dg_panels", max(chunks) * N * H * G) if grad_panel else None
 
+    # zeroed here, not by the caller: a caller's torch.zeros is a parallel PyTorch op whose OpenMP
+    # threads then spin on the cores this pass needs (a DS2 LSTM training call on the Xeon: 37 ms
+    # more than its bare passes; notes/performance.md v25)
+    prog.call(kernels.fill_zero(layout.total), dst=dw.piece(0))
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))

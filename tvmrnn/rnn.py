@@ -185,6 +185,7 @@ class RNN:
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
         self._scratch_arrays: dict = {}
+        self._zero_states: dict = {}  # CPU: one read-only zero state per shape (_zeros)
         # per call, the same few sequence lengths come again: their shapes, size checks and the
         # passes' functions are looked up once (recomputing them took ~0.6 ms a call on the H100
         # machine's host, with the GPU idle meanwhile)
@@ -267,6 +268,7 @@ class RNN:
         """Drop the temporaries and recycled workspaces kept between calls (they come back at the
         next call)."""
         self._scratch_arrays.clear()
+        self._zero_states.clear()
         self._workspaces.clear()
 
     # ---- weights ----------------------------------------------------------------------------
@@ -330,11 +332,24 @@ class RNN:
             self._checked_lengths.add(T)
         return frame, T
 
+    def _zeros(self, frame, shape):
+        """Zero states for an omitted ``h0``, ``c0``, ``dhy`` or ``dcy`` (the passes only read
+        them). On a CPU one array per shape is kept and handed to every call: a fresh
+        ``torch.zeros`` of 16,000 floats or more is a parallel PyTorch op, whose OpenMP threads
+        then spin on the cores the passes' kernels need (notes/performance.md v25)."""
+        if frame.device_kind != "cpu":
+            return frame.zeros(shape)
+        key = (frame.kind, str(frame.device), tuple(shape))
+        held = self._zero_states.get(key)
+        if held is None:
+            held = self._zero_states[key] = frame.zeros(shape)
+        return held
+
     def _state(self, frame, name, value, needed=True):
         c = self.config
         shape = (c.num_layers * c.num_directions, c.batch_size, c.hidden_size)
         if value is None:
-            return frame.zeros(shape) if needed else None
+            return self._zeros(frame, shape) if needed else None
         if not needed:
             raise ValueError(f"{name}: a {c.cell.name} has no cell state; pass {name}=None")
         frame.check(name, value, shape)
@@ -391,13 +406,13 @@ class RNN:
             raise TypeError("ws: expected the workspace returned by this RNN's forward_train")
         frame, T = ws.frame, ws.T
         frame.check("dy", dy, c.seq_shape(T, c.num_directions * c.hidden_size))
-        arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy), "w": wflat, "x": ws.x, **ws.arrays,
-                  "dw": frame.zeros((c.layout.total,))}  # weight gradients accumulate in place
+        arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy), "w": wflat, "x": ws.x, **ws.arrays}
         if c.cell.has_cell_state:
             arrays["dcy"] = self._state(frame, "dcy", dcy)
         else:
             self._state(frame, "dcy", dcy, needed=False)
-        self._run("backward", frame, T, arrays, results={"dx", "dh0", "dc0"})
+        # dw: zeroed by the pass itself (its first kernel), not by a PyTorch op before it
+        self._run("backward", frame, T, arrays, results={"dx", "dh0", "dc0", "dw"})
         grads = {"x": arrays["dx"], "h0": arrays["dh0"]}
         if c.cell.has_cell_state:
             grads["c0"] = arrays["dc0"]
