@@ -9,7 +9,9 @@
 For each configuration: builds tvmrnn (tuned records from tuning_logs/ where they exist), loads the
 same weights into torch.nn.LSTM/GRU/RNN, runs both on the same input, checks they agree, and times
 inference (forward) and training (forward + backward with the same output gradient), the two sides'
-calls in turn (:func:`interleaved`: each pair at the same moment of a machine whose speed drifts).
+calls in turn (:func:`interleaved`: each pair at the same moment of a machine whose speed drifts),
+each after an untimed call of its own (``--lead-in``), so that neither starts while the other's
+threads spin.
 Prints samples/s (N / seconds per batch, the median of --reps) for each side and the ratio.
 On CUDA: cuDNN with TF32 off on both sides, plus rows (inference, training) with TF32 allowed for cuDNN (tvmrnn computes
 in plain fp32 either way). With --tf32, TF32 is allowed on both sides instead: tvmrnn built with
@@ -59,6 +61,9 @@ def parse():
                                                               "of a long loop can take many minutes)")
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--max-seconds", type=float, default=20.0, help="per side and pass, fewer reps if slower")
+    p.add_argument("--lead-in", type=int, default=1,
+                   help="untimed calls of the same side before each timed one (0: the sides back to back, "
+                        "each slowed by the threads the other leaves spinning)")
     p.add_argument("--no-train", action="store_true")
     p.add_argument("--tf32", action="store_true", help="CUDA: TF32 allowed on both sides (tvmrnn's allow_tf32, "
                    "PyTorch's allow_tf32 switches) instead of fp32 against fp32 and cuDNN TF32")
@@ -132,12 +137,18 @@ def samples(fn, sync, reps, max_seconds=float("inf")):
     return times
 
 
-def interleaved(ours, theirs, sync, reps, max_seconds):
-    """Both sides timed call after call in turn (ours, theirs, ours, ...) after a warm-up of each:
+def interleaved(ours, theirs, sync, reps, max_seconds, lead_in=1):
+    """Both sides timed in turn (ours, theirs, ours, ...) after a warm-up of each:
     ``((median, calls), (median, calls))``. On a shared VM a pass moves 20-40% within minutes
     (notes/performance.md v12, v23), so one side's block of calls timed after the other's can
     differ by the machine's drift alone; in turn, each pair sees the same moment. Stops after
-    ``reps`` pairs, or past ``max_seconds`` for both together with at least 3."""
+    ``reps`` pairs, or past ``max_seconds`` for both together with at least 3. ``lead_in``:
+    untimed calls of the same side before each timed one, so that each timed call starts as it
+    would in a run of its own calls: right after a PyTorch op its OpenMP threads spin for ~20 ms
+    on the Xeon (libgomp's default spin count) on the cores the next call needs, which slowed a
+    tvmrnn call right after PyTorch's by up to 20 ms, and an idle pause instead made PyTorch's
+    next call slower (its threads asleep; notes/performance.md v25). ``lead_in=0`` times the two
+    back to back, as a network that mixes them runs."""
     times = ([], [])
     for fn in (ours, theirs):
         fn()
@@ -145,6 +156,9 @@ def interleaved(ours, theirs, sync, reps, max_seconds):
     start = time.perf_counter()
     for _ in range(reps):
         for fn, out in zip((ours, theirs), times):
+            for _ in range(lead_in):
+                fn()
+                sync()
             t0 = time.perf_counter()
             fn()
             sync()
@@ -287,7 +301,8 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         y_ref = ref(x)[0]
         y = rnn.forward(w, x)[0]
         agree = rel(y, y_ref)
-        ours, theirs = interleaved(lambda: rnn.forward(w, x), lambda: ref(x), sync, a.reps, 2 * a.max_seconds)
+        ours, theirs = interleaved(lambda: rnn.forward(w, x), lambda: ref(x), sync, a.reps, 2 * a.max_seconds,
+                                   a.lead_in)
     with torch.no_grad():
         for tf32 in ([False, True] if a.device == "cuda" and not a.tf32 else [a.tf32]):
             with cudnn_tf32(torch, tf32):
@@ -318,7 +333,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     with cudnn_tf32(torch, a.tf32):
         theirs_train()
         agree = agreement()
-        ours, theirs = interleaved(ours_train, theirs_train, sync, a.reps, 2 * a.max_seconds)
+        ours, theirs = interleaved(ours_train, theirs_train, sync, a.reps, 2 * a.max_seconds, a.lead_in)
     record("training" + both, ours, theirs, agree)
     # memory: what the training forward keeps for the backward, and (CUDA) the peak a training step
     # allocates beyond what was allocated before it, both sides through PyTorch's allocator
@@ -452,7 +467,8 @@ def machine(torch, a):
     from tvmrnn.arrays import huge_pages
     info = dict(python=platform.python_version(), torch=torch.__version__, threads=a.threads,
                 cpu=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"),
-                tvmrnn_huge_pages=huge_pages(), torch_huge_pages=os.environ.get("THP_MEM_ALLOC_ENABLE") == "1")
+                tvmrnn_huge_pages=huge_pages(), torch_huge_pages=os.environ.get("THP_MEM_ALLOC_ENABLE") == "1",
+                lead_in=a.lead_in, omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"))
     try:
         with open("/proc/cpuinfo") as f:
             info["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
