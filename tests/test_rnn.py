@@ -161,7 +161,7 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("cell, hidden", [("lstm", 40), ("rnn_relu", 80), ("gru", 48)])
+@pytest.mark.parametrize("cell, hidden", [("lstm", 40), ("rnn_relu", 80)])
 def test_weight_gradients_in_panels_match_rows(cell, hidden, monkeypatch):
     """A CPU backward sums its weight gradients in column panels where the cell's dgh is its dgx
     (each chunk's gate gradients packed into panels once, for both weights; the GRU keeps rows:
@@ -184,7 +184,7 @@ def test_weight_gradients_in_panels_match_rows(cell, hidden, monkeypatch):
         calls = rnn.programs["backward"].calls(T)
         packs = sum(n for k, n in calls.items() if k.startswith("gradient_panels_"))
         sums = [k for k in calls if k.startswith("weight_gradient")]
-        if mode == "auto" and cell != "gru":
+        if mode == "auto":
             assert sums and all(k.startswith(f"weight_gradient_panels_p{u}_") for k in sums), sums
             assert packs == 4 * 3, calls  # 3 chunks (16, 4, 1 steps) a direction of a layer, 4 of them
         else:
@@ -201,11 +201,20 @@ def test_weight_gradients_in_panels_match_rows(cell, hidden, monkeypatch):
 
 def test_gradient_panels_follow_the_target(monkeypatch):
     """Weight gradients in panels where the forward weights have panels (CPUs), never on GPUs or
-    at sizes no tile divides; ``TVMRNN_GRADIENT_PANELS=0`` keeps rows."""
+    at sizes no tile divides, and only where one pack serves both weights (not the GRU's: its dgh
+    is not its dgx); ``TVMRNN_GRADIENT_PANELS=0`` keeps rows."""
     import tvm
+    from tvmrnn import tuning
+    from tvmrnn.cells import get_cell
     from tvmrnn.default_schedule import gradient_panel
+    from tvmrnn.passes import Config
     monkeypatch.delenv("TVMRNN_WEIGHT_PANELS", raising=False)
     monkeypatch.delenv("TVMRNN_GRADIENT_PANELS", raising=False)
+    for cell, panels in (("lstm", True), ("rnn_tanh", True), ("gru", False)):
+        names = [t.kernel.name for t in tuning.extract_tasks([Config(get_cell(cell), 13, 48, 1, False, 3, False)])]
+        assert any(n.startswith("weight_gradient_panels_") for n in names) == panels, (cell, names)
+        assert any(n.startswith("gradient_panels_") for n in names) == panels, (cell, names)
+        assert any(n.startswith("weight_gradient_packed_") for n in names) != panels, (cell, names)
     avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
     avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
     gpu = tvm.target.Target("nvidia/nvidia-h100")
