@@ -300,7 +300,7 @@ assert "tvmrnn.example_cells" not in sys.modules and rnn.config.cell.math is Non
 
 def test_package_metadata_and_loaded_cell(exported):
     meta = package.read_metadata(exported)
-    assert meta["format_version"] == 2
+    assert meta["format_version"] == 3
     assert (meta["cell"], meta["gates"], meta["has_cell_state"]) == ("peephole_lstm", ["i", "f", "g", "o"], True)
     assert meta["unit_params"] == ["w_ci", "w_cf", "w_co"] and meta["num_saved"] == 4
     assert [name for name, _, _ in meta["parameters"]][4:6] == ["w_ci_l0", "w_cf_l0"]

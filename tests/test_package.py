@@ -57,6 +57,30 @@ assert not compiles
     assert np.array_equal(out["dw"], g["weight_hh_l1_reverse"])
 
 
+def test_an_older_package_gets_its_weight_gradients_zeroed(tmp_path, monkeypatch):
+    """Packages of format 1 and 2 expect the caller to zero the weight gradients, which the
+    backward pass now does itself (format 3): loaded, they still get them zeroed by the caller."""
+    rnn = built("lstm", 1, False)
+    assert rnn.backward_zeroes_dw
+    monkeypatch.setattr(package, "FORMAT_VERSION", 2)
+    rnn.export(tmp_path / "old.so")
+    monkeypatch.undo()
+    old = tvmrnn.load(tmp_path / "old.so")
+    assert package.read_metadata(tmp_path / "old.so")["format_version"] == 2 and not old.backward_zeroes_dw
+    rnn.export(tmp_path / "new.so")
+    assert tvmrnn.load(tmp_path / "new.so").backward_zeroes_dw
+    rng = np.random.default_rng(5)
+    params = tvmrnn.params_from_torch(torch_module("lstm", I, H, 1, False, False))
+    x = rng.standard_normal((9, N, I)).astype(np.float32)
+    dy = rng.standard_normal((9, N, H)).astype(np.float32)
+    grads = []
+    for r in (rnn, old):
+        w = r.pack_weights(params)
+        grads.append(r.backward(w, r.forward_train(w, x)[3], dy))
+    for name in grads[0]:
+        assert np.array_equal(grads[0][name], grads[1][name]), name
+
+
 def test_metadata_describes_the_package(exported):
     meta = package.read_metadata(exported)
     assert json.loads(tvm.runtime.load_module(exported)["tvmrnn_metadata"]()) == meta  # the FFI twin

@@ -31,8 +31,10 @@ from .rnn import RNN
 from .target import _cpu_flags, is_arch_of
 
 FORMAT = "tvmrnn-package"
-FORMAT_VERSION = 2  # 2: the cell's per-unit parameters and kept values (custom cells)
-READABLE_VERSIONS = (1, 2)  # 1: built-in cells only; they read as before
+# 2: the cell's per-unit parameters and kept values (custom cells); 3: the backward pass zeroes its
+# weight gradients itself (before, the caller did: a loaded format 1 or 2 package still gets that)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # 1: built-in cells only; they read as before
 METADATA_FUNCTION = "tvmrnn_metadata"
 _CPU_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "avx")
 
@@ -199,4 +201,5 @@ def load(path, device=None) -> RNN:
     rnn = RNN(config, target, module, meta["signatures"], device_index=device_index)
     rnn.persistent_blocks = meta.get("persistent_blocks")
     rnn.allow_tf32 = bool(meta.get("allow_tf32", False))
+    rnn.backward_zeroes_dw = meta["format_version"] >= 3
     return rnn

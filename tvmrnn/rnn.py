@@ -186,6 +186,8 @@ class RNN:
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
         self._scratch_arrays: dict = {}
         self._zero_states: dict = {}  # CPU: one read-only zero state per shape (_zeros)
+        # whether the backward pass zeroes dw itself (packages of format 1 and 2 expect the caller to)
+        self.backward_zeroes_dw = True
         # per call, the same few sequence lengths come again: their shapes, size checks and the
         # passes' functions are looked up once (recomputing them took ~0.6 ms a call on the H100
         # machine's host, with the GPU idle meanwhile)
@@ -407,6 +409,8 @@ class RNN:
         frame, T = ws.frame, ws.T
         frame.check("dy", dy, c.seq_shape(T, c.num_directions * c.hidden_size))
         arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy), "w": wflat, "x": ws.x, **ws.arrays}
+        if not self.backward_zeroes_dw:  # an older package's pass accumulates into a zeroed dw
+            arrays["dw"] = frame.zeros((c.layout.total,))
         if c.cell.has_cell_state:
             arrays["dcy"] = self._state(frame, "dcy", dcy)
         else:
