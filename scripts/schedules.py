@@ -51,7 +51,8 @@ def known_kernels():
 
 
 def render(folder, kernels):
-    db = tuning.load_records(folder)
+    counts = {}
+    db = tuning.load_records(folder, top_k=1, counts=counts)  # the best record of each workload, parsed
     target = None
     files = {}
     for kernel in kernels:
@@ -60,6 +61,7 @@ def render(folder, kernels):
         if not measured:
             continue
         best = min(measured, key=lambda r: sum(float(s) for s in r.run_secs) / len(r.run_secs))
+        records = range(counts[tuning.workload_key(kernel)])  # all of the workload's trials
         target = target or best.target
         sch = tvm.s_tir.Schedule(tuning.workload(kernel))
         best.trace.apply_to_schedule(sch, remove_postproc=False)

@@ -115,13 +115,16 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
         assert (a is None and b is None) or np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("cell, hidden", [("lstm", 40), ("gru", 48), ("rnn_tanh", 80), ("rnn_relu", 80)])
+@pytest.mark.parametrize("cell, hidden", [("lstm", 40), ("gru", 48), ("rnn_relu", 80)])
 def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     """CPU forward weights packed in column panels of the tile's units (BLIS's packing; on by
     default for AVX2, forced here so that any CPU runs it): the packed buffer holds them as
     ``(H / u, K, G, u)`` (gate-blocked: one gate of u units side by side), the biases as
     ``(H / u, G, u)``, and 2 bidirectional layers, both directions in one launch (a direction
-    axis before the panels), match PyTorch forward and backward, and K-major weights' outputs."""
+    axis before the panels), match PyTorch forward and backward, and K-major weights' outputs.
+    The backward sums the weight gradients in panels too where the cell's dgh is its dgx (each
+    chunk's gate gradients packed once; the GRU keeps rows), and its gradients over chunks of 16,
+    4 and 1 steps match the K-major build's, whose weight gradients are summed in rows."""
     from tvmrnn import default_schedule, kernels
     from tvmrnn.cells import get_cell
     from tvmrnn.target import host_target
@@ -152,51 +155,29 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     np.testing.assert_array_equal(back.reshape(kernels.backward_weight_shape(G, hidden, hidden, ub)),
                                   W.reshape(G, hidden, hidden // ub, ub).transpose(2, 1, 0, 3))
     assert any(k.startswith("backward_step") and f"_p{ub}" in k for k in rnn.programs["backward"].kernels)
+    calls = rnn.programs["backward"].calls(21)
+    sums = [k for k in calls if k.startswith("weight_gradient")]
+    packs = sum(n for k, n in calls.items() if k.startswith("gradient_panels_"))
+    if cell == "gru":
+        assert packs == 0 and all(k.startswith("weight_gradient_packed_") for k in sums), sums
+    else:
+        assert default_schedule.gradient_panel(host_target(), G, hidden) == u
+        assert sums and all(k.startswith(f"weight_gradient_panels_p{u}_") for k in sums), sums
+        assert packs == 4 * 3, calls  # 3 chunks (16, 4, 1 steps) for each of 4 layer-directions
     monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "0")
     k_major = tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=2, bidirectional=True, batch_size=N)
     assert not any(re.search(r"_p\d+(_|$)", k) for k in k_major.programs["forward"].kernels)
-    x = rng.standard_normal((9, N, I)).astype(np.float32)
-    for got, want in zip(rnn.forward(w, x), k_major.forward(k_major.pack_weights(params), x)):
+    assert not any(k.startswith("gradient_panels_") for k in k_major.programs["backward"].kernels)
+    x = rng.standard_normal((21, N, I)).astype(np.float32)
+    dy = rng.standard_normal((21, N, 2 * hidden)).astype(np.float32)
+    wk = k_major.pack_weights(params)
+    for got, want in zip(rnn.forward(w, x), k_major.forward(wk, x)):
         if want is not None:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("cell, hidden", [("lstm", 40), ("rnn_relu", 80)])
-def test_weight_gradients_in_panels_match_rows(cell, hidden, monkeypatch):
-    """A CPU backward sums its weight gradients in column panels where the cell's dgh is its dgx
-    (each chunk's gate gradients packed into panels once, for both weights; the GRU keeps rows:
-    two packs cost more than panels gain) and gives the gradients the rows layout gives
-    (``TVMRNN_GRADIENT_PANELS=0``), over chunks of 16, 4 and 1 steps, 2 bidirectional layers
-    (the first layer's W_ih of another input size)."""
-    from tvmrnn import default_schedule
-    from tvmrnn.cells import get_cell
-    from tvmrnn.target import host_target
-    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
-    G = get_cell(cell).num_gates
-    u = default_schedule.gradient_panel(host_target(), G, hidden)
-    assert u == default_schedule.weight_panel(host_target(), G, hidden) and 1 < u < hidden
-    T = 21
-    x = np.random.default_rng(7).standard_normal((T, N, I)).astype(np.float32)
-    results = []
-    for mode in ("auto", "0"):
-        monkeypatch.setenv("TVMRNN_GRADIENT_PANELS", mode)
-        rnn = tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=2, bidirectional=True, batch_size=N)
-        calls = rnn.programs["backward"].calls(T)
-        packs = sum(n for k, n in calls.items() if k.startswith("gradient_panels_"))
-        sums = [k for k in calls if k.startswith("weight_gradient")]
-        if mode == "auto":
-            assert sums and all(k.startswith(f"weight_gradient_panels_p{u}_") for k in sums), sums
-            assert packs == 4 * 3, calls  # 3 chunks (16, 4, 1 steps) a direction of a layer, 4 of them
-        else:
-            assert packs == 0 and all(k.startswith("weight_gradient_packed_") for k in sums), sums
-        w = rnn.pack_weights({s.name: np.random.default_rng(3).standard_normal(s.torch_shape).astype(np.float32) * 0.3
-                              for s in rnn.config.layout.slots})
-        y, *_, ws = rnn.forward_train(w, x)
-        dy = np.random.default_rng(4).standard_normal(y.shape).astype(np.float32)
-        results.append(rnn.backward(w, ws, dy))
-    assert results[0].keys() == results[1].keys()
-    for name in results[0]:
-        np.testing.assert_allclose(results[0][name], results[1][name], rtol=1e-5, atol=1e-5, err_msg=name)
+    got = rnn.backward(w, rnn.forward_train(w, x)[3], dy)
+    want = k_major.backward(wk, k_major.forward_train(wk, x)[3], dy)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
 def test_gradient_panels_follow_the_target(monkeypatch):

@@ -51,6 +51,21 @@ def test_tiny_tuning_run_writes_records(tuned_logs):
     assert glob.glob(os.path.join(folder, "*_tuning_record.json"))
 
 
+def test_loading_only_the_best_records_keeps_the_best_and_counts_all(tuned_logs):
+    """``load_records(top_k=1)`` parses each workload's fastest record alone (parsing replays a
+    trace, ~20 ms a record) and ``counts`` still counts every record, as ``schedules.py`` prints."""
+    log_dir, results, _ = tuned_logs
+    (task, _, trials), = results
+    folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
+    every, counts = tuning.load_records(folder), {}
+    best = tuning.load_records(folder, top_k=1, counts=counts)
+    assert len(tuning.records_of(every, task.kernel)) == trials == counts[tuning.workload_key(task.kernel)]
+    kept = tuning.records_of(best, task.kernel)
+    assert len(kept) == 1
+    assert tuning.best_latency_us(best, task.kernel) == tuning.best_latency_us(every, task.kernel)
+    assert str(kept[0].trace) == str(every.get_top_k(every.commit_workload(tuning.workload(task.kernel)), 1)[0].trace)
+
+
 def test_rerun_resumes_without_repeating_trials(tuned_logs):
     log_dir, _, _ = tuned_logs
     folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
