@@ -10,13 +10,15 @@ rate in v24's profiles (1.57 against 2.78 TFLOP/s). The projection streams its w
 column panels, contiguous along its reduction; the weight gradient streams ``dg``'s rows, 12.8 KB
 apart. Variants, each timed alone round after round in one process (arguments on huge pages):
 
-- ``rows``: tvmrnn's kernel (``kernels.weight_gradient(packed=True)``), ``dg`` as ``(R, H*G)``,
-  with its default L1 blocking and without (``rows-unblocked``);
+- ``rows``: tvmrnn's rows kernel (``kernels.weight_gradient(packed=True)``: the GRU's, and every
+  cell's with ``TVMRNN_GRADIENT_PANELS=0``), ``dg`` as ``(R, H*G)``, with its default L1 blocking
+  and without (``rows-unblocked``);
 - ``panels``: ``dg`` panel-major, ``(P, R, C)`` with C = ``--panel-columns`` (a panel of 16 units'
   4 gates on AVX-512: 64 floats), output ``(K, P, C)``, so that a tile's reduction walks one
   contiguous stream, as the projection's does; with the default L1 blocking and without;
 - ``panels-out``: the same with the output panel-major too, ``(P, K, C)`` (the forward weights'
-  layout);
+  layout): what tvmrnn builds since v25 for the LSTM and the RNNs (``kernels.weight_gradient(panel=u)``,
+  defined here on its own);
 - ``at-panels``, ``at-rows``: ``a`` transposed, ``(K, R)``, so that a tile's broadcasts walk
   its rows as the projection's walk ``x``'s (with ``dg`` in panels or rows);
 - ``pack``: the copy of ``dg`` from rows into panels, the price of ``panels`` where ``dg`` is
@@ -24,8 +26,8 @@ apart. Variants, each timed alone round after round in one process (arguments on
 - ``projection``: tvmrnn's input projection of the same chunk (its weight panels);
 - ``torch``: PyTorch's ``dg^T @ a`` (MKL) of the same shape.
 
-Every variant's result is checked against NumPy in float64 first (small random inputs, the same
-values permuted into each layout). Prints median microseconds (range) and TFLOP/s.
+Every variant's result is checked against NumPy in float64 first (random inputs of the study's
+sizes, the same values permuted into each layout). Prints median microseconds (range) and TFLOP/s.
 """
 from __future__ import annotations
 
