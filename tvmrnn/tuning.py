@@ -134,6 +134,58 @@ def load_records(folder: str, top_k: int | None = None, counts: dict | None = No
     return db
 
 
+class LogIndex:
+    """A log folder's records read as JSON lines and parsed only when a kernel asks for them
+    (:func:`scheduler`): parsing a record replays its trace on its workload, ~20 ms a record, so
+    loading a whole folder cost a build ~33 s for the H100's 1,598 records, most of them for
+    kernels the build does not have. Lines that are not JSON, or not ``[workload, record]`` pairs,
+    raise :class:`TuningLogError` here; a record that does not replay raises it when asked for."""
+
+    def __init__(self, folder: str):
+        self.workloads: dict[str, tuple] = {}  # workload key -> (its JSON, where)
+        self.records: dict[str, list] = {}  # workload key -> [(mean s, order, record JSON, where)]
+        for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
+            record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
+            keys = []
+            for number, obj in _read_lines(workload_path):
+                if not (isinstance(obj, list) and len(obj) == 2):
+                    raise TuningLogError(f"{workload_path}:{number}: not a MetaSchedule workload")
+                keys.append(str(obj[0]))
+                self.workloads.setdefault(keys[-1], (obj, f"{workload_path}:{number}"))
+            if not os.path.exists(record_path):
+                continue
+            for number, obj in _read_lines(record_path):
+                where = f"{record_path}:{number}"
+                try:
+                    index, record = obj
+                    secs = [float(x) for x in record[1] or ()]
+                    entries = self.records.setdefault(keys[index], [])
+                except Exception as err:
+                    raise TuningLogError(f"{where}: not a MetaSchedule tuning record "
+                                         f"for a workload of {os.path.basename(workload_path)}: {err}") from None
+                if secs and not all(x > 1e9 for x in secs):  # measured (MetaSchedule's top-k skips the rest)
+                    entries.append((sum(secs) / len(secs), len(entries), record, where))
+
+    def best(self, kernel: Kernel, top_k: int):
+        """The kernel's ``top_k`` fastest records, parsed one by one as they are taken."""
+        key = workload_key(kernel)
+        entries = self.records.get(key)
+        if not entries:
+            return
+        obj, where = self.workloads[key]
+        try:
+            logged = ms.database.Workload.from_json(obj)
+        except Exception as err:
+            raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
+        if not tvm_ffi.structural_equal(logged.mod, workload(kernel)):  # the same hash, another module
+            return
+        for _, _, record, where in sorted(entries, key=lambda e: e[:2])[:top_k]:
+            try:
+                yield ms.database.TuningRecord.from_json(record, logged)
+            except Exception as err:
+                raise TuningLogError(f"{where}: not a MetaSchedule tuning record: {err}") from None
+
+
 def workload_key(kernel: Kernel) -> str:
     """A kernel's workload's structural hash, as the logs write it (:func:`load_records`' ``counts``)."""
     return str(ms.database.Workload(workload(kernel)).as_json()[0])
@@ -330,7 +382,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     kernel's default schedule: none of them has records yet).
     """
     folder = logs_folder(tuning_logs, target)
-    db = load_records(folder) if folder else None
+    logs = LogIndex(folder) if folder else None
     used: dict[str, str] = {}
 
     def schedule(kernel: Kernel):
@@ -343,16 +395,14 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
         return func if is_gpu(target) else fast_math.vectorisable(func)
 
     def pick(kernel: Kernel):
-        if db is not None:
-            mod = workload(kernel)
-            if db.has_workload(mod):
-                for record in db.get_top_k(db.commit_workload(mod), 16):
-                    sch = tvm.s_tir.Schedule(mod)
-                    record.trace.apply_to_schedule(sch, remove_postproc=False)
-                    func = sch.mod["main"]
-                    if embeddable(func, target):
-                        used[kernel.name] = "tuned"
-                        return func
+        if logs is not None:
+            for record in logs.best(kernel, 16):
+                sch = tvm.s_tir.Schedule(workload(kernel))
+                record.trace.apply_to_schedule(sch, remove_postproc=False)
+                func = sch.mod["main"]
+                if embeddable(func, target):
+                    used[kernel.name] = "tuned"
+                    return func
         used[kernel.name] = "default"
         return default_schedule(kernel, target)
 
