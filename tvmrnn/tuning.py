@@ -88,62 +88,43 @@ def _read_lines(path: str):
             raise TuningLogError(f"{path}:{number}: not a JSON line: {err}") from None
 
 
-def load_records(folder: str, top_k: int | None = None, counts: dict | None = None) -> ms.database.MemoryDatabase:
+def load_records(folder: str) -> ms.database.MemoryDatabase:
     """Every workload and tuning record in a log folder, in memory (the files stay as they are).
-
-    ``top_k``: only each workload's ``top_k`` fastest records (by mean run time, unmeasured ones
-    last) are parsed and kept: parsing a record replays its trace on the workload, ~20 ms each,
-    46 s for the 2,233 committed records. ``counts``: filled with each workload's number of records,
-    keyed by its structural hash as the log writes it (:func:`workload_key`)."""
+    Parsing a record replays its trace on its workload (~20 ms a record): what only needs a
+    kernel's best records reads the folder with :class:`LogIndex` instead."""
     db = ms.database.MemoryDatabase()
-    pending: dict[str, list] = {}  # with top_k: workload key -> [(mean s, order, record JSON, workload, where)]
     for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
         record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
-        workloads, keys = [], []
+        workloads = []
         for number, obj in _read_lines(workload_path):
             try:
                 workloads.append(db.commit_workload(ms.database.Workload.from_json(obj).mod))
-                keys.append(str(obj[0]))
             except Exception as err:
                 raise TuningLogError(f"{workload_path}:{number}: not a MetaSchedule workload: {err}") from None
         if not os.path.exists(record_path):
             continue
         for number, obj in _read_lines(record_path):
-            where = f"{record_path}:{number}"
             try:
                 index, record = obj
-                target_workload, key = workloads[index], keys[index]
-                if counts is not None:
-                    counts[key] = counts.get(key, 0) + 1
-                if top_k is None:
-                    db.commit_tuning_record(ms.database.TuningRecord.from_json(record, target_workload))
-                else:
-                    secs = record[1]
-                    mean = sum(float(x) for x in secs) / len(secs) if secs else float("inf")
-                    pending.setdefault(key, []).append((mean, len(pending.get(key, ())), record, target_workload,
-                                                        where))
+                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
             except Exception as err:
-                raise TuningLogError(f"{where}: not a MetaSchedule tuning record "
+                raise TuningLogError(f"{record_path}:{number}: not a MetaSchedule tuning record "
                                      f"for a workload of {os.path.basename(workload_path)}: {err}") from None
-    for entries in pending.values():
-        for _, _, record, target_workload, where in sorted(entries, key=lambda e: e[:2])[:top_k]:
-            try:
-                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, target_workload))
-            except Exception as err:
-                raise TuningLogError(f"{where}: not a MetaSchedule tuning record: {err}") from None
     return db
 
 
 class LogIndex:
     """A log folder's records read as JSON lines and parsed only when a kernel asks for them
-    (:func:`scheduler`): parsing a record replays its trace on its workload, ~20 ms a record, so
-    loading a whole folder cost a build ~33 s for the H100's 1,598 records, most of them for
-    kernels the build does not have. Lines that are not JSON, or not ``[workload, record]`` pairs,
-    raise :class:`TuningLogError` here; a record that does not replay raises it when asked for."""
+    (:func:`scheduler`, ``scripts/schedules.py``): parsing a record replays its trace on its
+    workload, ~20 ms a record, so loading a whole folder cost a build ~33 s for the H100's 1,598
+    records, most of them for kernels the build does not have. Lines that are not JSON, or not
+    ``[workload, record]`` pairs, raise :class:`TuningLogError` here; a record that does not
+    replay raises it when asked for."""
 
     def __init__(self, folder: str):
         self.workloads: dict[str, tuple] = {}  # workload key -> (its JSON, where)
-        self.records: dict[str, list] = {}  # workload key -> [(mean s, order, record JSON, where)]
+        self.records: dict[str, list] = {}  # workload key -> [(mean s, order, record JSON, where)], measured ones
+        self.counts: dict[str, int] = {}  # workload key -> how many records the logs hold, failed runs too
         for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
             record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
             keys = []
@@ -158,17 +139,29 @@ class LogIndex:
                 where = f"{record_path}:{number}"
                 try:
                     index, record = obj
+                    key = keys[index]
                     secs = [float(x) for x in record[1] or ()]
-                    entries = self.records.setdefault(keys[index], [])
                 except Exception as err:
                     raise TuningLogError(f"{where}: not a MetaSchedule tuning record "
                                          f"for a workload of {os.path.basename(workload_path)}: {err}") from None
+                self.counts[key] = self.counts.get(key, 0) + 1
                 if secs and not all(x > 1e9 for x in secs):  # measured (MetaSchedule's top-k skips the rest)
+                    entries = self.records.setdefault(key, [])
                     entries.append((sum(secs) / len(secs), len(entries), record, where))
 
+    @staticmethod
+    def _key(mod: tvm.IRModule) -> str:
+        """A workload's structural hash, as the logs write it."""
+        return str(ms.database.Workload(mod).as_json()[0])
+
+    def trials(self, kernel: Kernel) -> int:
+        """How many records the logs hold for the kernel's workload (failed runs too)."""
+        return self.counts.get(self._key(workload(kernel)), 0)
+
     def best(self, kernel: Kernel, top_k: int):
-        """The kernel's ``top_k`` fastest records, parsed one by one as they are taken."""
-        key = workload_key(kernel)
+        """The kernel's ``top_k`` fastest measured records, parsed one by one as they are taken."""
+        mod = workload(kernel)
+        key = self._key(mod)
         entries = self.records.get(key)
         if not entries:
             return
@@ -177,18 +170,13 @@ class LogIndex:
             logged = ms.database.Workload.from_json(obj)
         except Exception as err:
             raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
-        if not tvm_ffi.structural_equal(logged.mod, workload(kernel)):  # the same hash, another module
+        if not tvm_ffi.structural_equal(logged.mod, mod):  # the same hash, another module
             return
         for _, _, record, where in sorted(entries, key=lambda e: e[:2])[:top_k]:
             try:
                 yield ms.database.TuningRecord.from_json(record, logged)
             except Exception as err:
                 raise TuningLogError(f"{where}: not a MetaSchedule tuning record: {err}") from None
-
-
-def workload_key(kernel: Kernel) -> str:
-    """A kernel's workload's structural hash, as the logs write it (:func:`load_records`' ``counts``)."""
-    return str(ms.database.Workload(workload(kernel)).as_json()[0])
 
 
 @derived_object
