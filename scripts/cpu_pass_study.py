@@ -40,6 +40,9 @@ VARIANTS = {
     "region": ({"TVMRNN_TIME_LOOP_REGION": "1"}, {}, {}),
     # weight gradients summed in rows (K, H, G), as before v25's panels
     "grad-rows": ({"TVMRNN_GRADIENT_PANELS": "0"}, {}, {}),
+    # every step's input projection before the time loop, as before v26 (the default since runs
+    # each chunk's projection just before the chunk's steps)
+    "projections-first": ({"TVMRNN_INTERLEAVE": "0"}, {}, {}),
 }
 
 

@@ -115,6 +115,44 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
         assert (a is None and b is None) or np.array_equal(a, b)
 
 
+def test_interleaved_projections_match_projections_first(monkeypatch):
+    """CPU forwards project each 16-step chunk just before its steps, into a one-chunk buffer
+    (the reverse direction's chunk is its times in reverse), instead of every step before the
+    time loop: the same results bit for bit, inference, training and the backward, for 2
+    bidirectional LSTM layers, both directions in one launch, at a length that ends in 4- and
+    1-step chunks and at one shorter than a chunk. (Directions one after the other, a 2-core
+    machine's default, are what every other CPU test runs against PyTorch.)"""
+    cell, stacked = "lstm", "1"
+    from tvm import target as tvm_target
+
+    from tvmrnn.passes import interleaved_projections
+    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", stacked)
+    builds = {}
+    for mode in ("auto", "0"):
+        monkeypatch.setenv("TVMRNN_INTERLEAVE", mode)
+        builds[mode] = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N)
+    for T in (37, 3):
+        results = []
+        for mode, rnn in builds.items():
+            gx = rnn._shapes_of("forward", T)["gx"]
+            assert gx[1] == (16 if mode == "auto" else T), (mode, gx)
+            assert gx[0] == (2 if stacked == "1" else 1)
+            local = np.random.default_rng(7)
+            w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
+                                  for slot in rnn.config.layout.slots})
+            x = local.standard_normal((T, N, I)).astype(np.float32)
+            y, hy, cy, ws = rnn.forward_train(w, x)
+            inference = rnn.forward(w, x)
+            grads = rnn.backward(w, ws, local.standard_normal(y.shape).astype(np.float32))
+            results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
+        for a, b in zip(*results):
+            assert (a is None and b is None) or np.array_equal(a, b)
+    assert not interleaved_projections(tvm_target.Target("nvidia/nvidia-h100"))
+    monkeypatch.setenv("TVMRNN_INTERLEAVE", "1")
+    with pytest.raises(ValueError, match="TVMRNN_INTERLEAVE: expected auto or 0"):
+        interleaved_projections()
+
+
 # sizes with panels narrower than H on AVX2 and AVX-512 alike, forward (G gates) and backward (1)
 @pytest.mark.parametrize("cell, hidden", [("lstm", 80), ("gru", 96), ("rnn_relu", 80)])
 def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):

@@ -5,7 +5,9 @@ Buffers (T is the run-time sequence length, LD = layers x directions, D*H = laye
 * ``x`` (T, N, I), ``y`` (T, N, D*H), or batch-first (N, T, ·): the user's arrays, used in place.
 * ``gx`` (D', T, N, H, G): the input projections of all steps of the D' directions whose time
   loops run together (both, or one at a time; see below), a temporary; with CPU weight panels
-  of u units gate-blocked, (D', T, N, H/u, G, u) (:func:`tvmrnn.kernels.gate_shape`).
+  of u units gate-blocked, (D', T, N, H/u, G, u) (:func:`tvmrnn.kernels.gate_shape`). On CPUs
+  (:func:`interleaved_projections`) it holds one chunk of steps, (D', 16, N, ...): each chunk's
+  projection runs just before the chunk's steps (for direction 1, the chunk's times in reverse).
 * training workspace, kept for the backward: every step's state in time order; ``cs`` (LD, T+1,
   N, H) for c, and for h: ``hs`` (D, T+1, N, H) for the last layer (the forward direction's h0
   sits at row 0, the reverse one's at row T), ``layer_out`` (L-1, T+2, N, D*H) for the inner
@@ -149,6 +151,25 @@ def time_loop_regions(target=None) -> bool:
     return forced == "1"
 
 
+def interleaved_projections(target=None) -> bool:
+    """Whether a forward pass on ``target`` (a ``tvm.target.Target``, or None: CPU) runs each
+    chunk's input projection just before that chunk's steps, into a buffer of one chunk, rather
+    than every step's projection before the time loop into a buffer of T steps: a DS2 LSTM's
+    4 MB instead of 77 MB a direction, a 5-layer bidirectional one's 8 MB instead of 154 MB.
+    CPUs do: on the GPU machine's Xeon (16 threads, ``scripts/cpu_pass_study.py``, interleaved
+    with PyTorch, notes/performance.md v26) the LSTM's inference took 58.7 / 59.4 / 62.5 / 94.8 ms
+    projections first against 60.3 / 62.3 / 62.3 / 94.8 interleaved in four studies, its training
+    220.6 / 221.4 against 213.2 / 221.3, the 5-layer bidirectional LSTM's 918 / 3,188 against 919 /
+    2,891 ms, the GRU's and RNN-tanh's within 3%; longer chunks for it (32, 64 steps) gained
+    nothing. ``TVMRNN_INTERLEAVE``: ``auto`` (default) or ``0`` (projections first, for
+    comparisons). GPUs never: their forward time loop is one persistent kernel where the
+    weights fit on chip, and the all-steps GEMM runs there in chunks of 256 steps."""
+    mode = os.environ.get("TVMRNN_INTERLEAVE", "auto")
+    if mode not in ("auto", "0"):
+        raise ValueError(f"TVMRNN_INTERLEAVE: expected auto or 0, got {mode!r}")
+    return mode == "auto" and not (target is not None and is_gpu(target))
+
+
 def packed_weight_gradients(target=None) -> bool:
     """Whether the backward sums weight gradients in the packed layout on ``target`` (a
     ``tvm.target.Target``, or None: CPU): CPUs do. On the GPU machine's Xeon the weight gradient
@@ -200,9 +221,12 @@ def _bind(group, views_of):
 
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
-                    panel: int = 0, view_pointers: bool = False) -> Program:
+                    panel: int = 0, view_pointers: bool = False, interleave: bool = False) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
-    :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`)."""
+    :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
+    (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
+    into a buffer of one chunk, instead of every step's projection before the time loop (a loop
+    that is one persistent kernel keeps the latter)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
@@ -219,7 +243,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     cy = prog.tensor("cy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     # the input projections of the directions that run together (one, or both)
     gate_axes = kernels.gate_axes(panel)
-    gx = prog.tensor("gx", (len(groups[0]), T, N, *kernels.gate_shape(H, G, panel)), ("d", "t", "n", *gate_axes))
+    interleave = interleave and persistent_blocks is None
+    gx = prog.tensor("gx", (len(groups[0]), max(chunks) if interleave else T, N, *kernels.gate_shape(H, G, panel)),
+                     ("d", "t", "n", *gate_axes))
     if train:
         shapes = config.workspace_shapes(T)
         hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
@@ -258,15 +284,22 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
             return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
             step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel)
-            for gd, d in enumerate(group):
-                ld = l * D + d
-                w_ih = w.piece(layout.slot(l, d, "weight_ih").offset)
-                b_ih = w.piece(layout.slot(l, d, "bias_ih").offset)
 
-                def projection(start, size, _gd=gd, _w=w_ih, _b=b_ih):
-                    k = kernels.input_projection(size, N, in_size, H, G, panel=panel)
-                    prog.call(k, x=layer_in(start, size), w=_w, b=_b, gx=gx.at("t", "n", *gate_axes, d=_gd, t=start))
-                prog.chunked(T, chunks, projection)
+            def base(d, start, size):  # with interleave: the first time step of a chunk (direction d's order)
+                return start if d == 0 else T - start - size
+
+            def project(start, size, _group=group, _l=l, _in=in_size):
+                for gd, d in enumerate(_group):
+                    k = kernels.input_projection(size, N, _in, H, G, panel=panel)
+                    t0 = base(d, start, size) if interleave else start
+                    prog.call(k, x=layer_in(t0, size), w=w.piece(layout.slot(_l, d, "weight_ih").offset),
+                              b=w.piece(layout.slot(_l, d, "bias_ih").offset),
+                              gx=gx.at("t", "n", *gate_axes, d=gd, t=0 if interleave else start))
+
+            if not interleave:
+                prog.chunked(T, chunks, project)
+            for d in group:
+                ld = l * D + d
                 # State rows: training keeps all T+1 in time order (see the module docstring);
                 # inference alternates two.
                 first = (0 if d == 0 else T) if train else 0
@@ -274,26 +307,39 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                 if cs is not None:
                     prog.call(copy, src=c0.at("n", "j", ld=ld), dst=cs.at("n", "j", ld=ld, t=first))
 
-            with prog.loop(T, "step") as u:
-                def views_of(d, _l=l, _group=group):
-                    ld, gd = _l * D + d, _group.index(d)
-                    s = _time(config, T, d, u)
-                    if train:
-                        rows = (prev_row(d, s), next_row(d, s))
-                    else:
-                        rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
-                    views = dict(gx=gx.at("n", *gate_axes, d=gd, t=s), w=w.piece(layout.slot(_l, d, "weight_hh").offset),
-                                 b=w.piece(layout.slot(_l, d, "bias_hh").offset),
-                                 h_prev=h_row(d, rows[0]), h=h_row(d, rows[1]), y=layer_out(s, d))
-                    if cs is not None:
-                        views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
-                    if c.unit_params:
-                        views["unit"] = w.piece(layout.unit_offset(_l, d))
-                    if train:
-                        views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i)
-                                      for i in range(config.num_saved)})
-                    return views
-                prog.call(step, **_bind(group, views_of))
+            def steps(start, size, _l=l, _group=group, _step=step):
+                with prog.loop(size, "step") as v:
+                    u = v if start is None else start + v
+
+                    def views_of(d):
+                        ld, gd = _l * D + d, _group.index(d)
+                        s = _time(config, T, d, u)
+                        if train:
+                            rows = (prev_row(d, s), next_row(d, s))
+                        else:
+                            rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
+                        t_gx = s - base(d, start, size) if interleave else s
+                        views = dict(gx=gx.at("n", *gate_axes, d=gd, t=t_gx),
+                                     w=w.piece(layout.slot(_l, d, "weight_hh").offset),
+                                     b=w.piece(layout.slot(_l, d, "bias_hh").offset),
+                                     h_prev=h_row(d, rows[0]), h=h_row(d, rows[1]), y=layer_out(s, d))
+                        if cs is not None:
+                            views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
+                        if c.unit_params:
+                            views["unit"] = w.piece(layout.unit_offset(_l, d))
+                        if train:
+                            views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i)
+                                          for i in range(config.num_saved)})
+                        return views
+                    prog.call(_step, **_bind(_group, views_of))
+
+            if interleave:
+                def chunk(start, size):
+                    project(start, size)
+                    steps(start, size)
+                prog.chunked(T, chunks, chunk)
+            else:
+                steps(None, T)
             for d in group:
                 ld = l * D + d
                 last = (T if d == 0 else 0) if train else tirx.floormod(T, 2)
@@ -540,9 +586,11 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
 
     def blocks(name):
         return persistent_blocks if name in passes else None
-    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel, **how),
+    interleave = interleaved_projections(target)
+    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
+                                interleave=interleave, **how),
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
-                                **how),
+                                interleave=interleave, **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size), **how),

@@ -252,7 +252,7 @@ class RNN:
             self._function(program)(*args)
 
     def _scratch(self, frame: Frame, program: str, name: str, shape):
-        """A temporary of a pass (e.g. the input projections of all steps, 77 MB for a DS2 LSTM),
+        """A temporary of a pass (e.g. the input projections of a chunk of steps, 4 MB for a DS2 LSTM),
         kept from call to call on the CPU: a fresh one costs the OS's zeroing of every page at
         first touch, which was a fifth of a DS2 LSTM inference on the dev machine (cuDNN asks
         for the same thing as its workspace). Per thread, so concurrent calls from several
