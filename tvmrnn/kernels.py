@@ -406,27 +406,26 @@ def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, 
     running sum stays in place and its order (chunk by chunk, in time order) is fixed: the
     result is bit-identical from run to run.
     """
+    if panel and not packed:
+        raise ValueError("weight_gradient: panels are a packed layout (packed=True)")
     a = te.placeholder((steps, batch, in_size), F32, "a")
+    dg = te.placeholder(gradient_panels_shape(steps, batch, hidden, gates, panel) if panel
+                        else (steps, batch, hidden, gates), F32, "dg")
     t = te.reduce_axis((0, steps), "t")
     n = te.reduce_axis((0, batch), "n")
     if panel:
-        if not packed:
-            raise ValueError("weight_gradient: panels are a packed layout (packed=True)")
-        dg = te.placeholder(gradient_panels_shape(steps, batch, hidden, gates, panel), F32, "dg")
         acc = te.placeholder(weight_gradient_shape(in_size, hidden, gates, panel), F32, "acc")
         mm = te.compute(acc.shape, lambda p, k, u, g: te.sum(a[t, n, k] * dg[p, t, n, u, g], axis=[t, n]),
                         name="matmul")
         out = te.compute(acc.shape, lambda p, k, u, g: acc[p, k, u, g] + mm[p, k, u, g], name="dw")
         columns, name = ("u", "g"), f"weight_gradient_panels_p{panel}"
     elif packed:
-        dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
         acc = te.placeholder((in_size, hidden, gates), F32, "acc")
         mm = te.compute(acc.shape, lambda k, j, g: te.sum(a[t, n, k] * dg[t, n, j, g], axis=[t, n]),
                         name="matmul")
         out = te.compute(acc.shape, lambda k, j, g: acc[k, j, g] + mm[k, j, g], name="dw")
         columns, name = ("j", "g"), "weight_gradient_packed"
     else:
-        dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
         acc = te.placeholder((gates, hidden, in_size), F32, "acc")
         mm = te.compute(acc.shape, lambda g, j, k: te.sum(dg[t, n, j, g] * a[t, n, k], axis=[t, n]),
                         name="matmul")
