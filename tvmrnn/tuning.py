@@ -88,20 +88,26 @@ def _read_lines(path: str):
             raise TuningLogError(f"{path}:{number}: not a JSON line: {err}") from None
 
 
+def _log_runs(folder: str):
+    """Each tuning run's ``(workload file, record file or None)`` in a log folder, in name order."""
+    for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
+        record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
+        yield workload_path, record_path if os.path.exists(record_path) else None
+
+
 def load_records(folder: str) -> ms.database.MemoryDatabase:
     """Every workload and tuning record in a log folder, in memory (the files stay as they are).
     Parsing a record replays its trace on its workload (~20 ms a record): what only needs a
     kernel's best records reads the folder with :class:`LogIndex` instead."""
     db = ms.database.MemoryDatabase()
-    for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
-        record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
+    for workload_path, record_path in _log_runs(folder):
         workloads = []
         for number, obj in _read_lines(workload_path):
             try:
                 workloads.append(db.commit_workload(ms.database.Workload.from_json(obj).mod))
             except Exception as err:
                 raise TuningLogError(f"{workload_path}:{number}: not a MetaSchedule workload: {err}") from None
-        if not os.path.exists(record_path):
+        if record_path is None:
             continue
         for number, obj in _read_lines(record_path):
             try:
@@ -125,15 +131,14 @@ class LogIndex:
         self.workloads: dict[str, tuple] = {}  # workload key -> (its JSON, where)
         self.records: dict[str, list] = {}  # workload key -> [(mean s, order, record JSON, where)], measured ones
         self.counts: dict[str, int] = {}  # workload key -> how many records the logs hold, failed runs too
-        for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
-            record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
+        for workload_path, record_path in _log_runs(folder):
             keys = []
             for number, obj in _read_lines(workload_path):
                 if not (isinstance(obj, list) and len(obj) == 2):
                     raise TuningLogError(f"{workload_path}:{number}: not a MetaSchedule workload")
                 keys.append(str(obj[0]))
                 self.workloads.setdefault(keys[-1], (obj, f"{workload_path}:{number}"))
-            if not os.path.exists(record_path):
+            if record_path is None:
                 continue
             for number, obj in _read_lines(record_path):
                 where = f"{record_path}:{number}"
