@@ -30,7 +30,7 @@ def main():
     import torch
 
     import tvmrnn
-    from tvmrnn import arrays
+    from tvmrnn.runtime import arrays
     if a.threads:
         torch.set_num_threads(a.threads)
     N, H, T = a.N, a.hidden_size, a.T

@@ -19,7 +19,7 @@ in plain fp32 either way). With --tf32, TF32 is allowed on both sides instead: t
 rows say "(TF32 both)" and their errors are against PyTorch's TF32 result. On the CPU: PyTorch's CPU path; both
 sides use --threads threads.
 
-With --custom CELL (an example cell of tvmrnn.example_cells), each configuration instead times that
+With --custom CELL (an example cell of tvmrnn.cells.examples), each configuration instead times that
 cell through tvmrnn beside the built-in LSTM through tvmrnn at the same sizes (same fusion: the
 ratio is the custom cell's cost), the same cell as a per-step PyTorch loop (what a framework user
 writes for a cell cuDNN lacks), and torch.compile of that loop (reported as failed where it fails).
@@ -55,7 +55,7 @@ def parse():
     p.add_argument("--hidden-size", type=int, default=DS2["H"])
     p.add_argument("--num-layers", type=int, nargs="*", default=None, help="e.g. 1 5")
     p.add_argument("--bidirectional", action="store_true")
-    p.add_argument("--custom", metavar="CELL", help="an example custom cell (tvmrnn.example_cells.EXAMPLES) "
+    p.add_argument("--custom", metavar="CELL", help="an example custom cell (tvmrnn.cells.examples.EXAMPLES) "
                                                     "against the built-in LSTM, a PyTorch loop and torch.compile")
     p.add_argument("--no-compile", action="store_true", help="with --custom: leave out torch.compile (its compilation "
                                                               "of a long loop can take many minutes)")
@@ -238,7 +238,7 @@ def torch_rnn(cell, I, H, L, bidir):
 
 def find_package(paths, **config):
     """The first of ``paths`` whose package metadata has every item of ``config``; None if none."""
-    from tvmrnn.package import read_metadata
+    from tvmrnn.runtime.package import read_metadata
     for path in paths:
         meta = read_metadata(path)
         if all(meta.get(k) == v for k, v in config.items()):
@@ -276,7 +276,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
                build_s=round(build_s, 1), tuned_kernels=tuned, package=package)
     results = []
     if a.profile:
-        from tvmrnn.profile import GROUPS, profile
+        from tvmrnn.runtime.profile import GROUPS, profile
         passes = ("forward",) if a.no_train else ("forward", "forward_train", "backward")
         row["profile"] = []
         for p in profile(rnn, T, passes):
@@ -376,10 +376,10 @@ def peak_mb(torch, step) -> float:
 
 def bench_custom(a, name, L, bidir, tvmrnn, torch):
     """A custom cell through tvmrnn beside the built-in LSTM (tvmrnn), a per-step loop and torch.compile."""
-    from tvmrnn import example_cells
+    from tvmrnn.cells import examples as example_cells
     if name not in example_cells.EXAMPLES:
         raise SystemExit(f"--custom: expected one of {sorted(example_cells.EXAMPLES)} (cells with a PyTorch "
-                         f"reference in tvmrnn.example_cells), got {name!r}")
+                         f"reference in tvmrnn.cells.examples), got {name!r}")
     cell = example_cells.EXAMPLES[name]
     T, N, I, H = a.seq_len, a.batch_size, a.input_size, a.hidden_size
     dev = torch.device(a.device)
@@ -464,7 +464,7 @@ def bench_custom(a, name, L, bidir, tvmrnn, torch):
 
 
 def machine(torch, a):
-    from tvmrnn.arrays import huge_pages
+    from tvmrnn.runtime.arrays import huge_pages
     info = dict(python=platform.python_version(), torch=torch.__version__, threads=a.threads,
                 cpu=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"),
                 tvmrnn_huge_pages=huge_pages(), torch_huge_pages=os.environ.get("THP_MEM_ALLOC_ENABLE") == "1",

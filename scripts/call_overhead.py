@@ -61,7 +61,7 @@ def main():
     import torch
 
     import tvmrnn
-    from tvmrnn.rnn import to_tvm
+    from tvmrnn.runtime.rnn import to_tvm
     dev = torch.device(a.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -4,7 +4,7 @@
     python scripts/chunk_study.py lstm gru --chunks 16,1 64,16,1 128,16,1 --device cuda
 
 For each cell at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default, builds the RNN once per
-``--chunks`` choice (``tvmrnn.passes.CHUNK_STEPS``: the input projection, weight and input gradient
+``--chunks`` choice (``tvmrnn.program.passes.CHUNK_STEPS``: the input projection, weight and input gradient
 GEMMs run over chunks of the first size while it fits, then the next...), checks every build agrees
 with the first, and prints the median inference and training-pass times. The chunk size changes no
 buffer (the input projections of all steps are one array either way), only the GEMMs' shapes.
@@ -30,7 +30,7 @@ def main():
         import torch
         torch.set_num_threads(a.threads)
     from bench import compare_builds
-    from tvmrnn import passes
+    from tvmrnn.program import passes
 
     def chunked(sizes):
         def setup():  # build reads them through passes.chunk_steps, for the CPU or the GPU

@@ -51,7 +51,7 @@ def build(cell, config, env, step_tile, target):
     from unittest import mock
 
     import tvmrnn
-    from tvmrnn import default_schedule as ds
+    from tvmrnn import schedules as ds
     original = ds.cpu_gemm
 
     def cpu_gemm(sch, kernel, target, **tiles):

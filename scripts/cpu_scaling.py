@@ -58,11 +58,12 @@ def main():
                                ("torch x @ W_ih^T (LSTM 16-step chunk)", lambda: xs @ w.t(), 2 * 16 * N * H * 4 * H)):
             print(f"{name}\t{1e6 * timed(fn, lambda: None, 250, float('inf'))[0]}\t{flop}")
         return
-    from tvmrnn import fast_math, kernels
-    from tvmrnn.cells import CELLS
-    from tvmrnn.default_schedule import default_schedule
-    from tvmrnn.profile import time_kernel
-    from tvmrnn.target import host_target
+    from tvmrnn.schedules import fast_math
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules import default_schedule
+    from tvmrnn.runtime.profile import time_kernel
+    from tvmrnn.device import host_target
 
     N, H = a.batch_size, a.hidden_size
     target = host_target()

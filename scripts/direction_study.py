@@ -4,12 +4,12 @@
     python scripts/direction_study.py lstm gru --device cuda --num-layers 1 5
 
 For each cell at Deep Speech 2 sizes (T=300, N=20, I=H=800) by default, builds a bidirectional RNN
-twice: with the directions stacked (``tvmrnn.passes.stack_directions``, the GPU default: the step kernels
+twice: with the directions stacked (``tvmrnn.program.passes.stack_directions``, the GPU default: the step kernels
 get a leading direction axis, one launch runs both), here kept per-step launches
 (``TVMRNN_PERSIST_STACKED=0``), and with ``TVMRNN_STACK_DIRECTIONS=0`` (a time loop per direction).
 Checks the builds agree and prints median inference and training-pass times. The unstacked build's
 time loops in the passes of ``--persistent-passes`` (GPU; default both forwards, as
-``TVMRNN_PERSISTENT=auto``) run as persistent kernels (``tvmrnn.target.PERSISTENT_PASSES``).
+``TVMRNN_PERSISTENT=auto``) run as persistent kernels (``tvmrnn.device.PERSISTENT_PASSES``).
 With ``--stacked-persistent`` (GPU) the stacked per-step build is compared with itself made persistent
 (``TVMRNN_PERSIST_STACKED=1``, the default since v21: one launch runs both directions' loops, each
 block on one direction's units, the hidden state staged in phases where it does not fit beside the
@@ -42,7 +42,7 @@ def main():
         import torch
         torch.set_num_threads(a.threads)
     from bench import compare_builds
-    from tvmrnn import target
+    from tvmrnn import device as target
     default_passes = target.PERSISTENT_PASSES["auto"]
 
     def stacked(on, persist_stacked="0", mode="auto"):

@@ -19,7 +19,7 @@ from tvmrnn.cells import find_cell  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cell", help=f"{', '.join(sorted(tvmrnn.CELLS))}, an example custom cell "
-                                "(tvmrnn.example_cells) or module:attribute naming a tvmrnn.define_cell cell")
+                                "(tvmrnn.cells.examples) or module:attribute naming a tvmrnn.define_cell cell")
     p.add_argument("--input-size", type=int, required=True)
     p.add_argument("--hidden-size", type=int, required=True)
     p.add_argument("--batch-size", type=int, required=True)

@@ -43,8 +43,8 @@ def main():
     import numpy as np
 
     import tvmrnn
-    from tvmrnn import sequence
-    from tvmrnn.profile import kernel_timer
+    from tvmrnn.program import sequence
+    from tvmrnn.runtime.profile import kernel_timer
     T, N, H = a.seq_len, a.batch_size, a.hidden_size
     rng = np.random.default_rng(0)
     print(f"threads {os.environ.get('TVM_NUM_THREADS', 'default')}, T={T} N={N} I=H={H}, "

@@ -10,9 +10,9 @@ checks its output against the first entry's on the same inputs, and prints the m
 TFLOP/s, beside PyTorch's (cuBLAS, TF32 off) GEMM of the same shape. An entry is either
 ``dlight[:key=value,...]`` (dlight's ``Matmul`` with scalar accesses, the default before v8; keys
 of its config: block_size_x/y, micro_size_x/y/k, vector_size, vthread_x/y, unroll) or overrides of
-:data:`tvmrnn.default_schedule.GPU_MATMUL` for :func:`tvmrnn.default_schedule.gpu_matmul`
+:data:`tvmrnn.schedules.GPU_MATMUL` for :func:`tvmrnn.schedules.gpu_matmul`
 (``rows=2x16x4``, ``cols=...``, ``k_tile=16``, ``pipeline=0``, ``tf32=1``: TF32 tensor cores,
-:func:`tvmrnn.default_schedule.gpu_matmul_tf32`, its tile set by ``tf32_warps=2x4``,
+:func:`tvmrnn.schedules.cuda.gpu_matmul_tf32`, its tile set by ``tf32_warps=2x4``,
 ``tf32_fragments=4x2``, ``tf32_k_tile=32``, ``tf32_pipeline=1``; empty: the default). A TF32 entry's difference
 from the first entry is TF32's rounding (~1e-3), not an error.
 """
@@ -59,7 +59,7 @@ def schedule(kernel, target, text):
     """The kernel's function scheduled as the ``--configs`` entry says."""
     from tvm import s_tir
     from tvm.s_tir import dlight
-    from tvmrnn import default_schedule as ds
+    from tvmrnn import schedules as ds
     kind, config = parse_config(text)
     if kind == "dlight":
         rule = dlight.gpu.Matmul()
@@ -87,9 +87,9 @@ def main():
     import numpy as np
     import torch
     import tvm
-    from tvmrnn import default_schedule as ds
+    from tvmrnn import schedules as ds
     from tvmrnn import kernels
-    from tvmrnn.sequence import compile_module
+    from tvmrnn.program.sequence import compile_module
     T, N, H, G = a.steps, a.N, a.hidden_size, a.gates
     K = a.in_size or H
     makers = {

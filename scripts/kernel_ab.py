@@ -46,8 +46,8 @@ def main():
     p.add_argument("--rounds", type=int, default=10)
     a = p.parse_args()
     import tvmrnn
-    from tvmrnn.profile import kernel_timer
-    from tvmrnn.target import host_target
+    from tvmrnn.runtime.profile import kernel_timer
+    from tvmrnn.device import host_target
     old = import_as(a.old, "tvmrnn_old")
     sides = {}
     for side, pkg in (("old", old), ("new", tvmrnn)):

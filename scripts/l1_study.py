@@ -32,7 +32,7 @@ KERNELS = ("weight_gradient", "weight_gradient_packed", "input_projection", "inp
 def make(name, steps, N, H, G, target):
     """The kernel as a default build makes it for ``target`` (weights in its panels, if any)."""
     from tvmrnn import kernels
-    from tvmrnn.default_schedule import weight_panel
+    from tvmrnn.schedules.cpu import weight_panel
     if name.startswith("weight_gradient"):
         return kernels.weight_gradient(steps, N, H, H, G, packed=name.endswith("packed"))
     if name in ("input_projection", "step_projection"):
@@ -87,9 +87,9 @@ def main():
 
     import numpy as np
     import tvm
-    from tvmrnn import default_schedule as ds
-    from tvmrnn.profile import kernel_timer
-    from tvmrnn.target import host_target
+    from tvmrnn import schedules as ds
+    from tvmrnn.runtime.profile import kernel_timer
+    from tvmrnn.device import host_target
 
     N, H, G = a.batch_size, a.hidden_size, 4
     target = host_target()

@@ -135,9 +135,9 @@ def study(a, cell, torch, tvmrnn):
         ("tvmrnn", "training"): (ours_train, lambda o: [o["x"]]),
         ("cuDNN", "training"): (theirs_train, lambda o: [o[0]]),
     }
-    # the bare module with TVM arrays on TVM's own stream, as tvmrnn.profile times a pass
+    # the bare module with TVM arrays on TVM's own stream, as tvmrnn.runtime.profile times a pass
     import tvm
-    from tvmrnn.profile import _random_tensors
+    from tvmrnn.runtime.profile import _random_tensors
     for program in ("forward", "forward_train"):
         args = _random_tensors(rnn.shapes(program, T).values(), tvm.cuda(0))
         f = rnn.module[program]

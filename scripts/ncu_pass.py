@@ -39,7 +39,7 @@ def run_pass(a):
     import numpy as np
     import torch
     import tvmrnn
-    from tvmrnn import default_schedule
+    from tvmrnn import schedules as default_schedule
     default_schedule.PERSISTENT_TILES = {**default_schedule.PERSISTENT_TILES, **a.shape}
     H, N, T = a.hidden_size, a.N, a.T
     rnn = tvmrnn.build(a.cell, input_size=H, hidden_size=H, num_layers=a.num_layers, bidirectional=a.bidirectional,

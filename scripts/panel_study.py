@@ -78,9 +78,9 @@ def main():
         return
     import numpy as np
     import tvm
-    from tvmrnn import default_schedule as ds
-    from tvmrnn.profile import time_kernel
-    from tvmrnn.target import host_target
+    from tvmrnn import schedules as ds
+    from tvmrnn.runtime.profile import time_kernel
+    from tvmrnn.device import host_target
 
     N, H, G = a.batch_size, a.hidden_size, 4
     target = host_target()

@@ -4,7 +4,7 @@
     python scripts/pdl_study.py lstm gru --reps 20
     python scripts/pdl_study.py lstm --num-layers 5 --bidirectional --reps 5
 
-Builds each configuration once per ``--modes`` (``TVMRNN_PDL=0``, ``wait``, ``early``, see ``tvmrnn.target.dependent_launch``),
+Builds each configuration once per ``--modes`` (``TVMRNN_PDL=0``, ``wait``, ``early``, see ``tvmrnn.device.dependent_launch``),
 runs both and cuDNN (PyTorch, TF32 off) on the same weights and inputs in one process, checks that
 both builds agree with each other and with cuDNN, and prints the median milliseconds of an
 inference forward and of a training step (forward + backward), timed with CUDA events around

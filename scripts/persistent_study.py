@@ -43,10 +43,10 @@ def main():
     shapes = [SHAPES[i] for i in a.shapes] if a.shapes is not None else ([] if a.shape else list(SHAPES))
     shapes += a.shape
     from bench import compare_builds
-    from tvmrnn import default_schedule
+    from tvmrnn import schedules as default_schedule
     DEFAULT = dict(default_schedule.PERSISTENT_TILES)
     if a.no_barrier:
-        from tvmrnn import sequence
+        from tvmrnn.program import sequence
         sequence.GRID_BARRIER = False
         print("--no-barrier: persistent results are wrong (no barrier between steps); timing only")
 

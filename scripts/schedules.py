@@ -23,9 +23,9 @@ sys.path.insert(0, ROOT)
 
 import tvm  # noqa: E402
 
-from tvmrnn import tuning  # noqa: E402
-from tvmrnn.cells import get_cell  # noqa: E402
-from tvmrnn.passes import Config  # noqa: E402
+from tvmrnn.tune import records, tasks, tuner  # noqa: E402
+from tvmrnn.cells.definition import get_cell  # noqa: E402
+from tvmrnn.program.passes import Config  # noqa: E402
 
 
 def known_kernels():
@@ -46,18 +46,18 @@ def known_kernels():
     for target, options in ((None, {}), (None, {"TVMRNN_WEIGHT_PANELS": "0"}), (xeon, {}),
                             (xeon, {"TVMRNN_WEIGHT_PANELS": "0"}), (h100, {}), (h100, {"TVMRNN_PERSISTENT": "0"})):
         with mock.patch.dict(os.environ, options):
-            kernels.update((t.kernel.name, t.kernel) for t in tuning.extract_tasks(configs, target=target))
+            kernels.update((t.kernel.name, t.kernel) for t in tasks.extract_tasks(configs, target=target))
     return list(kernels.values())
 
 
 def render(folder, kernels):
-    logs = tuning.LogIndex(folder)  # each workload's best record alone is parsed (~20 ms a record)
+    logs = records.LogIndex(folder)  # each workload's best record alone is parsed (~20 ms a record)
     files = {}
     for kernel in kernels:
         best = next(logs.best(kernel, 1), None)
         if best is None:
             continue
-        sch = tvm.s_tir.Schedule(tuning.workload(kernel))
+        sch = tvm.s_tir.Schedule(records.workload(kernel))
         best.trace.apply_to_schedule(sch, remove_postproc=False)
         us = 1e6 * sum(float(s) for s in best.run_secs) / len(best.run_secs)
         header = (f"# {kernel.name}: best of {logs.trials(kernel)} trials, {us:.2f} us\n"

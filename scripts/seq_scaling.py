@@ -32,7 +32,7 @@ def main():
     a = p.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
     import tvmrnn
-    from tvmrnn.profile import _device, _random_tensors
+    from tvmrnn.runtime.profile import _device, _random_tensors
     rnn = tvmrnn.build(a.cell, input_size=a.hidden_size, hidden_size=a.hidden_size, num_layers=1,
                        bidirectional=False, batch_size=a.batch_size)
     dev = _device(rnn.target)

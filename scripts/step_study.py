@@ -62,12 +62,12 @@ def one(a):
     import numpy as np
     import tvm
     import tvm_ffi
-    from tvmrnn import default_schedule as ds
-    from tvmrnn import fast_math
-    from tvmrnn.arrays import huge_empty
-    from tvmrnn.cells import get_cell
-    from tvmrnn.sequence import compile_module
-    from tvmrnn.target import host_target
+    from tvmrnn import schedules as ds
+    from tvmrnn.schedules import fast_math
+    from tvmrnn.runtime.arrays import huge_empty
+    from tvmrnn.cells.definition import get_cell
+    from tvmrnn.program.sequence import compile_module
+    from tvmrnn.device import host_target
     target = host_target()
     lanes = ds.vector_lanes(target)
     cell = get_cell(a.cell)

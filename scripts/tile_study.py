@@ -9,7 +9,7 @@ projection chunk) and each tile shape (``--column-vectors`` output vectors wide,
 ``--accumulators`` registers), times the default schedule alone (median, microseconds).
 
 GPU: for each per-step kernel (the fused forward and backward steps of every cell) and each
-shape of :func:`tvmrnn.default_schedule.gpu_split_k` (``--block-threads`` threads per block, at
+shape of :func:`tvmrnn.schedules.gpu_split_k` (``--block-threads`` threads per block, at
 least ``--min-blocks`` blocks, ``--thread-columns`` output columns per thread, the reduction
 over ``--block-slices`` blocks, ``--gpu-accumulators`` partial sums per thread), the same. The
 first shape listed first is the default's.
@@ -48,11 +48,12 @@ def main():
     a = p.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(a.threads)
     import tvm
-    from tvmrnn import fast_math, kernels
-    from tvmrnn.cells import CELLS
-    from tvmrnn.default_schedule import default_schedule
-    from tvmrnn.profile import time_kernel
-    from tvmrnn.target import host_target
+    from tvmrnn.schedules import fast_math
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules import default_schedule
+    from tvmrnn.runtime.profile import time_kernel
+    from tvmrnn.device import host_target
     N, H = a.batch_size, a.hidden_size
     todo = [kernels.recurrent_step(CELLS[c], N, H, train=False, directions=d)
             for c in ("lstm", "gru", "rnn_tanh") for d in a.directions]

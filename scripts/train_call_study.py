@@ -46,8 +46,8 @@ def main():
     import torch
 
     import tvmrnn
-    from tvmrnn.profile import _random_tensors
-    from tvmrnn.rnn import to_tvm
+    from tvmrnn.runtime.profile import _random_tensors
+    from tvmrnn.runtime.rnn import to_tvm
     import tvm
     torch.set_num_threads(int(os.environ.get("TVM_NUM_THREADS") or torch.get_num_threads()))
     T, N, I, H, L = a.T, a.N, a.hidden_size, a.hidden_size, a.num_layers

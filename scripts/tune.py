@@ -22,10 +22,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tvmrnn  # noqa: E402
-from tvmrnn import tuning  # noqa: E402
-from tvmrnn import target as targets  # noqa: E402
+from tvmrnn.tune import records, tasks, tuner  # noqa: E402
+from tvmrnn import device as targets  # noqa: E402
 from tvmrnn.cells import find_cell  # noqa: E402
-from tvmrnn.passes import Config  # noqa: E402
+from tvmrnn.program.passes import Config  # noqa: E402
 
 SIZE_KEYS = ("input_size", "hidden_size", "num_layers", "bidirectional", "batch_size")
 
@@ -72,7 +72,7 @@ def table(results, out=print):
         share = f"{100 * calls * best / total:5.1f}%" if best and total else "     -"
         out(f"{name:48s} {calls:9d} {trials:6d} {best if best else float('nan'):10.1f} {share}")
     if total:
-        out(f"tuned kernels' time per training step + inference pass at T={tuning.REFERENCE_LENGTH}: "
+        out(f"tuned kernels' time per training step + inference pass at T={tasks.REFERENCE_LENGTH}: "
             f"{total / 1e3:.2f} ms (kernel time only: no launch gaps)")
 
 
@@ -80,7 +80,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("cells", nargs="*", help=f"cells to tune: {', '.join(sorted(tvmrnn.CELLS))}, an example "
-                                            f"custom cell (tvmrnn.example_cells) or module:attribute")
+                                            f"custom cell (tvmrnn.cells.examples) or module:attribute")
     p.add_argument("--input-size", type=int)
     p.add_argument("--hidden-size", type=int)
     p.add_argument("--batch-size", type=int)
@@ -91,7 +91,7 @@ def main(argv=None):
     p.add_argument("--target", help='"cpu", "cuda", a tag ("nvidia/nvidia-h100") or a JSON target dict; '
                                     "default: this machine's GPU, else its CPU")
     p.add_argument("--trials", type=int, default=64, help="trials per task, counting those already logged")
-    p.add_argument("--log-dir", default=tuning.DEFAULT_LOGS, help="default: the repository's tuning_logs/")
+    p.add_argument("--log-dir", default=records.DEFAULT_LOGS, help="default: the repository's tuning_logs/")
     p.add_argument("--kernels", nargs="*", help="only tasks whose name contains one of these")
     p.add_argument("--max-tasks", type=int, help="only the N tasks with the largest share of a training step (measured where the log has them, else estimated from FLOPs)")
     p.add_argument("--warm-start-from", help="another log folder (other target or shapes) to seed new tasks from")
@@ -111,17 +111,17 @@ def main(argv=None):
         raise SystemExit("--rpc-tracker and --rpc-key go together")
     configs = configs_from(a)
     target = detect_target(a.target)
-    folder = os.path.join(a.log_dir, tuning.target_key(target))
+    folder = os.path.join(a.log_dir, records.target_key(target))
     print(f"target {target.export()} -> {folder}")
     if a.list:
-        db = tuning.load_records(folder) if os.path.isdir(folder) else None
-        tasks = tuning.select_tasks(configs, target, a.kernels or None, a.max_tasks, db)
-        table([(t, db and tuning.best_latency_us(db, t.kernel), len(tuning.records_of(db, t.kernel)) if db else 0)
+        db = records.load_records(folder) if os.path.isdir(folder) else None
+        tasks = tasks.select_tasks(configs, target, a.kernels or None, a.max_tasks, db)
+        table([(t, db and records.best_latency_us(db, t.kernel), len(records.records_of(db, t.kernel)) if db else 0)
                for t in tasks])
         return
     start = time.time()
     try:
-        results = tuning.tune(configs, target, log_dir=a.log_dir, trials_per_task=a.trials, kernels=a.kernels,
+        results = tuner.tune(configs, target, log_dir=a.log_dir, trials_per_task=a.trials, kernels=a.kernels,
                               max_tasks=a.max_tasks, rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key,
                               num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
                               seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults,

@@ -18,9 +18,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tvmrnn import tuning  # noqa: E402
-from tvmrnn.cells import CELLS  # noqa: E402
-from tvmrnn.passes import Config  # noqa: E402
+from tvmrnn.tune import records, tasks, tuner  # noqa: E402
+from tvmrnn.cells.definition import CELLS  # noqa: E402
+from tvmrnn.program.passes import Config  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tune import detect_target  # noqa: E402
@@ -56,14 +56,14 @@ def main():
     kernel = f"recurrent_step_{a.cell}_infer"
     quiet = lambda line: None  # noqa: E731
     root = tempfile.mkdtemp(prefix="tvmrnn-warm-")
-    key = tuning.target_key(target)
-    tuning.tune([Config(cell, 16, sh, 1, False, sn, False)], target, os.path.join(root, "source"), a.trials,
+    key = records.target_key(target)
+    tuner.tune([Config(cell, 16, sh, 1, False, sn, False)], target, os.path.join(root, "source"), a.trials,
                 kernels=[kernel], out=quiet, seed_default=False)
     curves = {"cold": [], "warm": []}
     for seed in range(1, a.seeds + 1):
         for mode in curves:
             log = os.path.join(root, f"{mode}{seed}")
-            tuning.tune([Config(cell, 16, dh, 1, False, dn, False)], target, log, a.trials, kernels=[kernel],
+            tuner.tune([Config(cell, 16, dh, 1, False, dn, False)], target, log, a.trials, kernels=[kernel],
                         out=quiet, seed=seed, seed_default=False,  # compare searches, not the default
                         warm_start_from=os.path.join(root, "source", key) if mode == "warm" else None)
             curves[mode].append(curve(os.path.join(log, key)))

@@ -59,11 +59,11 @@ def main():
     from tvm import s_tir, te
 
     import tvmrnn  # noqa: F401  (sets TVM_NUM_THREADS)
-    from tvmrnn import default_schedule as ds
+    from tvmrnn import schedules as ds
     from tvmrnn import kernels
-    from tvmrnn.profile import kernel_timer
-    from tvmrnn.sequence import compile_module
-    from tvmrnn.target import host_target
+    from tvmrnn.runtime.profile import kernel_timer
+    from tvmrnn.program.sequence import compile_module
+    from tvmrnn.device import host_target
 
     target = host_target()
     T, N, H, G, C = a.steps, a.batch_size, a.hidden_size, a.gates, a.panel_columns

@@ -9,7 +9,7 @@ import tvm
 from tvm import tirx
 
 from tvmrnn import CELLS
-from tvmrnn.autodiff import derive
+from tvmrnn.cells.autodiff import derive
 
 
 def evaluate(e, env: dict) -> float:

@@ -48,7 +48,7 @@ def test_cuda_default_schedules(sizes):
     accesses only between shared memory and registers (the all-steps GEMMs' 128-bit loads from
     their shared tiles, ``gpu_matmul``). Batches above the split-K's 64 rows keep their fused
     epilogues in split-K (the tiled GEMM cannot place them)."""
-    from tvmrnn.example_cells import EXAMPLES
+    from tvmrnn.cells.examples import EXAMPLES
     rnn = tvmrnn.build(EXAMPLES["peephole_lstm"], **sizes, num_layers=2, bidirectional=True,
                        target="nvidia/nvidia-h100", tuning_logs=False)
     source = rnn.executable.mod.imports[0].inspect_source()
@@ -78,8 +78,9 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
     import tvm
     import tvm_ffi
     from tvmrnn import kernels
-    from tvmrnn.cells import CELLS
-    from tvmrnn.default_schedule import default_schedule, variants
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules import default_schedule
+    from tvmrnn.schedules.variants import variants
     target = tvm.target.Target("nvidia/nvidia-h100")
     G = CELLS[cell].num_gates
     for kernel in (kernels.recurrent_step(CELLS[cell], 20, 800, train=True), kernels.recurrent_backward(20, 800, G, True),
@@ -109,8 +110,9 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     import tvm
     from tvm import s_tir
     from tvmrnn import kernels
-    from tvmrnn.cells import CELLS
-    from tvmrnn.default_schedule import default_block_slices, default_schedule
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules.split_k import default_block_slices
+    from tvmrnn.schedules import default_schedule
     target = tvm.target.Target("nvidia/nvidia-h100")
 
     def launches(kernel, **tiles):
@@ -145,7 +147,7 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     # whole models: the partial sums' global scratch is one pool that the driver allocates once,
     # every call's partial sums a view into it from its start (sequence.Program._pooled)
     import tvmrnn
-    from tvmrnn import default_schedule as ds
+    from tvmrnn import schedules as ds
     monkeypatch.setattr(ds, "GPU_BLOCK_SLICE", 8)
     rnn = tvmrnn.build("lstm", input_size=13, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
                        target="nvidia/nvidia-h100")
@@ -168,7 +170,9 @@ def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
     import tvm
     import tvm_ffi
     from tvmrnn import kernels
-    from tvmrnn.default_schedule import GPU_MATMUL_VARIANTS, default_schedule, slice_variants, variants
+    from tvmrnn.schedules.variants import GPU_MATMUL_VARIANTS, variants
+    from tvmrnn.schedules import default_schedule
+    from tvmrnn.schedules.cuda import slice_variants
     target = tvm.target.Target("nvidia/nvidia-h100")
     for kernel in (kernels.input_projection(256, 20, 800, 800, 4), kernels.weight_gradient(256, 20, 1600, 800, 3),
                    kernels.input_gradient(32, 20, 800, 800, 1, accumulate=True),
@@ -210,7 +214,8 @@ def test_cuda_short_chunk_gemms_split_their_reduction_over_blocks():
     GEMM stays one kernel, and ``k_slices=1`` restores it for a short chunk too."""
     import tvm
     from tvmrnn import kernels
-    from tvmrnn.default_schedule import default_schedule, matmul_k_slices, matmul_shape
+    from tvmrnn.schedules import default_schedule
+    from tvmrnn.schedules.cuda import matmul_k_slices, matmul_shape
     target = tvm.target.Target("nvidia/nvidia-h100")
 
     def launches(kernel, **tiles):
@@ -295,7 +300,7 @@ def test_time_loop_as_one_parallel_region_matches_torch(cell, monkeypatch, rng):
     with both directions of a layer in one launch and with them apart, on 2 threads."""
     import torch
     from conftest import rel_error, torch_module
-    from tvmrnn import passes
+    from tvmrnn.program import passes
 
     monkeypatch.setenv("TVMRNN_TIME_LOOP_REGION", "1")
     ref = torch_module(cell, 13, 37, 2, True, False).double()
@@ -333,9 +338,9 @@ def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
     them) at odd sizes: a weight gradient whose reduction (t, n) and rows do not divide evenly."""
     import numpy as np
     import tvm
-    from tvmrnn import default_schedule as ds, kernels
-    from tvmrnn.profile import time_kernel
-    from tvmrnn.target import host_target
+    from tvmrnn import schedules as ds, kernels
+    from tvmrnn.runtime.profile import time_kernel
+    from tvmrnn.device import host_target
 
     S, N, K, H, G = 3, 5, 36, 36, 4  # 6 row tiles (AVX2 and AVX-512), a 15-row reduction
     kernel = kernels.weight_gradient(S, N, K, H, G, packed=packed)
@@ -388,7 +393,7 @@ def test_cuda_programmatic_dependent_launch(mode, monkeypatch):
 
 
 def test_pdl_mode_is_checked(monkeypatch):
-    from tvmrnn import target as targets
+    from tvmrnn import device as targets
     monkeypatch.setenv("TVMRNN_PDL", "sometimes")
     with pytest.raises(ValueError, match="TVMRNN_PDL"):
         targets.dependent_launch(targets.resolve("nvidia/nvidia-h100"))
@@ -404,7 +409,7 @@ def test_views_as_pointers_match_torch(cell, monkeypatch, rng):
     import torch
     from conftest import rel_error, torch_module
 
-    monkeypatch.setattr(tvmrnn.target, "shared_kernels", lambda target: True)
+    monkeypatch.setattr(tvmrnn.device, "shared_kernels", lambda target: True)
     monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
     ref = torch_module(cell, 13, 37, 2, True, False).double()
     rnn = tvmrnn.build(cell, input_size=13, hidden_size=37, num_layers=2, bidirectional=True, batch_size=3,

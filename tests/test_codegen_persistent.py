@@ -40,7 +40,7 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
     assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
     steps = [name for name in rnn.schedules if name.startswith(("recurrent_step", "backward_step"))]
     assert len(steps) == 3 and all(name.endswith("_persistent") for name in steps)
-    from tvmrnn.package import metadata  # a package says how many SMs it needs (checked at load)
+    from tvmrnn.runtime.package import metadata  # a package says how many SMs it needs (checked at load)
     assert rnn.persistent_blocks == 132 and metadata(rnn)["persistent_blocks"] == 132
 
 
@@ -57,7 +57,7 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
     reduction splits evenly (at DS2 sizes), scalars elsewhere; ``row_vector`` copies the hidden state
     in float4s where its size is a multiple of 4 threads' vectors. Both compile at odd sizes too (a
     one-element bias slice is left in global memory: TVM's shared-memory merge fails on it)."""
-    from tvmrnn import default_schedule
+    from tvmrnn import schedules as default_schedule
     monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
     monkeypatch.setattr(default_schedule, "PERSISTENT_TILES",
                         {**default_schedule.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True, "row_vector": 4})
@@ -133,7 +133,7 @@ def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell, mo
 
 
 def test_persistent_modes(monkeypatch):
-    from tvmrnn import target as targets
+    from tvmrnn import device as targets
     h100 = targets.resolve("nvidia/nvidia-h100")
     monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)  # auto: both forwards
     assert targets.persistent_mode() == "auto" and targets.persistent_passes() == ("forward", "forward_train")
@@ -161,7 +161,7 @@ def test_persistent_modes(monkeypatch):
 
 
 def test_launch_flags_keep_dynamic_shared_memory_last():
-    from tvmrnn.sequence import with_launch_flag
+    from tvmrnn.program.sequence import with_launch_flag
     assert with_launch_flag(["blockIdx.x", "threadIdx.x", "tirx.use_programtic_dependent_launch",
                              "tirx.use_dyn_shared_memory"], "tirx.use_cooperative_launch") == [
         "blockIdx.x", "threadIdx.x", "tirx.use_programtic_dependent_launch", "tirx.use_cooperative_launch",
@@ -297,7 +297,7 @@ def test_cuda_kernels_refused_at_build_when_their_shared_memory_would_be_refused
     H = 128 did, on the H100). Under 48 KB in all, or with the dynamic part past 48 KB (opted in),
     it compiles; so does every default build (the tests above build them)."""
     import tvm
-    from tvmrnn.sequence import compile_module, shared_memory_bytes
+    from tvmrnn.program.sequence import compile_module, shared_memory_bytes
     target = tvm.target.Target("nvidia/nvidia-h100")
 
     def build(static_floats, dynamic_floats):

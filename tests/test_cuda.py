@@ -47,7 +47,7 @@ def test_long_sequences_match_torch_on_cuda(cell, rng):
 def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch):
     """Every per-step GEMM's reduction split over blocks (``GPU_BLOCK_SLICE`` made small: the test
     sizes' reductions are short), a partial-sums kernel and the epilogue's kernel per step."""
-    from tvmrnn import default_schedule
+    from tvmrnn import schedules as default_schedule
     monkeypatch.setattr(default_schedule, "GPU_BLOCK_SLICE", 8)
     built.cache_clear()  # builds are cached by their arguments, which do not say this
     try:
@@ -79,7 +79,7 @@ def test_all_steps_gemms_split_over_blocks_match_torch_on_cuda(cell, rng, monkey
     ``k_slices``: a partial GEMM per slice, then the epilogue's kernel), made to split at the test
     sizes: every GEMM that fills less than a quarter of the GPU, in slices of 16 or more. T = 7
     and 50 run 4- and 32-step chunks of the input projection, input and weight gradients."""
-    from tvmrnn import default_schedule
+    from tvmrnn import schedules as default_schedule
     monkeypatch.setattr(default_schedule, "GPU_MATMUL_MIN_SLICE", 16)
     built.cache_clear()
     try:
@@ -164,7 +164,7 @@ def test_two_direction_persistent_loops_match_torch_on_cuda(cell, T, rng, monkey
     of a layer in one persistent launch, each block on one direction's units, the hidden state
     staged in 2 phases of the reduction (forced here: at these sizes it fits whole); and a
     one-direction layer's persistent loops with the same phases."""
-    from tvmrnn import default_schedule
+    from tvmrnn import schedules as default_schedule
     monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
     monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
     monkeypatch.setattr(default_schedule, "PERSISTENT_TILES", {**default_schedule.PERSISTENT_TILES, "row_phases": 2})
@@ -209,7 +209,7 @@ def test_two_direction_persistent_loops_at_ds2_sizes_match_torch_on_cuda(cell, r
 
 
 def test_package_refuses_a_gpu_with_fewer_sms_than_its_persistent_blocks(monkeypatch):
-    from tvmrnn import package
+    from tvmrnn.runtime import package
     monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
     rnn = tvmrnn.build("gru", input_size=I, hidden_size=37, batch_size=N, target="cuda")
     meta = package.metadata(rnn)
@@ -290,15 +290,16 @@ def test_tuned_persistent_step_is_used_and_matches_torch_on_cuda(cell, tmp_path,
     """Tuning the forwards' persistent steps (inference and training, both persistent by default):
     every listed shape measured as a loop of steps in one launch, logged per step; a build then
     takes the fastest and still matches PyTorch."""
-    from tvmrnn import default_schedule, tuning
-    from tvmrnn.cells import CELLS as CELL_DEFS
-    from tvmrnn.passes import Config
+    from tvmrnn import schedules as default_schedule
+    from tvmrnn.tune import records, tasks, tuner
+    from tvmrnn.cells.definition import CELLS as CELL_DEFS
+    from tvmrnn.program.passes import Config
     target = tvm.target.Target("cuda")
     config = Config(CELL_DEFS[cell], I, 37, 1, False, N, False)
-    results = tuning.tune([config], target, log_dir=str(tmp_path), trials_per_task=1, kernels=["_persistent"])
+    results = tuner.tune([config], target, log_dir=str(tmp_path), trials_per_task=1, kernels=["_persistent"])
     assert sorted(task.kernel.name.split("_")[3] for task, _, _ in results) == ["infer", "train"]
     for task, best, trials in results:
-        assert tuning.is_persistent(task.kernel) and 1 < trials <= len(default_schedule.PERSISTENT_VARIANTS)
+        assert tasks.is_persistent(task.kernel) and 1 < trials <= len(default_schedule.PERSISTENT_VARIANTS)
         assert 0.5 < best < 100, best  # microseconds a step (a step loop's time divided by its steps)
     rnn = tvmrnn.build(cell, input_size=I, hidden_size=37, batch_size=N, target="cuda", tuning_logs=str(tmp_path))
     assert all(rnn.schedules[task.kernel.name] == "tuned" for task, _, _ in results)
@@ -312,10 +313,10 @@ def test_tuned_persistent_step_is_used_and_matches_torch_on_cuda(cell, tmp_path,
 
 
 def test_profile_times_persistent_steps_in_their_loop():
-    """``tvmrnn.profile`` times a persistent loop's step as one step of that loop (weights staged
+    """``tvmrnn.runtime.profile`` times a persistent loop's step as one step of that loop (weights staged
     once, a grid barrier a step): alone, one launch stages its block's weights every time, which
     made the DS2 LSTM's recurrent share read 111% of its forward pass (v21)."""
-    from tvmrnn.profile import profile
+    from tvmrnn.runtime.profile import profile
     rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target="cuda")
     for p in profile(rnn, T=300, passes=("forward", "forward_train"), reps=3):
         assert p.persistent, p.name
@@ -364,13 +365,13 @@ def test_tf32_gemm_is_on_tensor_cores_and_rounds_like_tf32():
     instructions."""
     from tvm import s_tir
 
-    from tvmrnn import default_schedule, kernels
-    from tvmrnn.sequence import compile_module
+    from tvmrnn import schedules as default_schedule, kernels
+    from tvmrnn.program.sequence import compile_module
     kernel = kernels.tf32(kernels.input_projection(256, 20, 200, 150, 4))
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     default_schedule.apply(sch, kernel, tvm.target.Target("cuda"))
     lib = compile_module(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
-                         tvmrnn.target.cuda_target())
+                         tvmrnn.device.cuda_target())
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in lib.mod.imports[0].inspect_source()
     rng = np.random.default_rng(0)
     host = [rng.standard_normal([int(s) for s in p.shape]).astype("float32") for p in kernel.func.params]

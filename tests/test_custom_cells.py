@@ -21,10 +21,11 @@ from tvm import tirx
 
 import tvmrnn
 import tvmrnn.torch as tt
-from tvmrnn import example_cells as ex
-from tvmrnn import package, tuning
-from tvmrnn.autodiff import derive
-from tvmrnn.passes import Config
+from tvmrnn.cells import examples as ex
+from tvmrnn.runtime import package
+from tvmrnn.tune import records, tasks, tuner
+from tvmrnn.cells.autodiff import derive
+from tvmrnn.program.passes import Config
 from conftest import H, I, N, built, rel_error, torch_module
 from test_autodiff import evaluate
 
@@ -249,11 +250,11 @@ def test_cells_by_name_for_the_scripts():
     """What scripts/export.py and scripts/tune.py accept for a cell."""
     from tvmrnn.cells import find_cell
     assert find_cell("gru") is tvmrnn.CELLS["gru"] and find_cell("mgu") is ex.MGU
-    assert find_cell("tvmrnn.example_cells:LEAKY_RNN") is ex.LEAKY_RNN
+    assert find_cell("tvmrnn.cells.examples:LEAKY_RNN") is ex.LEAKY_RNN
     with pytest.raises(ValueError, match=r"unknown cell 'nope'; expected one of \['gru', .*'peephole_lstm'\]"):
         find_cell("nope")
-    with pytest.raises(ValueError, match="'tvmrnn.example_cells:EXAMPLES' is not a tvmrnn Cell"):
-        find_cell("tvmrnn.example_cells:EXAMPLES")
+    with pytest.raises(ValueError, match="'tvmrnn.cells.examples:EXAMPLES' is not a tvmrnn Cell"):
+        find_cell("tvmrnn.cells.examples:EXAMPLES")
 
 
 def test_cell_definition_error_is_a_value_error():
@@ -285,7 +286,7 @@ w = rnn.pack_weights({{k: data[k] for k in rnn.config.layout.names}})
 y, hy, cy, ws = rnn.forward_train(w, data["x"])
 g = rnn.backward(w, ws, data["dy"])
 np.savez(r"{tmp_path}/out.npz", y=y, cy=cy, **{{"d_" + k: v for k, v in g.items()}})
-assert "tvmrnn.example_cells" not in sys.modules and rnn.config.cell.math is None
+assert "tvmrnn.cells.examples" not in sys.modules and rnn.config.cell.math is None
 """
     subprocess.run([sys.executable, "-c", script], check=True, cwd=REPO)
     out = np.load(tmp_path / "out.npz")
@@ -375,11 +376,11 @@ def test_drop_in_parameters_and_init():
 
 def test_tuning_tasks_and_a_tiny_run(tmp_path, rng):
     config = Config(ex.LEAKY_RNN, 4, 8, 1, False, 2, False)
-    names = {t.kernel.name for t in tuning.extract_tasks([config])}
+    names = {t.kernel.name for t in tasks.extract_tasks([config])}
     step = "recurrent_step_leaky_rnn_infer_n2_h8"
     assert {step, "recurrent_step_leaky_rnn_train_n2_h8", "pointwise_backward_leaky_rnn_n2_h8",
             "bias_gradient_t1_n2_h8_g1"} <= names
-    results = tuning.tune([config], tvmrnn.target.host_target(), log_dir=str(tmp_path), trials_per_task=2,
+    results = tuner.tune([config], tvmrnn.device.host_target(), log_dir=str(tmp_path), trials_per_task=2,
                           kernels=[step], num_trials_per_iter=2, out=lambda line: None)
     assert results[0][0].kernel.name == step and results[0][2] >= 2
     rnn = tvmrnn.build(ex.LEAKY_RNN, input_size=4, hidden_size=8, batch_size=2, tuning_logs=str(tmp_path))

@@ -129,7 +129,7 @@ def test_length_checks_are_cached_not_skipped(lstm, monkeypatch):
     """A call's shape table and its 32-bit size check are computed once per sequence length
     (they cost ~0.6 ms a call, the GPU idle meanwhile): a length over the limit is refused at
     every call, one within it keeps working, and ``shapes`` hands out copies of the cached table."""
-    import tvmrnn.rnn as rnn_module
+    import tvmrnn.runtime.rnn as rnn_module
     rnn, w = lstm
     y5 = rnn.forward(w, x_of(T=5))[0]
     largest = max(int(np.prod(s)) for p in rnn_module.PASSES for s in rnn.shapes(p, 7).values())
@@ -147,7 +147,7 @@ def test_numpy_arrays_we_allocate_are_64_byte_aligned(lstm):
     """Packed weights, outputs, workspaces and gradients made for NumPy callers start on a 64-byte
     boundary (NumPy's own large arrays start 16 bytes past one: the DS2 LSTM ran 1.4x slower with
     its packed weights there, notes/performance.md v18); misaligned inputs still work."""
-    from tvmrnn.arrays import ALIGNMENT, aligned_empty
+    from tvmrnn.runtime.arrays import ALIGNMENT, aligned_empty
     rnn, w = lstm
     x = np.empty(x_of().size + 1, np.float32)[1:].reshape(x_of().shape)  # 4 bytes off any boundary
     x[...] = x_of()

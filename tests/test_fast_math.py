@@ -6,8 +6,8 @@ import pytest
 import tvm
 from tvm import te
 
-from tvmrnn.fast_math import vectorisable
-from tvmrnn.target import host_target
+from tvmrnn.schedules.fast_math import vectorisable
+from tvmrnn.device import host_target
 
 
 @pytest.fixture(scope="module")

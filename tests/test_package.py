@@ -12,7 +12,7 @@ import torch
 import tvm
 
 import tvmrnn
-from tvmrnn import package
+from tvmrnn.runtime import package
 from conftest import H, I, N, built, rel_error, torch_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import tvmrnn
-from tvmrnn.profile import profile
+from tvmrnn.runtime.profile import profile
 
 
 @pytest.mark.parametrize("stacked", [True, False], ids=["directions_stacked", "one_after_the_other"])
@@ -37,7 +37,7 @@ def test_profile_counts_every_kernel_call(stacked, monkeypatch):
 
 def test_persistent_profiles_say_the_loop_is_one_launch():
     """A persistent build's table must not call its barrier time a launch gap."""
-    from tvmrnn.profile import KernelTime, PassProfile
+    from tvmrnn.runtime.profile import KernelTime, PassProfile
     k = KernelTime("recurrent_step_lstm_infer_n20_h800", "recurrent", 300, 12.0)
     ordinary = PassProfile("forward", 300, 5.0, [k], 300, 1).table()
     persistent = PassProfile("forward", 300, 5.0, [k], 300, 1, persistent=True).table()

@@ -94,8 +94,8 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
     """Both directions in one launch per step (the default) compute what a time loop per direction
     does, bit for bit: same kernels but for the leading direction axis, same reduction order. At
     T = 50 the reverse direction's views sit before the forward's for half the steps (a negative
-    direction stride, :class:`tvmrnn.sequence.Stacked`)."""
-    from tvmrnn.example_cells import EXAMPLES
+    direction stride, :class:`tvmrnn.program.sequence.Stacked`)."""
+    from tvmrnn.cells.examples import EXAMPLES
     spec = EXAMPLES[cell] if cell in EXAMPLES else cell
     results = []
     for stacked in ("1", "0"):
@@ -125,7 +125,7 @@ def test_interleaved_projections_match_projections_first(monkeypatch):
     cell, stacked = "lstm", "1"
     from tvm import target as tvm_target
 
-    from tvmrnn.passes import interleaved_projections
+    from tvmrnn.program.passes import interleaved_projections
     monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", stacked)
     builds = {}
     for mode in ("auto", "0"):
@@ -164,9 +164,9 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     The backward sums the weight gradients in panels too where the cell's dgh is its dgx (each
     chunk's gate gradients packed once; the GRU keeps rows), and its gradients over chunks of 16,
     4 and 1 steps match the K-major build's, whose weight gradients are summed in rows."""
-    from tvmrnn import default_schedule, kernels
-    from tvmrnn.cells import get_cell
-    from tvmrnn.target import host_target
+    from tvmrnn import schedules as default_schedule, kernels
+    from tvmrnn.cells.definition import get_cell
+    from tvmrnn.device import host_target
     monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
     monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
     G = get_cell(cell).num_gates
@@ -224,14 +224,14 @@ def test_gradient_panels_follow_the_target(monkeypatch):
     at sizes no tile divides, and only where one pack serves both weights (not the GRU's: its dgh
     is not its dgx); ``TVMRNN_GRADIENT_PANELS=0`` keeps rows."""
     import tvm
-    from tvmrnn import tuning
-    from tvmrnn.cells import get_cell
-    from tvmrnn.default_schedule import gradient_panel
-    from tvmrnn.passes import Config
+    from tvmrnn.tune import records, tasks, tuner
+    from tvmrnn.cells.definition import get_cell
+    from tvmrnn.schedules.cpu import gradient_panel
+    from tvmrnn.program.passes import Config
     monkeypatch.delenv("TVMRNN_WEIGHT_PANELS", raising=False)
     monkeypatch.delenv("TVMRNN_GRADIENT_PANELS", raising=False)
     for cell, panels in (("lstm", True), ("rnn_tanh", True), ("gru", False)):
-        names = [t.kernel.name for t in tuning.extract_tasks([Config(get_cell(cell), 13, 96, 1, False, 3, False)])]
+        names = [t.kernel.name for t in tasks.extract_tasks([Config(get_cell(cell), 13, 96, 1, False, 3, False)])]
         assert any(n.startswith("weight_gradient_panels_") for n in names) == panels, (cell, names)
         assert any(n.startswith("gradient_panels_") for n in names) == panels, (cell, names)
         assert any(n.startswith("weight_gradient_packed_") for n in names) != panels, (cell, names)
@@ -252,7 +252,7 @@ def test_weight_panels_follow_the_target(monkeypatch):
     """Panels on every CPU by default (AVX2 and AVX-512: measured faster on both), never on GPUs;
     ``TVMRNN_WEIGHT_PANELS=0`` keeps K-major weights, and so does a size the tile does not divide."""
     import tvm
-    from tvmrnn.default_schedule import weight_panel
+    from tvmrnn.schedules.cpu import weight_panel
     monkeypatch.delenv("TVMRNN_WEIGHT_PANELS", raising=False)
     avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
     avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
@@ -274,7 +274,7 @@ def test_direction_stacking_follows_the_target(monkeypatch):
     """GPUs and CPUs with many cores run both directions in one launch; CPUs with few do not (on
     2 cores it was slower, on 16 faster); the environment variable overrides either way."""
     import tvm
-    from tvmrnn import passes
+    from tvmrnn.program import passes
     monkeypatch.delenv("TVMRNN_STACK_DIRECTIONS", raising=False)
 
     def cpu(cores):
@@ -360,7 +360,7 @@ def test_every_result_is_written_by_the_passes(rng, monkeypatch, frame):
     (the caller no longer does: a torch.zeros before the pass left PyTorch's OpenMP threads
     spinning on its cores). Omitted states are one kept zero array per shape on the CPU, which the
     passes only read."""
-    from tvmrnn.arrays import Frame
+    from tvmrnn.runtime.arrays import Frame
     empty = Frame.empty
 
     def poisoned(self, shape, kept=False):
@@ -443,7 +443,7 @@ def test_huge_pages_for_what_we_keep(rng, monkeypatch, frame):
     with 4 KB pages (``TVMRNN_HUGE_PAGES=0``) and match PyTorch, recycling still works, and the
     returned outputs stay the caller's framework's own arrays."""
     import mmap as _mmap
-    from tvmrnn.arrays import HUGE_PAGE, huge_empty, huge_pages
+    from tvmrnn.runtime.arrays import HUGE_PAGE, huge_empty, huge_pages
     if not hasattr(_mmap, "MADV_HUGEPAGE"):
         pytest.skip("no MADV_HUGEPAGE on this platform")
     T, n, size = 70, 8, 256  # 2.0 MB of packed weights, 2.2 MB of input projections, saved gates 2.2 MB or more

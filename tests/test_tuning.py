@@ -16,9 +16,9 @@ import torch
 import tvm
 
 import tvmrnn
-from tvmrnn import tuning
-from tvmrnn.cells import CELLS
-from tvmrnn.passes import Config
+from tvmrnn.tune import records, tasks, tuner
+from tvmrnn.cells.definition import CELLS
+from tvmrnn.program.passes import Config
 from conftest import rel_error, torch_module
 
 CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
@@ -27,7 +27,7 @@ STEP = "recurrent_step_rnn_tanh_infer_n2_h8"
 
 def _tune(log_dir, trials=4, **kwargs):
     lines = []
-    results = tuning.tune([CONFIG], tvmrnn.target.host_target(), log_dir=str(log_dir), trials_per_task=trials,
+    results = tuner.tune([CONFIG], tvmrnn.device.host_target(), log_dir=str(log_dir), trials_per_task=trials,
                           kernels=[STEP], num_trials_per_iter=4, out=lines.append, **kwargs)
     return results, lines
 
@@ -47,7 +47,7 @@ def test_tiny_tuning_run_writes_records(tuned_logs):
     # the default schedule was measured first, so the best record is never worse than it
     default_us = [float(l.split("default schedule ")[1].split()[0]) for l in lines if "default schedule" in l]
     assert len(default_us) == 1 and best_us <= default_us[0] + 0.05  # printed to 0.1 us
-    folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
+    folder = os.path.join(log_dir, records.target_key(tvmrnn.device.host_target()))
     assert glob.glob(os.path.join(folder, "*_tuning_record.json"))
 
 
@@ -57,10 +57,10 @@ def test_the_log_index_serves_the_best_records_and_counts_all(tuned_logs):
     ``schedules.py`` prints."""
     log_dir, results, _ = tuned_logs
     (task, _, trials), = results
-    folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
-    every, logs = tuning.load_records(folder), tuning.LogIndex(folder)
-    assert len(tuning.records_of(every, task.kernel)) == trials == logs.trials(task.kernel)
-    expected = every.get_top_k(every.commit_workload(tuning.workload(task.kernel)), 3)
+    folder = os.path.join(log_dir, records.target_key(tvmrnn.device.host_target()))
+    every, logs = records.load_records(folder), records.LogIndex(folder)
+    assert len(records.records_of(every, task.kernel)) == trials == logs.trials(task.kernel)
+    expected = every.get_top_k(every.commit_workload(records.workload(task.kernel)), 3)
     kept = list(logs.best(task.kernel, 3))
     assert [str(r.trace) for r in kept] == [str(r.trace) for r in expected]
     assert [list(map(float, r.run_secs)) for r in kept] == [list(map(float, r.run_secs)) for r in expected]
@@ -69,7 +69,7 @@ def test_the_log_index_serves_the_best_records_and_counts_all(tuned_logs):
 
 def test_rerun_resumes_without_repeating_trials(tuned_logs):
     log_dir, _, _ = tuned_logs
-    folder = os.path.join(log_dir, tuning.target_key(tvmrnn.target.host_target()))
+    folder = os.path.join(log_dir, records.target_key(tvmrnn.device.host_target()))
     before = sorted(glob.glob(os.path.join(folder, "*")))
     results, lines = _tune(log_dir)
     assert results[0][2] == tuned_logs[1][0][2]  # same number of trials: none repeated
@@ -95,10 +95,10 @@ def test_tuning_a_gate_blocked_lstm_step(tmp_path, rng):
     CPU's default where a panel divides H): its candidates build and run, and the build with the
     tuned record matches PyTorch. H = 32 holds more than one panel on AVX2 (4 units) and AVX-512 (16)."""
     config = Config(CELLS["lstm"], 4, 32, 1, False, 2, False)
-    steps = [t.kernel.name for t in tuning.extract_tasks([config])
+    steps = [t.kernel.name for t in tasks.extract_tasks([config])
              if t.kernel.name.startswith("recurrent_step_lstm_infer")]
     assert len(steps) == 1 and re.search(r"_p\d+$", steps[0]), steps
-    results = tuning.tune([config], tvmrnn.target.host_target(), log_dir=str(tmp_path), trials_per_task=4,
+    results = tuner.tune([config], tvmrnn.device.host_target(), log_dir=str(tmp_path), trials_per_task=4,
                           kernels=steps, num_trials_per_iter=4, out=lambda line: None)
     assert results[0][0].kernel.name == steps[0] and results[0][2] >= 4
     rnn = tvmrnn.build("lstm", input_size=4, hidden_size=32, batch_size=2, tuning_logs=str(tmp_path))
@@ -116,10 +116,11 @@ def test_sampled_cpu_steps_on_gate_blocked_panels_match_the_default(cell, rng):
     the default schedule does, output for output."""
     from tvm import s_tir
 
-    from tvmrnn import default_schedule, kernels, spaces
-    from tvmrnn.cells import get_cell
-    from tvmrnn.sequence import compile_module
-    target = tvmrnn.target.host_target()
+    from tvmrnn import schedules as default_schedule, kernels
+    from tvmrnn.tune import spaces
+    from tvmrnn.cells.definition import get_cell
+    from tvmrnn.program.sequence import compile_module
+    target = tvmrnn.device.host_target()
     kernel = kernels.recurrent_step(get_cell(cell), 4, 32, False, panel=8)
     inputs = [rng.uniform(-1, 1, [int(d) for d in p.shape]).astype("float32") for p in kernel.func.params]
     outputs = [i for i, role in enumerate(kernel.roles) if role in ("h", "y", "c")]
@@ -139,7 +140,7 @@ def test_sampled_cpu_steps_on_gate_blocked_panels_match_the_default(cell, rng):
 
 
 def test_untuned_build_says_so_once(tmp_path):
-    with pytest.warns(tuning.UntunedWarning, match="have no tuning record"):
+    with pytest.warns(records.UntunedWarning, match="have no tuning record"):
         tvmrnn.build("gru", input_size=3, hidden_size=5, batch_size=2, tuning_logs=str(tmp_path))
 
 
@@ -147,23 +148,23 @@ def test_a_cpu_with_the_same_cores_uses_the_others_logs(tuned_logs, tmp_path):
     """Logs tuned on a sapphirerapids serve an emeraldrapids with as many cores (LLVM named the GPU
     machine's Xeon each way on different days), said once; its own logs come first."""
     import tvm
-    src = os.path.join(tuned_logs[0], tuning.target_key(tvmrnn.target.host_target()))
+    src = os.path.join(tuned_logs[0], records.target_key(tvmrnn.device.host_target()))
     shutil.copytree(src, tmp_path / "llvm-sapphirerapids-2c")
     spr = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
     emr = dict(spr, mcpu="emeraldrapids")
-    with pytest.warns(tuning.UntunedWarning, match="no tuning logs for llvm-emeraldrapids-2c; using those of "
+    with pytest.warns(records.UntunedWarning, match="no tuning logs for llvm-emeraldrapids-2c; using those of "
                                                    "llvm-sapphirerapids-2c"):
         rnn = tvmrnn.build("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, target=emr,
                            tuning_logs=str(tmp_path))
     assert rnn.schedules[STEP] == "tuned"
-    assert tuning.logs_folder(str(tmp_path), tvm.target.Target(dict(emr, **{"num-cores": 4}))) is None
-    assert tuning.logs_folder(str(tmp_path), tvm.target.Target(dict(spr, mcpu="znver5"))) is None
+    assert records.logs_folder(str(tmp_path), tvm.target.Target(dict(emr, **{"num-cores": 4}))) is None
+    assert records.logs_folder(str(tmp_path), tvm.target.Target(dict(spr, mcpu="znver5"))) is None
     os.makedirs(tmp_path / "llvm-emeraldrapids-2c")
-    assert tuning.logs_folder(str(tmp_path), tvm.target.Target(emr)).endswith("llvm-emeraldrapids-2c")
+    assert records.logs_folder(str(tmp_path), tvm.target.Target(emr)).endswith("llvm-emeraldrapids-2c")
 
 
 def _copy_logs(src_dir, dst_dir):
-    folder = os.path.join(src_dir, tuning.target_key(tvmrnn.target.host_target()))
+    folder = os.path.join(src_dir, records.target_key(tvmrnn.device.host_target()))
     for path in glob.glob(os.path.join(folder, "*")):
         with open(path, "rb") as f, open(os.path.join(dst_dir, os.path.basename(path)), "wb") as g:
             g.write(f.read())
@@ -172,11 +173,11 @@ def _copy_logs(src_dir, dst_dir):
 
 def test_truncated_last_line_is_tolerated(tuned_logs, tmp_path):
     records = _copy_logs(tuned_logs[0], tmp_path)
-    good = len(tuning.load_records(str(tmp_path)).get_all_tuning_records())
+    good = len(records.load_records(str(tmp_path)).get_all_tuning_records())
     with open(records, "ab") as f:
         f.write(b'[0, [[["b0", "SBlockRV"')  # a run killed mid-write
     with pytest.warns(UserWarning, match="truncated last line"):
-        db = tuning.load_records(str(tmp_path))
+        db = records.load_records(str(tmp_path))
     assert len(db.get_all_tuning_records()) == good
 
 
@@ -187,12 +188,12 @@ def test_corrupt_record_names_file_and_line(tuned_logs, tmp_path):
     lines.insert(1, '{"this is": "not a record"}\n')
     with open(records, "w") as f:
         f.writelines(lines)
-    with pytest.raises(tuning.TuningLogError, match=rf"{os.path.basename(records)}:2: not a MetaSchedule tuning record"):
-        tuning.load_records(str(tmp_path))
+    with pytest.raises(records.TuningLogError, match=rf"{os.path.basename(records)}:2: not a MetaSchedule tuning record"):
+        records.load_records(str(tmp_path))
     with open(records, "w") as f:
         f.writelines(lines[:1] + ["{not json\n"] + lines[1:])
-    with pytest.raises(tuning.TuningLogError, match=r":2: not a JSON line"):
-        tuning.load_records(str(tmp_path))
+    with pytest.raises(records.TuningLogError, match=r":2: not a JSON line"):
+        records.load_records(str(tmp_path))
 
 
 def _free_port():
@@ -247,7 +248,7 @@ def test_committed_logs_parse_and_schedules_are_up_to_date():
     superseded = [f for f in glob.glob(os.path.join(root, "tuning_logs", "superseded", "*")) if os.path.isdir(f)]
     assert superseded
     for folder in superseded:
-        assert len(tuning.load_records(folder).get_all_tuning_records()) > 0
+        assert len(records.load_records(folder).get_all_tuning_records()) > 0
     check = subprocess.run([sys.executable, os.path.join(root, "scripts", "schedules.py"), "--check"],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -270,8 +271,8 @@ def test_committed_h100_logs_build_for_sm90(monkeypatch):
 
 def test_tasks_rank_by_their_share_of_a_step(monkeypatch):
     """--max-tasks keeps the heaviest tasks: calls x latency where measured, else calls x FLOPs."""
-    tasks = tuning.extract_tasks([CONFIG])
-    unmeasured = tuning.rank_tasks(tasks)
+    tasks = tasks.extract_tasks([CONFIG])
+    unmeasured = tasks.rank_tasks(tasks)
     work = [t.calls * max(t.flops, 1.0) for t in unmeasured]
     assert work == sorted(work, reverse=True)
     assert unmeasured[0].flops > 0 and any(t.flops == 0 for t in tasks)  # copies move data, no FLOPs
@@ -279,7 +280,7 @@ def test_tasks_rank_by_their_share_of_a_step(monkeypatch):
     rare = min((t for t in tasks if t.calls), key=lambda t: t.calls)
     often = max(tasks, key=lambda t: t.calls)
     monkeypatch.setattr(tuning, "best_latency_us", lambda db, kernel: 1e6 if kernel.name == rare.kernel.name else 1.0)
-    ranked = tuning.rank_tasks(tasks, db=object())
+    ranked = tasks.rank_tasks(tasks, db=object())
     assert ranked[0] is rare and ranked.index(often) > 0
 
 
@@ -289,13 +290,13 @@ H100_CONFIG = Config(CELLS["lstm"], 13, 37, 1, False, 3, False)
 def test_a_gpu_builds_persistent_loop_is_a_task_of_its_own():
     """On a GPU target each forward's persistent time loop (inference and training) makes its step
     kernel a task, run once a step, whose space is the default's listed shapes; CPU targets have none."""
-    tasks = tuning.extract_tasks([H100_CONFIG], target="nvidia/nvidia-h100")
-    persistent = [t for t in tasks if tuning.is_persistent(t.kernel)]
+    tasks = tasks.extract_tasks([H100_CONFIG], target="nvidia/nvidia-h100")
+    persistent = [t for t in tasks if tasks.is_persistent(t.kernel)]
     assert sorted(t.kernel.name for t in persistent) == ["recurrent_step_lstm_infer_n3_h37_persistent",
                                                          "recurrent_step_lstm_train_n3_h37_persistent"]
-    assert all(t.calls == tuning.REFERENCE_LENGTH for t in persistent)
-    assert not any(tuning.is_persistent(t.kernel) for t in tuning.extract_tasks([H100_CONFIG]))
-    from tvmrnn import default_schedule
+    assert all(t.calls == tasks.REFERENCE_LENGTH for t in persistent)
+    assert not any(tasks.is_persistent(t.kernel) for t in tasks.extract_tasks([H100_CONFIG]))
+    from tvmrnn import schedules as default_schedule
     assert default_schedule.variants(persistent[0].kernel, tvm.target.Target("nvidia/nvidia-h100")) == \
         [dict(v) for v in default_schedule.PERSISTENT_VARIANTS]
 
@@ -306,10 +307,11 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
     parameters (what the runner calls); a schedule that cannot run persistently is refused with a
     reason, and a step loop's measured time is logged per step."""
     from tvm.s_tir import meta_schedule as ms
-    from tvmrnn import default_schedule, kernels, sequence
+    from tvmrnn import schedules as default_schedule, kernels
+    from tvmrnn.program import sequence
     target = tvm.target.Target("nvidia/nvidia-h100")
-    task = next(t for t in tuning.extract_tasks([H100_CONFIG], target=target) if tuning.is_persistent(t.kernel))
-    mod = tuning.workload(task.kernel)
+    task = next(t for t in tasks.extract_tasks([H100_CONFIG], target=target) if tasks.is_persistent(t.kernel))
+    mod = records.workload(task.kernel)
     good = tvm.s_tir.Schedule(mod)
     default_schedule.apply(good, task.kernel, target)
     plain = kernels.recurrent_step(CELLS["lstm"], 3, 37, train=False)  # many small blocks, not persistent
@@ -323,8 +325,8 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
                 tvm.compile(b.mod, target=b.target).export_library(paths[-1])
             return [ms.builder.BuilderResult(p, None) for p in paths]
 
-    loops = tuning.StepLoops(steps=5)
-    builder = tuning.StepLoopBuilder(Here(), loops)
+    loops = tuner.StepLoops(steps=5)
+    builder = tuner.StepLoopBuilder(Here(), loops)
     built = builder.build([ms.builder.BuilderInput(good.mod, target),
                            ms.builder.BuilderInput(tvm.IRModule({"main": bad}), target)])
     assert built[0].error_msg is None and os.path.exists(built[0].artifact_path)
@@ -344,7 +346,7 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
         def run(self, inputs):
             return [ms.runner.LocalRunnerFuture([tvm.tirx.FloatImm("float64", 1e-3)], None) for _ in inputs]
 
-    runner = tuning.PerStepRunner(Fixed(), loops)
+    runner = tuner.PerStepRunner(Fixed(), loops)
     args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
     step, other = runner.run([ms.runner.RunnerInput(built[0].artifact_path, "cuda", args),
                               ms.runner.RunnerInput("elsewhere.so", "cuda", args)])

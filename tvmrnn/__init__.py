@@ -33,12 +33,13 @@ def _default_threads() -> None:
 
 _default_threads()
 
-from .autodiff import CellDefinitionError
-from .cells import CELLS, Cell, define_cell, get_cell
-from .rnn import RNN, PackedWeights, Workspace, build
-from .torch_params import params_from_torch
-from .package import PackageError, load
-from .sequence import SharedMemoryError
+from .cells.autodiff import CellDefinitionError
+from .cells.definition import CELLS, Cell, define_cell, get_cell
+from .runtime.rnn import RNN, PackedWeights, Workspace, build
+from .runtime.params import params_from_torch
+from .runtime.package import PackageError
+from .runtime.loader import load
+from .program.sequence import SharedMemoryError
 
 __all__ = ["build", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
            "define_cell", "get_cell", "CellDefinitionError", "load", "PackageError", "SharedMemoryError"]

@@ -2,10 +2,10 @@
 
 Every kernel that a sequence runs is defined here, from the cell's derivation for the two
 pointwise ones and as plain GEMMs for the rest. They are the units that get scheduled (and
-tuned): none depends on the sequence length, which the sequence driver (:mod:`tvmrnn.sequence`)
+tuned): none depends on the sequence length, which the sequence driver (:mod:`tvmrnn.program.sequence`)
 supplies by running them in loops over views of whole-sequence buffers.
 
-Layouts (see :mod:`tvmrnn.layout`): weights are packed K-major and gate-interleaved,
+Layouts (see :mod:`tvmrnn.cells.parameters`): weights are packed K-major and gate-interleaved,
 ``w[k, j, g]`` for input feature k, hidden unit j, gate g (EcoRNN's layout: one unit's gates
 sit side by side, so the fused step finds all gates of a unit together), on CPUs in gate-blocked
 column panels ``w[j // u, k, g, j % u]`` (:func:`weight_shape`); gate projections and biases are
@@ -22,8 +22,8 @@ import tvm
 import tvm_ffi
 from tvm import te
 
-from .autodiff import Derivation, derive
-from .cells import Cell
+from .cells.autodiff import Derivation, derive
+from .cells.definition import Cell
 
 F32 = "float32"
 
@@ -80,7 +80,7 @@ def weight_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, ...]:
     """The forward weights' shape: K-major ``(K, H, G)``, or in column panels of ``panel`` units,
     each panel's row k gate-blocked, ``(H / panel, K, G, panel)``: gate g of the panel's units side
     by side (the issue's "gate-interleaved, blocked by 16 lanes"; see :func:`gate_shape` and
-    :func:`tvmrnn.default_schedule.weight_panel`)."""
+    :func:`tvmrnn.schedules.cpu.weight_panel`)."""
     if not panel:
         return (in_size, hidden, gates)
     if hidden % panel:
@@ -225,7 +225,7 @@ def _lead(directions: int) -> tuple:
     Both directions of a bidirectional layer are independent: one launch per step can run
     them side by side (cuDNN does), twice the thread blocks per launch and half the launches.
     The sequence driver binds the axis to a view whose stride is the distance between the two
-    directions' buffers at that step (:class:`tvmrnn.sequence.Stacked`). To a schedule it is one
+    directions' buffers at that step (:class:`tvmrnn.program.sequence.Stacked`). To a schedule it is one
     more output row axis, outermost.
     """
     return (directions,) if directions > 1 else ()
@@ -341,7 +341,7 @@ def recurrent_backward(batch, hidden, gates, direct: bool, panel: int = 0) -> Ke
     """``dh_{t-1}[n, k] = sum_{g,j} dgh[n, j, g] w[g, j, k]`` (+ the pointwise's direct part).
 
     ``w`` is W_hh in PyTorch's ``(G, H, K)`` layout (kept beside the packed one, see
-    :mod:`tvmrnn.layout`): the output axis ``k`` is then contiguous in the weights too.
+    :mod:`tvmrnn.cells.parameters`): the output axis ``k`` is then contiguous in the weights too.
     """
     dgh = te.placeholder((batch, hidden, gates), F32, "dgh")
     w = te.placeholder(backward_weight_shape(gates, hidden, hidden, panel), F32, "w")
@@ -477,7 +477,7 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel
 
 
 def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
-    """The same step kernel, to be run persistently (:meth:`tvmrnn.sequence.Program.loop`): one
+    """The same step kernel, to be run persistently (:meth:`tvmrnn.program.sequence.Program.loop`): one
     launch for all steps, at most ``max_blocks`` thread blocks (all resident at once), a grid-wide
     barrier between steps. A workload of its own (the limit is an attribute of its function), as
     its schedule differs: fewer, larger blocks."""
@@ -487,7 +487,7 @@ def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
 
 def tf32(kernel: Kernel) -> Kernel:
     """The same GEMM kernel, its products on TF32 tensor cores (a build with ``allow_tf32``,
-    :func:`tvmrnn.default_schedule.gpu_matmul_tf32`). A workload of its own (the attribute is
+    :func:`tvmrnn.schedules.cuda.gpu_matmul_tf32`). A workload of its own (the attribute is
     part of its function), so that records tuned for the fp32 schedule never apply to it."""
     func = kernel.func.with_attr("tvmrnn.tf32", 1)
     return dataclasses.replace(kernel, name=f"{kernel.name}_tf32", func=func)

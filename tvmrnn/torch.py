@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from .cells import Cell, get_cell
-from .layout import Layout
-from .rnn import RNN as _FusedRNN
-from .rnn import build
+from .cells.definition import Cell, get_cell
+from .cells.parameters import Layout
+from .runtime.rnn import RNN as _FusedRNN
+from .runtime.rnn import build
 
 
 class _Fused(torch.autograd.Function):

@@ -1,12 +1,12 @@
 """Where the time goes: every kernel of a build timed alone, against the whole passes.
 
-Each pass (:mod:`tvmrnn.passes`) is one compiled function that runs scheduled per-step kernels
+Each pass (:mod:`tvmrnn.program.passes`) is one compiled function that runs scheduled per-step kernels
 in loops. Here each distinct kernel is compiled on its own with the schedule ``build`` gives it
 (tuned record or default), timed with TVM's ``time_evaluator`` on random inputs, and multiplied
 by how often the pass runs it at sequence length ``T``. The difference between the sum and the
 measured pass is what the loops cost beyond their kernels: on a GPU the launch gaps, on a CPU
 the parallel-region start-up and the caches a kernel alone does not see. A persistent time
-loop's step kernel is timed as its loop runs it (:func:`tvmrnn.sequence.step_loop`: 64 steps in
+loop's step kernel is timed as its loop runs it (:func:`tvmrnn.tune.step_loop.step_loop`: 64 steps in
 one cooperative launch, the weights staged once, a grid barrier a step), per step: alone, one
 launch would stage its block's weights every time.
 
@@ -25,8 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from .default_schedule import is_gpu, persistent_blocks
-from .sequence import STEP_LOOP_STEPS, Program, compile_module, step_loop
+from ..schedules.common import is_gpu
+from ..schedules.split_k import persistent_blocks
+from ..tune.step_loop import STEP_LOOP_STEPS, step_loop
+from ..program.sequence import Program, compile_module
 
 GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
 _PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
@@ -102,7 +104,7 @@ def _device(target):
 
 def _random_tensors(shapes, dev):
     """Random float32 arguments on ``dev``; on a CPU where tvmrnn's own arrays get huge pages
-    (:func:`tvmrnn.arrays.huge_pages`), the large ones get them too, as a user's call gives its
+    (:func:`tvmrnn.runtime.arrays.huge_pages`), the large ones get them too, as a user's call gives its
     scratch and workspaces (with 4 KB pages a pass measured 20-34 us a step slower than its kernels
     on the Xeon, against 4-7 us with a user's arrays: notes/performance.md v24)."""
     import tvm_ffi

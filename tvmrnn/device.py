@@ -51,7 +51,7 @@ def is_arch_of(arch: str, dev) -> bool:
 
 # Streaming multiprocessors by architecture, for building without the GPU at hand (a tag such as
 # nvidia/nvidia-h100 gives sm_90a): the H100 SXM's 132 (the PCIe card has 114, which the check
-# at load time, tvmrnn.package, catches) and the A100's 108.
+# at load time, tvmrnn.runtime.package, catches) and the A100's 108.
 _ARCH_MULTIPROCESSORS = {"sm_90a": 132, "sm_90": 132, "sm_80": 108}
 
 

@@ -27,7 +27,7 @@ Launches per step: the forward, one (the fused step); the backward, one (``backw
 step's recurrent GEMM with the gate-math backward of the step before it as its epilogue; the
 last step's gate math and the first step's GEMM run on their own). On GPUs given
 ``persistent_blocks``, each time loop is instead one launch of a persistent kernel
-(:meth:`tvmrnn.sequence.Program.loop`).
+(:meth:`tvmrnn.program.sequence.Program.loop`).
 """
 from __future__ import annotations
 
@@ -36,10 +36,11 @@ from dataclasses import dataclass
 
 from tvm import tirx
 
-from . import kernels
-from .cells import Cell
-from .default_schedule import gradient_panel, is_gpu, weight_panel
-from .layout import Layout
+from .. import kernels
+from ..cells.definition import Cell
+from ..schedules.cpu import gradient_panel, weight_panel
+from ..schedules.common import is_gpu
+from ..cells.parameters import Layout
 from .sequence import Program, Stacked
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
@@ -212,7 +213,7 @@ def _direction_groups(config: Config, stacked: bool) -> list[tuple[int, ...]]:
 
 def _bind(group, views_of):
     """The views of one step for a group of directions: one direction's views as they are, two
-    directions' stacked (:class:`tvmrnn.sequence.Stacked`) for the two-direction kernel."""
+    directions' stacked (:class:`tvmrnn.program.sequence.Stacked`) for the two-direction kernel."""
     if len(group) == 1:
         return views_of(group[0])
     per_direction = [views_of(d) for d in group]
@@ -358,7 +359,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
     with ``grad_panel`` too (where the cell's dgh is its dgx), in column panels of that many
     units, each chunk's gate gradients packed into panels first, once for both weights
-    (:func:`tvmrnn.default_schedule.gradient_panel`).
+    (:func:`tvmrnn.schedules.cpu.gradient_panel`).
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
@@ -545,9 +546,9 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
                     view_pointers: bool = False) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
     every parameter transposed for the forward kernels (the weights in column panels of ``panel``
-    units if given: :func:`tvmrnn.default_schedule.weight_panel`), then the weights copied for
+    units if given: :func:`tvmrnn.schedules.cpu.weight_panel`), then the weights copied for
     the backward's, as they are or in panels of ``panel_of(K)`` input features (see
-    :mod:`tvmrnn.layout`)."""
+    :mod:`tvmrnn.cells.parameters`)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
     prog = Program("pack_weights", schedule, view_pointers=view_pointers)
     prog.weight_panel = panel  # recorded in exported packages' metadata, with the backward's
@@ -572,7 +573,7 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     inference forward, training forward, backward and weight packing, with the target's chunk
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
-    from .target import dependent_launch, persistent_passes, shared_kernels
+    from ..device import dependent_launch, persistent_passes, shared_kernels
     # views as pointers, so that the kernels of different layers and directions compile to one
     # (`sequence.merge_identical_kernels`)
     pointers = shared_kernels(target)

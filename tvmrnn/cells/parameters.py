@@ -8,9 +8,9 @@ four of each layer and direction, ``{name}_l{l}`` ``(H,)`` each, in the order th
 them, so together they are one ``(P, H)`` block, the same in both layouts. tvmrnn packs all of
 them into one flat float32 buffer (as cuDNN does), each weight K-major and gate-interleaved
 (``w[k, j, g] = W[g*H + j, k]``; on CPUs in gate-blocked column panels of the GEMM tile's ``u``
-units, ``w[j // u, k, g, j % u]``, :func:`tvmrnn.default_schedule.weight_panel`), biases ``b[j, g]``
+units, ``w[j // u, k, g, j % u]``, :func:`tvmrnn.schedules.cpu.weight_panel`), biases ``b[j, g]``
 (with panels ``b[j // u, g, j % u]``, :func:`tvmrnn.kernels.gate_shape`); the transposition itself is a compiled
-pass (``pack_weights`` in :mod:`tvmrnn.passes`), so it runs on the device and ships inside
+pass (``pack_weights`` in :mod:`tvmrnn.program.passes`), so it runs on the device and ships inside
 exported libraries. The packed buffer holds a second copy of the weights in PyTorch's own
 ``(G, H, K)`` layout at ``total + offset``: the backward's data GEMMs (``dx = dg W``,
 ``dh = dg W_hh``) produce ``k`` and want it contiguous in the weights (a CPU vectorises along it,

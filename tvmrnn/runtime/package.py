@@ -20,15 +20,16 @@ import json
 import os
 import subprocess
 import tempfile
+from typing import TYPE_CHECKING
 
 import tvm
 import tvm_ffi
 
-from . import __version__
-from .cells import Cell, get_cell, CELLS
-from .passes import Config
-from .rnn import RNN
-from .target import _cpu_flags, is_arch_of
+from .. import __version__
+from ..device import _cpu_flags, is_arch_of
+
+if TYPE_CHECKING:
+    from .rnn import RNN
 
 FORMAT = "tvmrnn-package"
 # 2: the cell's per-unit parameters and kept values (custom cells); 3: the backward pass zeroes its
@@ -165,41 +166,3 @@ def check_machine(meta: dict, device_index: int) -> None:
             raise PackageError(f"load: the package's persistent kernels run {blocks} blocks that must all be "
                                f"resident, one per SM; GPU {device_index} has {dev.multi_processor_count} SMs; "
                                f"rebuild it on this GPU")
-
-
-def _cell_of(meta: dict) -> Cell:
-    """The package's cell: the built-in one of that name, else one that carries no math."""
-    name = meta["cell"]
-    if meta["format_version"] == 1:  # built-in cells only, no per-unit parameters
-        return get_cell(name)
-    builtin = CELLS.get(name)
-    if builtin is not None and builtin.signature == {k: meta[k] for k in builtin.signature}:
-        return builtin
-    return Cell(name, tuple(meta["gates"]), meta["has_cell_state"], None, tuple(meta["unit_params"]),
-                num_saved=meta["num_saved"])
-
-
-def load(path, device=None) -> RNN:
-    """Load an exported package. ``device``: None, ``"cpu"``, ``"cuda"`` or ``"cuda:1"``.
-
-    The returned object has the same ``pack_weights / forward / forward_train / backward``
-    contract as :func:`tvmrnn.build`.
-    """
-    path = os.fspath(path)
-    device_index = 0
-    if device is not None:
-        kind, _, index = str(device).partition(":")
-        device_index = int(index or 0)
-    meta = read_metadata(path)
-    if device is not None and str(device).partition(":")[0] != ("cuda" if meta["target_kind"] == "cuda" else "cpu"):
-        raise PackageError(f"load: the package is for {meta['target_kind']}, not device {device!r}")
-    check_machine(meta, device_index)
-    module = tvm.runtime.load_module(path)
-    config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
-                    meta["bidirectional"], meta["batch_size"], meta["batch_first"])
-    target = tvm.target.Target(json.loads(meta["target"]) if meta["target"].startswith("{") else meta["target"])
-    rnn = RNN(config, target, module, meta["signatures"], device_index=device_index)
-    rnn.persistent_blocks = meta.get("persistent_blocks")
-    rnn.allow_tf32 = bool(meta.get("allow_tf32", False))
-    rnn.backward_zeroes_dw = meta["format_version"] >= 3
-    return rnn

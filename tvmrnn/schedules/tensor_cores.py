@@ -235,7 +235,7 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     ``2 * pad``), so that the copies read and write along the contiguous axis. The accumulators
     go through shared memory too, so that the fused epilogue (``main``'s consumer chain, inlined)
     writes the output with whole warps along its rows. With ``split_k`` (``main`` is the partial
-    GEMM of :func:`tvmrnn.default_schedule._split_reduction`) the partial results are written
+    GEMM of :func:`tvmrnn.schedules.cuda._split_reduction`) the partial results are written
     out as they are and ``keep`` (the block that adds up the slices) is left alone.
 
     Everything sits in dynamic shared memory (``shared.dyn``): the 128 x 128 tile takes 101 KB,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from .cells import STANDARD_PARAMETERS, Cell, define_cell, get_cell
+from .definition import STANDARD_PARAMETERS, Cell, define_cell, get_cell
 
 ONE = tirx.const(1.0, "float32")
 
@@ -219,7 +219,7 @@ def reference_params(cell, input_size: int, hidden_size: int, num_layers: int = 
     """Random parameters for a cell, PyTorch-named, uniform in (-1/sqrt(H), 1/sqrt(H)) like
     PyTorch's initialisation (per-unit parameters too, so that tests see them vary by unit)."""
     import torch
-    from .layout import Layout
+    from .parameters import Layout
     cell = get_cell(cell)
     layout = Layout.create(input_size, hidden_size, num_layers, 2 if bidirectional else 1, cell.num_gates,
                            cell.unit_params)

@@ -1,6 +1,6 @@
 """``tvmrnn.build`` and the object it returns: pack weights, run forward, training forward, backward.
 
-An :class:`RNN` needs only a compiled module, its :class:`~tvmrnn.passes.Config` and, for each
+An :class:`RNN` needs only a compiled module, its :class:`~tvmrnn.program.passes.Config` and, for each
 pass, the names and shapes (affine in T) of its arguments. ``build`` gets those by compiling;
 ``tvmrnn.load`` reads them from an exported library without compiling anything.
 """
@@ -13,13 +13,14 @@ import weakref
 import numpy as np
 import tvm
 
-from . import target as targets
+from .. import device as targets
+from . import package
 from .arrays import Frame, to_tvm
-from .cells import get_cell
-from .default_schedule import is_gpu
-from .passes import Config, all_programs
-from .sequence import compile_module
-from .tuning import report_untuned, scheduler
+from ..cells.definition import get_cell
+from ..schedules.common import is_gpu
+from ..program.passes import Config, all_programs
+from ..program.sequence import compile_module
+from ..tune.records import report_untuned, scheduler
 
 _INT32_MAX = 2**31 - 1
 PASSES = ("forward", "forward_train", "backward", "pack_weights")
@@ -166,7 +167,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     rnn = RNN(config, target, executable.jit(), signatures, executable)
     rnn.schedules = used  # kernel name -> "tuned", "default" or "tf32"
     rnn.allow_tf32 = allow_tf32 and is_gpu(target)
-    rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.profile
+    rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
     rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None
     return rnn
 
@@ -209,9 +210,8 @@ class RNN:
                 + (", allow_tf32=True)" if self.allow_tf32 else ")"))
 
     def export(self, path) -> str:
-        """Write one shared library with every pass and its metadata (see :mod:`tvmrnn.package`)."""
-        from .package import export
-        return export(self, path)
+        """Write one shared library with every pass and its metadata (see :mod:`tvmrnn.runtime.package`)."""
+        return package.export(self, path)
 
     def shapes(self, program: str, T: int) -> dict:
         """The shape of every argument of a pass, for sequence length T (a fresh dict)."""

@@ -12,19 +12,18 @@ A cell's ``math`` receives, per hidden unit, scalar TVM expressions for
 and returns ``(h_t, c_t)`` (``c_t`` is ``None`` without a cell state). Everything else is
 derived from this one function: the fused forward step (recurrent GEMM + gate math), the
 values the training forward keeps for the backward, the backward step (by symbolic
-differentiation, :mod:`tvmrnn.autodiff`), the weight-gradient GEMMs and the gradients of the
+differentiation, :mod:`tvmrnn.cells.autodiff`), the weight-gradient GEMMs and the gradients of the
 per-unit parameters.
 
 Gate order and parameter shapes follow ``torch.nn.LSTM/GRU/RNN`` so PyTorch weights load as is:
 ``weight_ih_l[k]`` is ``(G*hidden_size, input_size)`` with the G gates stacked in the order
 listed by :attr:`Cell.gates`; each per-unit parameter ``name`` is ``name_l[k]`` (and
 ``name_l[k]_reverse``), shape ``(hidden_size,)``. The built-in cells below are defined with
-:func:`define_cell` exactly as users define theirs; more examples are in :mod:`tvmrnn.example_cells`.
+:func:`define_cell` exactly as users define theirs; more examples are in :mod:`tvmrnn.cells.examples`.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import keyword
 import numbers
 from dataclasses import dataclass
@@ -229,21 +228,3 @@ def get_cell(cell: str | Cell) -> Cell:
     if not isinstance(cell, str) or cell not in CELLS:
         raise ValueError(f"cell: unknown cell {cell!r}; expected one of {sorted(CELLS)}")
     return CELLS[cell]
-
-
-def find_cell(spec: str) -> Cell:
-    """A cell named on a command line: a built-in cell, an example cell (:mod:`tvmrnn.example_cells`),
-    or ``module:attribute`` naming a :class:`Cell` in an importable module (``mycells:MY_CELL``)."""
-    if spec in CELLS:
-        return CELLS[spec]
-    module, _, attribute = spec.partition(":")
-    if not attribute:
-        from .example_cells import EXAMPLES  # the examples are made with define_cell, below this module
-        if spec in EXAMPLES:
-            return EXAMPLES[spec]
-        raise ValueError(f"cell: unknown cell {spec!r}; expected one of {sorted(CELLS) + sorted(EXAMPLES)} "
-                         f"or module:attribute")
-    cell = getattr(importlib.import_module(module), attribute, None)
-    if not isinstance(cell, Cell):
-        raise ValueError(f"cell: {spec!r} is not a tvmrnn Cell (make one with tvmrnn.define_cell)")
-    return cell

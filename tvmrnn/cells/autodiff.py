@@ -31,7 +31,7 @@ import tvm_ffi
 from tvm import tirx
 
 if TYPE_CHECKING:  # cells.py imports this module to check its definitions
-    from .cells import Cell
+    from .definition import Cell
 
 F32 = "float32"
 _LEAVES = (tirx.FloatImm, tirx.IntImm)

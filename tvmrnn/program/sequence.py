@@ -21,10 +21,11 @@ from tvm import s_tir, tirx
 from tvm.backend.cuda import op as cuda_op
 from tvm.tirx import compilation_pipeline as _tir_pipelines
 
-from . import kernels
-from .kernels import Kernel
-from .default_schedule import is_gpu, keeps_weights_on_chip, persistent_blocks
-from .target import persist_stacked, persistent_mode
+from .. import kernels
+from ..kernels import Kernel
+from ..schedules.common import is_gpu
+from ..schedules.split_k import keeps_weights_on_chip, persistent_blocks
+from ..device import persist_stacked, persistent_mode
 
 F32 = "float32"
 I32 = "int32"
@@ -243,7 +244,7 @@ def hoist_invariant_copies(decls, grid_body, var):
 
     The statements of ``grid_body`` (the body under the kernel's ``blockIdx`` loop) that only copy
     into shared memory from buffers that nothing in the kernel writes and whose views do not move
-    with the step ``var`` (a block's slice of the weights, :func:`tvmrnn.default_schedule._stationary_weights`)
+    with the step ``var`` (a block's slice of the weights, :func:`tvmrnn.schedules.split_k._stationary_weights`)
     run once, before the time loop. Returns ``(decls outside the loop, decls inside it, the
     hoisted statements, the per-step statements)``.
     """
@@ -436,7 +437,7 @@ def check_shared_memory(mod, _ctx):
                 f"kernel {gvar.name_hint}: {static} bytes of static and {dynamic} bytes of dynamic shared memory "
                 f"({static + dynamic} in all) pass the {SHARED_WITHOUT_OPT_IN} a kernel gets without opting in, "
                 f"and TVM's runtime opts in only when the dynamic part alone passes it: the launch would fail. "
-                f"Its schedule must keep its large shared buffers dynamic (tvmrnn.default_schedule), or use less.")
+                f"Its schedule must keep its large shared buffers dynamic (tvmrnn.schedules), or use less.")
     return mod
 
 
@@ -451,7 +452,7 @@ def merge_identical_kernels(mod, _ctx):
     build or load of a package on the H100 machine. Runs after ``SplitHostDevice`` (whose host
     code names each kernel in a ``call_ffi_kernel``) and after :func:`cooperative_grid_barriers`
     (launch flags are part of a kernel's identity)."""
-    from .target import shared_kernels
+    from ..device import shared_kernels
     canonical, keep = {}, {}  # kernel name -> the name of the one kept; structural hash -> kept kernels
     for gvar, func in mod.functions.items():
         if not _is_kernel(func):
@@ -494,7 +495,7 @@ def _tvmrnn_pipeline():
     base, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
     # TVM 0.27's LowerWarpMemory turns the first warp-scope allocation of a statement sequence
     # into registers and leaves its siblings in warp scope (later TVM continues through them);
-    # a tensor-core GEMM (tvmrnn.tensor_cores) has three side by side, so the pass runs until
+    # a tensor-core GEMM (tvmrnn.schedules.tensor_cores) has three side by side, so the pass runs until
     # none is left (it leaves lowered code unchanged)
     def device_passes():
         lower_warp = [tirx.transform.LowerWarpMemory() for _ in range(WARP_ALLOCATIONS - 1)]
@@ -517,7 +518,7 @@ def compile_module(mod: tvm.IRModule, target):
     LSTM's build (31 of 37 s) and pushed a 5-layer one past minutes; NVCC eliminates the same
     subexpressions itself (the kernels' PTX was within 0.5% and used the same registers without it,
     notes/performance.md, v5). It would also hide the lane index of the TF32 kernels' warp-buffer
-    stores from ``LowerWarpMemory`` (:mod:`tvmrnn.tensor_cores`). CPU builds keep it."""
+    stores from ``LowerWarpMemory`` (:mod:`tvmrnn.schedules.tensor_cores`). CPU builds keep it."""
     with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target)}):
         try:
             return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
@@ -870,48 +871,3 @@ class Program:
         return func.with_attr("global_symbol", self.name).with_attr("tirx.noalias", True)
 
 
-# Steps a persistent task's candidate runs in one launch when tuning measures it (`step_loop`):
-# enough that the weights' copy into shared memory, once per launch, is a small part of the time
-# (as at T = 300), few enough that a measurement stays short.
-STEP_LOOP_STEPS = 64
-
-
-def step_loop(func: tirx.PrimFunc, target: tvm.target.Target, steps: int = STEP_LOOP_STEPS) -> tirx.PrimFunc:
-    """A scheduled persistent step kernel (:func:`tvmrnn.kernels.persistent`) run ``steps`` times
-    in one persistent launch, as a pass's time loop runs it (:meth:`Program.loop`: the block's
-    weights copied into shared memory once, a grid barrier after each step), on the kernel's own
-    buffers: the function has the kernel's parameters, every step reads the same inputs and
-    writes the same outputs. This is what tuning measures for a persistent task's candidate (a
-    kernel measured alone would copy its weights at every call; :class:`tvmrnn.tuning.StepLoopBuilder`).
-    Raises ValueError where the schedule cannot run persistently (more blocks than the kernel's
-    limit, or more than one launch a step): a pass would run it as a host loop of launches."""
-    blocks = persistent_blocks(func)
-    if blocks is None:
-        raise ValueError("step_loop: not a persistent kernel (no tvmrnn.persistent_blocks attribute)")
-    from .default_schedule import default_schedule
-    from .target import dependent_launch
-    name = str(func.attrs.get("global_symbol", "step")).removesuffix("_persistent")
-
-    def schedule(kernel):  # the candidate, and the barrier's reset
-        return func if kernel.name == f"{name}_persistent" else default_schedule(kernel, target)
-    prog = Program("main", schedule, persistent_blocks=blocks, barrier_param=False)
-    prog.persistent_if_on_chip = False  # measure the schedule as it is
-    prog.dependent_launch = dependent_launch(target)
-    for param in func.params:
-        if param.dtype != F32:
-            raise ValueError(f"step_loop: parameter {param.name} is {param.dtype}, not {F32}")
-    tensors = [SequenceTensor(p.name, [int(d) for d in p.shape], tuple(f"d{i}" for i in range(len(p.shape))))
-               for p in func.params]
-    prog.params.extend(tensors)
-    kernel = Kernel(name, func, tuple(p.name for p in func.params))
-    with prog.loop(steps, "step"):
-        prog.call(kernel, **{t.name: t.at(*t.axes) for t in tensors})
-    if not prog.uses_persistent_loops:
-        raise ValueError(f"step_loop: the schedule of {name} does not run persistently (a single grid of at most "
-                         f"{blocks} blocks)")
-    loop = prog.build()
-    # launched cooperatively, as in a pass, without tvmrnn's pipeline (a tuning worker builds this
-    # with MetaSchedule's): the driver's flag goes to both its kernels (the barrier's one-block
-    # reset as well, which changes nothing for it)
-    flags = [str(p) for p in (loop.attrs.get(LAUNCH_PARAMS) or [])]
-    return loop.with_attr(LAUNCH_PARAMS, flags + [COOPERATIVE])

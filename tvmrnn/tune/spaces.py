@@ -11,7 +11,7 @@ into the GEMM's write-back) produce a module that does not compile. So the step 
   the output nest ``(n, j)`` (after the direction axis of a two-direction step) is the anchor
   and the GEMM is computed under it, one thread (GPU) or one core (CPU) owning a slice of
   hidden units ``j`` with all gates of a unit side by side
-  (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.layout`, or its gate-blocked panels). Knobs:
+  (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.kernels`, or its gate-blocked panels). Knobs:
 
   - GPU: hidden units per block, batch rows per thread (register tile over ``n`` reusing each
     loaded weight), **split-K** across ``threadIdx.y`` with a cross-thread reduction (small
@@ -23,7 +23,7 @@ into the GEMM's write-back) produce a module that does not compile. So the step 
 The workload keeps the output blocks marked not to be inlined (:func:`prepare`), so that
 MetaSchedule's default space also stays correct on it (two launches per step, an intermediate in
 global memory). Logs from 2026-11-23 hold such records; the driver cannot embed them on the GPU
-(:func:`tvmrnn.tuning.embeddable`), so ``build`` skips them and the step space is ours alone.
+(:func:`tvmrnn.tune.records.embeddable`), so ``build`` skips them and the step space is ours alone.
 
 Other kernels (GEMMs over chunks of steps, gradients, copies) use the default space.
 """
@@ -33,14 +33,11 @@ import tvm
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
-from .default_schedule import is_gpu
-from .kernels import Kernel
+from ..kernels import Kernel
+from ..schedules.common import is_gpu
+from .records import is_fused_step
 
 REDUCTION = "recurrent_projection"
-
-
-def is_fused_step(kernel: Kernel) -> bool:
-    return kernel.name.startswith("recurrent_step_")
 
 
 def _split(sch, loop, parts, max_innermost):
@@ -116,26 +113,8 @@ def fused_step_space(target: tvm.target.Target):
     return space
 
 
-def has_fused_epilogue(kernel: Kernel) -> bool:
-    """A GEMM whose result feeds several sibling output blocks in one launch (the forward step's
-    gate math, the backward step's gate-math backward)."""
-    return is_fused_step(kernel) or kernel.name.startswith("backward_step_")
-
-
-def prepare(kernel: Kernel) -> tvm.tirx.PrimFunc:
-    """The kernel as tuned (and looked up): a fused epilogue's output blocks marked not to be
-    inlined, so that MetaSchedule's default rules keep the kernel correct."""
-    if not has_fused_epilogue(kernel):
-        return kernel.func
-    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))  # Schedule edits its input in place
-    for block in sch.get_child_blocks(sch.get_sblock("root")):
-        if sch.get(block).name_hint != kernel.gemm:
-            sch.annotate(block, "meta_schedule.inline_rule", "disable")
-    return sch.mod["main"]
-
-
 def space_generator(kernel: Kernel, target: tvm.target.Target):
-    """What :func:`tvmrnn.tuning.tune` searches for one kernel."""
+    """What :func:`tvmrnn.tune.tuner.tune` searches for one kernel."""
     if not is_fused_step(kernel):
         return "post-order-apply"
     return ms.space_generator.ScheduleFn(fused_step_space(target))

@@ -1,0 +1,3 @@
+"""Runtime: :func:`~.rnn.build` and the :class:`~.rnn.RNN` it returns, the arrays its passes use
+(:mod:`.arrays`), packages (:mod:`.package` writes them, :mod:`.loader` reads them), PyTorch
+parameters (:mod:`.params`) and the per-kernel profiler (:mod:`.profile`)."""

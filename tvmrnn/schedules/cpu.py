@@ -1,0 +1,213 @@
+"""CPU templates: the register-blocked GEMM (:func:`cpu_gemm`) and the gate-blocked weight panels
+it streams (:func:`weight_panel`, :func:`gradient_panel`).
+"""
+from __future__ import annotations
+
+import math
+from ..kernels import Kernel
+
+from .common import _divisor, _extent, _gemm_axes, _vectorize, _vectorize_trailing, is_gpu, vector_lanes
+
+
+def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | None = None) -> int:
+    """:func:`cpu_gemm`'s column tile, in steps of its leading column axis (``lead`` long; the
+    trailing ones, ``inner`` elements, e.g. all G gates of a unit, are taken whole): at most
+    ``column_vectors`` vectors of ``lanes`` floats, a whole number of them where possible."""
+    def lead_tile_for(vectors):
+        cap = max(1, vectors * lanes // inner)
+        # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
+        # 16 units make 48 floats (3 vectors); 20 units (60 floats) could not be split so.
+        tile = _divisor(lead, cap, multiple_of=lanes // math.gcd(lanes, inner))
+        return tile if tile > 1 else _divisor(lead, cap)
+
+    lead_tile = lead_tile_for(column_vectors or 4)
+    if lanes == 8 and column_vectors is None:
+        # AVX2's 16 registers: a 2-vector-wide tile with 5 rows (each loaded vector of the
+        # streamed operand feeds 5 multiply-adds) instead of a 4-wide one with 2 rows (2), where
+        # 2 vectors hold a whole number of units. Gate-interleaved columns (the fused step, the
+        # input projection) ran 7-14% faster so on a Zen 5 (x86-64-v3 code, two runs: LSTM step
+        # 540-560 -> 491-505 us, input projection chunk 8.0 -> 7.0-7.2 ms); plain columns were
+        # 7-10% slower there, but on an AVX2-only Zen 3 (2 threads, two runs each) 1.1-2.2x
+        # faster: the LSTM's backward step 3,731 / 3,207 -> 1,862-3,285 / 1,488 us, the GRU's
+        # 1,381 -> 939-970, the RNN's 253-259 -> 192-198, the RNN's forward step 255-257 -> 184,
+        # the LSTM's 16-step input gradient 25.8 -> 16.8-20.6 ms (notes/performance.md v17).
+        narrow = lead_tile_for(2)
+        if narrow * inner % lanes == 0:
+            lead_tile = narrow
+    return lead_tile
+
+
+def weight_panel(target, gates: int, hidden: int) -> int:
+    """Units per column panel of the forward weights for ``target`` (0: none, K-major).
+
+    The forward GEMMs (input projection, recurrent step) read ``w[k, j, g]``: a register tile of
+    u units reads u*G floats of row k, then jumps H*G floats (12.8 KB for a DS2 LSTM) to row
+    k + 1, a new page at every step of its reduction, which hardware prefetchers do not follow.
+    Packed in panels, ``w[j // u, k, g, j % u]`` with u the tile's units (BLIS's packing), a
+    tile's reduction walks one contiguous block. Within a panel's row the gates are blocked
+    (gate g of the u units side by side), and so are the biases and the input projection
+    (:func:`tvmrnn.kernels.gate_shape`): the fused gate math after the GEMM then reads whole
+    vectors (with ``(j % u, g)`` order it gathered each gate lane by lane, ~1,400 ``vinsertps``
+    a register tile on AVX-512: notes/performance.md v23-v24). On the AVX2-only Zen 3 dev machine (2 threads,
+    interleaved, ``scripts/panel_study.py``) a step's GEMM went 1,214-1,408 -> 767-801 us and a
+    16-step chunk 14.3-14.7 -> 11.6-12.5 ms. On the GPU machine's AVX-512 Xeon (16 threads,
+    notes/performance.md v23, ``scripts/step_study.py``) the LSTM's step alone went 154 -> 123 us
+    (125 -> 119 with huge pages), on one thread 1,108 -> 942 us, and whole passes interleaved
+    with PyTorch (``scripts/cpu_pass_study.py``, huge pages on both sides of the comparison)
+    LSTM inference 58.3 -> 48.4 ms, training 211 -> 198 ms, the GRU's the same or faster, the
+    RNNs' the same. So every CPU gets them. ``TVMRNN_WEIGHT_PANELS``: ``auto`` or ``1``
+    (default: panels), ``0`` K-major (for comparisons). The panel is the default schedule's tile
+    (:func:`cpu_column_tile`), so that the tile's index into the panel simplifies; a schedule with
+    another tile stays correct but is slow (a 10 x 2-vector tile on 16-unit panels ran 4x slower
+    on the Xeon: its index does not simplify). GPUs: none (a warp reads a K-major row coalesced).
+    The backward's copy of a weight with K inputs takes ``weight_panel(target, 1, K)`` (its tile
+    runs along K alone: :func:`tvmrnn.kernels.backward_weight_shape`).
+    """
+    import os
+    mode = os.environ.get("TVMRNN_WEIGHT_PANELS", "auto")
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"TVMRNN_WEIGHT_PANELS: expected auto, 0 or 1, got {mode!r}")
+    if target is None:
+        from .target import host_target
+        target = host_target()
+    if mode == "0" or is_gpu(target):
+        return 0
+    lanes = vector_lanes(target)
+    units = cpu_column_tile(lanes, hidden, gates)
+    # whole vectors only (a narrower tile, e.g. 2 of 74 features, gains nothing from a panel)
+    return units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
+
+
+def gradient_panel(target, gates: int, hidden: int) -> int:
+    """Units per column panel in which a CPU backward sums its weight gradients (0: rows ``(K, H,
+    G)``; :func:`tvmrnn.kernels.weight_gradient`): the forward weights' panel
+    (:func:`weight_panel`), where the weight gradient's register tile is one whole panel.
+    A 16-step DS2 LSTM chunk on the GPU machine's Xeon (16 threads, interleaved,
+    ``scripts/wgrad_study.py``): 1,706 us in rows, 1,381 in panels, plus 110 us to pack the gate
+    gradients into panels (one pack serves both weights where dgh is dgx: the backward uses panels
+    only there, not for the GRU); one thread 15.8 -> 12.1 ms (notes/performance.md v25). ``TVMRNN_GRADIENT_PANELS``: ``auto`` (default) or ``0`` (rows, for
+    comparisons); GPUs: none (they sum weight gradients in PyTorch's layout)."""
+    import os
+    mode = os.environ.get("TVMRNN_GRADIENT_PANELS", "auto")
+    if mode not in ("auto", "0"):
+        raise ValueError(f"TVMRNN_GRADIENT_PANELS: expected auto or 0, got {mode!r}")
+    if mode == "0":
+        return 0
+    if target is None:
+        from .target import host_target
+        target = host_target()
+    panel = weight_panel(target, gates, hidden)
+    return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates) == panel else 0
+
+
+def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,
+             row_block: int | None = None, red_block: int | None = None) -> None:
+    """Register-blocked GEMM (see the module docstring) on the kernel's reduction block.
+
+    ``accumulators``: vector registers the output tile may use (of AVX-512's 32 or AVX2's 16,
+    the rest hold the broadcast inputs and streamed operand); ``column_vectors``: widest tile
+    along the columns, in vectors (default 4; on AVX2, 2 where that is a whole number of units).
+    ``row_block`` and ``red_block`` block for L1 (BLIS's loop order): a parallel task takes
+    ``row_block`` register tiles down the last row axis, and runs the reduction (its axes fused)
+    in slices of ``red_block`` outside them, so that one slice of the streamed operand serves
+    every tile of the block from L1, their partial sums waiting in the block's output buffer.
+    Default: :func:`l1_blocks`.
+    """
+    lanes = vector_lanes(target)
+    if lanes == 8:
+        accumulators = min(accumulators, 12)
+    gemm = sch.get_sblock(kernel.gemm)
+    epilogues = sch.get_consumers(gemm)
+    iter_types = [iv.iter_type for iv in sch.get(gemm).iter_vars]
+    loops = sch.get_loops(gemm)[-len(iter_types):]  # its own loops (innermost, in order)
+    spatial = [l for l, it in zip(loops, iter_types) if it == 0]
+    reduction = [l for l, it in zip(loops, iter_types) if it != 0]
+    names = [sch.get(l).loop_var.name for l in spatial]
+    ncols = len(kernel.columns)
+    if tuple(names[len(names) - ncols:]) != kernel.columns:
+        raise AssertionError(f"{kernel.name}: columns {kernel.columns} are not the trailing axes of {names}")
+    extents = [_extent(sch, l) for l in spatial]
+    row_loops, col_loops = spatial[:-ncols], spatial[-ncols:]
+    row_extents, col_extents = extents[:-ncols], extents[-ncols:]
+
+    inner = 1
+    for e in col_extents[1:]:
+        inner *= e
+    lead_tile = cpu_column_tile(lanes, col_extents[0], inner, column_vectors)
+    width = lead_tile * inner
+    # Row tile: the last row axis tiled so that rows x column vectors fit the accumulators.
+    rows = _divisor(row_extents[-1], max(1, accumulators // max(1, -(-width // lanes)))) if row_extents else 1
+
+    if len(sch.get_loops(epilogues[0])) < len(spatial) or len(epilogues) > 1:
+        # the tile in units: gate-blocked columns (p, g, u) take lead_tile panels of u units each
+        units = lead_tile * (col_extents[-1] if kernel.columns[-1] == "u" else 1)
+        _tile_from_outputs(sch, gemm, epilogues[0], units, rows, lanes)
+        return
+    if row_block is None and red_block is None:
+        row_block, red_block = l1_blocks(kernel)
+    row_block = _divisor(row_extents[-1] // rows, row_block or 1) if row_extents else 1
+    red_total = math.prod(_extent(sch, l) for l in reduction)
+    red_block = _divisor(red_total, red_block or red_total)
+    col_outer, col_inner = sch.split(col_loops[0], [None, lead_tile])
+    row_mid = []  # the row block's tiles
+    if row_loops and row_block > 1:
+        row_outer, row_mid, row_inner = sch.split(row_loops[-1], [None, row_block, rows])
+        row_mid = [row_mid]
+    elif row_loops:
+        row_outer, row_inner = sch.split(row_loops[-1], [None, rows])
+    else:  # a reduction to a row (the bias gradient)
+        row_outer, row_inner = sch.split(sch.add_unit_loop(col_outer), [None, 1])
+    outer = [*row_loops[:-1], row_outer]
+    if red_block < red_total:
+        red_outer, red_inner = sch.split(sch.fuse(*reduction) if len(reduction) > 1 else reduction[0],
+                                         [None, red_block])
+        reduction = [red_outer, red_inner]
+        sch.reorder(col_outer, *outer, red_outer, *row_mid, red_inner, row_inner, col_inner, *col_loops[1:])
+    else:
+        # columns outermost: a core keeps its columns (its slice of the weights) from call to call
+        sch.reorder(col_outer, *outer, *row_mid, *reduction, row_inner, col_inner, *col_loops[1:])
+    tile = sch.fuse(col_outer, *outer)
+    sch.parallel(tile)
+    sch.unroll(row_inner)
+    _vectorize(sch, sch.fuse(col_inner, *col_loops[1:]), lanes)
+    sch.decompose_reduction(gemm, reduction[0])
+    for consumer in epilogues:  # the epilogue on the tile, vectorised along its columns
+        sch.reverse_compute_at(consumer, tile, preserve_unit_loops=True)
+        _vectorize_trailing(sch, sch.get_loops(consumer)[1:], width, lanes)
+
+
+# L1 blocking (``cpu_gemm``'s ``row_block``, ``red_block``) for the kernels it was measured on.
+# The weight gradient in the packed layout (a 16-step chunk, DS2 LSTM), GFLOP/s on the GPU
+# machine's Xeon at 16 threads / 1 thread: 835 / 99 unblocked, 1,120 / 94 with 8 tiles of 64
+# reduction rows (PyTorch's ``dg^T @ a`` 1,116 / 120; notes/bench/wgrad_study_spr_v12.txt).
+L1_BLOCKS = {"weight_gradient": (8, 64)}
+
+
+def l1_blocks(kernel: Kernel) -> tuple[int | None, int | None]:
+    """The default ``(row_block, red_block)`` of :func:`cpu_gemm` for ``kernel``: from
+    :data:`L1_BLOCKS` by the kernel's family (its name up to the shape), none for the others."""
+    for family, blocks in L1_BLOCKS.items():
+        if kernel.name.startswith(family + "_"):
+            return blocks
+    return None, None
+
+
+def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
+    """A fused epilogue: the outputs are ``(n, j)``, several sibling blocks in one nest (the gate
+    math and its backward), and the forward step's read all gates of a unit (``gemm[n, j, 0:G]``),
+    which ``reverse_compute_at`` cannot place; so the tile is made on the output nest and the GEMM
+    computed under it (``compute_at``) instead, the siblings staying in one loop body."""
+    *lead, n, j = sch.get_loops(output)  # lead: a direction axis (kernels.recurrent_step), if any
+    j_outer, j_inner = sch.split(j, [None, unit_tile])
+    n_outer, n_inner = sch.split(n, [None, rows])
+    sch.reorder(j_outer, *lead, n_outer, n_inner, j_inner)
+    tile = sch.fuse(j_outer, *lead, n_outer)
+    sch.parallel(tile)
+    sch.compute_at(gemm, tile, preserve_unit_loops=True)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    gn, gj, *trailing = spatial[len(lead):]
+    sch.reorder(*reduction, gn, gj, *trailing)
+    sch.unroll(gn)
+    _vectorize(sch, sch.fuse(gj, *trailing) if trailing else gj, lanes)
+    sch.decompose_reduction(gemm, reduction[0])
+    _vectorize(sch, j_inner, lanes)

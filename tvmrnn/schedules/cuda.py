@@ -1,0 +1,389 @@
+"""CUDA SIMT templates: the tiled GEMM over chunks of steps or weights (:func:`gpu_matmul`), its
+TF32 tensor-core form (:func:`gpu_matmul_tf32`), and the cross-thread column sum
+(:func:`gpu_column_sum`).
+"""
+from __future__ import annotations
+
+import math
+import tvm
+from tvm import s_tir
+from tvm.s_tir import dlight
+from . import tensor_cores
+from ..kernels import Kernel
+
+from .common import GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, is_gpu
+from .split_k import persistent_blocks
+
+
+def tf32_applies(kernel: Kernel, target) -> bool:
+    """Whether a build with ``allow_tf32`` computes this kernel's GEMM on TF32 tensor cores: the
+    GPU's tiled GEMMs (the all-steps GEMMs: input projections, input and weight gradients). The
+    per-step GEMMs (split-K, fused with the gate math) and every CPU kernel stay fp32."""
+    if kernel.gemm is None or not is_gpu(target) or persistent_blocks(kernel.func):
+        return False
+    return _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "matmul"
+
+
+def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:
+    """A reduction to one row (the bias gradient: ``db[g, j] += sum_{t,n} dg[t, n, j, g]``), few
+    outputs (800-3200) over a long reduction (320 per 16-step chunk at DS2 sizes): a block of
+    ``columns`` x ``slices`` threads, ``threadIdx.x`` along the output (consecutive threads read
+    consecutive columns), the reduction split over ``threadIdx.y`` and added up by TVM's
+    cross-thread reduction. (One thread per output left 7-25 blocks of threads each running a
+    320-long chain of loads: 52 us per chunk on the H100; dlight's ``GeneralReduction``, one block
+    per output, took 960 us.)"""
+    gemm = sch.get_sblock(kernel.gemm)
+    output = sch.get_consumers(gemm)[0]
+    out_loops = sch.get_loops(output)
+    fused = sch.fuse(*out_loops) if len(out_loops) > 1 else out_loops[0]
+    block, thread = sch.split(fused, [None, min(columns, _extent(sch, fused))])
+    sch.bind(block, "blockIdx.x")
+    sch.bind(thread, "threadIdx.x")
+    sch.compute_at(gemm, thread, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    _, reduction = _gemm_axes(sch, gemm)
+    red = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
+    per_thread, across = sch.split(red, [None, min(slices, _extent(sch, red))])
+    sch.reorder(across, per_thread)
+    sch.bind(across, "threadIdx.y")
+    _, unrolled = sch.split(per_thread, [None, _divisor(_extent(sch, per_thread), unroll)])
+    sch.unroll(unrolled)
+
+
+# :func:`gpu_matmul`'s block shapes, (rows, cols) as (micro-tiles, threads, micro-tile size) along
+# each: 128 x 128 (256 threads), 64 x 128 and 128 x 64 (128), 256 x 64 (256), 64 x 64 (64), every
+# thread 8 x 8 outputs; and for small outputs with long reductions (the RNN's 800 x 800 weight
+# gradient: 91 blocks of 64 x 128 ran at 11 TFLOP/s, dlight's 325 of 32 x 64 at 17) 32 x 64 (128
+# threads of 4 x 4). The default takes the one that gives the most loaded SM the least work
+# (:func:`matmul_shape`); tuning measures all of them (:func:`variants`).
+GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16, 4), (2, 8, 4)),
+                     ((2, 32, 4), (2, 8, 4)), ((2, 8, 4), (2, 8, 4)), ((1, 8, 4), (1, 16, 4)))
+
+
+# The rest of its default (``tiles["matmul"]`` overrides any of it; ``scripts/gemm_study.py``
+# times others): 16 reduction steps per shared-memory tile (8 was 4-12% slower on the H100), not
+# double-buffered (no faster there: two blocks per SM hide the copies' latency).
+GPU_MATMUL = dict(k_tile=16, pipeline=False)
+
+
+# Streaming multiprocessors the default shape is chosen for (the H100's; TVM's CUDA targets do
+# not say): on another GPU it is a guess that tuning corrects.
+GPU_SMS = 132
+
+
+def matmul_shape(rows: int, cols: int, sms: int = GPU_SMS):
+    """The block shape of :data:`GPU_MATMUL_SHAPES` for a ``rows x cols`` output: the least work
+    on the busiest SM, ``ceil(blocks / sms)`` blocks of padded output elements, each weighted by
+    its tile's loads (``bm + bn`` values per ``bm x bn`` multiply-adds, a smaller tile does more
+    of them), the larger tile on ties. Blocks come in whole waves, and a GEMM of a few waves loses
+    up to one of them: on the H100 the LSTM's input gradient (5120 x 800) ran at 21.7 TFLOP/s in 280 128 x 128
+    blocks (3 on the busiest SMs) and 36.6 in 260 256 x 64 blocks (2); its weight gradient
+    (3200 x 800) at 23.8 in 175 blocks of 128 x 128 and 32.4 in 350 of 64 x 128
+    (``notes/bench/gemm_study_h100_v8.txt``)."""
+    def work(shape):
+        (vi, ti, mi), (vj, tj, mj) = shape
+        bm, bn = vi * ti * mi, vj * tj * mj
+        blocks = -(-rows // bm) * -(-cols // bn)
+        return -(-blocks // sms) * bm * bn * (1 + 8 * (bm + bn) / (bm * bn)), -bm * bn
+    return min(GPU_MATMUL_SHAPES, key=work)
+
+
+def _matmul_axes(stmt, name: str):
+    """A GEMM block's iteration variables as ``(S, I, J, K)`` of ``C[s, i, j] += A[s, i, k] B[s, j, k]``,
+    each in the order its operand (``A`` for ``I`` and ``K``, ``B`` for ``J``) indexes them, and
+    whether each operand is contiguous along the reduction (its last index a reduction variable).
+    Raises ``ScheduleError`` for other blocks."""
+    ivs = [iv.var for iv in stmt.iter_vars]
+    is_red = {iv.var: iv.iter_type != 0 for iv in stmt.iter_vars}
+    if len(stmt.reads) != 2:
+        raise s_tir.ScheduleError(f"{name}: not a product of two operands")
+    a_region, b_region = stmt.reads[0].region, stmt.reads[1].region
+
+    def axes(region):  # the block's iteration variables in the operand's index order
+        out = []
+        for r in region:  # an index may combine several (a reduction split into slices by rfactor)
+            out += [v for v in ivs if _uses(r.min, v) and not any(v.same_as(o) for o in out)]
+        return out
+
+    a_axes, b_axes = axes(a_region), axes(b_region)
+    S = [v for v in a_axes if not is_red[v] and any(v.same_as(b) for b in b_axes)]
+    I = [v for v in a_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
+    J = [v for v in b_axes if not is_red[v] and not any(v.same_as(s) for s in S)]
+    K = [v for v in a_axes if is_red[v]]
+    if len(S) + len(I) + len(J) + len(K) != len(ivs) or not (I and J and K):
+        raise s_tir.ScheduleError(f"{name}: not a GEMM of the form C[s, i, j] += A[s, i, k] B[s, j, k]")
+    k_inner = [any(_uses(r[-1].min, v) for v in K) for r in (a_region, b_region)]
+    return S, I, J, K, k_inner
+
+
+def matmul_extents(kernel: Kernel) -> tuple[int, int, int]:
+    """``(rows, columns, reduction)`` of a kernel's GEMM as :func:`gpu_matmul` sees it."""
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    stmt = sch.get(sch.get_sblock(kernel.gemm))
+    _, I, J, K, _ = _matmul_axes(stmt, kernel.name)
+    extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+    return tuple(math.prod(extent[v] for v in vs) for vs in (I, J, K))
+
+
+def default_matmul_shape(kernel: Kernel):
+    """The block shape :func:`gpu_matmul` takes for ``kernel`` by default (:func:`matmul_shape`
+    of its output's rows and columns)."""
+    rows, cols, _ = matmul_extents(kernel)
+    return matmul_shape(rows, cols)
+
+
+def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10)) -> list[int]:
+    """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM: none for a
+    GEMM whose default tiles give every SM :data:`GPU_MATMUL_FILL_THREADS` threads, else every
+    count of ``counts`` that cuts the reduction into whole 16-long tiles."""
+    rows, cols, reduction = matmul_extents(kernel)
+    (vi, ti, mi), (vj, tj, mj) = matmul_shape(rows, cols)
+    threads = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj)) * ti * tj
+    if threads >= GPU_SMS * GPU_MATMUL_FILL_THREADS:
+        return []
+    return [s for s in counts if reduction % s == 0 and (reduction // s) % GPU_MATMUL["k_tile"] == 0]
+
+
+# Split-K across blocks for the tiled GEMM (:func:`matmul_k_slices`): a GEMM whose output tiles
+# give the GPU fewer than a quarter of ``GPU_MATMUL_FILL_THREADS`` threads per SM has its
+# reduction split over blocks, each slice at least ``GPU_MATMUL_MIN_SLICE`` long.
+GPU_MATMUL_FILL_THREADS = 512
+
+
+GPU_MATMUL_MIN_SLICE = 256
+
+
+def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS) -> int:
+    """How many blocks share the reduction of a ``rows x cols`` GEMM tiled by ``shape`` by default.
+
+    The all-steps GEMMs of a short chunk (the last steps of a sequence: 4 steps x N = 20 rows)
+    have long reductions (800-3200) and few output tiles: the LSTM's 4-step input projection
+    (80 x 3200 x 1600) is 100 blocks of 64 threads on the H100's 132 SMs, ~10 TFLOP/s
+    (notes/performance.md v12), the 4-step input gradient (80 x 1600 x 3200) 75 blocks of 128.
+    Slices multiply the blocks, each summing its part of the reduction into a partial result in
+    global memory that a second kernel adds up with the GEMM's epilogue (cuBLAS's split-K). A
+    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices)."""
+    (vi, ti, mi), (vj, tj, mj) = shape
+    blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
+    return _k_slices(blocks * ti * tj, reduction, k_tile, sms)
+
+
+def _k_slices(threads: int, reduction: int, k_tile: int, sms: int) -> int:
+    """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles."""
+    want = sms * GPU_MATMUL_FILL_THREADS
+    if 4 * threads > want:
+        return 1
+    most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
+    return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
+
+
+def _split_reduction(sch, gemm, slices: int):
+    """rfactor ``gemm``'s reduction into ``slices`` slices (a leading spatial axis of the partial
+    block, which is returned); ``gemm`` is left adding the slices up, computed at its first
+    consumer's output, one thread per element (the epilogue kernel)."""
+    _, reduction = _gemm_axes(sch, gemm)
+    # unit axes stay out of the fusion (fused in, one would be bound to a constant, which
+    # transform_block_layout refuses)
+    reduction = [l for l in reduction if _extent(sch, l) > 1] or reduction
+    red = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
+    block_slice, _ = sch.split(red, [slices, None])
+    spatial, _ = _gemm_axes(sch, gemm)
+    partial = sch.rfactor(block_slice, 0)
+    p_loops = sch.get_loops(partial)
+    sch.reorder(p_loops[len(spatial)], *p_loops[:len(spatial)])  # the slice first, as the block binds it
+    consumers = sch.get_consumers(gemm)
+    if len(consumers) != 1:
+        raise s_tir.ScheduleError(f"split-K: the GEMM needs one consumer, has {len(consumers)}")
+    loops = sch.get_loops(consumers[0])
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    block_loop, thread_loop = sch.split(fused, [None, min(GPU_THREADS, _extent(sch, fused))])
+    sch.bind(block_loop, "blockIdx.x")
+    sch.bind(thread_loop, "threadIdx.x")
+    sch.compute_at(gemm, thread_loop, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    for loop in sch.get_loops(gemm)[2:]:
+        sch.unroll(loop)
+    return partial
+
+
+def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
+    """Bring the kernel's GEMM block to the form ``C[s, i, j] += A[s, i, k] * B[s, j, k]``
+    (``reindex`` and ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the
+    order its operand lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``),
+    so that copies of tiles read rows of contiguous memory. ``slices(rows, cols, reduction)``
+    says how many blocks share the reduction: more than one splits it first
+    (:func:`_split_reduction`; the slice becomes the leading axis ``s`` of a partial GEMM).
+
+    Returns the normalised block, ``(rows, cols, reduction)`` before any split, whether each
+    operand is contiguous along the reduction, and the slice count."""
+    main = sch.get_sblock(kernel.gemm)
+    stmt = sch.get(main)
+    extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+    S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
+    totals = tuple(math.prod(extent[v] for v in vs) for vs in (I, J, K))
+    k_slices = slices(*totals)
+    if k_slices > 1:
+        if totals[2] % k_slices or (totals[2] // k_slices) % k_tile:
+            raise s_tir.ScheduleError(f"{kernel.name}: {k_slices} slices of a {totals[2]}-long reduction "
+                                      f"in {k_tile}-long tiles")
+        main = _split_reduction(sch, main, k_slices)
+        stmt = sch.get(main)
+        extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+        S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
+    ivs = [iv.var for iv in stmt.iter_vars]
+
+    def index_map(used, groups):
+        names = [tvm.tirx.Var(f"i{n}", "int32") for n in range(len(used))]
+        env = dict(zip(used, names))
+
+        def fuse(vs):
+            e = tvm.tirx.const(0, "int32")
+            for v in vs:
+                e = e * extent[v] + env[v]
+            return e
+        return tvm.tirx.IndexMap(names, [fuse(g) for g in groups], None)
+
+    def used(group):  # a reindexed buffer's axes: the block's variables it uses, in block order
+        return [v for v in ivs if any(v.same_as(x) for x in group)]
+
+    reindex_a = sch.reindex(main, ("read", 0))
+    reindex_b = sch.reindex(main, ("read", 1))
+    reindex_c = sch.reindex(main, ("write", 0))
+    sch.transform_layout(reindex_a, ("write", 0), index_map(used(S + I + K), [S, I, K]))
+    sch.transform_layout(reindex_b, ("write", 0), index_map(used(S + J + K), [S, J, K]))
+    sch.transform_layout(reindex_c, ("read", 0), index_map(used(S + I + J), [S, I, J]))
+    sch.transform_block_layout(main, index_map(ivs, [S, I, J, K]))
+    return main, totals, k_inner, k_slices
+
+
+# TF32 tensor-core tiles (tensor_cores.tf32_tiles) for the all-steps GEMMs of a build with
+# ``allow_tf32``: (warps, 16 x 16 fragments per warp) along (rows, cols), and the reduction steps
+# per shared-memory tile. The larger tile where it gives the GPU at least a wave of blocks.
+TF32_TILES = (dict(warps=(2, 4), fragments=(4, 2), k_tile=32), dict(warps=(2, 2), fragments=(2, 2), k_tile=32))
+
+
+def _tf32_blocks(rows: int, cols: int, tile: dict) -> int:
+    """Thread blocks of a ``rows x cols`` output in ``tile``'s block tiles."""
+    (wi, wj), (fi, fj) = tile["warps"], tile["fragments"]
+    return -(-rows // (wi * fi * 16)) * -(-cols // (wj * fj * 16))
+
+
+def tf32_tile(rows: int, cols: int, sms: int = GPU_SMS) -> dict:
+    """The entry of :data:`TF32_TILES` for a ``rows x cols`` output."""
+    return next((t for t in TF32_TILES if _tf32_blocks(rows, cols, t) >= sms), TF32_TILES[-1])
+
+
+def tf32_k_slices(rows: int, cols: int, reduction: int, tile: dict, sms: int = GPU_SMS) -> int:
+    """Split-K for a TF32 GEMM with few output tiles (the short chunks' GEMMs), by the rule of
+    :func:`matmul_k_slices`."""
+    threads = _tf32_blocks(rows, cols, tile) * tile["warps"][0] * tile["warps"][1] * 32
+    return _k_slices(threads, reduction, tile["k_tile"], sms)
+
+
+def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict | None = None) -> None:
+    """:func:`gpu_matmul` on TF32 tensor cores (``mma.sync`` m16n8k8, :mod:`tvmrnn.schedules.tensor_cores`):
+    the same normalised GEMM, block tiles of :func:`tf32_tile` (``tile`` overrides any of its
+    ``warps``, ``fragments``, ``k_tile``, or sets ``pipeline``), split-K by
+    :func:`tf32_k_slices` (or ``k_slices``), the epilogue fused into the write of the output."""
+    rows, cols, _ = matmul_extents(kernel)
+    chosen = {**tf32_tile(rows, cols), **(tile or {})}
+
+    def slices(m_total, n_total, k_total):
+        return tf32_k_slices(m_total, n_total, k_total, chosen) if k_slices is None else k_slices
+    main, _, k_inner, n_slices = normalize_matmul(sch, kernel, slices, chosen["k_tile"])
+    tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, **chosen)
+
+
+def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
+               pad: int = 4, k_slices: int | None = None, tf32: bool = False) -> None:
+    """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
+
+    The GEMM is first normalised to ``C[s, i, j] += A[s, i, k] * B[s, j, k]`` (``reindex`` and
+    ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the order its operand
+    lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``), so that the
+    copies into shared memory read rows of contiguous memory. A block of ``rows[1] x cols[1]``
+    threads owns a ``prod(rows) x prod(cols)`` tile of ``C``; a thread an ``rows[0] x cols[0]``
+    grid of ``rows[2] x cols[2]`` micro-tiles (virtual threads, 64 accumulators with the default),
+    strided so that the threads of a warp read consecutive ``float4`` from shared memory. Both
+    operands are kept in shared memory reduction-major (``A`` transposed as it is copied in), rows
+    padded by ``pad`` floats (no bank conflicts for the transposed stores), so a thread loads its
+    micro-tile's operands with 128-bit loads: 4 of them per ``k`` for 64 multiply-adds. dlight's
+    ``Matmul`` read single floats from shared memory, 16 per 64 multiply-adds, which is as many
+    shared-memory instructions as the FMA pipes can take (on the H100 it ran at ~23 TFLOP/s, half
+    of cuBLAS, ``notes/performance.md`` v6). With ``pipeline`` the shared tiles are double-buffered
+    (TIR's software pipeline): the copy of the next tile is issued before the multiply-adds of
+    this one. Global memory is read and written with scalar accesses: the sequence driver hands
+    kernels views at offsets that need not be 16-byte aligned. Shapes that are not multiples of
+    the tile are padded (``pad_einsum``): the copies read zeros past the edges.
+
+    ``k_slices`` splits the reduction over that many blocks (:func:`matmul_k_slices` picks the
+    default): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
+    second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`).
+    """
+    if tf32:  # a tiling of its own: ``tf32`` may be a dict overriding the tile (:data:`TF32_TILES`)
+        gpu_matmul_tf32(sch, kernel, k_slices=k_slices, tile=tf32 if isinstance(tf32, dict) else None)
+        return
+
+    def slices(m_total, n_total, k_total):
+        shape = (rows or matmul_shape(m_total, n_total)[0], cols or matmul_shape(m_total, n_total)[1])
+        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile) if k_slices is None else k_slices
+    main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile)
+    default_rows, default_cols = matmul_shape(m_total, n_total)
+    vi, ti, mi = rows or default_rows
+    vj, tj, mj = cols or default_cols
+    if m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread
+        vi = 1
+    if n_total <= vj * tj * mj // 2:
+        vj = 1
+    sch.pad_einsum(main, [1, vi * ti * mi, vj * tj * mj, k_tile])
+    s, i, j, k = sch.get_loops(main)
+    bi, li, ti_, ii = sch.split(i, [None, vi, ti, mi])
+    bj, lj, tj_, jj = sch.split(j, [None, vj, tj, mj])
+    ko, ki = sch.split(k, [None, k_tile])
+    sch.reorder(s, bi, bj, li, lj, ti_, tj_, ko, ki, ii, jj)
+    sch.bind(s, "blockIdx.z")
+    sch.bind(bi, "blockIdx.y")
+    sch.bind(bj, "blockIdx.x")
+    sch.bind(li, "vthread.y")
+    sch.bind(lj, "vthread.x")
+    sch.bind(ti_, "threadIdx.y")
+    sch.bind(tj_, "threadIdx.x")
+    accumulate = sch.cache_write(main, 0, "local")
+    sch.reverse_compute_at(accumulate, tj_, preserve_unit_loops=True)
+
+    def to_shared(index, contiguous_k):
+        copy = sch.cache_read(main, index, "shared")
+        sch.compute_at(copy, ko, preserve_unit_loops=True)
+        m, kk = sch.get_loops(copy)[-2:]
+        if not contiguous_k:  # consecutive threads along the operand's contiguous axis
+            sch.reorder(kk, m)
+            m, kk = kk, m
+        _, y, x = sch.split(sch.fuse(m, kk), [None, ti, tj])
+        sch.bind(y, "threadIdx.y")
+        sch.bind(x, "threadIdx.x")
+        sch.transform_layout(copy, ("write", 0), lambda b, m, kk: (b, kk, m))  # reduction-major
+        sch.storage_align(copy, 0, axis=1, factor=32, offset=pad)
+        return copy
+
+    copies = [to_shared(0, k_inner[0]), to_shared(1, k_inner[1])]
+    for index in (0, 1):  # each thread's operands: 128-bit loads from shared memory
+        load = sch.cache_read(main, index, "local")
+        sch.compute_at(load, ki, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(load)[-1])
+    for copy in copies:
+        dlight.gpu.matmul.auto_inline_producers(sch, copy)
+    if k_slices > 1:  # the partials go straight to global memory (the copies out of the padded
+        # and reindexed layouts inlined), where the epilogue kernel sums them
+        while True:
+            copies = [c for c in sch.get_consumers(accumulate) if sch.get(c).name_hint != kernel.gemm]
+            if not copies:
+                break
+            sch.reverse_compute_inline(copies[0])
+    else:
+        dlight.gpu.matmul.auto_inline_consumer_chain(sch, accumulate)
+    sch.decompose_reduction(main, ko)
+    for loop in (ki, ii, jj):
+        sch.unroll(loop)
+    if pipeline:
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])

@@ -1,0 +1,66 @@
+"""Listed variants of the default templates: the alternatives tuning measures beside the default
+(:func:`variants`).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir
+from ..kernels import Kernel
+
+from .common import _gpu_kind, is_gpu
+from .cuda import GPU_MATMUL_SHAPES, slice_variants
+from .split_k import persistent_blocks
+
+
+# Other shapes of the GPU split-K (``gpu_split_k`` arguments) that tuning measures beside the
+# default: on the H100 the best shape differed by cell (``scripts/tile_study.py --device cuda``).
+# Half the blocks, each with twice the columns (8 units of the backward's dh, or 2 LSTM units),
+# was 5-10% faster for the fused backward steps in one tile study (notes/bench/gpu_tiles_h100_v6.txt).
+# Twice the blocks: the two-direction GRU step's best (22.5 us, against 44.8 with 200 blocks in
+# all; notes/bench/gpu_tiles_h100_v7.txt).
+# The reduction over more or fewer blocks (block_slices): LSTM backward step 11.3 us over 16
+# slices, 15.0 over 8 (notes/bench/gpu_tiles_h100_v9a.txt).
+GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=128, min_blocks=400),
+                        dict(thread_columns=8), dict(min_blocks=100), dict(min_blocks=400),
+                        dict(block_slices=1), dict(block_slices=4), dict(block_slices=8), dict(block_slices=16))
+
+
+# gpu_matmul's variants that tuning measures beside the default: every block shape, the
+# shorter and the double-buffered reduction tiles.
+GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (dict(k_tile=8), dict(pipeline=True))
+
+
+# A persistent step's shapes that tuning measures (``tiles`` over :data:`PERSISTENT_TILES`): its
+# whole design space (:func:`tvmrnn.tune.tasks.is_persistent`). At DS2 sizes the default LSTM step
+# is 115 blocks of 224 threads (7 warps an SM: latency-bound, v16's Nsight Compute); fewer
+# registers of partial sums a thread (``accumulators``) or more room for them
+# (``max_shared_bytes``) give 448; ``row_vector`` and ``vector_k`` were 3-4% by median in v16's
+# studies, within the rounds' ranges.
+PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epilogue=False),
+                       dict(accumulators=24), dict(accumulators=24, row_vector=4), dict(accumulators=32),
+                       dict(max_shared_bytes=96 * 1024), dict(max_shared_bytes=96 * 1024, row_vector=4),
+                       dict(accumulators=96), dict(thread_columns=8), dict(unroll=4), dict(unroll=16),
+                       # one output column a thread: a two-direction backward step's 13 columns of
+                       # weights a block (166 KB) fit on chip, 16 (thread_columns=4) do not
+                       dict(thread_columns=1))
+
+
+def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
+    """The default's own shapes worth measuring for ``kernel`` (``tiles`` for :func:`apply`),
+    the default first: tuning seeds each new task with all of them."""
+    if is_gpu(target) and kernel.gemm is not None and persistent_blocks(kernel.func):
+        return [dict(v) for v in PERSISTENT_VARIANTS]
+    if is_gpu(target) and kernel.gemm is not None:
+        kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
+        if kind == "split-K":
+            return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
+        if kind == "matmul":
+            counts = slice_variants(kernel)
+            slices = [dict(k_slices=n) for n in counts]
+            # the largest tile with its reduction over 2 or 4 blocks: a GEMM whose large tiles make
+            # too few blocks for the GPU (the 256-step weight gradient with K = 800: 156 tiles of
+            # 128 x 128, 1.2 waves of 132 SMs) gets whole waves of them without a smaller tile's loads
+            rows, cols = GPU_MATMUL_SHAPES[0]
+            slices += [dict(rows=rows, cols=cols, k_slices=n) for n in counts if n in (2, 4)]
+            return [{}] + [dict(matmul=dict(v)) for v in GPU_MATMUL_VARIANTS + tuple(slices)]
+    return [{}]

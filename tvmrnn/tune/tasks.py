@@ -1,0 +1,96 @@
+"""TODO"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+import tvm
+from ..schedules import default_schedule
+from ..schedules.common import is_gpu
+from ..schedules.split_k import persistent_blocks
+from ..kernels import Kernel, tf32
+from ..program.passes import all_programs
+from ..device import persistent_blocks as target_persistent_blocks
+
+from .records import best_latency_us, workload
+
+
+REFERENCE_LENGTH = 300  # Deep Speech 2's T: the sequence length task weights are counted at
+
+
+# ---- tasks ------------------------------------------------------------------------------------
+@dataclass
+class Task:
+    kernel: Kernel
+    calls: int  # runs per training step (forward_train + backward) and inference forward, at REFERENCE_LENGTH
+
+    @functools.cached_property
+    def flops(self) -> float:
+        """Floating-point operations of one call (TVM's estimate from the kernel's loops)."""
+        try:
+            return float(tvm.s_tir.analysis.estimate_tir_flops(workload(self.kernel)))
+        except Exception:  # an estimate only: a kernel it cannot read ranks by its calls alone
+            return 0.0
+
+
+def rank_tasks(tasks: list[Task], db=None) -> list[Task]:
+    """Tasks by their share of a training step, largest first: where trials should go.
+
+    A task the log has measured counts its calls x best latency; one it has not, its calls x its
+    FLOPs at the rate (FLOP/s) of the measured tasks together, or with none measured its calls x
+    FLOPs alone. Per-step kernels run hundreds of times, each all-steps GEMM a few times but
+    hundreds of times longer, so the count of calls alone ranks the GEMMs far too low.
+    """
+    measured = {id(t): best_latency_us(db, t.kernel) if db is not None else None for t in tasks}
+    done = [t for t in tasks if measured[id(t)] and t.flops]
+    # FLOP per us over the measured tasks together: the big GEMMs' rate, which is what the
+    # unmeasured tasks with many FLOPs (GEMMs of other shapes) are likely to run at
+    rate = sum(t.flops for t in done) / sum(measured[id(t)] for t in done) if done else None
+
+    def cost(t):
+        if measured[id(t)]:
+            return t.calls * measured[id(t)]
+        if rate:
+            return t.calls * max(t.flops / rate, 1.0)  # at least a microsecond a call
+        return t.calls * max(t.flops, 1.0)
+
+    return sorted(tasks, key=lambda t: -cost(t))
+
+
+def select_tasks(configs, target, kernels=None, max_tasks=None, db=None) -> list[Task]:
+    """The tasks of ``configs`` on ``target`` that :func:`tune` works on, in its order: those whose
+    name contains one of ``kernels`` (None: all), ranked by :func:`rank_tasks`, the first ``max_tasks``."""
+    tasks = [t for t in extract_tasks(configs, target=target)
+             if kernels is None or any(k in t.kernel.name for k in kernels)]
+    return rank_tasks(tasks, db)[:max_tasks]
+
+
+def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[Task]:
+    """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
+
+    ``target`` picks the programs as build does (``passes.all_programs``: chunk sizes, direction
+    stacking, and on GPUs the persistent time loops, whose step kernel is a task of its own:
+    :func:`is_persistent`).
+    """
+    tasks: dict[str, Task] = {}
+    target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
+    blocks = target_persistent_blocks(target) if target is not None and is_gpu(target) else None
+
+    def schedule(kernel):  # a persistent loop is decided by its step's schedule (weights on chip)
+        return default_schedule(kernel, target) if persistent_blocks(kernel.func) else kernel.func
+
+    for config in configs:
+        for program in all_programs(config, schedule, target, blocks):
+            for name, count in program.calls(length).items():
+                task = tasks.setdefault(name, Task(program.kernels[name], 0))
+                task.calls += count
+    return sorted(tasks.values(), key=lambda t: -t.calls)
+
+
+def is_persistent(kernel: Kernel) -> bool:
+    """A persistent time loop's step kernel (:func:`tvmrnn.kernels.persistent`). Its task measures
+    a candidate as that loop runs it, :data:`tvmrnn.tune.step_loop.STEP_LOOP_STEPS` steps in one launch
+    (:class:`StepLoopBuilder`), and logs the time per step; its design space is the default
+    schedule's listed shapes (:data:`tvmrnn.schedules.PERSISTENT_VARIANTS`), all of which
+    :func:`seed_defaults` measures: MetaSchedule's own rules do not keep weights in shared memory
+    across steps, which is what makes such a loop fast."""
+    return persistent_blocks(kernel.func) is not None
