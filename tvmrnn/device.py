@@ -5,6 +5,8 @@ import os
 
 import tvm
 
+from .options import BuildOptions
+
 
 def _cpu_flags() -> set[str]:
     try:
@@ -66,118 +68,45 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
     return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
 
 
-PERSISTENT_PASSES = {"1": ("forward", "forward_train", "backward"), "forward": ("forward",),
-                     "auto": ("forward", "forward_train"), "train": ("forward", "forward_train")}
-DEFAULT_PERSISTENT = "auto"
-
-
-def _env_value(name: str, default: str, choices) -> str:
-    """Environment variable ``name`` (``default`` when unset or empty), one of ``choices``; anything
-    else raises ``ValueError`` naming the variable."""
-    value = os.environ.get(name, default) or default
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {', '.join(choices)}; got {value!r}")
-    return value
-
-
-def persistent_mode() -> str:
-    """``TVMRNN_PERSISTENT``: ``auto`` (the default), ``forward``, ``train``, ``1`` or ``0``; see
-    :func:`persistent_passes`."""
-    return _env_value("TVMRNN_PERSISTENT", DEFAULT_PERSISTENT, ("0", *PERSISTENT_PASSES))
-
-
-def persistent_blocks(target: tvm.target.Target) -> int | None:
+def persistent_blocks(target: tvm.target.Target, options: BuildOptions) -> int | None:
     """The most thread blocks a persistent kernel may have on this target: one per SM (each
     block of a persistent kernel takes the SM's shared memory for its slice of the weights, and
     the grid barrier needs every block resident; the kernel is launched cooperatively, so the
     GPU guarantees that or refuses the launch).
 
-    None: persistence off (``TVMRNN_PERSISTENT=0``, see :func:`persistent_passes`), a CPU, or
-    the GPU's SM count unknown."""
-    if not persistent_passes():
+    None: persistence off (``options.persistent == "off"``), a CPU, or the GPU's SM count unknown."""
+    if not options.persistent_passes:
         return None
     return multiprocessors(target)
 
 
-def persistent_passes() -> tuple[str, ...]:
-    """The passes whose time loops run as persistent kernels (the loop inside one kernel, a grid
-    barrier between steps, each block's slice of the recurrent weights kept in shared memory for
-    all steps), from ``TVMRNN_PERSISTENT``:
-
-    - ``auto`` (default): both forwards, inference and training, where a loop's step kernel keeps
-      its weights in shared memory (else that loop stays per-step launches). On the H100 at Deep
-      Speech 2 sizes the passes where persistence is faster (``notes/performance.md`` v10, v14,
-      v21: the training forward's persistent loops were measured faster once two-direction loops
-      staged their hidden state in phases);
-    - ``forward``: the inference forward only, whether or not the weights fit on chip;
-    - ``train``: the same passes as ``auto`` (kept for the studies that name it);
-    - ``1``: every pass (the backward's persistent step is slower: for studies);
-    - ``0``: none.
-
-    Time loops that run both directions of a layer in one launch stay per-step launches unless
-    :func:`persist_stacked`. Persistent kernels are launched cooperatively
-    (``sequence.cooperative_grid_barriers``): all their blocks are resident at once, or the
-    launch fails with an error; it never hangs when other work holds SMs."""
-    value = persistent_mode()
-    return () if value == "0" else PERSISTENT_PASSES[value]
-
-
-# On since v21: measured on the H100, the two-direction persistent step (hidden state staged in
-# phases, v20) takes 10.3-11.6 us a step against 16.3 launched per step; 5-layer LSTM training
-# 1.46x -> 1.62x cuDNN. (Before phases it read h from L2 and ran 2x slower, v10.)
-DEFAULT_PERSIST_STACKED = "1"
-
-
-def persist_stacked() -> bool:
-    """Whether a time loop that runs both directions of a layer in one launch per step may become
-    persistent like a one-direction loop (the passes of :func:`persistent_passes`, where the
-    weights fit on chip): its blocks split the SMs between the directions, each block keeping
-    its slice of one direction's weights in shared memory and staging that direction's hidden
-    state in phases of the reduction (``default_schedule.gpu_split_k``'s ``row_phases``: 13
-    LSTM units' weights and half of a 20 x 800 hidden state fill a block's 227 KB).
-    ``TVMRNN_PERSIST_STACKED``: ``1`` on (the default), ``0`` off."""
-    return _env_value("TVMRNN_PERSIST_STACKED", DEFAULT_PERSIST_STACKED, ("0", "1")) == "1"
-
-
-PDL_MODES = ("0", "wait", "early")
-DEFAULT_PDL = "wait"
-
-
-def dependent_launch(target) -> bool | str:
+def dependent_launch(target, options: BuildOptions) -> bool | str:
     """How GPU passes launch their kernels: programmatic dependent launch (PDL, sm_90+) lets the
     GPU start a kernel's blocks before the kernel before it has retired; each waits at its start
     (``griddepcontrol.wait``) until that kernel has finished and its writes are visible, which
     hides launch latency between a time loop's back-to-back kernels (``sequence.Program.dependent_launch``).
-    ``TVMRNN_PDL``: ``0`` off, ``wait`` (the next kernel may start once every block of this one
-    has exited), ``early`` (once every block of this one is running: its blocks then sit on SMs
-    while they wait)."""
+    ``options.dependent_launch``: ``off``, ``wait`` (the next kernel may start once every block of
+    this one has exited), ``early`` (once every block of this one is running: its blocks then sit
+    on SMs while they wait). False on CPUs and GPUs before sm_90."""
     if target is None or target.kind.name != "cuda":
         return False
-    value = os.environ.get("TVMRNN_PDL", DEFAULT_PDL)
-    if value not in PDL_MODES:
-        raise ValueError(f"TVMRNN_PDL: expected one of {', '.join(PDL_MODES)}; got {value!r}")
     digits = "".join(ch for ch in str(target.attrs.get("arch", "")) if ch.isdigit())
-    if value == "0" or not digits or int(digits) < 90:
+    if options.dependent_launch == "off" or not digits or int(digits) < 90:
         return False
-    return value
+    return options.dependent_launch
 
 
-# On since v20: every GPU test passed with it on the H100, at the same speed, builds 2.5-3x faster.
-DEFAULT_SHARED_KERNELS = "1"
-
-
-def shared_kernels(target) -> bool:
-    """Whether a GPU build launches one compiled kernel from all of its call sites that run the
-    same code (``sequence.merge_identical_kernels``, with each view's offset in the pointer the host
-    passes, ``sequence._make_view``), instead of compiling a kernel per call site. A 5-layer
+def shared_kernels(target, options: BuildOptions) -> bool:
+    """Whether a GPU build passes views to its kernels as pointers, so that the kernels of all call
+    sites that run the same code compile to one (``sequence.merge_identical_kernels``, with each
+    view's offset in the pointer the host passes, ``sequence._make_view``). A 5-layer
     bidirectional GRU's 530 kernels (38 MB of CUDA source, which the H100 machine compiled for
     about four minutes at each build and each load of a package) become a few dozen: 98 s for
-    the whole 5-layer GRU build there.
-    ``TVMRNN_SHARED_KERNELS``: ``1`` on (the default), ``0`` off; CPUs: never (their kernels are functions
-    of the pass, compiled once)."""
+    the whole 5-layer GRU build there. CPUs: never (their kernels are functions of the pass,
+    compiled once)."""
     if target is None or target.kind.name != "cuda":
         return False
-    return _env_value("TVMRNN_SHARED_KERNELS", DEFAULT_SHARED_KERNELS, ("0", "1")) == "1"
+    return options.shared_kernels
 
 
 def resolve(target) -> tvm.target.Target:

@@ -31,16 +31,17 @@ last step's gate math and the first step's GEMM run on their own). On GPUs given
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tvm import tirx
 
 from .. import kernels
 from ..cells.definition import Cell
+from ..options import BuildOptions
 from ..schedules.cpu import gradient_panel, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
+from ..device import dependent_launch, shared_kernels
 from .sequence import Program, Stacked
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
@@ -56,8 +57,10 @@ CHUNK_STEPS = (16, 4, 1)
 GPU_CHUNK_STEPS = (256, 32, 4, 1)
 
 
-def chunk_steps(target) -> tuple[int, ...]:
+def chunk_steps(target, options: BuildOptions) -> tuple[int, ...]:
     """The chunk sizes the all-steps GEMMs use on ``target`` (a ``tvm.target.Target``, or None: CPU)."""
+    if options.chunk_steps is not None:
+        return options.chunk_steps
     return GPU_CHUNK_STEPS if target is not None and is_gpu(target) else CHUNK_STEPS
 
 
@@ -72,6 +75,7 @@ class Config:
     bidirectional: bool
     batch_size: int
     batch_first: bool
+    options: BuildOptions = field(default_factory=BuildOptions)
 
     @property
     def num_directions(self) -> int:
@@ -140,19 +144,16 @@ def _time(config, T, d, u):
     return u if d == 0 else T - 1 - u
 
 
-def time_loop_regions(target=None) -> bool:
+def time_loop_regions(target, options: BuildOptions) -> bool:
     """Whether each time loop runs as one parallel region on ``target`` (a ``tvm.target.Target``,
-    or None: CPU) instead of one per step (:meth:`sequence.Program._region_loop`).
-    ``TVMRNN_TIME_LOOP_REGION=1`` or ``0`` decides for CPUs; GPUs never (their loops are launches)."""
+    or None: CPU) instead of one per step (:meth:`sequence.Program._region_loop`):
+    ``options.time_loop_regions`` on CPUs; GPUs never (their loops are launches)."""
     if target is not None and is_gpu(target):
         return False
-    forced = os.environ.get("TVMRNN_TIME_LOOP_REGION", "0")
-    if forced not in ("0", "1"):
-        raise ValueError(f"TVMRNN_TIME_LOOP_REGION: expected 0 or 1, got {forced!r}")
-    return forced == "1"
+    return options.time_loop_regions
 
 
-def interleaved_projections(target=None) -> bool:
+def interleaved_projections(target, options: BuildOptions) -> bool:
     """Whether a forward pass on ``target`` (a ``tvm.target.Target``, or None: CPU) runs each
     chunk's input projection just before that chunk's steps, into a buffer of one chunk, rather
     than every step's projection before the time loop into a buffer of T steps: a DS2 LSTM's
@@ -162,13 +163,12 @@ def interleaved_projections(target=None) -> bool:
     projections first against 60.3 / 62.3 / 62.3 / 94.8 interleaved in four studies, its training
     220.6 / 221.4 against 213.2 / 221.3, the 5-layer bidirectional LSTM's 918 / 3,188 against 919 /
     2,891 ms, the GRU's and RNN-tanh's within 3%; longer chunks for it (32, 64 steps) gained
-    nothing. ``TVMRNN_INTERLEAVE``: ``auto`` (default) or ``0`` (projections first, for
-    comparisons). GPUs never: their forward time loop is one persistent kernel where the
+    nothing. ``options.interleave_projections``: None (default: CPUs yes), or True / False
+    (False: projections first, for comparisons). GPUs never by default: their forward time loop is one persistent kernel where the
     weights fit on chip, and the all-steps GEMM runs there in chunks of 256 steps."""
-    mode = os.environ.get("TVMRNN_INTERLEAVE", "auto")
-    if mode not in ("auto", "0"):
-        raise ValueError(f"TVMRNN_INTERLEAVE: expected auto or 0, got {mode!r}")
-    return mode == "auto" and not (target is not None and is_gpu(target))
+    if options.interleave_projections is not None:
+        return options.interleave_projections
+    return not (target is not None and is_gpu(target))
 
 
 def packed_weight_gradients(target=None) -> bool:
@@ -181,19 +181,18 @@ def packed_weight_gradients(target=None) -> bool:
     return target is None or not is_gpu(target)
 
 
-def stack_directions(target=None) -> bool:
+def stack_directions(target, options: BuildOptions) -> bool:
     """Whether a bidirectional layer runs both directions in one launch per step on ``target``
-    (a ``tvm.target.Target``, or None: CPU). ``TVMRNN_STACK_DIRECTIONS=1`` or ``0`` decides for
-    every target (for comparisons, ``scripts/direction_study.py``); else GPUs do, and CPUs with
+    (a ``tvm.target.Target``, or None: CPU). ``options.stack_directions`` decides for
+    every target where it is not None; else GPUs do, and CPUs with
     at least :data:`CPU_STACK_MIN_CORES` cores. On the H100 the two-direction LSTM step took
     17.7 us against 2 x 13.4 us (5-layer LSTM inference 1.06x -> 1.28-1.33x cuDNN). On the GPU
     machine's 16-core Xeon a bidirectional layer was faster so (LSTM inference 205 -> 189 ms,
     GRU 175 -> 146 ms, GRU training 602 -> 548 ms, LSTM training the same), on the 2-core dev
     machine 11-20% slower: each core then streams both directions' weights at every step, which
     fit in 16 cores' L2 (2 x 10 MB for the LSTM at H = 800) and not in 2 cores'."""
-    forced = os.environ.get("TVMRNN_STACK_DIRECTIONS")
-    if forced in ("0", "1"):
-        return forced == "1"
+    if options.stack_directions is not None:
+        return options.stack_directions
     if target is None:
         return False
     if is_gpu(target):
@@ -232,7 +231,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     groups = _direction_groups(config, stacked)
-    prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region,
+    prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region, options=config.options,
                    view_pointers=view_pointers)
     T = tirx.Var("T", "int32")
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
@@ -368,7 +367,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     deriv = kernels.derivation(c)
     groups = _direction_groups(config, stacked)
     DG = len(groups[0])  # directions whose temporaries are live together
-    prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers)
+    prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers,
+                   options=config.options)
     T = tirx.Var("T", "int32")
     y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
     dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)
@@ -573,29 +573,31 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     inference forward, training forward, backward and weight packing, with the target's chunk
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
-    from ..device import dependent_launch, persistent_passes, shared_kernels
+    options = config.options
     # views as pointers, so that the kernels of different layers and directions compile to one
     # (`sequence.merge_identical_kernels`)
-    pointers = shared_kernels(target)
-    how = dict(chunks=chunk_steps(target), stacked=stack_directions(target), one_region=time_loop_regions(target),
+    pointers = shared_kernels(target, options)
+    how = dict(chunks=chunk_steps(target, options), stacked=stack_directions(target, options),
+               one_region=time_loop_regions(target, options),
                view_pointers=pointers)
-    panel = weight_panel(target, config.cell.num_gates, config.hidden_size)
+    panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
 
     def panel_of(k_size):  # the backward's data GEMMs: their tile runs along K, one "gate"
-        return weight_panel(target, 1, k_size)
-    passes = persistent_passes()
+        return weight_panel(target, 1, k_size, options.weight_panels)
+    passes = options.persistent_passes
 
     def blocks(name):
         return persistent_blocks if name in passes else None
-    interleave = interleaved_projections(target)
+    interleave = interleaved_projections(target, options)
     programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
                                 interleave=interleave, **how),
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
                                 interleave=interleave, **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
-                                 grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size), **how),
+                                 grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
+                                                            options.gradient_panels), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers))
     for p in programs:
-        p.dependent_launch = dependent_launch(target)
+        p.dependent_launch = dependent_launch(target, options)
     return programs

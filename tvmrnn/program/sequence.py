@@ -25,7 +25,7 @@ from .. import kernels
 from ..kernels import Kernel
 from ..schedules.common import is_gpu
 from ..schedules.split_k import keeps_weights_on_chip, persistent_blocks
-from ..device import persist_stacked, persistent_mode
+from ..options import BuildOptions
 
 F32 = "float32"
 I32 = "int32"
@@ -451,14 +451,12 @@ def merge_identical_kernels(mod, _ctx):
     530 kernels were 38 MB of CUDA source, which NVRTC compiled for about four minutes at each
     build or load of a package on the H100 machine. Runs after ``SplitHostDevice`` (whose host
     code names each kernel in a ``call_ffi_kernel``) and after :func:`cooperative_grid_barriers`
-    (launch flags are part of a kernel's identity)."""
-    from ..device import shared_kernels
+    (launch flags are part of a kernel's identity). Kernels that differ only in their views' offsets are
+    identical only where the views are pointers (``BuildOptions.shared_kernels``)."""
     canonical, keep = {}, {}  # kernel name -> the name of the one kept; structural hash -> kept kernels
     for gvar, func in mod.functions.items():
         if not _is_kernel(func):
             continue
-        if not shared_kernels(func.attrs.get("target")):
-            return mod
         anonymous = func.with_attr("global_symbol", "kernel")
         key = tvm_ffi.structural_hash(anonymous)
         for name, other in keep.get(key, []):
@@ -556,7 +554,9 @@ class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
     def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None,
-                 one_region: bool = False, barrier_param: bool = True, view_pointers: bool = False):
+                 one_region: bool = False, barrier_param: bool = True, view_pointers: bool = False,
+                 options: BuildOptions | None = None):
+        options = options if options is not None else BuildOptions()
         self.name = name
         # the persistent loops' grid-barrier counter: a parameter of the driver (a pass), or its
         # own scratch allocation (`step_loop`, whose function keeps the kernel's parameters)
@@ -567,10 +567,10 @@ class Program:
         self.persistent_blocks = persistent_blocks
         self._persistent: list | None = None  # the calls of the persistent time loop being emitted
         # with it, only kernels whose schedule keeps their weights in shared memory run
-        # persistent (`target.persistent_passes`, ``auto``); the others' loops stay per-step
-        self.persistent_if_on_chip = persistent_blocks is not None and persistent_mode() in ("auto", "train")
-        # time loops of two-direction kernels too (`target.persist_stacked`)
-        self.persist_stacked = persistent_blocks is not None and persist_stacked()
+        # persistent (``options.persistent == "auto"``); the others' loops stay per-step
+        self.persistent_if_on_chip = persistent_blocks is not None and options.persistent == "auto"
+        # time loops of two-direction kernels too (``options.persist_stacked``)
+        self.persist_stacked = persistent_blocks is not None and options.persist_stacked
         self._not_on_chip: set[str] = set()
         # CPU only: each time loop as one parallel region, a barrier between steps (`_region_loop`)
         self.one_region = one_region

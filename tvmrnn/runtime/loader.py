@@ -7,6 +7,7 @@ import os
 import tvm
 
 from ..cells.definition import CELLS, Cell, get_cell
+from ..options import BuildOptions, use_cpu_threads
 from ..program.passes import Config
 from .package import PackageError, check_machine, read_metadata
 from .rnn import RNN
@@ -39,9 +40,12 @@ def load(path, device=None) -> RNN:
     if device is not None and str(device).partition(":")[0] != ("cuda" if meta["target_kind"] == "cuda" else "cpu"):
         raise PackageError(f"load: the package is for {meta['target_kind']}, not device {device!r}")
     check_machine(meta, device_index)
+    options = BuildOptions.from_dict(meta["options"]) if "options" in meta else BuildOptions(persistent="auto")
+    if meta["target_kind"] != "cuda":
+        use_cpu_threads(options)
     module = tvm.runtime.load_module(path)
     config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
-                    meta["bidirectional"], meta["batch_size"], meta["batch_first"])
+                    meta["bidirectional"], meta["batch_size"], meta["batch_first"], options)
     target = tvm.target.Target(json.loads(meta["target"]) if meta["target"].startswith("{") else meta["target"])
     rnn = RNN(config, target, module, meta["signatures"], device_index=device_index)
     rnn.persistent_blocks = meta.get("persistent_blocks")

@@ -53,6 +53,7 @@ def metadata(rnn: RNN) -> dict:
         "input_size": c.input_size, "hidden_size": c.hidden_size, "num_layers": c.num_layers,
         "bidirectional": c.bidirectional, "batch_size": c.batch_size, "batch_first": c.batch_first,
         "dtype": "float32",
+        "options": c.options.to_dict(),
         "target": str(t), "target_kind": t.kind.name,
         "weight_layout": "one flat float32 buffer of packed_weights_size; per parameter, in PyTorch's order: "
                          "weights (K, H, G) gate-interleaved, biases (H, G) (with weight_panel u > 0: weights in "

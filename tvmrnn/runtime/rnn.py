@@ -17,6 +17,7 @@ from .. import device as targets
 from . import package
 from .arrays import Frame, to_tvm
 from ..cells.definition import get_cell
+from ..options import as_options, use_cpu_threads
 from ..schedules.common import is_gpu
 from ..program.passes import Config, all_programs
 from ..program.sequence import compile_module
@@ -115,7 +116,7 @@ def _check_options(name, value, kind, minimum=None):
 
 def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
           batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None,
-          allow_tf32: bool = False) -> "RNN":
+          allow_tf32: bool = False, options=None) -> "RNN":
     """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
 
     Parameters
@@ -141,6 +142,10 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         do: operands rounded to 10 mantissa bits, products summed in fp32 (relative errors
         ~1e-3 instead of ~1e-6). The per-step recurrent GEMMs and the gate math stay fp32. Off by
         default; a CPU target ignores it.
+    options : None, BuildOptions or dict
+        Build choices beyond the sizes (:class:`tvmrnn.BuildOptions`: persistence, chunk sizes,
+        direction stacking, threads, ...); None takes the measured defaults. Recorded in
+        ``rnn.config.options`` and in exported packages.
 
     Returns
     -------
@@ -156,10 +161,13 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first), ("allow_tf32", allow_tf32)):
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
-    config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first)
+    options = as_options(options)
+    config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options)
     target = targets.resolve(target)
+    if not is_gpu(target):
+        use_cpu_threads(options)
     schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
-    blocks = targets.persistent_blocks(target)
+    blocks = targets.persistent_blocks(target, options)
     programs = all_programs(config, schedule, target, blocks)
     executable = compile_module(tvm.IRModule({p.name: p.build() for p in programs}), target)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}

@@ -4,6 +4,7 @@ it streams (:func:`weight_panel`, :func:`gradient_panel`).
 from __future__ import annotations
 
 import math
+from ..device import host_target
 from ..kernels import Kernel
 
 from .common import _divisor, _extent, _gemm_axes, _vectorize, _vectorize_trailing, is_gpu, vector_lanes
@@ -37,7 +38,7 @@ def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | Non
     return lead_tile
 
 
-def weight_panel(target, gates: int, hidden: int) -> int:
+def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -> int:
     """Units per column panel of the forward weights for ``target`` (0: none, K-major).
 
     The forward GEMMs (input projection, recurrent step) read ``w[k, j, g]``: a register tile of
@@ -55,22 +56,17 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     (125 -> 119 with huge pages), on one thread 1,108 -> 942 us, and whole passes interleaved
     with PyTorch (``scripts/cpu_pass_study.py``, huge pages on both sides of the comparison)
     LSTM inference 58.3 -> 48.4 ms, training 211 -> 198 ms, the GRU's the same or faster, the
-    RNNs' the same. So every CPU gets them. ``TVMRNN_WEIGHT_PANELS``: ``auto`` or ``1``
-    (default: panels), ``0`` K-major (for comparisons). The panel is the default schedule's tile
+    RNNs' the same. So every CPU gets them. ``enabled`` (``BuildOptions.weight_panels``): None or
+    True (default: panels), False K-major (for comparisons). The panel is the default schedule's tile
     (:func:`cpu_column_tile`), so that the tile's index into the panel simplifies; a schedule with
     another tile stays correct but is slow (a 10 x 2-vector tile on 16-unit panels ran 4x slower
     on the Xeon: its index does not simplify). GPUs: none (a warp reads a K-major row coalesced).
     The backward's copy of a weight with K inputs takes ``weight_panel(target, 1, K)`` (its tile
     runs along K alone: :func:`tvmrnn.kernels.backward_weight_shape`).
     """
-    import os
-    mode = os.environ.get("TVMRNN_WEIGHT_PANELS", "auto")
-    if mode not in ("auto", "0", "1"):
-        raise ValueError(f"TVMRNN_WEIGHT_PANELS: expected auto, 0 or 1, got {mode!r}")
     if target is None:
-        from .target import host_target
         target = host_target()
-    if mode == "0" or is_gpu(target):
+    if enabled is False or is_gpu(target):
         return 0
     lanes = vector_lanes(target)
     units = cpu_column_tile(lanes, hidden, gates)
@@ -78,23 +74,18 @@ def weight_panel(target, gates: int, hidden: int) -> int:
     return units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
 
 
-def gradient_panel(target, gates: int, hidden: int) -> int:
+def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None) -> int:
     """Units per column panel in which a CPU backward sums its weight gradients (0: rows ``(K, H,
     G)``; :func:`tvmrnn.kernels.weight_gradient`): the forward weights' panel
     (:func:`weight_panel`), where the weight gradient's register tile is one whole panel.
     A 16-step DS2 LSTM chunk on the GPU machine's Xeon (16 threads, interleaved,
     ``scripts/wgrad_study.py``): 1,706 us in rows, 1,381 in panels, plus 110 us to pack the gate
     gradients into panels (one pack serves both weights where dgh is dgx: the backward uses panels
-    only there, not for the GRU); one thread 15.8 -> 12.1 ms (notes/performance.md v25). ``TVMRNN_GRADIENT_PANELS``: ``auto`` (default) or ``0`` (rows, for
-    comparisons); GPUs: none (they sum weight gradients in PyTorch's layout)."""
-    import os
-    mode = os.environ.get("TVMRNN_GRADIENT_PANELS", "auto")
-    if mode not in ("auto", "0"):
-        raise ValueError(f"TVMRNN_GRADIENT_PANELS: expected auto or 0, got {mode!r}")
-    if mode == "0":
+    only there, not for the GRU); one thread 15.8 -> 12.1 ms (notes/performance.md v25). ``enabled`` (``BuildOptions.gradient_panels``): None or True
+    (default), False (rows, for comparisons); GPUs: none (they sum weight gradients in PyTorch's layout)."""
+    if enabled is False:
         return 0
     if target is None:
-        from .target import host_target
         target = host_target()
     panel = weight_panel(target, gates, hidden)
     return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates) == panel else 0

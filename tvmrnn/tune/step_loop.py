@@ -10,6 +10,7 @@ from ..program.sequence import COOPERATIVE, F32, LAUNCH_PARAMS, Program, Sequenc
 from ..schedules import default_schedule
 from ..schedules.split_k import persistent_blocks
 from ..device import dependent_launch
+from ..options import BuildOptions
 
 
 # Steps a persistent task's candidate runs in one launch when tuning measures it (`step_loop`):
@@ -36,7 +37,7 @@ def step_loop(func: tirx.PrimFunc, target: tvm.target.Target, steps: int = STEP_
         return func if kernel.name == f"{name}_persistent" else default_schedule(kernel, target)
     prog = Program("main", schedule, persistent_blocks=blocks, barrier_param=False)
     prog.persistent_if_on_chip = False  # measure the schedule as it is
-    prog.dependent_launch = dependent_launch(target)
+    prog.dependent_launch = dependent_launch(target, BuildOptions())
     for param in func.params:
         if param.dtype != F32:
             raise ValueError(f"step_loop: parameter {param.name} is {param.dtype}, not {F32}")

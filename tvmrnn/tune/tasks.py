@@ -73,12 +73,12 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[
     """
     tasks: dict[str, Task] = {}
     target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
-    blocks = target_persistent_blocks(target) if target is not None and is_gpu(target) else None
 
     def schedule(kernel):  # a persistent loop is decided by its step's schedule (weights on chip)
         return default_schedule(kernel, target) if persistent_blocks(kernel.func) else kernel.func
 
     for config in configs:
+        blocks = target_persistent_blocks(target, config.options) if target is not None and is_gpu(target) else None
         for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
                 task = tasks.setdefault(name, Task(program.kernels[name], 0))

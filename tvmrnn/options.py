@@ -1,0 +1,180 @@
+"""Build options: every choice a build makes beyond the RNN's sizes and target, in one typed object.
+
+``tvmrnn.build(..., options=BuildOptions(persistent="off"))``. The options are recorded in the
+build's config (``rnn.config.options``) and in exported packages' metadata; a choice that changes a
+kernel (a panel width, a chunk size, persistence) changes that kernel's name and workload, so its
+tuning records are its own. ``None`` means "the target decides" (the defaults measured best, each
+documented where it is applied).
+
+One environment variable sets a default here, for users who cannot reach the ``build`` call (a
+training script using the PyTorch drop-ins): ``TVMRNN_PERSISTENT`` (``auto``, ``forward``, ``all``
+or ``off``). The other user-facing variables are runtime settings, not build choices:
+``TVMRNN_TUNING_LOGS`` (where records are read), ``TVMRNN_HUGE_PAGES`` (``auto``/``1``/``0``, the
+kept arrays' pages) and ``TVM_NUM_THREADS`` (CPU threads; see :attr:`BuildOptions.threads`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+PERSISTENT = ("auto", "forward", "all", "off")
+# the passes whose time loops may run persistently, by `BuildOptions.persistent`
+PERSISTENT_PASSES = {"auto": ("forward", "forward_train"), "forward": ("forward",),
+                     "all": ("forward", "forward_train", "backward"), "off": ()}
+# the values TVMRNN_PERSISTENT took before it named the choices (kept so that old scripts run)
+_PERSISTENT_ALIASES = {"1": "all", "0": "off", "train": "auto"}
+DEPENDENT_LAUNCH = ("off", "wait", "early")
+
+
+def _persistent_default() -> str:
+    value = os.environ.get("TVMRNN_PERSISTENT", "") or "auto"
+    value = _PERSISTENT_ALIASES.get(value, value)
+    if value not in PERSISTENT:
+        raise ValueError(f"TVMRNN_PERSISTENT: expected one of {', '.join(PERSISTENT)}; got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a build chooses beyond sizes and target. Every field has a measured default.
+
+    Parameters
+    ----------
+    persistent : {"auto", "forward", "all", "off"}
+        GPU time loops that run as one persistent kernel (the loop inside the kernel, a grid
+        barrier between steps, each block's slice of the recurrent weights in shared memory for
+        every step). ``auto``: both forward passes, where the step's weights fit on chip (fastest
+        on the H100 at Deep Speech 2 sizes, notes v10, v14, v21); ``forward``: the inference
+        forward, whether or not they fit; ``all``: the backward too (slower; for studies);
+        ``off``: one launch per step. Default: ``TVMRNN_PERSISTENT``, else ``auto``.
+    persist_stacked : bool
+        Whether a time loop running both directions of a layer in one launch may be persistent too
+        (on since v21: 5-layer LSTM training 1.46x -> 1.62x cuDNN on the H100).
+    dependent_launch : {"off", "wait", "early"}
+        Programmatic dependent launch between a GPU pass's kernels (sm_90+; ignored elsewhere).
+    shared_kernels : bool
+        GPU: one compiled kernel for every call site running the same code (views passed as
+        pointers); a 5-layer bidirectional GRU's 530 kernels become a few dozen (builds 2.5-3x
+        faster, v20).
+    stack_directions : bool or None
+        Both directions of a bidirectional layer in one launch per step. None: GPUs and CPUs of
+        8 cores or more (faster there; 11-20% slower on 2 cores, whose L2 cannot hold both).
+    interleave_projections : bool or None
+        CPU forwards project each 16-step chunk just before its steps, into a buffer of one chunk
+        (4 MB instead of 77 MB for a DS2 LSTM, same speed, v26). None: CPUs yes, GPUs no.
+    time_loop_regions : bool
+        CPU: each time loop as one parallel region with a barrier between steps (off: measured no
+        faster).
+    weight_panels, gradient_panels : bool or None
+        CPU: recurrent weights, and the backward's weight gradients, in gate-blocked column panels
+        that the GEMM's register tile reads whole. None: where the schedule's tile is narrower
+        than the hidden size.
+    chunk_steps : tuple of int or None
+        Sizes of the chunks of steps the all-steps GEMMs run over, largest first, ending in 1.
+        None: ``(16, 4, 1)`` on CPUs (each chunk's gates stay in L2), ``(256, 32, 4, 1)`` on GPUs.
+    threads : int or None
+        CPU threads. None: ``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` if set, else this process's
+        physical cores (TVM alone would take half the logical CPUs). TVM's thread pool reads this
+        once, at the first parallel kernel of the process, so the first CPU build decides it.
+    """
+
+    persistent: str = field(default_factory=_persistent_default)
+    persist_stacked: bool = True
+    dependent_launch: str = "wait"
+    shared_kernels: bool = True
+    stack_directions: bool | None = None
+    interleave_projections: bool | None = None
+    time_loop_regions: bool = False
+    weight_panels: bool | None = None
+    gradient_panels: bool | None = None
+    chunk_steps: tuple[int, ...] | None = None
+    threads: int | None = None
+
+    def __post_init__(self):
+        persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent)
+        if persistent not in PERSISTENT:
+            raise ValueError(f"options.persistent: expected one of {', '.join(PERSISTENT)}; got {self.persistent!r}")
+        object.__setattr__(self, "persistent", persistent)
+        if self.dependent_launch not in DEPENDENT_LAUNCH:
+            raise ValueError(f"options.dependent_launch: expected one of {', '.join(DEPENDENT_LAUNCH)}; "
+                             f"got {self.dependent_launch!r}")
+        for name in ("persist_stacked", "shared_kernels", "time_loop_regions"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"options.{name}: expected True or False, got {getattr(self, name)!r}")
+        for name in ("stack_directions", "interleave_projections", "weight_panels", "gradient_panels"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise TypeError(f"options.{name}: expected None, True or False, got {getattr(self, name)!r}")
+        if self.chunk_steps is not None:
+            steps = tuple(self.chunk_steps) if isinstance(self.chunk_steps, (tuple, list)) else None
+            if (not steps or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in steps)
+                    or list(steps) != sorted(set(steps), reverse=True) or steps[-1] != 1):
+                raise ValueError(f"options.chunk_steps: expected distinct positive ints, largest first, ending in 1; "
+                                 f"got {self.chunk_steps!r}")
+            object.__setattr__(self, "chunk_steps", steps)
+        if self.threads is not None and (not isinstance(self.threads, int) or isinstance(self.threads, bool)
+                                         or self.threads < 1):
+            raise ValueError(f"options.threads: expected None or a positive int, got {self.threads!r}")
+
+    @property
+    def persistent_passes(self) -> tuple[str, ...]:
+        """The passes whose time loops may run as persistent kernels."""
+        return PERSISTENT_PASSES[self.persistent]
+
+    def to_dict(self) -> dict:
+        """JSON-ready fields (for package metadata and records)."""
+        out = dataclasses.asdict(self)
+        if out["chunk_steps"] is not None:
+            out["chunk_steps"] = list(out["chunk_steps"])
+        return out
+
+    @classmethod
+    def from_dict(cls, fields: dict) -> "BuildOptions":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known)
+        if unknown:
+            raise ValueError(f"options: unknown field(s) {unknown}; known: {sorted(known)}")
+        fields = dict(fields)
+        if fields.get("chunk_steps") is not None:
+            fields["chunk_steps"] = tuple(fields["chunk_steps"])
+        return cls(**fields)
+
+
+def as_options(options) -> BuildOptions:
+    """``options`` as :class:`BuildOptions`: None (the defaults), an instance, or a dict of its fields."""
+    if options is None:
+        return BuildOptions()
+    if isinstance(options, BuildOptions):
+        return options
+    if isinstance(options, dict):
+        return BuildOptions.from_dict(options)
+    raise TypeError(f"options: expected a tvmrnn.BuildOptions, a dict of its fields or None; got {type(options).__name__}")
+
+
+def cpu_threads(options: BuildOptions) -> int:
+    """The CPU thread count a build runs with (:attr:`BuildOptions.threads`)."""
+    if options.threads is not None:
+        return options.threads
+    for name in ("TVM_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        import psutil
+        physical = psutil.cpu_count(logical=False) or allowed
+    except ImportError:
+        physical = allowed
+    return max(1, min(allowed, physical))
+
+
+def use_cpu_threads(options: BuildOptions) -> None:
+    """Give TVM's CPU thread pool :func:`cpu_threads` threads, if it has not started yet.
+
+    TVM's pool reads ``TVM_NUM_THREADS`` when it starts (the first parallel kernel), so this sets
+    that variable, for this process and the processes it starts (MetaSchedule's measuring
+    workers), unless the user set it or ``OMP_NUM_THREADS``. Called by CPU builds and by tuning,
+    never on import."""
+    if options.threads is None and ("TVM_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ):
+        return
+    os.environ["TVM_NUM_THREADS"] = str(cpu_threads(options))
