@@ -24,7 +24,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 from .. import kernels
 from ..kernels import Kernel
 from ..schedules.common import is_gpu
-from ..schedules.split_k import keeps_weights_on_chip, persistent_blocks
+from ..schedules.split_k import keeps_weights_on_chip
 from ..options import BuildOptions
 
 F32 = "float32"

@@ -47,6 +47,14 @@ from .split_k import (GPU_MAX_SHARED_BYTES, PERSISTENT_TILES, default_block_slic
 from .variants import GPU_MATMUL_VARIANTS, GPU_SPLIT_K_VARIANTS, PERSISTENT_VARIANTS, variants
 
 
+__all__ = ["apply", "default_schedule", "gpu_gemm", "is_gpu", "cpu_column_tile", "cpu_gemm", "gradient_panel", "l1_blocks",
+           "weight_panel", "GPU_MATMUL", "GPU_MATMUL_SHAPES", "default_matmul_shape", "gpu_column_sum", "gpu_matmul",
+           "gpu_matmul_tf32", "matmul_k_slices", "matmul_shape", "slice_variants", "tf32_applies", "tf32_k_slices",
+           "tf32_tile", "GPU_MAX_SHARED_BYTES", "PERSISTENT_TILES", "default_block_slices", "gpu_split_k",
+           "keeps_weights_on_chip", "persistent_blocks", "GPU_MATMUL_VARIANTS", "GPU_SPLIT_K_VARIANTS",
+           "PERSISTENT_VARIANTS", "variants"]
+
+
 def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     """A GPU GEMM schedule for the kernel, if one applies (else the caller's fallback).
 

@@ -25,7 +25,6 @@ the output's rows.
 """
 from __future__ import annotations
 
-import tvm
 from tvm import s_tir
 from tvm.script import tirx as T
 

@@ -1,24 +1,59 @@
-"""TODO"""
+"""Tuning records: what ``build`` reads, and the raw MetaSchedule logs they come from.
+
+Two sources, both per target (:func:`target_key`), and ``build`` takes each kernel's fastest
+record from either (:func:`scheduler`):
+
+* **Shipped records** (:class:`RecordDatabase`): ``tvmrnn/records/<target>.jsonl``, package data
+  that a wheel installs. One line per tuned workload, keyed by MetaSchedule's structural hash of
+  the workload: the fastest record that the sequence driver can embed, its measured time, how many
+  trials the logs hold, and the kernel's name where it was known. Made from raw logs by
+  :func:`distill` (``tvmrnn-tune --distill``); a file says at its top how it was made.
+* **Raw logs** (:class:`LogIndex`): folders of MetaSchedule ``JSONDatabase`` files, one pair per
+  tuning run (``<run>_workload.json``, ``<run>_tuning_record.json``), plain or xz-compressed
+  (``.json.xz``, as the repository keeps its full histories). A tuning run never touches existing
+  files. Reading tolerates a truncated last line (a killed run) and stops with the file and line
+  of anything else that does not parse. :func:`logs_folder` says where they are: the
+  ``tuning_logs=`` argument, else ``TVMRNN_TUNING_LOGS``, else :func:`default_logs_root`.
+
+The workload of a kernel (:func:`workload`) is defined here once, for tuning and lookup alike.
+"""
 from __future__ import annotations
 
 import glob
 import json
+import lzma
 import os
+import time
 import warnings
+
 import tvm
 import tvm_ffi
-from tvm.s_tir import meta_schedule as ms
-from ..schedules import fast_math
 from tvm import s_tir
-from ..schedules import default_schedule
+from tvm.s_tir import meta_schedule as ms
+
+from ..kernels import Kernel, tf32
+from ..schedules import default_schedule, fast_math
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
-from ..kernels import Kernel, tf32
+
+# the shipped records: package data (pyproject.toml's package-data), one file per target
+RECORDS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "records")
+RECORDS_FORMAT = "tvmrnn-records"
+RECORDS_VERSION = 1
+# the repository's full tuning histories, when tvmrnn runs from a source checkout
+_SOURCE_LOGS = os.path.join(os.path.dirname(RECORDS_DIR), os.pardir, "tuning_logs")
+OFF = ("off", "none", "0")  # TVMRNN_TUNING_LOGS values that turn every record off
 
 
-
-
-DEFAULT_LOGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tuning_logs")
+def default_logs_root() -> str:
+    """Where tuning writes, and ``build`` reads, raw logs when neither ``tuning_logs=`` nor
+    ``TVMRNN_TUNING_LOGS`` says: the repository's ``tuning_logs/`` in a source checkout (next to
+    ``pyproject.toml``), else ``$XDG_DATA_HOME/tvmrnn/tuning_logs`` (``~/.local/share/...``)."""
+    source = os.path.normpath(_SOURCE_LOGS)
+    if os.path.isdir(source) and os.path.exists(os.path.join(os.path.dirname(source), "pyproject.toml")):
+        return source
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(data, "tvmrnn", "tuning_logs")
 
 
 class TuningLogError(ValueError):
@@ -76,9 +111,14 @@ def workload(kernel: Kernel) -> tvm.IRModule:
 
 # ---- logs -----------------------------------------------------------------------------------
 def _read_lines(path: str):
-    """(line number, parsed JSON) of each complete line; a truncated last line is skipped."""
-    with open(path, "rb") as f:
-        data = f.read()
+    """(line number, parsed JSON) of each complete line of a plain or xz-compressed file; a
+    truncated last line is skipped."""
+    opener = lzma.open if path.endswith(".xz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (lzma.LZMAError, EOFError) as err:
+        raise TuningLogError(f"{path}: not a readable xz file: {err}") from None
     lines = data.split(b"\n")
     complete = data.endswith(b"\n") or not data
     for number, line in enumerate(lines, 1):
@@ -94,9 +134,12 @@ def _read_lines(path: str):
 
 
 def _log_runs(folder: str):
-    """Each tuning run's ``(workload file, record file or None)`` in a log folder, in name order."""
-    for workload_path in sorted(glob.glob(os.path.join(folder, "*_workload.json"))):
-        record_path = workload_path[: -len("_workload.json")] + "_tuning_record.json"
+    """Each tuning run's ``(workload file, record file or None)`` in a log folder, in name order
+    (plain ``.json`` or compressed ``.json.xz``)."""
+    paths = glob.glob(os.path.join(folder, "*_workload.json")) + glob.glob(os.path.join(folder, "*_workload.json.xz"))
+    for workload_path in sorted(paths):
+        suffix = ".json.xz" if workload_path.endswith(".xz") else ".json"
+        record_path = workload_path[: -len("_workload" + suffix)] + "_tuning_record" + suffix
         yield workload_path, record_path if os.path.exists(record_path) else None
 
 
@@ -168,6 +211,22 @@ class LogIndex:
         """How many records the logs hold for the kernel's workload (failed runs too)."""
         return self.counts.get(self._key(workload(kernel)), 0)
 
+    def candidates(self, mod: tvm.IRModule, key: str, top_k: int) -> list[tuple[float, str, object]]:
+        """``(mean seconds, where, parse)`` of the ``top_k`` fastest measured records of the workload
+        ``mod`` (whose key is ``key``); ``parse()`` replays one (~20 ms), so only what is taken is."""
+        entries = self.records.get(key)
+        if not entries:
+            return []
+        obj, where = self.workloads[key]
+        try:
+            logged = ms.database.Workload.from_json(obj)
+        except Exception as err:
+            raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
+        if not tvm_ffi.structural_equal(logged.mod, mod):  # the same hash, another module
+            return []
+        return [(secs, where, lambda r=record, w=where: _parse_logged(r, logged, w))
+                for secs, _, record, where in sorted(entries, key=lambda e: e[:2])[:top_k]]
+
     def best(self, kernel: Kernel, top_k: int):
         """The kernel's ``top_k`` fastest measured records, parsed one by one as they are taken."""
         mod = workload(kernel)
@@ -218,25 +277,184 @@ _reported: set = set()
 SAME_CORES = {"sapphirerapids": ("emeraldrapids",), "emeraldrapids": ("sapphirerapids",)}
 
 
-def logs_folder(tuning_logs, target) -> str | None:
-    """The folder of tuning logs ``build`` reads for ``target``: its own (:func:`target_key`),
-    else, for a CPU, that of a CPU with the same cores and as many of them (:data:`SAME_CORES`)."""
-    if tuning_logs is False:
-        return None
-    root = tuning_logs if tuning_logs is not None else os.environ.get("TVMRNN_TUNING_LOGS", DEFAULT_LOGS)
+def _folder_names(target) -> list[str]:
+    """The per-target folder (or file) names whose records serve ``target``: its own
+    (:func:`target_key`), then, for a CPU, those of CPUs with the same cores and as many of them
+    (:data:`SAME_CORES`)."""
     key = target_key(target)
-    candidates = [key]
+    names = [key]
     if target.kind.name == "llvm":
         mcpu = str(target.attrs.get("mcpu", "generic"))
-        candidates += [key.replace(f"llvm-{mcpu}", f"llvm-{other}", 1) for other in SAME_CORES.get(mcpu, ())]
-    for name in candidates:
+        names += [key.replace(f"llvm-{mcpu}", f"llvm-{other}", 1) for other in SAME_CORES.get(mcpu, ())]
+    return names
+
+
+def _warn_borrowed(key: str, name: str, what: str) -> None:
+    if name != key and (key, name) not in _reported:
+        _reported.add((key, name))
+        warnings.warn(f"tvmrnn: no {what} for {key}; using those of {name} (the same cores)",
+                      UntunedWarning, stacklevel=4)
+
+
+def records_off(tuning_logs) -> bool:
+    """Whether a build uses no records at all: ``tuning_logs=False``, or ``TVMRNN_TUNING_LOGS=off``."""
+    if tuning_logs is False:
+        return True
+    return tuning_logs is None and os.environ.get("TVMRNN_TUNING_LOGS", "").lower() in OFF
+
+
+def logs_root(tuning_logs=None) -> str:
+    """The folder of per-target raw log folders: ``tuning_logs``, else ``TVMRNN_TUNING_LOGS``, else
+    :func:`default_logs_root`."""
+    if tuning_logs not in (None, False):
+        return os.fspath(tuning_logs)
+    return os.environ.get("TVMRNN_TUNING_LOGS") or default_logs_root()
+
+
+def logs_folder(tuning_logs, target) -> str | None:
+    """The folder of raw tuning logs ``build`` reads for ``target`` (see :func:`_folder_names`), or None."""
+    if records_off(tuning_logs):
+        return None
+    root, key = logs_root(tuning_logs), target_key(target)
+    for name in _folder_names(target):
         folder = os.path.join(root, name)
         if os.path.isdir(folder):
-            if name != key and (key, name) not in _reported:
-                _reported.add((key, name))
-                warnings.warn(f"tvmrnn: no tuning logs for {key}; using those of {name} (the same cores)",
-                              UntunedWarning, stacklevel=3)
+            _warn_borrowed(key, name, "tuning logs")
             return folder
+    return None
+
+
+def records_file(target, records_dir: str = RECORDS_DIR) -> str | None:
+    """The shipped records file for ``target`` (see :func:`_folder_names`), or None."""
+    key = target_key(target)
+    for name in _folder_names(target):
+        path = os.path.join(records_dir, name + ".jsonl")
+        if os.path.exists(path):
+            _warn_borrowed(key, name, "shipped records")
+            return path
+    return None
+
+
+def workload_key(kernel: Kernel) -> str:
+    """The kernel's workload as records are keyed: MetaSchedule's structural hash of :func:`workload`."""
+    return LogIndex._key(workload(kernel))
+
+
+class RecordDatabase:
+    """A compact records file (``tvmrnn/records/<target>.jsonl``, made by :func:`distill`).
+
+    Its first line is a header (format, version, target, how it was made); each other line is one
+    workload: ``{"workload": key, "kernel": name or null, "trials": n, "records": [{"us": mean
+    microseconds, "origin": "default" | "variant" | "searched" | null, "record": MetaSchedule's
+    record JSON}, ...]}``, fastest first. A record is replayed on the kernel's own workload
+    (:func:`workload`), which hashes to the key."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.header: dict = {}
+        self.entries: dict[str, dict] = {}
+        for number, obj in _read_lines(path):
+            where = f"{path}:{number}"
+            if number == 1:
+                if not (isinstance(obj, dict) and obj.get("format") == RECORDS_FORMAT):
+                    raise TuningLogError(f"{where}: not a tvmrnn records file (no {RECORDS_FORMAT!r} header)")
+                if obj.get("version") != RECORDS_VERSION:
+                    raise TuningLogError(f"{where}: records format version {obj.get('version')!r}; this tvmrnn reads "
+                                         f"{RECORDS_VERSION}")
+                self.header = obj
+                continue
+            try:
+                self.entries[str(obj["workload"])] = {**obj, "where": where}
+            except (TypeError, KeyError):
+                raise TuningLogError(f"{where}: not a workload line (no 'workload' key)") from None
+
+    def candidates(self, key: str) -> list[tuple[float, str, object]]:
+        """``(mean seconds, where, record JSON)`` of a workload's records, fastest first."""
+        entry = self.entries.get(key)
+        if not entry:
+            return []
+        return [(float(r["us"]) * 1e-6, f"{entry['where']} #{i}", r["record"]) for i, r in enumerate(entry["records"])]
+
+    def trials(self, key: str) -> int:
+        entry = self.entries.get(key)
+        return int(entry.get("trials", 0)) if entry else 0
+
+
+def _parse_logged(record_json, logged, where: str):
+    try:
+        return ms.database.TuningRecord.from_json(record_json, logged)
+    except Exception as err:
+        raise TuningLogError(f"{where}: not a MetaSchedule tuning record: {err}") from None
+
+
+def _parse(record_json, mod: tvm.IRModule, where: str):
+    try:
+        return ms.database.TuningRecord.from_json(record_json, ms.database.Workload(mod))
+    except Exception as err:
+        raise TuningLogError(f"{where}: not a MetaSchedule tuning record for this workload: {err}") from None
+
+
+def apply_record(record, kernel: Kernel) -> tvm.tirx.PrimFunc:
+    """The kernel scheduled by a record's trace, replayed on the kernel's own workload."""
+    sch = tvm.s_tir.Schedule(workload(kernel))
+    record.trace.apply_to_schedule(sch, remove_postproc=False)
+    return sch.mod["main"]
+
+
+def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_by: str = "",
+            out=None) -> dict:
+    """Write the compact records file ``out_path`` from the raw logs in ``folder``: each workload's
+    ``keep`` fastest records that the sequence driver can embed (:func:`embeddable`; every CPU
+    record is), with the trial count, and the kernel name for workloads of ``kernels`` (the
+    kernels whose workloads the logs may hold: names make ``tvmrnn-tune --list`` readable).
+    Workloads whose records all fail are left out. The file is rewritten whole, atomically.
+
+    Returns ``{"workloads": n, "records": n, "trials": n}``."""
+    logs = LogIndex(folder)
+    target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
+    names = {}
+    for kernel in kernels:
+        names.setdefault(workload_key(kernel), kernel.name)
+    lines, kept = [], 0
+    for key in sorted(logs.records):
+        obj, where = logs.workloads[key]
+        try:
+            logged = ms.database.Workload.from_json(obj)
+        except Exception as err:
+            raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
+        chosen = []
+        for secs, _, record_json, rwhere in sorted(logs.records[key], key=lambda e: e[:2]):
+            if len(chosen) == keep:
+                break
+            if is_gpu(target):
+                record = _parse(record_json, logged.mod, rwhere)
+                sch = tvm.s_tir.Schedule(logged.mod)
+                record.trace.apply_to_schedule(sch, remove_postproc=False)
+                if not embeddable(sch.mod["main"], target):
+                    continue
+            chosen.append({"us": round(secs * 1e6, 3), "origin": _origin(record_json), "record": record_json})
+        if chosen:
+            kept += len(chosen)
+            lines.append({"workload": key, "kernel": names.get(key), "trials": logs.counts.get(key, 0),
+                          "records": chosen})
+    header = {"format": RECORDS_FORMAT, "version": RECORDS_VERSION, "target": target_key(target),
+              "made": time.strftime("%Y-%m-%d"), "made_by": made_by or "tvmrnn-tune --distill",
+              "from": os.path.basename(os.path.normpath(folder)), "runs": len(list(_log_runs(folder))),
+              "workloads": len(lines), "records": kept}
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    tmp = out_path + f".tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        for obj in [header, *lines]:
+            f.write(json.dumps(obj, separators=(",", ":")) + "\n")
+    os.replace(tmp, out_path)
+    if out:
+        out(f"{out_path}: {len(lines)} workloads, {kept} records from {header['runs']} runs in {folder}")
+    return {"workloads": len(lines), "records": kept, "trials": sum(logs.counts.values())}
+
+
+def _origin(record_json) -> str | None:
+    """Where a record came from (the seeded default, a listed variant, or the search). MetaSchedule's
+    record format has no field for it and the raw logs so far do not say: null (unknown)."""
     return None
 
 
@@ -263,14 +481,18 @@ def embeddable(func, target) -> bool:
 
 
 def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False):
-    """``kernel -> scheduled PrimFunc``: the best logged schedule, else the default one. With
-    ``allow_tf32``, the GPU's all-steps GEMMs become TF32 workloads (:func:`kernels.tf32`).
+    """``kernel -> scheduled PrimFunc``: the fastest record of the kernel's workload among the raw
+    logs (:func:`logs_folder`) and the shipped records (:func:`records_file`) that the driver can
+    embed, else the default schedule. With ``allow_tf32``, the GPU's all-steps GEMMs become TF32
+    workloads (:func:`kernels.tf32`).
 
     Returns the function and a dict it fills: kernel name -> "tuned", "default" or "tf32" (a TF32
     kernel's default schedule: none of them has records yet).
     """
     folder = logs_folder(tuning_logs, target)
     logs = LogIndex(folder) if folder else None
+    path = None if records_off(tuning_logs) else records_file(target)
+    shipped = RecordDatabase(path) if path else None
     used: dict[str, str] = {}
 
     def schedule(kernel: Kernel):
@@ -283,11 +505,17 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
         return func if is_gpu(target) else fast_math.vectorisable(func)
 
     def pick(kernel: Kernel):
-        if logs is not None:
-            for record in logs.best(kernel, 16):
-                sch = tvm.s_tir.Schedule(workload(kernel))
-                record.trace.apply_to_schedule(sch, remove_postproc=False)
-                func = sch.mod["main"]
+        if logs is not None or shipped is not None:
+            mod = workload(kernel)
+            key = LogIndex._key(mod)
+            candidates = []
+            if logs is not None:
+                candidates += logs.candidates(mod, key, 16)
+            if shipped is not None:
+                candidates += [(secs, where, lambda j=record_json, w=where: _parse(j, mod, w))
+                               for secs, where, record_json in shipped.candidates(key)]
+            for _, _, parse in sorted(candidates, key=lambda c: c[0])[:16]:
+                func = apply_record(parse(), kernel)
                 if embeddable(func, target):
                     used[kernel.name] = "tuned"
                     return func
@@ -304,5 +532,5 @@ def report_untuned(target, used: dict) -> None:
     if missing and key not in _reported:
         _reported.add(key)
         warnings.warn(f"tvmrnn: {len(missing)} of {len(used)} kernels have no tuning record for "
-                      f"{target_key(target)}; they use default schedules (scripts/tune.py tunes them)",
+                      f"{target_key(target)}; they use default schedules (tvmrnn-tune tunes them)",
                       UntunedWarning, stacklevel=3)

@@ -30,7 +30,6 @@ Other kernels (GEMMs over chunks of steps, gradients, copies) use the default sp
 from __future__ import annotations
 
 import tvm
-from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from ..kernels import Kernel

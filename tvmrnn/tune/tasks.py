@@ -7,7 +7,7 @@ import tvm
 from ..schedules import default_schedule
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
-from ..kernels import Kernel, tf32
+from ..kernels import Kernel
 from ..program.passes import all_programs
 from ..device import persistent_blocks as target_persistent_blocks
 

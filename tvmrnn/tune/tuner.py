@@ -14,7 +14,7 @@ from ..schedules.split_k import persistent_blocks
 from ..schedules.variants import variants as default_variants
 from .step_loop import STEP_LOOP_STEPS, step_loop
 
-from .records import DEFAULT_LOGS, best_latency_us, load_records, records_of, target_key, workload
+from .records import default_logs_root, best_latency_us, load_records, records_of, target_key, workload
 from .tasks import is_persistent, select_tasks
 
 
@@ -358,7 +358,7 @@ def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 
     return measured
 
 
-def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64, kernels=None,
+def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64, kernels=None,
          rpc_tracker=None, rpc_key=None, builder=None, runner=None, out=print, num_trials_per_iter=16,
          warm_start_from: str | None = None, max_tasks: int | None = None, seed: int = 1,
          seed_default: bool = True, reseed_defaults: bool = False):
@@ -370,10 +370,12 @@ def tune(configs, target, log_dir: str = DEFAULT_LOGS, trials_per_task: int = 64
     folder) seeds tasks that have no records with that folder's best schedules; ``seed_default``
     first measures each new task's default schedule (one trial of its budget); ``reseed_defaults``
     measures it (and its other shapes) on every selected task, also those with records, after the
-    default schedule changed: the faster records win, none is removed. Returns
+    default schedule changed: the faster records win, none is removed. ``log_dir``: the folder of
+    per-target log folders (None: :func:`tvmrnn.tune.records.default_logs_root`, which ``build``
+    reads too). Returns
     ``[(task, best latency in us or None, trials)]``.
     """
-    folder = os.path.join(log_dir, target_key(target))
+    folder = os.path.join(log_dir if log_dir is not None else default_logs_root(), target_key(target))
     db = LogDatabase(folder)
     tasks = select_tasks(configs, target, kernels, max_tasks, db.memory)
     loops = StepLoops()

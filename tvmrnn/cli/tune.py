@@ -1,0 +1,196 @@
+"""tvmrnn-tune: tune tvmrnn's kernels for this machine (or remote ones) with MetaSchedule.
+
+    tvmrnn-tune lstm gru --input-size 800 --hidden-size 800 --batch-size 20 --trials 64
+    tvmrnn-tune --config scripts/configs/ds2.json --trials 32 --max-tasks 8
+    tvmrnn-tune --config scripts/configs/ds2.json --target cpu --kernels recurrent_step
+    tvmrnn-tune --config scripts/configs/ds2.json --target nvidia/nvidia-h100 --list
+    tvmrnn-tune --config scripts/configs/ds2.json --target nvidia/nvidia-h100 --distill
+
+Without --target it tunes for this machine's GPU if the driver reports one (its compute
+capability), else for this CPU (LLVM's host detection, AVX-512 where the CPU has it). Records
+go to <log-dir>/<target>/, one new pair of files per run; re-running resumes, counting the
+trials already logged, and a killed run keeps everything measured before it died. ``build``
+reads the same folder, so what this tunes is used by the next build. Ends with each task's best
+latency and how much of a training step it accounts for.
+
+--list shows each task with what the raw logs and the shipped records hold for it. --distill
+writes the target's compact records file (the package's shipped records, tvmrnn/records/) from
+its raw logs; --compress xz-compresses the raw logs of finished runs (the repository keeps its
+histories so), which every reader of the logs reads as they are.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import lzma
+import os
+import shutil
+import time
+
+import tvmrnn
+from tvmrnn import device as targets
+from tvmrnn.cells import find_cell
+from tvmrnn.options import BuildOptions, use_cpu_threads
+from tvmrnn.program.passes import Config
+from tvmrnn.tune import records, tasks
+
+SIZE_KEYS = ("input_size", "hidden_size", "num_layers", "bidirectional", "batch_size")
+
+
+def detect_target(name: str | None):
+    if name in (None, "auto"):
+        import tvm
+        return targets.cuda_target() if tvm.cuda(0).exist else targets.host_target()
+    if name == "cpu":
+        return targets.host_target()
+    return targets.resolve(json.loads(name) if name.startswith("{") else name)
+
+
+def configs_from(args) -> list[Config]:
+    entries = []
+    if args.config:
+        with open(args.config) as f:
+            entries = json.load(f)
+        if not isinstance(entries, list):
+            raise SystemExit(f"{args.config}: expected a JSON list of configurations")
+    if args.cells:
+        entries.append({"cell": args.cells, "input_size": args.input_size, "hidden_size": args.hidden_size,
+                        "num_layers": args.num_layers, "bidirectional": args.bidirectional,
+                        "batch_size": args.batch_size})
+    if not entries:
+        raise SystemExit("give cells and sizes, or --config FILE")
+    configs = []
+    for i, e in enumerate(entries):
+        missing = [k for k in ("cell", "input_size", "hidden_size", "batch_size") if e.get(k) is None]
+        if missing:
+            raise SystemExit(f"configuration {i + 1}: missing {', '.join(missing)}")
+        for cell in e["cell"] if isinstance(e["cell"], list) else [e["cell"]]:
+            try:
+                options = BuildOptions.from_dict(e.get("options", {}))
+                configs.append(Config(find_cell(cell), int(e["input_size"]), int(e["hidden_size"]),
+                                      int(e.get("num_layers", 1)), bool(e.get("bidirectional", False)),
+                                      int(e["batch_size"]), False, options))
+            except (TypeError, ValueError) as err:
+                raise SystemExit(f"configuration {i + 1}: {err}")
+    return configs
+
+
+def table(results, out=print):
+    rows = [(t.kernel.name, t.calls, trials, best) for t, best, trials in results]
+    total = sum(calls * best for _, calls, _, best in rows if best)
+    out(f"\n{'task':48s} {'runs/step':>9s} {'trials':>6s} {'best (us)':>10s} {'share':>6s}")
+    for name, calls, trials, best in rows:
+        share = f"{100 * calls * best / total:5.1f}%" if best and total else "     -"
+        out(f"{name:48s} {calls:9d} {trials:6d} {best if best else float('nan'):10.1f} {share}")
+    if total:
+        out(f"tuned kernels' time per training step + inference pass at T={tasks.REFERENCE_LENGTH}: "
+            f"{total / 1e3:.2f} ms (kernel time only: no launch gaps)")
+
+
+def list_tasks(configs, target, a, folder):
+    """Each task with its raw-log trials and best time, and the shipped record's time and origin."""
+    logs = records.LogIndex(folder) if os.path.isdir(folder) else None
+    path = records.records_file(target)
+    shipped = records.RecordDatabase(path) if path else None
+    print(f"raw logs: {folder if logs else folder + ' (none)'}; shipped records: {path or '(none for this target)'}")
+    print(f"\n{'task':52s} {'runs/step':>9s} {'trials':>6s} {'logs (us)':>10s} {'shipped (us)':>12s} origin")
+    for t in tasks.select_tasks(configs, target, a.kernels or None, a.max_tasks):
+        key = records.workload_key(t.kernel)
+        logged = min((c[0] for c in logs.candidates(records.workload(t.kernel), key, 1)), default=None) if logs else None
+        entry = shipped.entries.get(key) if shipped else None
+        best = entry["records"][0] if entry else None
+        trials = (logs.counts.get(key, 0) if logs else 0) or (entry.get("trials", 0) if entry else 0)
+        print(f"{t.kernel.name:52s} {t.calls:9d} {trials:6d} "
+              f"{logged * 1e6 if logged else float('nan'):10.1f} {best['us'] if best else float('nan'):12.1f} "
+              f"{(best.get('origin') or 'unknown') if best else '-'}")
+
+
+def compress(folder):
+    """xz-compress the plain JSON files of finished runs in ``folder`` (a run is finished once no
+    process writes it: give this only folders no tuning run is using)."""
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path, "rb") as src, lzma.open(path + ".xz.tmp", "wb", preset=9 | lzma.PRESET_EXTREME) as dst:
+            shutil.copyfileobj(src, dst)
+        os.replace(path + ".xz.tmp", path + ".xz")
+        os.remove(path)
+        print(f"compressed {path} -> {path}.xz")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="tvmrnn-tune", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("cells", nargs="*", help=f"cells to tune: {', '.join(sorted(tvmrnn.CELLS))}, an example "
+                                            f"custom cell (tvmrnn.cells.examples) or module:attribute")
+    p.add_argument("--input-size", type=int)
+    p.add_argument("--hidden-size", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--config", help="a JSON list of {cell (name or list), input_size, hidden_size, batch_size, "
+                                    "num_layers, bidirectional, options (BuildOptions fields)}")
+    p.add_argument("--target", help='"cpu", "cuda", a tag ("nvidia/nvidia-h100") or a JSON target dict; '
+                                    "default: this machine's GPU, else its CPU")
+    p.add_argument("--trials", type=int, default=64, help="trials per task, counting those already logged")
+    p.add_argument("--log-dir", default=None, help="folder of per-target raw logs; default: TVMRNN_TUNING_LOGS, "
+                                                   "else the repository's tuning_logs/ in a source checkout, else "
+                                                   "~/.local/share/tvmrnn/tuning_logs (build reads the same)")
+    p.add_argument("--kernels", nargs="*", help="only tasks whose name contains one of these")
+    p.add_argument("--max-tasks", type=int, help="only the N tasks with the largest share of a training step "
+                                                 "(measured where the log has them, else estimated from FLOPs)")
+    p.add_argument("--warm-start-from", help="another log folder (other target or shapes) to seed new tasks from")
+    p.add_argument("--no-default-seed", action="store_true",
+                   help="do not measure each new task's default schedule first (it becomes a record, so a "
+                        "tuned schedule is never slower than the default)")
+    p.add_argument("--reseed-defaults", action="store_true",
+                   help="measure the default schedule (and its other shapes) again on every selected task, "
+                        "also those with records: after the default schedule changed (nothing is removed)")
+    p.add_argument("--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (python -m tvm.exec.rpc_tracker)")
+    p.add_argument("--rpc-key", help="the device key the RPC servers registered with")
+    p.add_argument("--trials-per-iter", type=int, default=16)
+    p.add_argument("--seed", type=int, default=1, help="the search's random seed")
+    p.add_argument("--list", action="store_true", help="list the tasks and what the logs and shipped records hold; "
+                                                       "tune nothing")
+    p.add_argument("--distill", nargs="?", const="", metavar="OUT",
+                   help="write the target's compact records file from its raw logs (default OUT: the package's "
+                        "tvmrnn/records/<target>.jsonl); the configurations name its workloads; tune nothing")
+    p.add_argument("--compress", action="store_true", help="xz-compress the target's raw log files; tune nothing")
+    a = p.parse_args(argv)
+    if bool(a.rpc_tracker) != bool(a.rpc_key):
+        p.error("--rpc-tracker and --rpc-key go together")
+    target = detect_target(a.target)
+    log_dir = records.logs_root(a.log_dir)
+    folder = os.path.join(log_dir, records.target_key(target))
+    if a.compress:
+        return compress(folder)
+    # --distill names the workloads of the configurations given, if any; tuning and --list need some
+    configs = [] if a.distill is not None and not (a.cells or a.config) else configs_from(a)
+    if a.distill is not None:
+        if not os.path.isdir(folder):
+            raise SystemExit(f"--distill: no raw logs in {folder}")
+        kernels = [t.kernel for t in tasks.extract_tasks(configs, target=target)] if configs else []
+        out = a.distill or os.path.join(records.RECORDS_DIR, records.target_key(target) + ".jsonl")
+        records.distill(folder, target, out, kernels, made_by="tvmrnn-tune --distill", out=print)
+        return
+    print(f"target {target.export()} -> {folder}")
+    if a.list:
+        return list_tasks(configs, target, a, folder)
+    from tvmrnn.tune import tuner  # the tuning loop: MetaSchedule's builders, runners and search
+    if target.kind.name == "llvm":
+        use_cpu_threads(BuildOptions())  # measure with the threads a build will run with
+    start = time.time()
+    try:
+        results = tuner.tune(configs, target, log_dir=log_dir, trials_per_task=a.trials, kernels=a.kernels,
+                             max_tasks=a.max_tasks, rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key,
+                             num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
+                             seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults,
+                             out=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: every record measured so far is in {folder}; run again to resume")
+        raise SystemExit(130)
+    table(results)
+    print(f"done in {time.time() - start:.0f} s; logs in {folder}")
+
+
+if __name__ == "__main__":
+    main()
