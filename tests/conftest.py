@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -25,10 +26,18 @@ def torch_module(cell, input_size, hidden_size, num_layers, bidirectional, batch
 
 @functools.lru_cache(maxsize=None)
 def built(cell, num_layers=1, bidirectional=False, batch_first=False, input_size=I, hidden_size=H, batch_size=N,
-          target=None, allow_tf32=False):
+          target=None, allow_tf32=False, options=None):
+    """A build shared by the tests that ask for the same one (``options``: a tvmrnn.BuildOptions, hashable)."""
     return tvmrnn.build(cell, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
                         bidirectional=bidirectional, batch_size=batch_size, batch_first=batch_first, target=target,
-                        allow_tf32=allow_tf32)
+                        allow_tf32=allow_tf32, options=options)
+
+
+def cli(name: str) -> list[str]:
+    """The command line that runs one of tvmrnn's console commands (``tvmrnn-tune``, ...): the
+    installed script beside this Python, else its module."""
+    script = os.path.join(os.path.dirname(sys.executable), name)
+    return [script] if os.path.exists(script) else [sys.executable, "-m", "tvmrnn.cli." + name.split("-", 1)[1]]
 
 
 def rel_error(actual, expected) -> float:
@@ -41,7 +50,7 @@ def rel_error(actual, expected) -> float:
 
 
 # Tests use default schedules unless they say otherwise: the committed logs are for other machines.
-os.environ["TVMRNN_TUNING_LOGS"] = os.path.join(os.path.dirname(__file__), "no-logs-here")
+os.environ["TVMRNN_TUNING_LOGS"] = "off"
 
 
 @pytest.fixture

@@ -10,16 +10,27 @@ import pytest
 
 import tvmrnn
 from test_codegen import _kernel_definitions, _launch_flags, _ptxas
+from tvmrnn import BuildOptions
+from tvmrnn.device import multiprocessors
+
+H100 = "nvidia/nvidia-h100"
+
+
+def _sms() -> int:
+    """The SMs of the GPU the H100 target's persistent kernels are sized for (one block per SM)."""
+    import tvm
+    sms = multiprocessors(tvm.target.Target(H100))
+    assert sms
+    return sms
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
-def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
-    """``TVMRNN_PERSISTENT=1``: each time loop is one launch with the loop inside the kernel, at
-    most one block per SM (132 on the H100), a grid barrier per step; nvcc assembles it unspilled."""
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
-    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
-                       tuning_logs=False)
+def test_cuda_persistent_time_loops(cell, tmp_path):
+    """``persistent="all"``: each time loop is one launch with the loop inside the kernel, at
+    most one block per SM, a grid barrier per step; nvcc assembles it unspilled."""
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
+                       options=BuildOptions(persistent="all"))
     source = rnn.executable.mod.imports[0].inspect_source()
     kernels = source.split("extern \"C\" __global__")[1:]
     persistent = [k for k in kernels if "for (int step = 0; step < " in k]
@@ -28,7 +39,7 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
     for kernel in persistent:
         assert "wait_until" in kernel and "atomic_add" in kernel
         blocks = int(re.search(r"\(step \* (\d+)\) \+ \1", kernel).group(1))
-        assert blocks <= 132
+        assert 1 < blocks <= _sms()
         # weight-stationary: the block's slice of the weights is copied into shared memory once,
         # before the time loop, and the loop multiplies by it there, never by the weights in
         # global memory (which the loop reads only for the biases)
@@ -38,10 +49,10 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
         assert not re.search(r"\* w_ptr\[", loop) and re.search(r"\* " + shared, loop)
     report = _ptxas(source, tmp_path)
     assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
-    steps = [name for name in rnn.schedules if name.startswith(("recurrent_step", "backward_step"))]
-    assert len(steps) == 3 and all(name.endswith("_persistent") for name in steps)
+    assert all(rnn.programs[name].uses_persistent_loops for name in ("forward", "forward_train", "backward"))
     from tvmrnn.runtime.package import metadata  # a package says how many SMs it needs (checked at load)
-    assert rnn.persistent_blocks == 132 and metadata(rnn)["persistent_blocks"] == 132
+    assert rnn.persistent_blocks == _sms() and metadata(rnn)["persistent_blocks"] == rnn.persistent_blocks
+    assert metadata(rnn)["options"]["persistent"] == "all"
 
 
 
@@ -50,18 +61,16 @@ def test_cuda_persistent_time_loops(cell, monkeypatch, tmp_path):
 @pytest.mark.parametrize("sizes", [dict(input_size=800, hidden_size=800, batch_size=20),
                                    dict(input_size=13, hidden_size=37, batch_size=3)], ids=["ds2", "odd"])
 def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
-    """The persistent step's opt-in shapes (``default_schedule.PERSISTENT_TILES``; studied in
-    ``scripts/persistent_study.py``, not the default): ``stage_epilogue`` copies the step's input
+    """The persistent step's opt-in shapes (``schedules.PERSISTENT_TILES``, not the default): ``stage_epilogue`` copies the step's input
     projection into shared memory at the top of each step, so the epilogue no longer reads it from
     global memory; ``vector_k`` loads the GEMM's operands from shared memory as vectors where the
     reduction splits evenly (at DS2 sizes), scalars elsewhere; ``row_vector`` copies the hidden state
     in float4s where its size is a multiple of 4 threads' vectors. Both compile at odd sizes too (a
     one-element bias slice is left in global memory: TVM's shared-memory merge fails on it)."""
-    from tvmrnn import schedules as default_schedule
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
-    monkeypatch.setattr(default_schedule, "PERSISTENT_TILES",
-                        {**default_schedule.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True, "row_vector": 4})
-    rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+    from tvmrnn import schedules  # PERSISTENT_TILES is read by schedules.apply, in the package itself
+    monkeypatch.setattr(schedules, "PERSISTENT_TILES",
+                        {**schedules.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True, "row_vector": 4})
+    rnn = tvmrnn.build(cell, **sizes, target=H100, tuning_logs=False, options=BuildOptions(persistent="forward"))
     source = rnn.executable.mod.imports[0].inspect_source()
     persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
     assert len(persistent) == 1  # the inference forward's
@@ -76,20 +85,18 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(monkeypatch, tmp_path):
-    """The default build (``TVMRNN_PERSIST_STACKED`` and ``TVMRNN_PERSISTENT`` unset; DS2 sizes, 1
+def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(tmp_path):
+    """The default options (``persistent="auto"``, ``persist_stacked=True``; DS2 sizes, 1
     bidirectional layer): the inference and training forwards each run both directions in one persistent,
     cooperative launch, a block per slice of one direction's units. An LSTM block's weights (13
     units, 166 KB) and partial sums leave no room for the direction's whole 64 KB hidden state, so
     the reduction runs in phases, each staging its part of h_prev between two barriers; within
     227 KB of shared memory, unspilled. The backward stays per-step. (The GRU's blocks, 3 gates,
-    stage the whole state; ``TVMRNN_PERSIST_STACKED=0`` keeps stacked loops per-step:
+    stage the whole state; ``persist_stacked=False`` keeps stacked loops per-step:
     ``test_cuda_persistence_skips_two_direction_steps``.)"""
     cell = "lstm"
-    monkeypatch.delenv("TVMRNN_PERSIST_STACKED", raising=False)
-    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
     sizes = dict(input_size=800, hidden_size=800, batch_size=20, bidirectional=True)
-    rnn = tvmrnn.build(cell, **sizes, target="nvidia/nvidia-h100", tuning_logs=False)
+    rnn = tvmrnn.build(cell, **sizes, target=H100, tuning_logs=False, options=BuildOptions(persistent="auto"))
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
     source = rnn.executable.mod.imports[0].inspect_source()
@@ -98,7 +105,7 @@ def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(monkey
     for kernel in persistent:
         prologue, loop = kernel.split("for (int step = 0; step < ", 1)
         blocks = int(re.search(r"\(step \* (\d+)\) \+ \1", kernel).group(1))
-        assert blocks <= 132
+        assert 1 < blocks <= _sms()
         # both directions' weights in one launch: each block picks its direction's by its index
         assert re.search(r"\(\(int\)blockIdx\.x\) / \d+\) \* \d+\)", prologue)
         phased = re.search(r"for \(int (ax\d+) = 0; \1 < (\d+); \+\+\1\) \{\s*__syncthreads\(\);\s*"
@@ -113,15 +120,14 @@ def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(monkey
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell, monkeypatch):
+def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell):
     """The default persistent step (DS2 sizes): a thread's row group is the outer part of its index
     (``groups_outer``), so every thread of a warp reads the same rows of the staged hidden state
     (its row-group offset, 10 rows x 800 words, is ``threadIdx.x / K`` with K >= 32: whole warps),
     at consecutive reduction indices; with the slice outermost, one warp held both row groups,
     800-word rows in the same banks (notes/performance.md v16). The epilogue's inputs are staged."""
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
-    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
-                       tuning_logs=False)
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
+                       options=BuildOptions(persistent="forward"))
     source = rnn.executable.mod.imports[0].inspect_source()
     persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
     assert len(persistent) == 1
@@ -132,32 +138,30 @@ def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell, mo
     assert re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = gx_ptr\[", loop), "the input projection is not staged"
 
 
-def test_persistent_modes(monkeypatch):
-    from tvmrnn import device as targets
-    h100 = targets.resolve("nvidia/nvidia-h100")
-    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)  # auto: both forwards
-    assert targets.persistent_mode() == "auto" and targets.persistent_passes() == ("forward", "forward_train")
-    assert targets.persistent_blocks(h100) == 132
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
-    assert targets.persistent_blocks(h100) is None and targets.persistent_passes() == ()
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
-    assert targets.persistent_blocks(h100) == 132
-    assert targets.persistent_blocks(targets.resolve(None)) is None  # CPUs: none
-    assert targets.persistent_blocks(targets.resolve({"kind": "cuda", "arch": "sm_75"})) is None  # SMs unknown
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "all")
+def test_persistent_options(monkeypatch):
+    """A GPU target whose SM count is known gets one block per SM for its persistent loops; none
+    with ``persistent="off"``, on CPUs, or where the SMs are unknown. ``TVMRNN_PERSISTENT`` (its
+    old values too) sets only the default: options given explicitly never read it."""
+    from tvmrnn import device
+    h100 = device.resolve(H100)
+    assert device.persistent_blocks(h100, BuildOptions(persistent="forward")) == _sms()
+    assert device.persistent_blocks(h100, BuildOptions(persistent="off")) is None
+    everything = BuildOptions(persistent="all")
+    assert device.persistent_blocks(device.resolve(None), everything) is None  # CPUs: none
+    assert device.persistent_blocks(device.resolve({"kind": "cuda", "arch": "sm_75"}), everything) is None
+    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
+    assert BuildOptions().persistent == "auto"
+    for value, mode in (("1", "all"), ("0", "off"), ("train", "auto"), ("forward", "forward")):
+        monkeypatch.setenv("TVMRNN_PERSISTENT", value)
+        assert BuildOptions().persistent == mode, value
+    monkeypatch.setenv("TVMRNN_PERSISTENT", "sometimes")
     with pytest.raises(ValueError, match="TVMRNN_PERSISTENT"):
-        targets.persistent_blocks(h100)
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
-    assert targets.persistent_passes() == ("forward", "forward_train")
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
-    assert targets.persistent_passes() == ("forward",)
-    monkeypatch.delenv("TVMRNN_PERSIST_STACKED", raising=False)
-    assert targets.persist_stacked()  # on by default
-    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "0")
-    assert not targets.persist_stacked()
-    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "yes")
-    with pytest.raises(ValueError, match="TVMRNN_PERSIST_STACKED: expected one of 0, 1"):
-        targets.persist_stacked()
+        BuildOptions()
+    assert BuildOptions(persistent="off").persistent == "off"
+    with pytest.raises(ValueError, match="options.persistent: expected one of auto, forward, all, off; got 'x'"):
+        BuildOptions(persistent="x")
+    with pytest.raises(TypeError, match="options.persist_stacked"):  # a dict of options, checked by build
+        tvmrnn.build("gru", 4, 4, target=H100, tuning_logs=False, options={"persistent": "off", "persist_stacked": "yes"})
 
 
 def test_launch_flags_keep_dynamic_shared_memory_last():
@@ -171,18 +175,17 @@ def test_launch_flags_keep_dynamic_shared_memory_last():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_relu"])
-def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, monkeypatch, tmp_path):
-    """By default (``TVMRNN_PERSISTENT`` unset: ``auto``) both forwards' time loops (inference and
+def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, tmp_path):
+    """By default (``persistent="auto"``; PDL ``wait``) both forwards' time loops (inference and
     training) are persistent where the step's weights fit in the SMs' shared memory, the backward's
     are per-step launches, and the persistent kernels alone
     are launched cooperatively (all blocks resident, or an error at launch: never a hang);
     where the weights do not fit (H = 3072: 38 MB for a one-gate cell, 151 MB for an LSTM, against
     132 x 227 KB) the loop keeps per-step launches."""
-    monkeypatch.delenv("TVMRNN_PERSISTENT", raising=False)
-    monkeypatch.delenv("TVMRNN_PDL", raising=False)
-    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, num_layers=2, batch_size=20,
-                       target="nvidia/nvidia-h100", tuning_logs=False)
-    assert rnn.programs["forward"].uses_persistent_loops and rnn.persistent_blocks == 132
+    auto = BuildOptions(persistent="auto")
+    rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, num_layers=2, batch_size=20, target=H100,
+                       tuning_logs=False, options=auto)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.persistent_blocks == _sms()
     assert rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
     source = rnn.executable.mod.imports[0].inspect_source()
@@ -191,23 +194,21 @@ def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, monkeyp
     assert len(persistent) == 4  # one per layer and forward
     cooperative, dependent = _launch_flags(rnn, tmp_path)
     assert cooperative == len(persistent) and dependent == len(kernels)
-    big = tvmrnn.build(cell, input_size=64, hidden_size=3072, batch_size=20,
-                       target="nvidia/nvidia-h100", tuning_logs=False)
+    big = tvmrnn.build(cell, input_size=64, hidden_size=3072, batch_size=20, target=H100, tuning_logs=False,
+                       options=auto)
     assert not big.programs["forward"].uses_persistent_loops and big.persistent_blocks is None
     assert _launch_flags(big, tmp_path)[0] == 0
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
-    plain = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20,
-                         target="nvidia/nvidia-h100", tuning_logs=False)
+    plain = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
+                         options=BuildOptions(persistent="off"))
     assert plain.persistent_blocks is None and _launch_flags(plain, tmp_path)[0] == 0
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_cuda_persistent_inference_forward_only(monkeypatch):
-    """``TVMRNN_PERSISTENT=forward``: the inference forward's time loop is one persistent launch
+def test_cuda_persistent_inference_forward_only():
+    """``persistent="forward"``: the inference forward's time loop is one persistent launch
     (weights in shared memory); the training passes keep their per-step launches."""
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
-    rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
-                       tuning_logs=False)
+    rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
+                       options=BuildOptions(persistent="forward"))
     source = rnn.executable.mod.imports[0].inspect_source()
     kernels = source.split("extern \"C\" __global__")[1:]
     persistent = [re.search(r"void (?:__launch_bounds__\(\d+\) )?(\w+)\(", k).group(1) for k in kernels if "for (int step = 0; step < " in k]
@@ -215,38 +216,35 @@ def test_cuda_persistent_inference_forward_only(monkeypatch):
     assert rnn.programs["forward"].uses_persistent_loops
     assert not rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
-    assert rnn.persistent_blocks == 132
+    assert rnn.persistent_blocks == _sms()
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_cuda_persistence_skips_two_direction_steps(monkeypatch):
-    """``TVMRNN_PERSIST_STACKED=0``: both directions of a layer in one launch per step stay a host
-    loop of launches under ``TVMRNN_PERSISTENT`` (the default before v21, when staging the hidden
-    state in phases made them faster persistent); with the directions apart, each direction's loop
-    is persistent. By default the stacked loop is persistent too."""
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "forward")
-    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "0")
+def test_cuda_persistence_skips_two_direction_steps():
+    """``persist_stacked=False``: both directions of a layer in one launch per step stay a host
+    loop of launches under ``persistent`` (the default before v21, when staging the hidden
+    state in phases made them faster persistent); with the directions apart
+    (``stack_directions=False``), each direction's loop is persistent. By default the stacked
+    loop is persistent too."""
 
     def persistent_kernels(rnn):
         source = rnn.executable.mod.imports[0].inspect_source()
         return [k for k in source.split("extern \"C\" __global__")[1:] if "for (int step = 0; step < " in k]
 
     build = dict(input_size=24, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
-                 target="nvidia/nvidia-h100", tuning_logs=False)
-    stacked = tvmrnn.build("rnn_tanh", **build)
+                 target=H100, tuning_logs=False)
+    stacked = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward", persist_stacked=False))
     assert not persistent_kernels(stacked) and not stacked.programs["forward"].uses_persistent_loops
     assert stacked.persistent_blocks is None  # so its package asks for no resident grid
-    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "0")
-    apart = tvmrnn.build("rnn_tanh", **build)
+    apart = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward", persist_stacked=False,
+                                                                    stack_directions=False))
     assert apart.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(apart)) == 4  # 2 layers x 2 directions
-    assert apart.persistent_blocks == 132
-    monkeypatch.delenv("TVMRNN_PERSIST_STACKED")
-    monkeypatch.delenv("TVMRNN_STACK_DIRECTIONS")
-    default = tvmrnn.build("rnn_tanh", **build)
+    assert apart.persistent_blocks == _sms()
+    default = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward"))
     assert default.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(default)) == 2  # a layer's two directions in one kernel
-    assert default.persistent_blocks == 132
+    assert default.persistent_blocks == _sms()
 
 
 @pytest.mark.parametrize("hidden,bidirectional", [(128, False), (160, True)])
@@ -255,8 +253,8 @@ def test_cuda_persistent_steps_keep_all_their_shared_memory_dynamic(hidden, bidi
     partial sums there too. TVM's runtime opts a kernel into more than 48 KB of shared memory only
     when its dynamic part alone passes 48 KB; 40 KB of static partial sums beside 13 KB of dynamic
     buffers (H = 128, N = 20) was refused at launch on the H100 (v22)."""
-    rnn = tvmrnn.build("lstm", 96, hidden, bidirectional=bidirectional, batch_size=20,
-                       target="nvidia/nvidia-h100", tuning_logs=False)
+    rnn = tvmrnn.build("lstm", 96, hidden, bidirectional=bidirectional, batch_size=20, target=H100,
+                       tuning_logs=False, options=BuildOptions(persistent="auto"))
     persistent = [k for k in _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
                   if "grid_barrier" in k.split("\n", 1)[0]]
     assert persistent

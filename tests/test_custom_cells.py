@@ -23,7 +23,7 @@ import tvmrnn
 import tvmrnn.torch as tt
 from tvmrnn.cells import examples as ex
 from tvmrnn.runtime import package
-from tvmrnn.tune import records, tasks, tuner
+from tvmrnn.tune import tasks, tuner
 from tvmrnn.cells.autodiff import derive
 from tvmrnn.program.passes import Config
 from conftest import H, I, N, built, rel_error, torch_module

@@ -13,7 +13,7 @@ import tvm
 
 import tvmrnn
 from tvmrnn.runtime import package
-from conftest import H, I, N, built, rel_error, torch_module
+from conftest import H, I, N, built, cli, torch_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -132,9 +132,9 @@ def test_cuda_package_refused_without_a_gpu(tmp_path):
         tvmrnn.load(path, device="cpu")
 
 
-def test_export_script(tmp_path):
+def test_export_command(tmp_path):
     out = tmp_path / "rnn.so"
-    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "export.py"), "rnn_relu", "--input-size", "5",
+    subprocess.run([*cli("tvmrnn-export"), "rnn_relu", "--input-size", "5",
                     "--hidden-size", "6", "--batch-size", "2", "--num-layers", "2", "--batch-first", "-o", str(out)],
                    check=True, cwd=REPO)
     rnn = tvmrnn.load(out)
@@ -142,10 +142,10 @@ def test_export_script(tmp_path):
 
 
 def test_bench_uses_a_package_for_its_configuration(exported, tmp_path):
-    """``bench.py --packages``: the configuration the package was built for runs the package (no build),
+    """``tvmrnn-bench --packages``: the configuration the package was built for runs the package (no build),
     and agrees with PyTorch; a package for another configuration is not used."""
     out = tmp_path / "bench.json"
-    common = [sys.executable, os.path.join(REPO, "scripts", "bench.py"), "lstm", "-T", "5", "-N", str(N),
+    common = [*cli("tvmrnn-bench"), "lstm", "-T", "5", "-N", str(N),
               "--input-size", str(I), "--hidden-size", str(H), "--reps", "2", "--threads", "1",
               "--packages", exported, "--json", str(out)]
     subprocess.run(common + ["--num-layers", "2", "--bidirectional"], check=True, cwd=REPO, capture_output=True)
@@ -153,11 +153,7 @@ def test_bench_uses_a_package_for_its_configuration(exported, tmp_path):
     assert {r["pass_"] for r in rows} == {"inference", "training"}
     assert all(r["package"] == exported and r["tuned_kernels"] == "package" for r in rows)
     assert all(r["rel_error"] < 1e-4 for r in rows)
-    sys.path.insert(0, os.path.join(REPO, "scripts"))
-    try:
-        from bench import find_package
-    finally:
-        sys.path.pop(0)
+    from tvmrnn.cli.bench import find_package
     config = dict(cell="lstm", num_layers=2, bidirectional=True, batch_size=N, input_size=I, hidden_size=H,
                   target_kind="llvm")
     assert find_package([exported], **config) == exported

@@ -8,9 +8,9 @@ from tvmrnn.runtime.profile import profile
 
 
 @pytest.mark.parametrize("stacked", [True, False], ids=["directions_stacked", "one_after_the_other"])
-def test_profile_counts_every_kernel_call(stacked, monkeypatch):
-    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1" if stacked else "0")
-    rnn = tvmrnn.build("gru", input_size=5, hidden_size=8, num_layers=2, bidirectional=True, batch_size=2)
+def test_profile_counts_every_kernel_call(stacked):
+    rnn = tvmrnn.build("gru", input_size=5, hidden_size=8, num_layers=2, bidirectional=True, batch_size=2,
+                       options=tvmrnn.BuildOptions(stack_directions=stacked))
     T = 19  # one 16-step chunk of the all-steps GEMMs, then 3 single steps
     forward, backward = profile(rnn, T=T, passes=("forward", "backward"), reps=2)
     # 2 layers x 2 directions: stacked, one time loop per layer runs both directions

@@ -90,7 +90,7 @@ def test_zero_initial_states(cell, rng):
 
 
 @pytest.mark.parametrize("cell", CELLS + ["peephole_lstm"])
-def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
+def test_stacked_directions_match_one_after_the_other(cell, rng):
     """Both directions in one launch per step (the default) compute what a time loop per direction
     does, bit for bit: same kernels but for the leading direction axis, same reduction order. At
     T = 50 the reverse direction's views sit before the forward's for half the steps (a negative
@@ -98,11 +98,11 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
     from tvmrnn.cells.examples import EXAMPLES
     spec = EXAMPLES[cell] if cell in EXAMPLES else cell
     results = []
-    for stacked in ("1", "0"):
-        monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", stacked)
-        rnn = tvmrnn.build(spec, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N)
+    for stacked in (True, False):
+        rnn = tvmrnn.build(spec, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N,
+                           options=tvmrnn.BuildOptions(stack_directions=stacked))
         kernels = set(rnn.programs["backward"].kernels) | set(rnn.programs["forward_train"].kernels)
-        assert any(k.endswith("_d2") for k in kernels) == (stacked == "1")
+        assert any(k.endswith("_d2") for k in kernels) == stacked
         local = np.random.default_rng(5)
         w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
                               for slot in rnn.config.layout.slots})
@@ -115,28 +115,27 @@ def test_stacked_directions_match_one_after_the_other(cell, monkeypatch, rng):
         assert (a is None and b is None) or np.array_equal(a, b)
 
 
-def test_interleaved_projections_match_projections_first(monkeypatch):
+def test_interleaved_projections_match_projections_first():
     """CPU forwards project each 16-step chunk just before its steps, into a one-chunk buffer
     (the reverse direction's chunk is its times in reverse), instead of every step before the
     time loop: the same results bit for bit, inference, training and the backward, for 2
     bidirectional LSTM layers, both directions in one launch, at a length that ends in 4- and
     1-step chunks and at one shorter than a chunk. (Directions one after the other, a 2-core
     machine's default, are what every other CPU test runs against PyTorch.)"""
-    cell, stacked = "lstm", "1"
     from tvm import target as tvm_target
 
     from tvmrnn.program.passes import interleaved_projections
-    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", stacked)
     builds = {}
-    for mode in ("auto", "0"):
-        monkeypatch.setenv("TVMRNN_INTERLEAVE", mode)
-        builds[mode] = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N)
+    for mode in ("auto", "0"):  # the default (None: interleaved on CPUs), and projections first
+        options = tvmrnn.BuildOptions(stack_directions=True, interleave_projections=None if mode == "auto" else False)
+        builds[mode] = tvmrnn.build("lstm", input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N,
+                                    options=options)
     for T in (37, 3):
         results = []
         for mode, rnn in builds.items():
             gx = rnn._shapes_of("forward", T)["gx"]
             assert gx[1] == (16 if mode == "auto" else T), (mode, gx)
-            assert gx[0] == (2 if stacked == "1" else 1)
+            assert gx[0] == 2  # both directions stacked
             local = np.random.default_rng(7)
             w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
                                   for slot in rnn.config.layout.slots})
@@ -147,15 +146,14 @@ def test_interleaved_projections_match_projections_first(monkeypatch):
             results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
         for a, b in zip(*results):
             assert (a is None and b is None) or np.array_equal(a, b)
-    assert not interleaved_projections(tvm_target.Target("nvidia/nvidia-h100"))
-    monkeypatch.setenv("TVMRNN_INTERLEAVE", "1")
-    with pytest.raises(ValueError, match="TVMRNN_INTERLEAVE: expected auto or 0"):
-        interleaved_projections()
+    assert not interleaved_projections(tvm_target.Target("nvidia/nvidia-h100"), tvmrnn.BuildOptions())
+    with pytest.raises(TypeError, match="options.interleave_projections"):
+        tvmrnn.BuildOptions(interleave_projections="auto")
 
 
 # sizes with panels narrower than H on AVX2 and AVX-512 alike, forward (G gates) and backward (1)
 @pytest.mark.parametrize("cell, hidden", [("lstm", 80), ("gru", 96), ("rnn_relu", 80)])
-def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
+def test_weights_in_column_panels_match_torch(cell, hidden, rng):
     """CPU forward weights packed in column panels of the tile's units (BLIS's packing; on by
     default for AVX2, forced here so that any CPU runs it): the packed buffer holds them as
     ``(H / u, K, G, u)`` (gate-blocked: one gate of u units side by side), the biases as
@@ -167,15 +165,14 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
     from tvmrnn import schedules as default_schedule, kernels
     from tvmrnn.cells.definition import get_cell
     from tvmrnn.device import host_target
-    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
-    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
+    panelled = tvmrnn.BuildOptions(weight_panels=True, stack_directions=True)
     G = get_cell(cell).num_gates
     u = default_schedule.weight_panel(host_target(), G, hidden)
     assert 1 < u < hidden and hidden % u == 0
-    rnn = built(cell, 2, True, False, hidden_size=hidden, target=None)  # the build _check uses
+    rnn = built(cell, 2, True, False, hidden_size=hidden, target=None, options=panelled)  # the build _check uses
     steps = [k for k in rnn.programs["forward"].kernels if k.startswith("recurrent_step")]
     assert steps and all(f"_p{u}_d2" in k for k in steps), steps
-    _check(cell, 2, True, False, 7, rng, hidden=hidden)
+    _check(cell, 2, True, False, 7, rng, hidden=hidden, options=panelled)
 
     ref = _reference(cell, 2, True, False, hidden)
     params = tvmrnn.params_from_torch(ref)
@@ -203,8 +200,8 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
         assert default_schedule.gradient_panel(host_target(), G, hidden) == u
         assert sums and all(k.startswith(f"weight_gradient_panels_p{u}_") for k in sums), sums
         assert packs == 4 * 3, calls  # 3 chunks (16, 4, 1 steps) for each of 4 layer-directions
-    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "0")
-    k_major = tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=2, bidirectional=True, batch_size=N)
+    k_major = tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=2, bidirectional=True, batch_size=N,
+                           options=tvmrnn.BuildOptions(weight_panels=False, stack_directions=True))
     assert not any(re.search(r"_p\d+(_|$)", k) for k in k_major.programs["forward"].kernels)
     assert not any(k.startswith("gradient_panels_") for k in k_major.programs["backward"].kernels)
     x = rng.standard_normal((21, N, I)).astype(np.float32)
@@ -219,17 +216,15 @@ def test_weights_in_column_panels_match_torch(cell, hidden, monkeypatch, rng):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5, err_msg=name)
 
 
-def test_gradient_panels_follow_the_target(monkeypatch):
+def test_gradient_panels_follow_the_target():
     """Weight gradients in panels where the forward weights have panels (CPUs), never on GPUs or
     at sizes no tile divides, and only where one pack serves both weights (not the GRU's: its dgh
-    is not its dgx); ``TVMRNN_GRADIENT_PANELS=0`` keeps rows."""
+    is not its dgx); ``BuildOptions(gradient_panels=False)`` keeps rows."""
     import tvm
-    from tvmrnn.tune import records, tasks, tuner
+    from tvmrnn.tune import tasks
     from tvmrnn.cells.definition import get_cell
     from tvmrnn.schedules.cpu import gradient_panel
     from tvmrnn.program.passes import Config
-    monkeypatch.delenv("TVMRNN_WEIGHT_PANELS", raising=False)
-    monkeypatch.delenv("TVMRNN_GRADIENT_PANELS", raising=False)
     for cell, panels in (("lstm", True), ("rnn_tanh", True), ("gru", False)):
         names = [t.kernel.name for t in tasks.extract_tasks([Config(get_cell(cell), 13, 96, 1, False, 3, False)])]
         assert any(n.startswith("weight_gradient_panels_") for n in names) == panels, (cell, names)
@@ -241,19 +236,17 @@ def test_gradient_panels_follow_the_target(monkeypatch):
     assert [gradient_panel(avx512, g, 800) for g in (4, 3, 1)] == [16, 16, 32]
     assert [gradient_panel(avx2, g, 800) for g in (4, 3, 1)] == [4, 8, 16]
     assert gradient_panel(gpu, 4, 800) == 0 and gradient_panel(avx2, 4, 37) == 0
-    monkeypatch.setenv("TVMRNN_GRADIENT_PANELS", "0")
-    assert gradient_panel(avx512, 4, 800) == 0
-    monkeypatch.setenv("TVMRNN_GRADIENT_PANELS", "1")
-    with pytest.raises(ValueError, match="TVMRNN_GRADIENT_PANELS: expected auto or 0"):
-        gradient_panel(avx2, 4, 800)
+    assert gradient_panel(avx512, 4, 800, False) == 0
+    rows = Config(get_cell("lstm"), 13, 96, 1, False, 3, False, tvmrnn.BuildOptions(gradient_panels=False))
+    names = [t.kernel.name for t in tasks.extract_tasks([rows])]
+    assert not any(n.startswith("gradient_panels_") for n in names), names
 
 
-def test_weight_panels_follow_the_target(monkeypatch):
+def test_weight_panels_follow_the_target():
     """Panels on every CPU by default (AVX2 and AVX-512: measured faster on both), never on GPUs;
-    ``TVMRNN_WEIGHT_PANELS=0`` keeps K-major weights, and so does a size the tile does not divide."""
+    ``BuildOptions(weight_panels=False)`` keeps K-major weights, and so does a size the tile does not divide."""
     import tvm
     from tvmrnn.schedules.cpu import weight_panel
-    monkeypatch.delenv("TVMRNN_WEIGHT_PANELS", raising=False)
     avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})
     avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
     gpu = tvm.target.Target("nvidia/nvidia-h100")
@@ -261,31 +254,27 @@ def test_weight_panels_follow_the_target(monkeypatch):
     assert weight_panel(avx512, 4, 800) == 16 and weight_panel(gpu, 4, 800) == 0
     assert [weight_panel(avx512, g, 800) for g in (3, 1)] == [16, 32]
     assert weight_panel(avx2, 4, 37) == 0  # 37 units: no tile divides them
-    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "1")
-    assert weight_panel(avx512, 4, 800) == 16 and weight_panel(gpu, 4, 800) == 0
-    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "0")
-    assert weight_panel(avx2, 4, 800) == 0 and weight_panel(avx512, 4, 800) == 0
-    monkeypatch.setenv("TVMRNN_WEIGHT_PANELS", "yes")
-    with pytest.raises(ValueError, match="TVMRNN_WEIGHT_PANELS: expected auto, 0 or 1"):
-        weight_panel(avx2, 4, 800)
+    assert weight_panel(avx512, 4, 800, True) == 16 and weight_panel(gpu, 4, 800, True) == 0
+    assert weight_panel(avx2, 4, 800, False) == 0 and weight_panel(avx512, 4, 800, False) == 0
+    with pytest.raises(TypeError, match="options.weight_panels"):
+        tvmrnn.BuildOptions(weight_panels="yes")
 
 
-def test_direction_stacking_follows_the_target(monkeypatch):
+def test_direction_stacking_follows_the_target():
     """GPUs and CPUs with many cores run both directions in one launch; CPUs with few do not (on
-    2 cores it was slower, on 16 faster); the environment variable overrides either way."""
+    2 cores it was slower, on 16 faster); ``BuildOptions(stack_directions=...)`` overrides either way."""
     import tvm
     from tvmrnn.program import passes
-    monkeypatch.delenv("TVMRNN_STACK_DIRECTIONS", raising=False)
+    auto, off, on = tvmrnn.BuildOptions(), tvmrnn.BuildOptions(stack_directions=False), \
+        tvmrnn.BuildOptions(stack_directions=True)
 
     def cpu(cores):
         return tvm.target.Target({"kind": "llvm", "num-cores": cores})
-    assert passes.stack_directions(tvm.target.Target("nvidia/nvidia-h100"))
-    assert passes.stack_directions(cpu(16)) and passes.stack_directions(cpu(passes.CPU_STACK_MIN_CORES))
-    assert not passes.stack_directions(cpu(2)) and not passes.stack_directions(None)
-    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "0")
-    assert not passes.stack_directions(tvm.target.Target("nvidia/nvidia-h100"))
-    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "1")
-    assert passes.stack_directions(cpu(2))
+    assert passes.stack_directions(tvm.target.Target("nvidia/nvidia-h100"), auto)
+    assert passes.stack_directions(cpu(16), auto) and passes.stack_directions(cpu(8), auto)
+    assert not passes.stack_directions(cpu(2), auto) and not passes.stack_directions(None, auto)
+    assert not passes.stack_directions(tvm.target.Target("nvidia/nvidia-h100"), off)
+    assert passes.stack_directions(cpu(2), on)
 
 
 def test_sequence_length_changes_without_rebuilding(rng):

@@ -172,9 +172,9 @@ def _copy_logs(src_dir, dst_dir):
 
 
 def test_truncated_last_line_is_tolerated(tuned_logs, tmp_path):
-    records = _copy_logs(tuned_logs[0], tmp_path)
+    record_file = _copy_logs(tuned_logs[0], tmp_path)
     good = len(records.load_records(str(tmp_path)).get_all_tuning_records())
-    with open(records, "ab") as f:
+    with open(record_file, "ab") as f:
         f.write(b'[0, [[["b0", "SBlockRV"')  # a run killed mid-write
     with pytest.warns(UserWarning, match="truncated last line"):
         db = records.load_records(str(tmp_path))
@@ -182,15 +182,16 @@ def test_truncated_last_line_is_tolerated(tuned_logs, tmp_path):
 
 
 def test_corrupt_record_names_file_and_line(tuned_logs, tmp_path):
-    records = _copy_logs(tuned_logs[0], tmp_path)
-    with open(records) as f:
+    record_file = _copy_logs(tuned_logs[0], tmp_path)
+    with open(record_file) as f:
         lines = f.read().splitlines(keepends=True)
     lines.insert(1, '{"this is": "not a record"}\n')
-    with open(records, "w") as f:
+    with open(record_file, "w") as f:
         f.writelines(lines)
-    with pytest.raises(records.TuningLogError, match=rf"{os.path.basename(records)}:2: not a MetaSchedule tuning record"):
+    with pytest.raises(records.TuningLogError,
+                       match=rf"{os.path.basename(record_file)}:2: not a MetaSchedule tuning record"):
         records.load_records(str(tmp_path))
-    with open(records, "w") as f:
+    with open(record_file, "w") as f:
         f.writelines(lines[:1] + ["{not json\n"] + lines[1:])
     with pytest.raises(records.TuningLogError, match=r":2: not a JSON line"):
         records.load_records(str(tmp_path))
@@ -241,46 +242,91 @@ def test_tunes_through_the_rpc_tracker(tmp_path):
                 p.wait(timeout=10)
 
 
-def test_committed_logs_parse_and_schedules_are_up_to_date():
-    """tuning_logs/ loads without errors and schedules/ is what scripts/schedules.py makes of it
-    (which loads every target folder, so only superseded/'s folders are loaded here)."""
+def test_shipped_records_are_the_best_of_the_committed_logs():
+    """Each shipped records file (package data) holds, for every workload of its target's raw logs
+    (tuning_logs/, xz-compressed) with a measured record, that workload's fastest record, its
+    trial count, and nothing the logs lack: tuning loses no record between logs and package."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    superseded = [f for f in glob.glob(os.path.join(root, "tuning_logs", "superseded", "*")) if os.path.isdir(f)]
-    assert superseded
-    for folder in superseded:
+    files = sorted(glob.glob(os.path.join(records.RECORDS_DIR, "*.jsonl")))
+    assert {os.path.basename(f) for f in files} >= {"cuda-sm_90.jsonl", "llvm-sapphirerapids-16c.jsonl"}
+    for path in files:
+        shipped = records.RecordDatabase(path)
+        key = os.path.basename(path)[: -len(".jsonl")]
+        assert shipped.header["target"] == key
+        logs = records.LogIndex(os.path.join(root, "tuning_logs", key))
+        assert set(shipped.entries) == set(logs.records)
+        for workload, entry in shipped.entries.items():
+            fastest = min(secs for secs, *_ in logs.records[workload])
+            assert abs(entry["records"][0]["us"] - fastest * 1e6) < 1e-3 and entry["trials"] == logs.counts[workload]
+    for folder in glob.glob(os.path.join(root, "tuning_logs", "superseded", "*")):
         assert len(records.load_records(folder).get_all_tuning_records()) > 0
-    check = subprocess.run([sys.executable, os.path.join(root, "scripts", "schedules.py"), "--check"],
-                           capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
-    counts = dict(re.findall(r"^(\S+): (\d+) tuned kernels$", check.stdout, re.M))
-    assert {"cuda-sm_90", "llvm-sapphirerapids-16c"} <= set(counts) and all(int(n) > 0 for n in counts.values())
+
+
+def test_the_shipped_records_serve_a_ds2_h100_build(tmp_path):
+    """Every kernel of the Deep Speech 2 LSTM build for the H100 (1 layer, T=300, N=20, I=H=800) has a
+    shipped record that replays on its workload and embeds: the build is tuned out of the box
+    (its programs are made, not compiled, here)."""
+    from tvmrnn import device
+    from tvmrnn.program.passes import all_programs
+    target = device.resolve("nvidia/nvidia-h100")
+    schedule, used = records.scheduler(target, tuning_logs=str(tmp_path))  # no raw logs: the shipped ones alone
+    config = Config(CELLS["lstm"], 800, 800, 1, False, 20, False)
+    for program in all_programs(config, schedule, target, device.persistent_blocks(target, config.options)):
+        program.build()
+    assert used and all(how == "tuned" for how in used.values()), {k: v for k, v in used.items() if v != "tuned"}
+
+
+def test_records_can_be_turned_off(monkeypatch):
+    from tvmrnn import device
+    target = device.resolve("nvidia/nvidia-h100")
+    monkeypatch.setenv("TVMRNN_TUNING_LOGS", "off")
+    assert records.records_off(None) and records.logs_folder(None, target) is None
+    assert not records.records_off("some/folder") and records.records_off(False)
+
+
+def test_distill_keeps_each_workloads_best_and_builds_use_it(tuned_logs, tmp_path, rng):
+    """``tvmrnn-tune --distill`` writes a records file from raw logs; a build given only that file (as
+    the package's records) finds its record; the file says how it was made."""
+    log_dir, results, _ = tuned_logs
+    (task, best_us, trials), = results
+    target = tvmrnn.device.host_target()
+    folder = os.path.join(log_dir, records.target_key(target))
+    out = tmp_path / "records" / (records.target_key(target) + ".jsonl")
+    counts = records.distill(folder, target, str(out), [task.kernel])
+    shipped = records.RecordDatabase(str(out))
+    entry = shipped.entries[records.workload_key(task.kernel)]
+    assert entry["kernel"] == STEP and entry["trials"] == trials and abs(entry["records"][0]["us"] - best_us) < 1e-3
+    assert shipped.header["format"] == "tvmrnn-records" and counts["workloads"] == len(shipped.entries)
+    assert records.records_file(target, str(tmp_path / "records")) == str(out)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_committed_h100_logs_build_for_sm90(monkeypatch):
-    """Logged H100 records are picked up and embed in the driver (one launch per kernel). The
-    records sit in superseded/ (slower than today's default), which `build` reads when told to.
-    They are for per-step kernels: the inference forward's persistent loop (the default) has none."""
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "0")
+def test_committed_h100_logs_build_for_sm90():
+    """Logged H100 records (compressed raw logs) are picked up and embed in the driver (one launch
+    per kernel). The records sit in superseded/ (slower than today's default), which `build` reads
+    when told to. They are for per-step kernels: the inference forward's persistent loop (the
+    default) has none. The shipped records are left out (no records file for this folder's key
+    would apply: ``records_dir`` is the package's, so they are read too, and they are faster)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     rnn = tvmrnn.build("gru", input_size=800, hidden_size=800, batch_size=20, target="nvidia/nvidia-h100",
-                       tuning_logs=os.path.join(root, "tuning_logs", "superseded"))
+                       tuning_logs=os.path.join(root, "tuning_logs", "superseded"),
+                       options=tvmrnn.BuildOptions(persistent="off"))
     assert rnn.schedules["recurrent_step_gru_infer_n20_h800"] == "tuned"
     assert rnn.schedules["recurrent_step_gru_train_n20_h800"] == "tuned"
 
 
 def test_tasks_rank_by_their_share_of_a_step(monkeypatch):
     """--max-tasks keeps the heaviest tasks: calls x latency where measured, else calls x FLOPs."""
-    tasks = tasks.extract_tasks([CONFIG])
-    unmeasured = tasks.rank_tasks(tasks)
+    every = tasks.extract_tasks([CONFIG])
+    unmeasured = tasks.rank_tasks(every)
     work = [t.calls * max(t.flops, 1.0) for t in unmeasured]
     assert work == sorted(work, reverse=True)
-    assert unmeasured[0].flops > 0 and any(t.flops == 0 for t in tasks)  # copies move data, no FLOPs
+    assert unmeasured[0].flops > 0 and any(t.flops == 0 for t in every)  # copies move data, no FLOPs
     # measured: a rarely called task that takes long outranks a frequent quick one
-    rare = min((t for t in tasks if t.calls), key=lambda t: t.calls)
-    often = max(tasks, key=lambda t: t.calls)
-    monkeypatch.setattr(tuning, "best_latency_us", lambda db, kernel: 1e6 if kernel.name == rare.kernel.name else 1.0)
-    ranked = tasks.rank_tasks(tasks, db=object())
+    rare = min((t for t in every if t.calls), key=lambda t: t.calls)
+    often = max(every, key=lambda t: t.calls)
+    monkeypatch.setattr(tasks, "best_latency_us", lambda db, kernel: 1e6 if kernel.name == rare.kernel.name else 1.0)
+    ranked = tasks.rank_tasks(every, db=object())
     assert ranked[0] is rare and ranked.index(often) > 0
 
 
@@ -290,15 +336,14 @@ H100_CONFIG = Config(CELLS["lstm"], 13, 37, 1, False, 3, False)
 def test_a_gpu_builds_persistent_loop_is_a_task_of_its_own():
     """On a GPU target each forward's persistent time loop (inference and training) makes its step
     kernel a task, run once a step, whose space is the default's listed shapes; CPU targets have none."""
-    tasks = tasks.extract_tasks([H100_CONFIG], target="nvidia/nvidia-h100")
-    persistent = [t for t in tasks if tasks.is_persistent(t.kernel)]
+    every = tasks.extract_tasks([H100_CONFIG], target="nvidia/nvidia-h100")
+    persistent = [t for t in every if tasks.is_persistent(t.kernel)]
     assert sorted(t.kernel.name for t in persistent) == ["recurrent_step_lstm_infer_n3_h37_persistent",
                                                          "recurrent_step_lstm_train_n3_h37_persistent"]
     assert all(t.calls == tasks.REFERENCE_LENGTH for t in persistent)
     assert not any(tasks.is_persistent(t.kernel) for t in tasks.extract_tasks([H100_CONFIG]))
-    from tvmrnn import schedules as default_schedule
-    assert default_schedule.variants(persistent[0].kernel, tvm.target.Target("nvidia/nvidia-h100")) == \
-        [dict(v) for v in default_schedule.PERSISTENT_VARIANTS]
+    off = Config(CELLS["lstm"], 13, 37, 1, False, 3, False, tvmrnn.BuildOptions(persistent="off"))
+    assert not any(tasks.is_persistent(t.kernel) for t in tasks.extract_tasks([off], target="nvidia/nvidia-h100"))
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
@@ -308,7 +353,7 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
     reason, and a step loop's measured time is logged per step."""
     from tvm.s_tir import meta_schedule as ms
     from tvmrnn import schedules as default_schedule, kernels
-    from tvmrnn.program import sequence
+    from tvmrnn.tune.step_loop import step_loop
     target = tvm.target.Target("nvidia/nvidia-h100")
     task = next(t for t in tasks.extract_tasks([H100_CONFIG], target=target) if tasks.is_persistent(t.kernel))
     mod = records.workload(task.kernel)
@@ -335,7 +380,7 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
     with open(built[0].artifact_path, "rb") as f:  # launched cooperatively, as in a pass
         blob = f.read()
     assert blob.count(b"tirx.use_cooperative_launch") == 2  # the barrier's reset and the loop
-    loop = sequence.step_loop(good.mod["main"], target, 5)
+    loop = step_loop(good.mod["main"], target, 5)
     assert [(p.name, tuple(p.shape)) for p in loop.params] == [(p.name, tuple(p.shape)) for p in mod["main"].params]
     source = tvm.compile(tvm.IRModule({"main": loop}), target=target).mod.imports[0].inspect_source()
     assert source.count("__global__") == 2 * 2  # two kernels (declared, then defined): the reset and the loop
