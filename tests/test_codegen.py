@@ -66,7 +66,8 @@ def test_cuda_default_schedules(sizes):
     # each pass's time loops run one step kernel, for both directions (a leading direction axis);
     # by default (persistent="auto") the backward's time loop stays a loop of launches
     for name in ("forward", "forward_train", "backward"):
-        steps = [k for k in rnn.programs[name].kernels.values() if k.name.startswith(("recurrent_step", "backward_step"))]
+        steps = [k for k in rnn.programs[name].kernels.values()
+                 if k.name.startswith(("recurrent_step", "backward_step"))]
         assert len(steps) == 1 and steps[0].batch == 1, (name, [k.name for k in steps])
     assert not rnn.programs["backward"].uses_persistent_loops
 

@@ -161,7 +161,8 @@ def test_persistent_options(monkeypatch):
     with pytest.raises(ValueError, match="options.persistent: expected one of auto, forward, all, off; got 'x'"):
         BuildOptions(persistent="x")
     with pytest.raises(TypeError, match="options.persist_stacked"):  # a dict of options, checked by build
-        tvmrnn.build("gru", 4, 4, target=H100, tuning_logs=False, options={"persistent": "off", "persist_stacked": "yes"})
+        tvmrnn.build("gru", 4, 4, target=H100, tuning_logs=False,
+                     options={"persistent": "off", "persist_stacked": "yes"})
 
 
 def test_launch_flags_keep_dynamic_shared_memory_last():

@@ -11,7 +11,8 @@ import torch
 import tvm
 
 import tvmrnn
-from conftest import I, N, built, torch_module
+from conftest import H, I, N, built, torch_module
+from tvmrnn import BuildOptions
 from test_rnn import CELLS, _check
 
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and tvm.cuda(0).exist),
@@ -20,6 +21,13 @@ pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and tvm.cuda(0).e
 
 def to_cuda(a):
     return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def built_as_checked(cell, num_layers, bidirectional, hidden=H, **build):
+    """The build ``test_rnn._check(..., target="cuda")`` made: the same arguments, so that
+    ``conftest.built``'s cache returns it instead of building again."""
+    return built(cell, num_layers, bidirectional, False, input_size=I, hidden_size=hidden, batch_size=N,
+                 target="cuda", **build)
 
 
 # The CPU suite runs the whole grid (test_rnn.py). Here, where every build costs GPU-machine time, a
@@ -47,8 +55,8 @@ def test_long_sequences_match_torch_on_cuda(cell, rng):
 def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch):
     """Every per-step GEMM's reduction split over blocks (``GPU_BLOCK_SLICE`` made small: the test
     sizes' reductions are short), a partial-sums kernel and the epilogue's kernel per step."""
-    from tvmrnn import schedules as default_schedule
-    monkeypatch.setattr(default_schedule, "GPU_BLOCK_SLICE", 8)
+    from tvmrnn.schedules import split_k
+    monkeypatch.setattr(split_k, "GPU_BLOCK_SLICE", 8)  # read by split_k.default_block_slices
     built.cache_clear()  # builds are cached by their arguments, which do not say this
     try:
         _check(cell, 2, True, False, 7, rng, target="cuda", as_array=to_cuda, hidden=40)
@@ -58,19 +66,17 @@ def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch
 
 @pytest.mark.parametrize("T", [1, 7, 50])
 @pytest.mark.parametrize("cell", CELLS)
-def test_kernels_per_call_site_match_torch_on_cuda(cell, T, rng, monkeypatch):
-    """``TVMRNN_SHARED_KERNELS=0``: a kernel per call site with its view offsets compiled in (the
+def test_kernels_per_call_site_match_torch_on_cuda(cell, T, rng):
+    """``shared_kernels=False``: a kernel per call site with its view offsets compiled in (the
     default before v20; every other test here runs the default, one compiled kernel per distinct
     code launched with the offsets in its pointers); 3 bidirectional layers (inner layers, both
     directions, every chunk size up to 32 steps) and 1 unidirectional layer (the persistent
     inference forward)."""
-    monkeypatch.setenv("TVMRNN_SHARED_KERNELS", "0")
-    built.cache_clear()  # builds are cached by their arguments, which do not say this
-    try:
-        _check(cell, 3, True, False, T, rng, target="cuda", as_array=to_cuda)
-        _check(cell, 1, False, False, T, rng, target="cuda", as_array=to_cuda)
-    finally:
-        built.cache_clear()
+    options = BuildOptions(shared_kernels=False)
+    _check(cell, 3, True, False, T, rng, target="cuda", as_array=to_cuda, options=options)
+    _check(cell, 1, False, False, T, rng, target="cuda", as_array=to_cuda, options=options)
+    rnn = built_as_checked(cell, 3, True, options=options)
+    assert not any(p.view_pointers for p in rnn.programs.values())
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_relu"])
@@ -79,9 +85,9 @@ def test_all_steps_gemms_split_over_blocks_match_torch_on_cuda(cell, rng, monkey
     ``k_slices``: a partial GEMM per slice, then the epilogue's kernel), made to split at the test
     sizes: every GEMM that fills less than a quarter of the GPU, in slices of 16 or more. T = 7
     and 50 run 4- and 32-step chunks of the input projection, input and weight gradients."""
-    from tvmrnn import schedules as default_schedule
-    monkeypatch.setattr(default_schedule, "GPU_MATMUL_MIN_SLICE", 16)
-    built.cache_clear()
+    from tvmrnn.schedules import cuda
+    monkeypatch.setattr(cuda, "GPU_MATMUL_MIN_SLICE", 16)  # read by cuda.matmul_k_slices
+    built.cache_clear()  # builds are cached by their arguments, which do not say this
     try:
         for T in (7, 50):
             _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda, hidden=40)
@@ -142,51 +148,45 @@ assert worst < 1e-4, worst
 
 @pytest.mark.parametrize("T", [1, 50])
 @pytest.mark.parametrize("cell", CELLS)
-def test_persistent_time_loops_match_torch_on_cuda(cell, T, rng, monkeypatch):
-    """``TVMRNN_PERSISTENT=1``: every time loop one launch, blocks meeting at a grid barrier per step
-    (the directions of a layer apart: loops running both at once stay per-step launches)."""
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
-    monkeypatch.setenv("TVMRNN_STACK_DIRECTIONS", "0")
-    built.cache_clear()  # builds are cached by their arguments, which do not say "persistent"
-    try:
-        _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda)
-        rnn = built(cell, 2, True, False, target="cuda")
-        assert all(p.uses_persistent_loops for p in rnn.programs.values() if p.name != "pack_weights"), \
-            [p.name for p in rnn.programs.values() if not p.uses_persistent_loops]
-    finally:
-        built.cache_clear()
+def test_persistent_time_loops_match_torch_on_cuda(cell, T, rng):
+    """``persistent="all"``: every time loop one launch, blocks meeting at a grid barrier per step
+    (the directions of a layer apart, ``stack_directions=False``)."""
+    options = BuildOptions(persistent="all", stack_directions=False)
+    _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda, options=options)
+    rnn = built_as_checked(cell, 2, True, options=options)
+    assert all(p.uses_persistent_loops for p in rnn.programs.values() if p.name != "pack_weights"), \
+        [p.name for p in rnn.programs.values() if not p.uses_persistent_loops]
 
 
 @pytest.mark.parametrize("T", [1, 50])
 @pytest.mark.parametrize("cell", CELLS)
 def test_two_direction_persistent_loops_match_torch_on_cuda(cell, T, rng, monkeypatch):
-    """``TVMRNN_PERSIST_STACKED=1``, ``TVMRNN_PERSISTENT=train``: both forwards run both directions
-    of a layer in one persistent launch, each block on one direction's units, the hidden state
-    staged in 2 phases of the reduction (forced here: at these sizes it fits whole); and a
-    one-direction layer's persistent loops with the same phases."""
-    from tvmrnn import schedules as default_schedule
-    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
-    monkeypatch.setattr(default_schedule, "PERSISTENT_TILES", {**default_schedule.PERSISTENT_TILES, "row_phases": 2})
-    built.cache_clear()
+    """``persist_stacked=True``, ``persistent="auto"``: both forwards run both directions of a layer
+    in one persistent launch, each block on one direction's units, the hidden state staged in 2
+    phases of the reduction (forced here: at these sizes it fits whole); and a one-direction
+    layer's persistent loops with the same phases."""
+    from tvmrnn import schedules  # PERSISTENT_TILES is read by schedules.apply, in the package itself
+    monkeypatch.setattr(schedules, "PERSISTENT_TILES", {**schedules.PERSISTENT_TILES, "row_phases": 2})
+    options = BuildOptions(persistent="auto", persist_stacked=True, stack_directions=True)
+    built.cache_clear()  # builds are cached by their arguments, which do not say "row_phases"
     try:
-        _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda, hidden=40)
-        rnn = built(cell, 2, True, False, hidden_size=40, target="cuda")
+        _check(cell, 2, True, False, T, rng, target="cuda", as_array=to_cuda, hidden=40, options=options)
+        rnn = built_as_checked(cell, 2, True, hidden=40, options=options)
         assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
-        _check(cell, 1, False, False, T, rng, target="cuda", as_array=to_cuda, hidden=40)  # one direction, phased
+        # one direction, phased
+        _check(cell, 1, False, False, T, rng, target="cuda", as_array=to_cuda, hidden=40, options=options)
     finally:
         built.cache_clear()
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_two_direction_persistent_loops_at_ds2_sizes_match_torch_on_cuda(cell, rng, monkeypatch):
+def test_two_direction_persistent_loops_at_ds2_sizes_match_torch_on_cuda(cell, rng):
     """The same at Deep Speech 2 sizes (N = 20, H = 800, 7 steps), where the LSTM's blocks stage
-    the hidden state in halves by themselves (``test_codegen.py`` checks the code): forward,
-    training forward and backward against PyTorch in float64."""
-    monkeypatch.setenv("TVMRNN_PERSIST_STACKED", "1")
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "train")
+    the hidden state in halves by themselves (``test_codegen_persistent.py`` checks the code):
+    forward, training forward and backward against PyTorch in float64."""
     T, n, size = 7, 20, 800
-    rnn = tvmrnn.build(cell, input_size=size, hidden_size=size, batch_size=n, bidirectional=True, target="cuda")
+    rnn = tvmrnn.build(cell, input_size=size, hidden_size=size, batch_size=n, bidirectional=True, target="cuda",
+                       options=BuildOptions(persistent="auto", persist_stacked=True, stack_directions=True))
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
     torch.manual_seed(0)
     ref = getattr(torch.nn, cell.upper())(size, size, bidirectional=True).double()
@@ -208,11 +208,12 @@ def test_two_direction_persistent_loops_at_ds2_sizes_match_torch_on_cuda(cell, r
     assert float((dw - ref.weight_hh_l0_reverse.grad).norm() / ref.weight_hh_l0_reverse.grad.norm()) < 1e-4
 
 
-def test_package_refuses_a_gpu_with_fewer_sms_than_its_persistent_blocks(monkeypatch):
+def test_package_refuses_a_gpu_with_fewer_sms_than_its_persistent_blocks():
     from tvmrnn.runtime import package
-    monkeypatch.setenv("TVMRNN_PERSISTENT", "1")
-    rnn = tvmrnn.build("gru", input_size=I, hidden_size=37, batch_size=N, target="cuda")
+    rnn = tvmrnn.build("gru", input_size=I, hidden_size=37, batch_size=N, target="cuda",
+                       options=BuildOptions(persistent="all"))
     meta = package.metadata(rnn)
+    assert rnn.persistent_blocks and meta["options"]["persistent"] == "all"
     assert meta["persistent_blocks"] == rnn.persistent_blocks <= tvm.cuda(0).multi_processor_count
     package.check_machine(meta, 0)
     meta["persistent_blocks"] = 10**6
@@ -287,21 +288,24 @@ def test_persistent_inference_forward_under_a_cuda_graph(cell):
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_tuned_persistent_step_is_used_and_matches_torch_on_cuda(cell, tmp_path, rng):
-    """Tuning the forwards' persistent steps (inference and training, both persistent by default):
+    """Tuning the forwards' persistent steps (inference and training, both persistent with
+    ``persistent="auto"``, the default):
     every listed shape measured as a loop of steps in one launch, logged per step; a build then
     takes the fastest and still matches PyTorch."""
-    from tvmrnn import schedules as default_schedule
-    from tvmrnn.tune import records, tasks, tuner
+    from tvmrnn import schedules
+    from tvmrnn.tune import tasks, tuner
     from tvmrnn.cells.definition import CELLS as CELL_DEFS
     from tvmrnn.program.passes import Config
     target = tvm.target.Target("cuda")
-    config = Config(CELL_DEFS[cell], I, 37, 1, False, N, False)
+    options = BuildOptions(persistent="auto")
+    config = Config(CELL_DEFS[cell], I, 37, 1, False, N, False, options)
     results = tuner.tune([config], target, log_dir=str(tmp_path), trials_per_task=1, kernels=["_persistent"])
     assert sorted(task.kernel.name.split("_")[3] for task, _, _ in results) == ["infer", "train"]
     for task, best, trials in results:
-        assert tasks.is_persistent(task.kernel) and 1 < trials <= len(default_schedule.PERSISTENT_VARIANTS)
+        assert tasks.is_persistent(task.kernel) and 1 < trials <= len(schedules.PERSISTENT_VARIANTS)
         assert 0.5 < best < 100, best  # microseconds a step (a step loop's time divided by its steps)
-    rnn = tvmrnn.build(cell, input_size=I, hidden_size=37, batch_size=N, target="cuda", tuning_logs=str(tmp_path))
+    rnn = tvmrnn.build(cell, input_size=I, hidden_size=37, batch_size=N, target="cuda", tuning_logs=str(tmp_path),
+                       options=options)
     assert all(rnn.schedules[task.kernel.name] == "tuned" for task, _, _ in results)
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
     ref = torch_module(cell, I, 37, 1, False, False).double()
@@ -317,7 +321,8 @@ def test_profile_times_persistent_steps_in_their_loop():
     once, a grid barrier a step): alone, one launch stages its block's weights every time, which
     made the DS2 LSTM's recurrent share read 111% of its forward pass (v21)."""
     from tvmrnn.runtime.profile import profile
-    rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target="cuda")
+    rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target="cuda",
+                       options=BuildOptions(persistent="auto"))
     for p in profile(rnn, T=300, passes=("forward", "forward_train"), reps=3):
         assert p.persistent, p.name
         (step,) = [k for k in p.kernels if k.in_loop]
@@ -365,11 +370,11 @@ def test_tf32_gemm_is_on_tensor_cores_and_rounds_like_tf32():
     instructions."""
     from tvm import s_tir
 
-    from tvmrnn import schedules as default_schedule, kernels
+    from tvmrnn import schedules, kernels
     from tvmrnn.program.sequence import compile_module
     kernel = kernels.tf32(kernels.input_projection(256, 20, 200, 150, 4))
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    default_schedule.apply(sch, kernel, tvm.target.Target("cuda"))
+    schedules.apply(sch, kernel, tvm.target.Target("cuda"))
     lib = compile_module(tvm.IRModule({"main": sch.mod["main"].with_attr("global_symbol", "main")}),
                          tvmrnn.device.cuda_target())
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in lib.mod.imports[0].inspect_source()

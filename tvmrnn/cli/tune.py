@@ -26,6 +26,7 @@ import json
 import lzma
 import os
 import shutil
+import sys
 import time
 
 import tvmrnn
@@ -86,6 +87,14 @@ def table(results, out=print):
     if total:
         out(f"tuned kernels' time per training step + inference pass at T={tasks.REFERENCE_LENGTH}: "
             f"{total / 1e3:.2f} ms (kernel time only: no launch gaps)")
+
+
+def _printer():
+    """Lines above the progress bar on a terminal (tqdm.write), else plain prints."""
+    if sys.stderr.isatty():
+        from tqdm import tqdm
+        return tqdm.write
+    return lambda line: print(line, flush=True)
 
 
 def list_tasks(configs, target, a, folder):
@@ -184,7 +193,7 @@ def main(argv=None):
                              max_tasks=a.max_tasks, rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key,
                              num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
                              seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults,
-                             out=lambda line: print(line, flush=True))
+                             out=_printer(), progress_bar=sys.stderr.isatty())
     except KeyboardInterrupt:
         print(f"\ninterrupted: every record measured so far is in {folder}; run again to resume")
         raise SystemExit(130)

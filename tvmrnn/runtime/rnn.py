@@ -12,6 +12,7 @@ import weakref
 
 import numpy as np
 import tvm
+from tqdm import tqdm
 
 from .. import device as targets
 from . import package
@@ -168,8 +169,19 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         use_cpu_threads(options)
     schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
     blocks = targets.persistent_blocks(target, options)
-    programs = all_programs(config, schedule, target, blocks)
-    executable = compile_module(tvm.IRModule({p.name: p.build() for p in programs}), target)
+    # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
+    with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
+              dynamic_ncols=True) as bar:
+        programs = all_programs(config, schedule, target, blocks)
+        bar.update(1)
+        functions = {}
+        for p in programs:
+            bar.set_postfix_str(p.name)
+            functions[p.name] = p.build()
+            bar.update(1)
+        bar.set_postfix_str("compiling")
+        executable = compile_module(tvm.IRModule(functions), target)
+        bar.update(1)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable)

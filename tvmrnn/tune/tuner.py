@@ -220,13 +220,18 @@ def default_runner(target, rpc_tracker: str | None = None, rpc_key: str | None =
 
 @derived_object
 class _Progress(ms.measure_callback.PyMeasureCallback):
-    """One line per measured batch: task, trials, best latency so far, ETA."""
+    """One line per measured batch (task, trials, best latency so far, ETA) to ``out``, and with
+    ``bar`` a tqdm bar of all trials (``tvmrnn-tune`` on a terminal)."""
 
-    def __init__(self, names, budgets, out):
+    def __init__(self, names, budgets, out, bar: bool = False):
         self.names, self.budgets, self.out = names, budgets, out
         self.done = [0] * len(names)
         self.best = [float("inf")] * len(names)
         self.start = time.time()
+        self.bar = None
+        if bar:
+            from tqdm import tqdm
+            self.bar = tqdm(total=sum(budgets), unit="trial", desc="tuning", dynamic_ncols=True)
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         self.done[task_id] += len(runner_results)
@@ -238,6 +243,9 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         elapsed = time.time() - self.start
         eta = elapsed / max(sum(self.done), 1) * max(left, 0)
         best = f"{self.best[task_id]:.1f} us" if self.best[task_id] < float("inf") else "-"
+        if self.bar is not None:
+            self.bar.update(len(runner_results))
+            self.bar.set_postfix_str(f"{self.names[task_id]}: best {best}")
         self.out(f"[{sum(self.done)}/{total} trials, ETA {eta:.0f} s] task {task_id + 1}/{len(self.names)} "
                  f"{self.names[task_id]}: {self.done[task_id]}/{self.budgets[task_id]} trials, best {best}")
 
@@ -361,7 +369,7 @@ def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 
 def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64, kernels=None,
          rpc_tracker=None, rpc_key=None, builder=None, runner=None, out=print, num_trials_per_iter=16,
          warm_start_from: str | None = None, max_tasks: int | None = None, seed: int = 1,
-         seed_default: bool = True, reseed_defaults: bool = False):
+         seed_default: bool = True, reseed_defaults: bool = False, progress_bar: bool = False):
     """Tune every kernel of ``configs`` for ``target`` up to ``trials_per_task`` trials each.
 
     Resumes: trials already in the log count, so a rerun only measures what is missing, and a
@@ -402,7 +410,7 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
                                    search_strategy="evolutionary", task_name=t.kernel.name, rand_state=seed + i,
                                    num_threads="physical")
                     for i, (t, _) in enumerate(todo)]
-        progress = _Progress([t.kernel.name for t, _ in todo], [n for _, n in todo], out)
+        progress = _Progress([t.kernel.name for t, _ in todo], [n for _, n in todo], out, bar=progress_bar)
         with tempfile_dir() as work_dir:
             ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for t, _ in todo], work_dir=work_dir,
                           max_trials_global=sum(n for _, n in todo), max_trials_per_task=max(n for _, n in todo),
@@ -410,6 +418,8 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
                           builder=builder, runner=runner,
                           database=db, cost_model="xgb",
                           measure_callbacks=ms.measure_callback.MeasureCallback.create("default") + [progress])
+        if progress.bar is not None:
+            progress.bar.close()
     return [(t, best_latency_us(db.memory, t.kernel), len(records_of(db.memory, t.kernel))) for t in tasks]
 
 
