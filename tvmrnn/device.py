@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import tvm
 
@@ -51,21 +52,52 @@ def is_arch_of(arch: str, dev) -> bool:
     return arch.replace("sm_", "").rstrip("a") == dev.compute_version.replace(".", "")
 
 
-# Streaming multiprocessors by architecture, for building without the GPU at hand (a tag such as
-# nvidia/nvidia-h100 gives sm_90a): the H100 SXM's 132 (the PCIe card has 114, which the check
-# at load time, tvmrnn.runtime.package, catches) and the A100's 108.
-_ARCH_MULTIPROCESSORS = {"sm_90a": 132, "sm_90": 132, "sm_80": 108}
+# What builds need to know of a GPU they may not see (a tag such as nvidia/nvidia-h100 names
+# sm_90a): SMs, and the shared memory a block may opt in to. The H100 SXM's 132 SMs (the PCIe
+# card's 114: the check at load time, tvmrnn.runtime.package, catches that) and 227 KB; the
+# A100's 108 and 163 KB; the L40S's 142 and 99 KB (sm_89 also names desktop cards with fewer
+# SMs, which the driver reports when the GPU is present). From NVIDIA's CUDA C++ Programming
+# Guide, "Compute capabilities" (shared memory per block, opt-in) and the products' data sheets.
+GPU_FACTS = {"sm_90": dict(multiprocessors=132, shared_bytes_per_block=227 * 1024),
+             "sm_80": dict(multiprocessors=108, shared_bytes_per_block=163 * 1024),
+             "sm_89": dict(multiprocessors=142, shared_bytes_per_block=99 * 1024)}
+# every CUDA GPU gives a block this much without opting in
+SHARED_BYTES_WITHOUT_OPT_IN = 48 * 1024
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """The hardware facts a build reads, in one place: a GPU's SMs and shared memory per block
+    (opt-in), a CPU's cores and vector width. None where unknown (then whatever needs it is off:
+    no persistent kernels without an SM count)."""
+
+    kind: str  # "cuda" or "cpu"
+    arch: str | None = None  # "sm_90" (without the "a" of arch-specific features)
+    multiprocessors: int | None = None
+    shared_bytes_per_block: int = SHARED_BYTES_WITHOUT_OPT_IN
+    cores: int | None = None
+    vector_lanes: int | None = None  # float32 lanes of the widest vectors
+
+
+def device_model(target: tvm.target.Target, device_index: int = 0) -> DeviceModel:
+    """The :class:`DeviceModel` of ``target``: for CUDA, this machine's GPU when its architecture
+    is the target's (SMs from the driver), else the architecture's known facts (:data:`GPU_FACTS`);
+    for CPUs, the target's cores and vector width."""
+    if target.kind.name != "cuda":
+        lanes = 16 if tvm.target.codegen.llvm_cpu_has_features("avx512f", target) else 8
+        cores = target.attrs.get("num-cores")
+        return DeviceModel("cpu", cores=int(cores) if cores else None, vector_lanes=lanes)
+    arch = str(target.attrs.get("arch", "")).rstrip("a")
+    facts = dict(GPU_FACTS.get(arch, {}))
+    dev = tvm.cuda(device_index)
+    if dev.exist and is_arch_of(arch, dev):
+        facts["multiprocessors"] = int(dev.multi_processor_count)
+    return DeviceModel("cuda", arch, **facts)
 
 
 def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | None:
-    """How many SMs the CUDA target's GPU has: this machine's GPU when its architecture is the
-    target's, else the architecture's known count; None where unknown (then no persistent kernels)."""
-    if target.kind.name != "cuda":
-        return None
-    dev = tvm.cuda(device_index)
-    if dev.exist and is_arch_of(str(target.attrs.get("arch", "")), dev):
-        return int(dev.multi_processor_count)
-    return _ARCH_MULTIPROCESSORS.get(str(target.attrs.get("arch", "")))
+    """How many SMs the CUDA target's GPU has (:func:`device_model`); None for CPUs and where unknown."""
+    return device_model(target, device_index).multiprocessors if target.kind.name == "cuda" else None
 
 
 def persistent_blocks(target: tvm.target.Target, options: BuildOptions) -> int | None:

@@ -25,6 +25,7 @@ from .. import kernels
 from ..kernels import Kernel
 from ..schedules.common import is_gpu
 from ..schedules.split_k import keeps_weights_on_chip
+from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
 from ..options import BuildOptions
 
 F32 = "float32"
@@ -380,14 +381,14 @@ def cooperative_grid_barriers(mod, _ctx):
 # Shared memory a CUDA kernel gets without opting in. TVM's runtime opts a kernel in (the driver's
 # MAX_DYNAMIC_SHARED_SIZE_BYTES, up to the device's limit) only when its *dynamic* shared memory
 # alone is more than this; static arrays beside a smaller dynamic part still count against 48 KB.
-SHARED_WITHOUT_OPT_IN = 48 * 1024
+SHARED_WITHOUT_OPT_IN = SHARED_BYTES_WITHOUT_OPT_IN
 
 
 class SharedMemoryError(RuntimeError):
     """A compiled GPU kernel whose shared memory the CUDA runtime would refuse at launch."""
 
 
-_SHARED_MEMORY_MESSAGE = r"kernel \S+: \d+ bytes of static and \d+ bytes of dynamic shared memory .*?or use less\."
+_SHARED_MEMORY_MESSAGE = r"kernel \S+: \d+ bytes of (static and \d+ bytes of dynamic )?shared memory.*?use less\."
 
 
 def shared_memory_bytes(func: tirx.PrimFunc) -> tuple[int, int]:
@@ -423,8 +424,9 @@ def check_shared_memory(mod, _ctx):
     together pass :data:`SHARED_WITHOUT_OPT_IN` while its dynamic part alone does not: TVM's
     runtime would not opt it in and every launch would fail (v22's persistent step at H = 128 did,
     with ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``, and an ordinary launch fails with
-    ``CUDA_ERROR_INVALID_VALUE``). Runs on the device functions after TVM's device passes (shared
-    buffers merged), changing nothing."""
+    ``CUDA_ERROR_INVALID_VALUE``); and one that needs more than the device gives a block at all
+    (:func:`tvmrnn.device.device_model`). Runs on the device functions after TVM's device passes
+    (shared buffers merged), changing nothing."""
     for gvar, func in mod.functions.items():
         if not isinstance(func, tirx.PrimFunc):
             continue
@@ -438,6 +440,11 @@ def check_shared_memory(mod, _ctx):
                 f"({static + dynamic} in all) pass the {SHARED_WITHOUT_OPT_IN} a kernel gets without opting in, "
                 f"and TVM's runtime opts in only when the dynamic part alone passes it: the launch would fail. "
                 f"Its schedule must keep its large shared buffers dynamic (tvmrnn.schedules), or use less.")
+        limit = device_model(target).shared_bytes_per_block
+        if static + dynamic > limit:
+            raise SharedMemoryError(
+                f"kernel {gvar.name_hint}: {static + dynamic} bytes of shared memory; a block of this GPU "
+                f"({device_model(target).arch}) gets at most {limit}: the launch would fail. Its schedule must use less.")
     return mod
 
 

@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import tvm
 from tvm import s_tir
+from ..device import device_model
 from ..kernels import Kernel
 
 from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_kind, _writes_param, is_gpu, uses_tf32
 from .cpu import cpu_column_tile, cpu_gemm, gradient_panel, l1_blocks, weight_panel
-from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
+from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
                    matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
 from .split_k import (GPU_MAX_SHARED_BYTES, PERSISTENT_TILES, default_block_slices, gpu_split_k, keeps_weights_on_chip,
                       persistent_blocks)
@@ -69,7 +70,8 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "matmul":
-        config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), **tiles.get("matmul", {})}
+        sms = device_model(target).multiprocessors or GPU_SMS
+        config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}
         return _copy_applied(sch, lambda copy: gpu_matmul(copy, kernel, **config))
     return kind is not None
 
@@ -90,8 +92,9 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
         cpu_gemm(sch, kernel, target, **tiles)
         return
     blocks = persistent_blocks(sch.mod["main"])
-    if blocks:
-        tiles = {**PERSISTENT_TILES, "max_blocks": blocks, **tiles}
+    if blocks:  # a block keeps its slice of the weights in as much shared memory as the device gives
+        tiles = {**PERSISTENT_TILES, "stationary_bytes": device_model(target).shared_bytes_per_block,
+                 "max_blocks": blocks, **tiles}
     if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
         return
     params = sch.mod["main"].params

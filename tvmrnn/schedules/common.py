@@ -7,6 +7,7 @@ import math
 import tvm
 import tvm_ffi
 from tvm import s_tir
+from ..device import device_model
 from ..kernels import Kernel
 
 
@@ -32,8 +33,8 @@ def _extent(sch, loop) -> int:
 
 
 def vector_lanes(target: tvm.target.Target) -> int:
-    """float32 lanes of the target's widest vectors."""
-    return 16 if tvm.target.codegen.llvm_cpu_has_features("avx512f", target) else 8
+    """float32 lanes of the CPU target's widest vectors (:func:`tvmrnn.device.device_model`)."""
+    return device_model(target).vector_lanes
 
 
 def _divisor(n: int, at_most: int, multiple_of: int = 1) -> int:

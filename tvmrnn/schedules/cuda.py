@@ -66,8 +66,8 @@ GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16,
 GPU_MATMUL = dict(k_tile=16, pipeline=False)
 
 
-# Streaming multiprocessors the default shape is chosen for (the H100's; TVM's CUDA targets do
-# not say): on another GPU it is a guess that tuning corrects.
+# Streaming multiprocessors a default shape is chosen for where the device model knows none
+# (:func:`tvmrnn.device.device_model`): the H100's.
 GPU_SMS = 132
 
 
@@ -280,22 +280,24 @@ def tf32_k_slices(rows: int, cols: int, reduction: int, tile: dict, sms: int = G
     return _k_slices(threads, reduction, tile["k_tile"], sms)
 
 
-def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict | None = None) -> None:
+def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict | None = None,
+                    sms: int = GPU_SMS) -> None:
     """:func:`gpu_matmul` on TF32 tensor cores (``mma.sync`` m16n8k8, :mod:`tvmrnn.schedules.tensor_cores`):
     the same normalised GEMM, block tiles of :func:`tf32_tile` (``tile`` overrides any of its
     ``warps``, ``fragments``, ``k_tile``, or sets ``pipeline``), split-K by
-    :func:`tf32_k_slices` (or ``k_slices``), the epilogue fused into the write of the output."""
+    :func:`tf32_k_slices` (or ``k_slices``), the epilogue fused into the write of the output.
+    ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), whose waves the tiles fill."""
     rows, cols, _ = matmul_extents(kernel)
-    chosen = {**tf32_tile(rows, cols), **(tile or {})}
+    chosen = {**tf32_tile(rows, cols, sms), **(tile or {})}
 
     def slices(m_total, n_total, k_total):
-        return tf32_k_slices(m_total, n_total, k_total, chosen) if k_slices is None else k_slices
+        return tf32_k_slices(m_total, n_total, k_total, chosen, sms) if k_slices is None else k_slices
     main, _, k_inner, n_slices = normalize_matmul(sch, kernel, slices, chosen["k_tile"])
     tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, **chosen)
 
 
 def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
-               pad: int = 4, k_slices: int | None = None, tf32: bool = False) -> None:
+               pad: int = 4, k_slices: int | None = None, tf32: bool = False, sms: int = GPU_SMS) -> None:
     """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
 
     The GEMM is first normalised to ``C[s, i, j] += A[s, i, k] * B[s, j, k]`` (``reindex`` and
@@ -318,17 +320,18 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
 
     ``k_slices`` splits the reduction over that many blocks (:func:`matmul_k_slices` picks the
     default): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
-    second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`).
+    second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`). ``sms``:
+    the GPU's SMs (:func:`tvmrnn.device.device_model`), whose waves the default shapes fill.
     """
     if tf32:  # a tiling of its own: ``tf32`` may be a dict overriding the tile (:data:`TF32_TILES`)
-        gpu_matmul_tf32(sch, kernel, k_slices=k_slices, tile=tf32 if isinstance(tf32, dict) else None)
+        gpu_matmul_tf32(sch, kernel, k_slices=k_slices, tile=tf32 if isinstance(tf32, dict) else None, sms=sms)
         return
 
     def slices(m_total, n_total, k_total):
-        shape = (rows or matmul_shape(m_total, n_total)[0], cols or matmul_shape(m_total, n_total)[1])
-        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile) if k_slices is None else k_slices
+        shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
+        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms) if k_slices is None else k_slices
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile)
-    default_rows, default_cols = matmul_shape(m_total, n_total)
+    default_rows, default_cols = matmul_shape(m_total, n_total, sms)
     vi, ti, mi = rows or default_rows
     vj, tj, mj = cols or default_cols
     if m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread
