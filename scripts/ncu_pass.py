@@ -2,10 +2,10 @@
 """One pass of an RNN under Nsight Compute: what each of its kernels waits on.
 
     python scripts/ncu_pass.py lstm --pass forward --out ncu_lstm          # needs ncu and a CUDA GPU
-    python scripts/ncu_pass.py lstm --pass forward --shape '{"pad_rows": false}' --out ncu_lstm_unpadded
+    python scripts/ncu_pass.py lstm --pass forward --options '{"persistent": "off"}' --out ncu_lstm_per_step
 
-Builds the configuration (Deep Speech 2 sizes by default; ``--shape`` changes
-``default_schedule.PERSISTENT_TILES``), runs the pass twice, then once more under ``ncu`` (the
+Builds the configuration (Deep Speech 2 sizes by default; ``--options`` sets ``tvmrnn.BuildOptions``
+fields), runs the pass twice, then once more under ``ncu`` (the
 profiled range is that one call: ``cudaProfilerStart``/``Stop``), and prints, per kernel, its time,
 issue slots used, shared-memory load instructions against the wavefronts they took (bank
 conflicts replay a load), the FMA pipe's use and the warps' main stall reasons. ``OUT.csv`` holds
@@ -23,7 +23,6 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 METRICS = ["gpu__time_duration.sum", "launch__grid_size", "launch__block_size", "launch__registers_per_thread",
            "sm__warps_active.avg.pct_of_peak_sustained_active", "smsp__issue_active.avg.pct_of_peak_sustained_active",
@@ -39,13 +38,12 @@ def run_pass(a):
     import numpy as np
     import torch
     import tvmrnn
-    from tvmrnn import schedules as default_schedule
-    default_schedule.PERSISTENT_TILES = {**default_schedule.PERSISTENT_TILES, **a.shape}
     H, N, T = a.hidden_size, a.N, a.T
     rnn = tvmrnn.build(a.cell, input_size=H, hidden_size=H, num_layers=a.num_layers, bidirectional=a.bidirectional,
-                       batch_size=N, target="cuda", tuning_logs=False)
+                       batch_size=N, target="cuda", tuning_logs=False,
+                       options=tvmrnn.BuildOptions.from_dict(a.options))
     torch.manual_seed(0)
-    from bench import torch_rnn
+    from tvmrnn.cli.bench import torch_rnn
     w = rnn.pack_weights(tvmrnn.params_from_torch(torch_rnn(a.cell, H, H, a.num_layers, a.bidirectional).cuda()))
     x = torch.randn(T, N, H, device="cuda")
     if a.pass_ == "forward":
@@ -95,7 +93,7 @@ def main():
     p.add_argument("--hidden-size", type=int, default=800)
     p.add_argument("--num-layers", type=int, default=1)
     p.add_argument("--bidirectional", action="store_true")
-    p.add_argument("--shape", type=json.loads, default={}, help="changes to PERSISTENT_TILES, as JSON")
+    p.add_argument("--options", type=json.loads, default={}, help="tvmrnn.BuildOptions fields, as JSON")
     p.add_argument("--kernels", type=int, default=16, help="profile N kernels of the call")
     p.add_argument("--skip", type=int, default=0, help="after skipping its first SKIP kernels")
     p.add_argument("--out", default="ncu_pass", help="OUT.csv, OUT.txt")
@@ -129,7 +127,7 @@ def main():
         f.write(text[start:])
     rows = list(csv.DictReader(io.StringIO(text[start:])))
     rows = [r for r in rows if r.get("ID", "").strip().isdigit()]  # the units row has no ID
-    summary = f"{a.cell} {a.pass_} L={a.num_layers}{' bi' if a.bidirectional else ''} shape {a.shape}\n" + table(rows)
+    summary = f"{a.cell} {a.pass_} L={a.num_layers}{' bi' if a.bidirectional else ''} options {a.options}\n" + table(rows)
     with open(a.out + ".txt", "w") as f:
         f.write(summary + "\n")
     print(summary)
