@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 
@@ -24,13 +25,31 @@ def torch_module(cell, input_size, hidden_size, num_layers, bidirectional, batch
     return torch.nn.RNN(input_size, hidden_size, nonlinearity=cell[4:], **kwargs)
 
 
-@functools.lru_cache(maxsize=None)
 def built(cell, num_layers=1, bidirectional=False, batch_first=False, input_size=I, hidden_size=H, batch_size=N,
           target=None, allow_tf32=False, options=None):
-    """A build shared by the tests that ask for the same one (``options``: a tvmrnn.BuildOptions, hashable)."""
+    """A build shared by every test that asks for the same one, however it names the arguments
+    (``options``: a tvmrnn.BuildOptions, hashable; None and BuildOptions() are the same build)."""
+    options = options if options is not None else tvmrnn.BuildOptions()
+    target = json.dumps(target, sort_keys=True) if isinstance(target, dict) else target
+    return _built(cell, num_layers, bidirectional, batch_first, input_size, hidden_size, batch_size, target,
+                  allow_tf32, options)
+
+
+def _cache_clear():
+    _built.cache_clear()
+
+
+@functools.lru_cache(maxsize=None)
+def _built(cell, num_layers, bidirectional, batch_first, input_size, hidden_size, batch_size, target, allow_tf32,
+           options):
+    if isinstance(target, str) and target.startswith("{"):
+        target = json.loads(target)
     return tvmrnn.build(cell, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
                         bidirectional=bidirectional, batch_size=batch_size, batch_first=batch_first, target=target,
                         allow_tf32=allow_tf32, options=options)
+
+
+built.cache_clear = _cache_clear  # for tests that patch what the arguments do not say (schedule constants)
 
 
 def cli(name: str) -> list[str]:

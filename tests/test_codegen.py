@@ -51,7 +51,7 @@ def test_cuda_default_schedules(sizes):
     epilogues in split-K (the tiled GEMM cannot place them)."""
     from tvmrnn.cells.examples import EXAMPLES
     rnn = tvmrnn.build(EXAMPLES["peephole_lstm"], **sizes, num_layers=2, bidirectional=True,
-                       target="nvidia/nvidia-h100", tuning_logs=False)
+                       target="nvidia/nvidia-h100", tuning_logs=False, options=BuildOptions(persistent="auto"))
     source = rnn.executable.mod.imports[0].inspect_source()
     vector = _vector_buffers(source)
     assert all(ON_CHIP.search(b) for b in vector), f"a global vector access: {vector}"
