@@ -22,7 +22,7 @@ from tvm import tirx
 import tvmrnn
 import tvmrnn.torch as tt
 from tvmrnn.cells import examples as ex
-from tvmrnn.runtime import package
+from tvmrnn.runtime import loader, package
 from tvmrnn.tune import tasks, tuner
 from tvmrnn.cells.autodiff import derive
 from tvmrnn.program.passes import Config
@@ -316,7 +316,7 @@ def test_package_metadata_and_loaded_cell(exported):
 
 def test_format_1_packages_still_read():
     meta = {"format_version": 1, "cell": "gru"}
-    assert package._cell_of(meta) is tvmrnn.CELLS["gru"]
+    assert loader._cell_of(meta) is tvmrnn.CELLS["gru"]
 
 
 def _train(cell, ours: bool, steps=8):

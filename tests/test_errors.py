@@ -110,19 +110,26 @@ def test_weights_and_workspace_must_belong(lstm, gru):
 
 
 def test_cpu_kernels_use_every_core_unless_told():
-    """TVM alone takes half the logical CPUs on x86; tvmrnn asks for the physical cores it may use."""
+    """TVM alone takes half the logical CPUs on x86; a CPU build asks for the physical cores it may
+    use (importing tvmrnn changes nothing), ``BuildOptions(threads=n)`` for n, and the user's
+    ``OMP_NUM_THREADS`` stands."""
     import os
     import subprocess
     import sys
     import psutil
-    code = "import tvmrnn, tvm, os; print(os.environ.get('TVM_NUM_THREADS', '-'), tvm.get_global_func('runtime.NumThreads')())"
+    code = ("import tvmrnn, tvm, os, sys; before = os.environ.get('TVM_NUM_THREADS', '-'); "
+            "tvmrnn.build('gru', input_size=3, hidden_size=4, batch_size=2, options=eval(sys.argv[1])); "
+            "print(before, os.environ.get('TVM_NUM_THREADS', '-'), tvm.get_global_func('runtime.NumThreads')())")
     env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
     want = min(len(os.sched_getaffinity(0)), psutil.cpu_count(logical=False) or os.cpu_count())
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split() == [str(want), str(want)]
-    out = subprocess.run([sys.executable, "-c", code], env=dict(env, OMP_NUM_THREADS="1"),
-                         capture_output=True, text=True, check=True).stdout
-    assert out.split() == ["-", "1"]  # the user's choice stands (TVM reads OMP_NUM_THREADS too)
+
+    def run(options, **extra):
+        return subprocess.run([sys.executable, "-c", code, options], env=dict(env, **extra), capture_output=True,
+                              text=True, check=True).stdout.split()
+    assert run("None") == ["-", str(want), str(want)]
+    assert run("tvmrnn.BuildOptions(threads=1)") == ["-", "1", "1"]
+    out = run("None", OMP_NUM_THREADS="1")[1:]
+    assert out == ["-", "1"]  # the user's choice stands (TVM reads OMP_NUM_THREADS too)
 
 
 def test_length_checks_are_cached_not_skipped(lstm, monkeypatch):

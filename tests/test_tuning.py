@@ -133,7 +133,7 @@ def test_sampled_cpu_steps_on_gate_blocked_panels_match_the_default(cell, rng):
     want = run(default_schedule.default_schedule(kernel, target))
     assert all(not np.array_equal(w, inputs[i]) for w, i in zip(want, outputs))
     for seed in range(1, 4):
-        sch = s_tir.Schedule(spaces.prepare(kernel), seed=seed)
+        sch = s_tir.Schedule(records.prepare(kernel), seed=seed)
         spaces.fused_step_space(target)(sch)
         for got, w in zip(run(sch.mod["main"]), want):
             np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-6)

@@ -8,9 +8,8 @@ import importlib
 
 from .autodiff import CellDefinitionError
 from .definition import CELLS, STANDARD_PARAMETERS, Cell, define_cell, get_cell
-from .examples import EXAMPLES
 
-__all__ = ["CELLS", "EXAMPLES", "STANDARD_PARAMETERS", "Cell", "CellDefinitionError", "define_cell", "get_cell",
+__all__ = ["CELLS", "STANDARD_PARAMETERS", "Cell", "CellDefinitionError", "define_cell", "get_cell",
            "find_cell"]
 
 
@@ -21,6 +20,7 @@ def find_cell(spec: str) -> Cell:
         return CELLS[spec]
     module, _, attribute = spec.partition(":")
     if not attribute:
+        from .examples import EXAMPLES  # only here: a loaded package must not need the examples' math
         if spec in EXAMPLES:
             return EXAMPLES[spec]
         raise ValueError(f"cell: unknown cell {spec!r}; expected one of {sorted(CELLS) + sorted(EXAMPLES)} "

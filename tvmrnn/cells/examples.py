@@ -5,7 +5,7 @@ like the built-in cells. Beside each one sits the same cell written with plain t
 step function), and :func:`reference_forward` runs any of them over a whole multi-layer,
 possibly bidirectional sequence, one step at a time: the per-step PyTorch loop a framework
 user would otherwise write. The tests trust it (checked against ``torch.nn.LSTM``/``GRU``/``RNN``
-for the built-in cells, and differentiated by autograd); ``scripts/bench.py --custom`` times it.
+for the built-in cells, and differentiated by autograd); ``tvmrnn-bench --custom`` times it.
 
 PyTorch is imported only by the reference functions, so the cells need no PyTorch.
 """

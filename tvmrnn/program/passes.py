@@ -48,7 +48,7 @@ from .sequence import Program, Stacked
 # static shapes: as many of the first size as fit, then the next... (``Program.chunked``). The chunk
 # size changes no buffer, only the GEMMs' shapes. On the H100 a few large GEMMs beat many small ones
 # (DS2 LSTM, inference / training: 16-step chunks 6.32 / 20.0 ms, one 300-step chunk 5.77 / 16.6 ms,
-# scripts/chunk_study.py; 256/32/4/1 5.89 / 17.9 ms in the v5 bench, another run); on the 16-core
+# the chunk_study script (at 34424c0); 256/32/4/1 5.89 / 17.9 ms in the v5 bench, another run); on the 16-core
 # Xeon the 16-step chunks were faster (LSTM training 387 against 486 ms with 256/32/4/1; GRU
 # inference 60 against 81 ms). The 4-step chunks cover the tail: a one-step weight gradient reads
 # and writes all of dW for one step's work (LSTM: 893 us a step alone, 512 in a 4-step chunk, 295
@@ -158,7 +158,7 @@ def interleaved_projections(target, options: BuildOptions) -> bool:
     chunk's input projection just before that chunk's steps, into a buffer of one chunk, rather
     than every step's projection before the time loop into a buffer of T steps: a DS2 LSTM's
     4 MB instead of 77 MB a direction, a 5-layer bidirectional one's 8 MB instead of 154 MB.
-    CPUs do: on the GPU machine's Xeon (16 threads, ``scripts/cpu_pass_study.py``, interleaved
+    CPUs do: on the GPU machine's Xeon (16 threads, the ``cpu_pass_study`` (a study script, at 34424c0), interleaved
     with PyTorch, notes/performance.md v26) the LSTM's inference took 58.7 / 59.4 / 62.5 / 94.8 ms
     projections first against 60.3 / 62.3 / 62.3 / 94.8 interleaved in four studies, its training
     220.6 / 221.4 against 213.2 / 221.3, the 5-layer bidirectional LSTM's 918 / 3,188 against 919 /
@@ -596,7 +596,7 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
-                                                            options.gradient_panels), **how),
+                                                            options.gradient_panels, options.weight_panels), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers))
     for p in programs:
         p.dependent_launch = dependent_launch(target, options)

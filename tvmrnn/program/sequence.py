@@ -188,11 +188,6 @@ def _thread_extent(stmt) -> int | None:
     return found[0] if found else None
 
 
-# Studies only (scripts/persistent_study.py --no-barrier): False leaves the grid barrier out of
-# persistent loops, which makes their results wrong, to time what the barrier costs.
-GRID_BARRIER = True
-
-
 def grid_barrier(counter, target, threads: int, across_blocks: bool = True):
     """Every block of the grid waits here until all have arrived (``counter`` reaches ``target``).
 
@@ -813,7 +808,7 @@ class Program:
         reset = self._stack[-1].pop()
         # the counter is an int32 view of the float32 parameter (zero bits are 0 either way)
         counter = tirx.decl_buffer((1,), I32, "grid_barrier_count", elem_offset=0, data_alignment=4)
-        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads, GRID_BARRIER)
+        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads)
         outer_decls, step_decls, hoisted, per_step = hoist_invariant_copies(decls, grid.body, var)
         steps = tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
                          tirx.SeqStmt(step_decls + per_step + [sync]))

@@ -148,7 +148,7 @@ def check_machine(meta: dict, device_index: int) -> None:
                            f"{list(READABLE_VERSIONS)}")
     if meta["tvm_version"] != tvm.__version__:
         raise PackageError(f"load: the package was built with TVM {meta['tvm_version']}, "
-                           f"this is TVM {tvm.__version__}; rebuild it (scripts/export.py)")
+                           f"this is TVM {tvm.__version__}; rebuild it (tvmrnn-export)")
     flags = _cpu_flags()
     missing = [f for f in meta["cpu"]["features"] if flags and f not in flags]
     if missing:

@@ -78,7 +78,7 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
 
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:
     """The default schedule; ``tiles`` (``accumulators``, ``column_vectors``) override the CPU
-    GEMM's register tile (``scripts/tile_study.py`` compares them)."""
+    GEMM's register tile (the ``tile_study`` (a study script, at 34424c0) compares them)."""
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))  # a copy: Schedule edits its input in place
     apply(sch, kernel, target, **tiles)
     return sch.mod["main"]

@@ -50,11 +50,11 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     (:func:`tvmrnn.kernels.gate_shape`): the fused gate math after the GEMM then reads whole
     vectors (with ``(j % u, g)`` order it gathered each gate lane by lane, ~1,400 ``vinsertps``
     a register tile on AVX-512: notes/performance.md v23-v24). On the AVX2-only Zen 3 dev machine (2 threads,
-    interleaved, ``scripts/panel_study.py``) a step's GEMM went 1,214-1,408 -> 767-801 us and a
+    interleaved, the ``panel_study`` (a study script, at 34424c0)) a step's GEMM went 1,214-1,408 -> 767-801 us and a
     16-step chunk 14.3-14.7 -> 11.6-12.5 ms. On the GPU machine's AVX-512 Xeon (16 threads,
-    notes/performance.md v23, ``scripts/step_study.py``) the LSTM's step alone went 154 -> 123 us
+    notes/performance.md v23, the ``step_study`` (a study script, at 34424c0)) the LSTM's step alone went 154 -> 123 us
     (125 -> 119 with huge pages), on one thread 1,108 -> 942 us, and whole passes interleaved
-    with PyTorch (``scripts/cpu_pass_study.py``, huge pages on both sides of the comparison)
+    with PyTorch (the ``cpu_pass_study`` (a study script, at 34424c0), huge pages on both sides of the comparison)
     LSTM inference 58.3 -> 48.4 ms, training 211 -> 198 ms, the GRU's the same or faster, the
     RNNs' the same. So every CPU gets them. ``enabled`` (``BuildOptions.weight_panels``): None or
     True (default: panels), False K-major (for comparisons). The panel is the default schedule's tile
@@ -74,20 +74,23 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     return units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
 
 
-def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None) -> int:
+def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
+                   weight_panels: bool | None = None) -> int:
     """Units per column panel in which a CPU backward sums its weight gradients (0: rows ``(K, H,
     G)``; :func:`tvmrnn.kernels.weight_gradient`): the forward weights' panel
     (:func:`weight_panel`), where the weight gradient's register tile is one whole panel.
     A 16-step DS2 LSTM chunk on the GPU machine's Xeon (16 threads, interleaved,
-    ``scripts/wgrad_study.py``): 1,706 us in rows, 1,381 in panels, plus 110 us to pack the gate
+    the ``wgrad_study`` (a study script, at 34424c0)): 1,706 us in rows, 1,381 in panels, plus 110 us to pack the gate
     gradients into panels (one pack serves both weights where dgh is dgx: the backward uses panels
-    only there, not for the GRU); one thread 15.8 -> 12.1 ms (notes/performance.md v25). ``enabled`` (``BuildOptions.gradient_panels``): None or True
-    (default), False (rows, for comparisons); GPUs: none (they sum weight gradients in PyTorch's layout)."""
+    only there, not for the GRU); one thread 15.8 -> 12.1 ms (notes/performance.md v25).
+    ``enabled`` (``BuildOptions.gradient_panels``): None or True (default), False (rows, for
+    comparisons); none where the weights have none (``weight_panels``, as for :func:`weight_panel`);
+    GPUs: none (they sum weight gradients in PyTorch's layout)."""
     if enabled is False:
         return 0
     if target is None:
         target = host_target()
-    panel = weight_panel(target, gates, hidden)
+    panel = weight_panel(target, gates, hidden, weight_panels)
     return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates) == panel else 0
 
 

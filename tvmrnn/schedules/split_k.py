@@ -36,7 +36,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     sums meet in shared memory, where one thread per output element adds them up and runs the
     epilogue. At DS2 sizes (N = 20, H = 800) an LSTM step is 200 blocks of 100 threads (4 units
     x 25 slices, as many as 48 KB of shared memory holds), 80 accumulators per thread; a GRU step
-    200 blocks of 200 threads (4 units x 50 slices). ``scripts/tile_study.py --device cuda``
+    200 blocks of 200 threads (4 units x 50 slices). the ``tile_study`` (a study script, at 34424c0)
     times other shapes; on the H100, 256 threads was best or within noise for every per-step
     kernel (GRU step 11.5 us against 24.3 us with 128 threads, ``notes/performance.md``).
 
@@ -121,7 +121,7 @@ def default_block_slices(sch, kernel: Kernel, gemm) -> int:
 
     Each column block reads the whole row operand of its slice, so with the reduction in one
     block it is read once per column block: the backward's gate gradients (N x 4H: 256 KB at
-    DS2 sizes) 200 times per step. On the H100 (``scripts/tile_study.py --device cuda
+    DS2 sizes) 200 times per step. On the H100 (``the tile_study script (at 34424c0) --device cuda
     --block-slices``, notes/performance.md v9) the LSTM's backward step went 21.8 -> 11.3 us
     over 16 slices, the GRU's 17.2 -> 10.6 over 8, the LSTM's forward step 13.2 -> 11.2 over 4;
     two directions at once 23.8 -> 17.4 (LSTM backward, 8), 19.4 -> 14.8 (GRU backward, 4).
@@ -472,7 +472,7 @@ def persistent_blocks(func) -> int | None:
     return int(value) if value is not None else None
 
 
-# The split-K shape of persistent kernels (``gpu_split_k`` arguments; ``scripts/persistent_study.py``
+# The split-K shape of persistent kernels (``gpu_split_k`` arguments; the ``persistent_study`` (a study script, at 34424c0)
 # compares others on a GPU).
 # v15 (H100, 1-layer LSTM inference, ``notes/bench/persistent_study_h100_v15_lstm*.txt``,
 # ``bench_h100_v15b_lstm_infer.txt``): staging the epilogue's inputs measured 4.37 -> 3.72 ms in one

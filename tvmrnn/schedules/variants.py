@@ -13,7 +13,7 @@ from .split_k import persistent_blocks
 
 
 # Other shapes of the GPU split-K (``gpu_split_k`` arguments) that tuning measures beside the
-# default: on the H100 the best shape differed by cell (``scripts/tile_study.py --device cuda``).
+# default: on the H100 the best shape differed by cell (the ``tile_study`` (a study script, at 34424c0)).
 # Half the blocks, each with twice the columns (8 units of the backward's dh, or 2 LSTM units),
 # was 5-10% faster for the fused backward steps in one tile study (notes/bench/gpu_tiles_h100_v6.txt).
 # Twice the blocks: the two-direction GRU step's best (22.5 us, against 44.8 with 200 blocks in

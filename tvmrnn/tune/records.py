@@ -169,7 +169,7 @@ def load_records(folder: str) -> ms.database.MemoryDatabase:
 
 class LogIndex:
     """A log folder's records read as JSON lines and parsed only when a kernel asks for them
-    (:func:`scheduler`, ``scripts/schedules.py``): parsing a record replays its trace on its
+    (:func:`scheduler`, ``tvmrnn-tune --list``): parsing a record replays its trace on its
     workload, ~20 ms a record, so loading a whole folder cost a build ~33 s for the H100's 1,598
     records, most of them for kernels the build does not have. Lines that are not JSON, or not
     ``[workload, record]`` pairs, raise :class:`TuningLogError` here; a record that does not
