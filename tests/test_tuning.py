@@ -284,6 +284,22 @@ def test_records_can_be_turned_off(monkeypatch):
     assert not records.records_off("some/folder") and records.records_off(False)
 
 
+def test_the_tune_command_distills_logs_into_a_records_file(tuned_logs, tmp_path):
+    """``tvmrnn-tune --distill OUT`` on the tiny run's logs: a records file naming the tuned kernel."""
+    import json
+
+    from conftest import cli
+    log_dir = tuned_logs[0]
+    out = tmp_path / "records.jsonl"
+    run = subprocess.run([*cli("tvmrnn-tune"), "rnn_tanh", "--input-size", "4", "--hidden-size", "8", "--batch-size",
+                          "2", "--target", "cpu", "--log-dir", str(log_dir), "--distill", str(out)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["format"] == "tvmrnn-records" and lines[0]["workloads"] == len(lines) - 1 >= 1
+    assert STEP in {line["kernel"] for line in lines[1:]}
+
+
 def test_distill_keeps_each_workloads_best_and_builds_use_it(tuned_logs, tmp_path, rng):
     """``tvmrnn-tune --distill`` writes a records file from raw logs; a build given only that file (as
     the package's records) finds its record; the file says how it was made."""
