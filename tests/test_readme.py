@@ -16,3 +16,12 @@ def test_python_examples_run(capsys, tmp_path, monkeypatch):
         exec(compile(block, "README.md", "exec"), {})
     errors = [float(e) for e in re.findall(r"max \|y - torch\|: (\S+)", capsys.readouterr().out)]
     assert len(errors) == 2 and max(errors) < 1e-4
+
+
+def test_the_front_door_stays_short_and_self_contained():
+    """At most 15 KB, and every relative link points inside the repository, at a file that exists."""
+    text = README.read_text()
+    assert len(text.encode()) <= 15_000
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text)
+    local = [link for link in links if not re.match(r"[a-z]+://", link)]
+    assert local and all(not link.startswith("..") and (README.parent / link).exists() for link in local), local
