@@ -8,6 +8,7 @@ import tvm_ffi
 from tvm.s_tir import meta_schedule as ms
 from tvm.ir.utils import derived_object
 from . import spaces
+from ..options import BuildOptions, use_cpu_threads
 from ..schedules import apply as default_schedule_apply
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
@@ -384,6 +385,8 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     ``[(task, best latency in us or None, trials)]``.
     """
     folder = os.path.join(log_dir if log_dir is not None else default_logs_root(), target_key(target))
+    if not is_gpu(target):
+        use_cpu_threads(BuildOptions())  # candidates are measured with the threads a build runs with
     db = LogDatabase(folder)
     tasks = select_tasks(configs, target, kernels, max_tasks, db.memory)
     loops = StepLoops()
