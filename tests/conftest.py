@@ -77,6 +77,7 @@ def rng():
     return np.random.default_rng(1234)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
     """Groups for ``pytest -n 2 --dist loadgroup``: a file's tests run in one worker (they share
     builds), except the big grid against torch.nn, split by cell so that both workers share it."""
