@@ -76,14 +76,3 @@ os.environ["TVMRNN_TUNING_LOGS"] = "off"
 def rng():
     return np.random.default_rng(1234)
 
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    """Groups for ``pytest -n 2 --dist loadgroup``: a file's tests run in one worker (they share
-    builds), except the big grid against torch.nn, split by cell so that both workers share it."""
-    for item in items:
-        group = item.nodeid.split("::")[0]
-        callspec = getattr(item, "callspec", None)
-        if getattr(item, "originalname", "") == "test_matches_torch" and callspec is not None:
-            group += "::" + str(callspec.params.get("cell"))
-        item.add_marker(pytest.mark.xdist_group(group))
