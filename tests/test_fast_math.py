@@ -39,3 +39,22 @@ def test_matches_float64_reference(compiled):
         rel = np.abs(got - want)[~tiny] / np.abs(want)[~tiny]
         assert rel.max() < 5e-7
         assert np.all(np.abs(got[tiny]) < 1e-30)
+
+
+def test_nan_and_inf_as_numpy_gives_them(compiled):
+    """NaN stays NaN through exp, sigmoid and tanh (x86's min/max alone would drop it), exp(+inf) is
+    inf, and the infinities saturate sigmoid and tanh as in NumPy (and torch.nn)."""
+    n, lib = compiled
+    special = np.array([np.nan, np.inf, -np.inf, 89.0, 1e30, -1e30, -np.nan], np.float32)
+    x = np.resize(special, n).astype(np.float32)
+    args = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(np.zeros(n, np.float32)) for _ in range(3)]
+    lib["main"](*args)
+    xd = x.astype(np.float64)
+    with np.errstate(over="ignore"):  # what float32 holds: exp(89) is inf there
+        wants = [w.astype(np.float32).astype(np.float64) for w in (np.exp(xd), 1 / (1 + np.exp(-xd)), np.tanh(xd))]
+    for name, got, want in zip(("exp", "sigmoid", "tanh"), args[1:], wants):
+        got = got.numpy().astype(np.float64)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), name
+        assert np.array_equal(np.isposinf(got), np.isposinf(want)), name
+        finite = np.isfinite(want)
+        np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30, err_msg=name)

@@ -37,6 +37,12 @@ def _let(value, body):
 
 def fast_exp(x):
     def body(v):
+        # NaN and +Inf as exp gives them: the clamp below keeps the polynomial in range, and x86's
+        # min/max return the other operand for a NaN, so without these a NaN input became a number
+        # (tvmrnn's CPU forwards turned NaN and Inf inputs into ordinary outputs, issue 40)
+        return tirx.Select(tirx.isnan(v), v, tirx.Select(v > _c(_EXP_LIMIT), _c(float("inf")), clamped(v)))
+
+    def clamped(v):
         v = tirx.max(tirx.min(v, _c(_EXP_LIMIT)), _c(-_EXP_LIMIT))
 
         def reduced(n):
