@@ -185,3 +185,18 @@ def test_cpp_example_matches_python(exported, tmp_path):
     bad = subprocess.run([str(binary), exported, "12", str(tmp_path / "in"), str(tmp_path / "out")],
                          capture_output=True, text=True)  # x.f32 holds 11 steps, not 12
     assert bad.returncode == 1 and "x.f32: expected" in bad.stderr
+
+
+def test_weights_follow_the_layout_not_every_option(rng, monkeypatch):
+    """Packed weights serve another build of the same configuration whose options leave the layout
+    alone (threads), and are refused by one whose weights are laid out otherwise (no panels)."""
+    monkeypatch.setenv("TVM_NUM_THREADS", os.environ.get("TVM_NUM_THREADS", "2"))  # restored after: threads=1 sets it
+    a = built("gru", 1, False)
+    w = a.pack_weights(tvmrnn.params_from_torch(torch_module("gru", I, H, 1, False, False)))
+    same = tvmrnn.build("gru", input_size=I, hidden_size=H, batch_size=N, options=tvmrnn.BuildOptions(threads=1))
+    x = rng.standard_normal((4, N, I)).astype(np.float32)
+    np.testing.assert_array_equal(same.forward(w, x)[0], a.forward(w, x)[0])
+    other = tvmrnn.build("gru", input_size=I, hidden_size=H, batch_size=N,
+                         options=tvmrnn.BuildOptions(weight_panels=False))
+    with pytest.raises(ValueError, match="w: these weights were packed for a different configuration"):
+        other.forward(w, x)

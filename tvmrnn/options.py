@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from dataclasses import dataclass, field
 
 PERSISTENT = ("auto", "forward", "all", "off")
@@ -140,8 +141,25 @@ class BuildOptions:
         return cls(**fields)
 
 
+# the experiment switches BuildOptions replaced (v27), and what replaces each
+_REMOVED_SWITCHES = {"TVMRNN_PDL": "dependent_launch", "TVMRNN_SHARED_KERNELS": "shared_kernels",
+                     "TVMRNN_STACK_DIRECTIONS": "stack_directions", "TVMRNN_INTERLEAVE": "interleave_projections",
+                     "TVMRNN_TIME_LOOP_REGION": "time_loop_regions", "TVMRNN_WEIGHT_PANELS": "weight_panels",
+                     "TVMRNN_GRADIENT_PANELS": "gradient_panels", "TVMRNN_PERSIST_STACKED": "persist_stacked"}
+_warned: set = set()
+
+
+def _warn_removed_switches() -> None:
+    for name, field_name in _REMOVED_SWITCHES.items():
+        if name in os.environ and name not in _warned:
+            _warned.add(name)
+            warnings.warn(f"tvmrnn: {name} is no longer read; pass tvmrnn.BuildOptions({field_name}=...) to build",
+                          UserWarning, stacklevel=4)
+
+
 def as_options(options) -> BuildOptions:
     """``options`` as :class:`BuildOptions`: None (the defaults), an instance, or a dict of its fields."""
+    _warn_removed_switches()
     if options is None:
         return BuildOptions()
     if isinstance(options, BuildOptions):

@@ -550,7 +550,7 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
     the backward's, as they are or in panels of ``panel_of(K)`` input features (see
     :mod:`tvmrnn.cells.parameters`)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
-    prog = Program("pack_weights", schedule, view_pointers=view_pointers)
+    prog = Program("pack_weights", schedule, view_pointers=view_pointers, options=config.options)
     prog.weight_panel = panel  # recorded in exported packages' metadata, with the backward's
     prog.backward_weight_panels = {}  # K -> panel of the backward's copy of a weight with K inputs
     src = prog.flat("params", layout.total)

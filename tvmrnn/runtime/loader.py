@@ -1,6 +1,7 @@
 """Loading an exported package (:mod:`.package`) back into an :class:`~tvmrnn.runtime.rnn.RNN`."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -40,9 +41,12 @@ def load(path, device=None) -> RNN:
     if device is not None and str(device).partition(":")[0] != ("cuda" if meta["target_kind"] == "cuda" else "cpu"):
         raise PackageError(f"load: the package is for {meta['target_kind']}, not device {device!r}")
     check_machine(meta, device_index)
-    options = BuildOptions.from_dict(meta["options"]) if "options" in meta else BuildOptions(persistent="auto")
+    try:
+        options = BuildOptions.from_dict(meta["options"]) if "options" in meta else BuildOptions(persistent="auto")
+    except (TypeError, ValueError) as err:
+        raise PackageError(f"load: the package's build options do not read ({err}); rebuild it") from None
     if meta["target_kind"] != "cuda":
-        use_cpu_threads(options)
+        use_cpu_threads(dataclasses.replace(options, threads=None))  # this machine's cores, not the builder's
     module = tvm.runtime.load_module(path)
     config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
                     meta["bidirectional"], meta["batch_size"], meta["batch_first"], options)

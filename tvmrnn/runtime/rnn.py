@@ -6,6 +6,7 @@ pass, the names and shapes (affine in T) of its arguments. ``build`` gets those 
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import weakref
@@ -133,10 +134,12 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         None builds for this machine's CPU, ``"cuda"`` for this machine's GPU; or e.g.
         ``"nvidia/nvidia-h100"``, ``{"kind": "llvm", "mcpu": "sapphirerapids"}``.
     tuning_logs : None, str or False
-        Where to look for MetaSchedule records (a folder of per-target folders). None: the
-        ``TVMRNN_TUNING_LOGS`` environment variable, else the repository's ``tuning_logs/``.
-        Kernels without a record use a default schedule (a warning says so, once); False uses
-        default schedules throughout.
+        A folder of per-target raw MetaSchedule logs (what ``tvmrnn-tune`` writes), read beside the
+        records shipped in the package (the fastest record of a kernel wins). None: the
+        ``TVMRNN_TUNING_LOGS`` environment variable, else a source checkout's ``tuning_logs/``,
+        else ``~/.local/share/tvmrnn/tuning_logs``. Kernels without a record use a default schedule
+        (a warning says so, once); False (or ``TVMRNN_TUNING_LOGS=off``) uses default schedules
+        throughout.
     allow_tf32 : bool
         On a CUDA target, compute the GEMMs over all steps (input projections, input and weight
         gradients) on TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32`` lets cuBLAS
@@ -323,7 +326,9 @@ class RNN:
     def _check_weights(self, w):
         if not isinstance(w, PackedWeights):
             raise TypeError(f"w: expected the result of pack_weights, got {type(w).__name__}")
-        if w.owner.config != self.config:
+        mine, theirs = self.config, w.owner.config  # the build options matter where they change the layout
+        if (dataclasses.replace(theirs, options=mine.options) != mine
+                or theirs.options.weight_panels != mine.options.weight_panels):
             raise ValueError("w: these weights were packed for a different configuration")
         return w.flat
 

@@ -19,7 +19,8 @@ import tvm_ffi
 from tvm import tirx
 
 F32 = "float32"
-_EXP_LIMIT = 88.3762626647949  # exp overflows float32 beyond
+_EXP_LIMIT = 88.3762626647949  # the polynomial's range (Cephes' expf); exp(x) saturates there
+_EXP_OVERFLOW = 88.72283935546875  # ln of float32's largest value: exp overflows to inf beyond
 _LOG2E = 1.44269504088896341
 _LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4  # Cody-Waite split of ln 2
 _POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
@@ -40,7 +41,7 @@ def fast_exp(x):
         # NaN and +Inf as exp gives them: the clamp below keeps the polynomial in range, and x86's
         # min/max return the other operand for a NaN, so without these a NaN input became a number
         # (tvmrnn's CPU forwards turned NaN and Inf inputs into ordinary outputs, issue 40)
-        return tirx.Select(tirx.isnan(v), v, tirx.Select(v > _c(_EXP_LIMIT), _c(float("inf")), clamped(v)))
+        return tirx.Select(tirx.isnan(v), v, tirx.Select(v > _c(_EXP_OVERFLOW), _c(float("inf")), clamped(v)))
 
     def clamped(v):
         v = tirx.max(tirx.min(v, _c(_EXP_LIMIT)), _c(-_EXP_LIMIT))

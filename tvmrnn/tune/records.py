@@ -308,7 +308,8 @@ def logs_root(tuning_logs=None) -> str:
     :func:`default_logs_root`."""
     if tuning_logs not in (None, False):
         return os.fspath(tuning_logs)
-    return os.environ.get("TVMRNN_TUNING_LOGS") or default_logs_root()
+    value = os.environ.get("TVMRNN_TUNING_LOGS", "")
+    return value if value and value.lower() not in OFF else default_logs_root()
 
 
 def logs_folder(tuning_logs, target) -> str | None:
@@ -514,7 +515,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             if shipped is not None:
                 candidates += [(secs, where, lambda j=record_json, w=where: _parse(j, mod, w))
                                for secs, where, record_json in shipped.candidates(key)]
-            for _, _, parse in sorted(candidates, key=lambda c: c[0])[:16]:
+            for _, _, parse in sorted(candidates, key=lambda c: c[0]):  # raw logs give at most 16
                 func = apply_record(parse(), kernel)
                 if embeddable(func, target):
                     used[kernel.name] = "tuned"

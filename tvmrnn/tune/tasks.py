@@ -1,4 +1,6 @@
-"""TODO"""
+"""Tuning tasks: one per distinct kernel of the programs a build compiles (kernels with the same
+name share a workload), weighted by how often each runs in a training step and an inference pass at
+a reference sequence length, and ranked by their share of that time."""
 from __future__ import annotations
 
 import functools

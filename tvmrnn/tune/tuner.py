@@ -1,4 +1,8 @@
-"""TODO"""
+"""The tuning loop: MetaSchedule's evolutionary search with the XGBoost cost model over a build's
+tasks, with our builders and runners (a persistent step measured as its time loop runs it,
+:mod:`.step_loop`), each new task seeded with the default schedule and its listed variants, warm
+starts from other logs, and a database that appends each run's records to files of its own
+(:class:`LogDatabase`). ``build`` never imports this module."""
 from __future__ import annotations
 
 import os
