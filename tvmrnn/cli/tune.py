@@ -106,7 +106,7 @@ def list_tasks(configs, target, a, folder):
     print(f"\n{'task':52s} {'runs/step':>9s} {'trials':>6s} {'logs (us)':>10s} {'shipped (us)':>12s} origin")
     for t in tasks.select_tasks(configs, target, a.kernels or None, a.max_tasks):
         key = records.workload_key(t.kernel)
-        logged = min((c[0] for c in logs.candidates(records.workload(t.kernel), key, 1)), default=None) if logs else None
+        logged = logs.fastest(key)[0][0] if logs and logs.records.get(key) else None
         entry = shipped.entries.get(key) if shipped else None
         best = entry["records"][0] if entry else None
         trials = (logs.counts.get(key, 0) if logs else 0) or (entry.get("trials", 0) if entry else 0)

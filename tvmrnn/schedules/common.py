@@ -139,3 +139,18 @@ def _vectorize_trailing(sch, loops, width, lanes):
         trailing.insert(0, loop)
     if product > 1:
         _vectorize(sch, sch.fuse(*trailing) if len(trailing) > 1 else trailing[0], lanes)
+
+
+def sum_slices_per_output(sch, gemm, consumer) -> None:
+    """The second kernel of a reduction split over blocks: one thread per output element of
+    ``consumer`` sums the slices (``gemm``, the block left after ``rfactor``) in registers, then
+    ``consumer`` runs its epilogue on the sum."""
+    loops = sch.get_loops(consumer)
+    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+    block_loop, thread_loop = sch.split(fused, [None, min(GPU_THREADS, _extent(sch, fused))])
+    sch.bind(block_loop, "blockIdx.x")
+    sch.bind(thread_loop, "threadIdx.x")
+    sch.compute_at(gemm, thread_loop, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    for loop in sch.get_loops(gemm)[2:]:
+        sch.unroll(loop)

@@ -11,7 +11,7 @@ from tvm.s_tir import dlight
 from . import tensor_cores
 from ..kernels import Kernel
 
-from .common import GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, is_gpu
+from .common import _divisor, _extent, _gemm_axes, _gpu_kind, _uses, is_gpu, sum_slices_per_output
 from .split_k import persistent_blocks
 
 
@@ -194,15 +194,7 @@ def _split_reduction(sch, gemm, slices: int):
     consumers = sch.get_consumers(gemm)
     if len(consumers) != 1:
         raise s_tir.ScheduleError(f"split-K: the GEMM needs one consumer, has {len(consumers)}")
-    loops = sch.get_loops(consumers[0])
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    block_loop, thread_loop = sch.split(fused, [None, min(GPU_THREADS, _extent(sch, fused))])
-    sch.bind(block_loop, "blockIdx.x")
-    sch.bind(thread_loop, "threadIdx.x")
-    sch.compute_at(gemm, thread_loop, preserve_unit_loops=True)
-    sch.set_scope(gemm, 0, "local")
-    for loop in sch.get_loops(gemm)[2:]:
-        sch.unroll(loop)
+    sum_slices_per_output(sch, gemm, consumers[0])
     return partial
 
 

@@ -11,7 +11,7 @@ import tvm_ffi
 from tvm import s_tir
 from ..kernels import Kernel
 
-from .common import GPU_THREADS, _all_blocks, _divisor, _extent, _gemm_axes, _thread_extent_of, _vectorize, _writes_param
+from .common import _all_blocks, _divisor, _extent, _gemm_axes, _thread_extent_of, _vectorize, _writes_param, sum_slices_per_output
 
 
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
@@ -156,15 +156,7 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
     write = sch.cache_write(partial, 0, "local")
     # The epilogue kernel: one thread per output element sums the slices, then runs the gate math.
     outputs = sch.get_consumers(gemm)
-    loops = sch.get_loops(outputs[0])
-    fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    block_loop, thread_loop = sch.split(fused, [None, min(GPU_THREADS, _extent(sch, fused))])
-    sch.bind(block_loop, "blockIdx.x")
-    sch.bind(thread_loop, "threadIdx.x")
-    sch.compute_at(gemm, thread_loop, preserve_unit_loops=True)
-    sch.set_scope(gemm, 0, "local")
-    for loop in sch.get_loops(gemm)[2:]:
-        sch.unroll(loop)
+    sum_slices_per_output(sch, gemm, outputs[0])
     return partial, write
 
 

@@ -211,41 +211,35 @@ class LogIndex:
         """How many records the logs hold for the kernel's workload (failed runs too)."""
         return self.counts.get(self._key(workload(kernel)), 0)
 
+    def logged_workload(self, key: str) -> ms.database.Workload:
+        """The workload the logs hold under ``key``, parsed."""
+        obj, where = self.workloads[key]
+        try:
+            return ms.database.Workload.from_json(obj)
+        except Exception as err:
+            raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
+
+    def fastest(self, key: str) -> list[tuple[float, object, str]]:
+        """``(mean seconds, record JSON, where)`` of a workload's measured records, fastest first."""
+        return [(secs, record, where) for secs, _, record, where in sorted(self.records.get(key, ()),
+                                                                             key=lambda e: e[:2])]
+
     def candidates(self, mod: tvm.IRModule, key: str, top_k: int) -> list[tuple[float, str, object]]:
         """``(mean seconds, where, parse)`` of the ``top_k`` fastest measured records of the workload
         ``mod`` (whose key is ``key``); ``parse()`` replays one (~20 ms), so only what is taken is."""
-        entries = self.records.get(key)
-        if not entries:
+        if not self.records.get(key):
             return []
-        obj, where = self.workloads[key]
-        try:
-            logged = ms.database.Workload.from_json(obj)
-        except Exception as err:
-            raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
+        logged = self.logged_workload(key)
         if not tvm_ffi.structural_equal(logged.mod, mod):  # the same hash, another module
             return []
-        return [(secs, where, lambda r=record, w=where: _parse_logged(r, logged, w))
-                for secs, _, record, where in sorted(entries, key=lambda e: e[:2])[:top_k]]
+        return [(secs, where, lambda r=record, w=where: _parse(r, logged, w))
+                for secs, record, where in self.fastest(key)[:top_k]]
 
     def best(self, kernel: Kernel, top_k: int):
         """The kernel's ``top_k`` fastest measured records, parsed one by one as they are taken."""
         mod = workload(kernel)
-        key = self._key(mod)
-        entries = self.records.get(key)
-        if not entries:
-            return
-        obj, where = self.workloads[key]
-        try:
-            logged = ms.database.Workload.from_json(obj)
-        except Exception as err:
-            raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
-        if not tvm_ffi.structural_equal(logged.mod, mod):  # the same hash, another module
-            return
-        for _, _, record, where in sorted(entries, key=lambda e: e[:2])[:top_k]:
-            try:
-                yield ms.database.TuningRecord.from_json(record, logged)
-            except Exception as err:
-                raise TuningLogError(f"{where}: not a MetaSchedule tuning record: {err}") from None
+        for _, _, parse in self.candidates(mod, self._key(mod), top_k):
+            yield parse()
 
 
 def records_of(db, kernel: Kernel) -> list:
@@ -376,28 +370,19 @@ class RecordDatabase:
             return []
         return [(float(r["us"]) * 1e-6, f"{entry['where']} #{i}", r["record"]) for i, r in enumerate(entry["records"])]
 
-    def trials(self, key: str) -> int:
-        entry = self.entries.get(key)
-        return int(entry.get("trials", 0)) if entry else 0
 
 
-def _parse_logged(record_json, logged, where: str):
+def _parse(record_json, logged: ms.database.Workload, where: str):
     try:
         return ms.database.TuningRecord.from_json(record_json, logged)
     except Exception as err:
         raise TuningLogError(f"{where}: not a MetaSchedule tuning record: {err}") from None
 
 
-def _parse(record_json, mod: tvm.IRModule, where: str):
-    try:
-        return ms.database.TuningRecord.from_json(record_json, ms.database.Workload(mod))
-    except Exception as err:
-        raise TuningLogError(f"{where}: not a MetaSchedule tuning record for this workload: {err}") from None
-
-
-def apply_record(record, kernel: Kernel) -> tvm.tirx.PrimFunc:
-    """The kernel scheduled by a record's trace, replayed on the kernel's own workload."""
-    sch = tvm.s_tir.Schedule(workload(kernel))
+def replay(record, mod: tvm.IRModule) -> tvm.tirx.PrimFunc:
+    """The workload ``mod`` scheduled by a record's trace, on a fresh copy of it (``s_tir.Schedule``
+    edits the statements of the module it is given in place)."""
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
     record.trace.apply_to_schedule(sch, remove_postproc=False)
     return sch.mod["main"]
 
@@ -418,21 +403,13 @@ def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_
         names.setdefault(workload_key(kernel), kernel.name)
     lines, kept = [], 0
     for key in sorted(logs.records):
-        obj, where = logs.workloads[key]
-        try:
-            logged = ms.database.Workload.from_json(obj)
-        except Exception as err:
-            raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
+        logged = logs.logged_workload(key)
         chosen = []
-        for secs, _, record_json, rwhere in sorted(logs.records[key], key=lambda e: e[:2]):
+        for secs, record_json, where in logs.fastest(key):
             if len(chosen) == keep:
                 break
-            if is_gpu(target):
-                record = _parse(record_json, logged.mod, rwhere)
-                sch = tvm.s_tir.Schedule(logged.mod)
-                record.trace.apply_to_schedule(sch, remove_postproc=False)
-                if not embeddable(sch.mod["main"], target):
-                    continue
+            if is_gpu(target) and not embeddable(replay(_parse(record_json, logged, where), logged.mod), target):
+                continue
             chosen.append({"us": round(secs * 1e6, 3), "origin": _origin(record_json), "record": record_json})
         if chosen:
             kept += len(chosen)
@@ -513,10 +490,11 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             if logs is not None:
                 candidates += logs.candidates(mod, key, 16)
             if shipped is not None:
-                candidates += [(secs, where, lambda j=record_json, w=where: _parse(j, mod, w))
+                own = ms.database.Workload(mod)
+                candidates += [(secs, where, lambda j=record_json, w=where: _parse(j, own, w))
                                for secs, where, record_json in shipped.candidates(key)]
             for _, _, parse in sorted(candidates, key=lambda c: c[0]):  # raw logs give at most 16
-                func = apply_record(parse(), kernel)
+                func = replay(parse(), mod)
                 if embeddable(func, target):
                     used[kernel.name] = "tuned"
                     return func
