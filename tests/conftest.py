@@ -70,6 +70,9 @@ def rel_error(actual, expected) -> float:
 
 # Tests use default schedules unless they say otherwise: the committed logs are for other machines.
 os.environ["TVMRNN_TUNING_LOGS"] = "off"
+# ... and build: tests patch schedule constants the cache key cannot see; the cache's own tests
+# turn it on in a folder of their own (test_cache.py).
+os.environ["TVMRNN_CACHE"] = "off"
 
 
 @pytest.fixture

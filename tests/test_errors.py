@@ -45,7 +45,8 @@ def test_bad_build_options(kwargs, error, match):
 
 
 @pytest.mark.parametrize("x, error, match", [
-    (x_of(n=N + 1), ValueError, r"x: expected shape \(4, 3, 13\)"),
+    (x_of(n=N + 1), ValueError, r"x: a batch of 4 rows; this RNN was built for batches of 1 to 3"),
+    (x_of(n=0), ValueError, r"x: a batch of 0 rows"),
     (x_of(features=I + 1), ValueError, r"x: expected shape"),
     (x_of()[0], ValueError, "x: expected a 3-d array"),
     (x_of(T=0), ValueError, "T must be >= 1"),
@@ -66,6 +67,8 @@ def test_states_must_match(lstm, gru):
     rnn, w = lstm
     with pytest.raises(ValueError, match=r"h0: expected shape \(1, 3, 37\)"):
         rnn.forward(w, x_of(), h0=np.zeros((2, N, H), np.float32))
+    with pytest.raises(ValueError, match=r"h0: expected shape \(1, 2, 37\)"):  # x's rows decide
+        rnn.forward(w, x_of(n=2), h0=np.zeros((1, N, H), np.float32))
     with pytest.raises(TypeError, match="c0: expected dtype float32"):
         rnn.forward(w, x_of(), c0=np.zeros((1, N, H)))
     with pytest.raises(ValueError, match="h0: expected a NumPy array"):

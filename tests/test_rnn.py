@@ -26,11 +26,13 @@ def _reference(cell, num_layers, bidirectional, batch_first, hidden=H, seed=0, i
 
 
 def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=True, target=None,
-           as_array=lambda a: a, hidden=H, tol=TOL, input_size=I, batch=N, **build):
+           as_array=lambda a: a, hidden=H, tol=TOL, input_size=I, batch=N, rows=None, **build):
     """Run forward, training forward and backward on ``as_array`` inputs; compare with torch.
+    ``batch``: the build's batch size; ``rows``: the inputs' (at most ``batch``; default the same).
     ``build``: more arguments of :func:`tvmrnn.build` (``allow_tf32``)."""
     rnn = built(cell, num_layers, bidirectional, batch_first, input_size=input_size, hidden_size=hidden,
                 batch_size=batch, target=target, **build)
+    batch = batch if rows is None else rows
     ref = _reference(cell, num_layers, bidirectional, batch_first, hidden, input_size=input_size)
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     D = 2 if bidirectional else 1
@@ -82,6 +84,17 @@ def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=Tru
 @pytest.mark.parametrize("cell", CELLS)
 def test_matches_torch(cell, num_layers, bidirectional, batch_first, T, rng):
     _check(cell, num_layers, bidirectional, batch_first, T, rng)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("cell,num_layers,bidirectional,batch_first",
+                         [("lstm", 2, True, False), ("gru", 1, False, True), ("rnn_relu", 1, True, True)])
+def test_smaller_batches_run_on_one_build(cell, num_layers, bidirectional, batch_first, rows, rng):
+    """One build serves every batch from 1 to its batch_size (padded with zero rows): outputs,
+    states and every gradient match torch at each, and the build is the same object."""
+    _check(cell, num_layers, bidirectional, batch_first, 6, rng, batch=5, rows=rows)
+    _check(cell, num_layers, bidirectional, batch_first, 6, rng, batch=5, rows=rows,
+           as_array=torch.from_numpy, with_states=False)
 
 
 @pytest.mark.parametrize("cell", CELLS)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import tvmrnn
 import tvmrnn.torch as tt
 from conftest import built, rel_error
 
@@ -58,18 +57,120 @@ def test_runs_on_a_given_package():
     ours = tt.GRU(13, 37, package=rnn)
     y, h = ours(torch.randn(4, 3, 13))
     assert y.shape == (4, 3, 37)
+    assert ours(torch.randn(4, 2, 13))[0].shape == (4, 2, 37)  # a smaller batch runs on it, padded
+    with pytest.raises(ValueError, match="input: a batch of 5 rows; the package runs batches of at most 3"):
+        ours(torch.randn(4, 5, 13))
     with pytest.raises(ValueError, match="package: built for gru"):
-        ours(torch.randn(4, 5, 13))  # batch 5, package has 3
+        tt.GRU(13, 36, package=rnn)(torch.randn(4, 3, 13))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(proj_size=3), "proj_size"), (dict(bias=False), "bias"), (dict(num_layers=2, dropout=0.5), "dropout")])
-def test_unsupported_options_are_refused(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        tt.LSTM(5, 7, **kwargs)
+def test_unsupported_options_are_refused():
+    with pytest.raises(ValueError, match="proj_size"):
+        tt.LSTM(5, 7, proj_size=3)
+    with pytest.raises(TypeError, match="rebuild: expected bool"):
+        tt.LSTM(5, 7, rebuild="no")
 
 
 def test_packed_sequences_are_refused():
     seq = torch.nn.utils.rnn.pack_sequence([torch.randn(3, 5), torch.randn(2, 5)])
     with pytest.raises(TypeError, match="PackedSequence"):
         tt.LSTM(5, 7)(seq)
+
+
+def _side_by_side(ours, theirs, x, seed=0):
+    """Forward and backward of both modules (theirs in float64) from the same RNG state; the
+    outputs' and every parameter gradient's relative errors."""
+    ours.zero_grad()
+    theirs.zero_grad()
+    torch.manual_seed(seed)
+    y, _ = ours(x)
+    torch.manual_seed(seed)
+    yr, _ = theirs(x.double())
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed + 1))
+    y.backward(dy)
+    yr.backward(dy.double())
+    errors = {"y": rel_error(y, yr)}
+    for name, p in theirs.named_parameters():
+        errors[name] = rel_error(getattr(ours, name).grad, p.grad)
+    return errors
+
+
+@pytest.mark.parametrize("cls, theirs", [(tt.LSTM, torch.nn.LSTM), (tt.GRU, torch.nn.GRU)])
+def test_dropout_between_layers_matches_torch(cls, theirs):
+    """dropout= in training: the same masks as torch.nn from the same seed (both draw them with
+    F.dropout's RNG, layer by layer), outputs and gradients equal; eval runs the fused stack."""
+    torch.manual_seed(0)
+    ref = theirs(6, 9, num_layers=3, dropout=0.4, bidirectional=True).double()
+    ours = cls(6, 9, num_layers=3, dropout=0.4, bidirectional=True)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    x = torch.randn(7, 4, 6)
+    errors = _side_by_side(ours, ref, x, seed=3)
+    assert max(errors.values()) < 1e-5, errors
+    assert {k[0:2] for k in ours._built} == {(6, 1), (18, 1)}  # layer 0, and one build for layers 1 and 2
+    ours.eval()
+    ref.eval()
+    assert rel_error(ours(x)[0], ref(x.double())[0]) < 1e-5
+    assert (6, 3) in {k[0:2] for k in ours._built}  # the fused stack
+
+
+@pytest.mark.parametrize("cls, theirs, kwargs", [
+    (tt.LSTM, torch.nn.LSTM, dict(num_layers=2)), (tt.GRU, torch.nn.GRU, dict(bidirectional=True)),
+    (tt.RNN, torch.nn.RNN, dict(nonlinearity="relu"))])
+def test_bias_false_matches_torch(cls, theirs, kwargs):
+    torch.manual_seed(0)
+    ref = theirs(5, 8, bias=False, **kwargs).double()
+    ours = cls(5, 8, bias=False, **kwargs)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    assert not any("bias" in name for name, _ in ours.named_parameters())
+    errors = _side_by_side(ours, ref, torch.randn(6, 3, 5))
+    assert max(errors.values()) < 1e-5, errors
+
+
+def test_custom_rnn_takes_bias_false_and_dropout():
+    ours = tt.CustomRNN("gru", 5, 8, num_layers=2, bias=False, dropout=0.3)
+    ref = torch.nn.GRU(5, 8, num_layers=2, bias=False, dropout=0.3).double()
+    assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in ref.named_parameters())
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    errors = _side_by_side(ours, ref, torch.randn(6, 3, 5), seed=5)
+    assert max(errors.values()) < 1e-5, errors
+    with pytest.raises(ValueError, match="dropout: expected a probability"):
+        tt.CustomRNN("gru", 5, 8, dropout=2)
+
+
+def test_smaller_batches_reuse_a_build_and_larger_ones_build_once():
+    """A batch up to a build's size runs on it (padded): a training loop's short last batch and a
+    batch-1 evaluation do not build again; a larger batch builds once, and with rebuild=False it
+    is an error instead."""
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(5, 8, num_layers=2).double()
+    ours = tt.LSTM(5, 8, num_layers=2)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    for batch in (6, 4, 1, 6):
+        errors = _side_by_side(ours, ref, torch.randn(3, batch, 5))
+        assert max(errors.values()) < 1e-5, (batch, errors)
+    assert [k[2] for k in ours._built] == [6]
+    ours(torch.randn(3, 9, 5))
+    assert sorted(k[2] for k in ours._built) == [6, 9]
+    ours(torch.randn(3, 7, 5))  # the smallest build that takes 7 rows: 9
+    assert sorted(k[2] for k in ours._built) == [6, 9]
+    fixed = tt.LSTM(5, 8, rebuild=False)
+    fixed(torch.randn(3, 4, 5))
+    fixed(torch.randn(3, 2, 5))
+    with pytest.raises(ValueError, match="a batch of 5 rows; this module was built for at most 4 and rebuild=False"):
+        fixed(torch.randn(3, 5, 5))
+
+
+def test_autocast_runs_in_float32():
+    """Under torch.autocast the drop-in runs its fp32 kernels (a half input is widened) and returns
+    fp32, never fails (half-precision kernels are another issue's)."""
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(5, 8)
+    ours = tt.GRU(5, 8)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 3, 5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, h = ours(x.bfloat16())
+        y2, _ = ours(x)
+    assert y.dtype == torch.float32 and y2.dtype == torch.float32
+    assert rel_error(y2, ref(x)[0]) < 1e-5
+    assert rel_error(y, ref(x.bfloat16().float())[0]) < 1e-5

@@ -10,7 +10,8 @@ __version__ = "0.1.0"
 from .cells.autodiff import CellDefinitionError
 from .options import BuildOptions
 from .cells.definition import CELLS, Cell, define_cell, get_cell
-from .runtime.rnn import RNN, PackedWeights, Workspace, build
+from .runtime.rnn import RNN, PackedWeights, Workspace
+from .runtime.build import build
 from .runtime.params import params_from_torch
 from .runtime.package import PackageError
 from .runtime.loader import load

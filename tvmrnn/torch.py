@@ -13,12 +13,15 @@ one tvmrnn RNN per (batch size, device) it meets, and caches it.
 """
 from __future__ import annotations
 
+import numbers
+import re
+
 import torch
 
 from .cells.definition import Cell, get_cell
 from .cells.parameters import Layout
 from .runtime.rnn import RNN as _FusedRNN
-from .runtime.rnn import build
+from .runtime.build import build
 
 
 class _Fused(torch.autograd.Function):
@@ -41,43 +44,93 @@ class _Fused(torch.autograd.Function):
 
 
 class _Mixin:
-    """What the drop-ins share: checks, the per-batch-size cache and ``forward``."""
+    """What the drop-ins share: checks, the builds they run on and ``forward``."""
 
     _cell: str | Cell
 
-    def _setup(self, package, target):
+    def _setup(self, package, target, rebuild=True):
         if self.proj_size:
-            raise ValueError("proj_size: tvmrnn has no projections; use proj_size=0")
-        if not self.bias:
-            raise ValueError("bias: tvmrnn needs biases; use bias=True (zero them for none)")
-        if self.dropout:
-            raise ValueError("dropout: tvmrnn has no inter-layer dropout; use dropout=0")
+            raise ValueError("proj_size: tvmrnn has no projections yet; use proj_size=0")
         if package is not None and not isinstance(package, _FusedRNN):
             raise TypeError(f"package: expected a tvmrnn RNN (tvmrnn.build or tvmrnn.load), got {type(package).__name__}")
-        self._package, self._target, self._built = package, target, {}
+        if not isinstance(rebuild, bool):
+            raise TypeError(f"rebuild: expected bool, got {type(rebuild).__name__}")
+        self._package, self._target, self._rebuild = package, target, rebuild and package is None
+        self._built = {}  # (input_size, num_layers, batch size, device) -> tvmrnn RNN
+        self._zero_biases = {}  # (name, device) -> zeros, for bias=False
 
-    def _rnn_for(self, batch_size: int, device: torch.device) -> _FusedRNN:
-        c = dict(input_size=self.input_size, hidden_size=self.hidden_size, num_layers=self.num_layers,
-                 bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first)
+    def _rnn_for(self, batch_size: int, device: torch.device, layer: int | None = None) -> _FusedRNN:
+        """The build to run ``batch_size`` rows on: the smallest one made so far that takes that many
+        (a build runs any smaller batch, padded), else a new one for this batch (from the build cache
+        when an earlier process made it). ``layer``: a one-layer build for that layer alone (dropout
+        between layers runs the stack layer by layer)."""
+        D = 2 if self.bidirectional else 1
+        input_size = self.input_size if not layer else D * self.hidden_size
+        num_layers = self.num_layers if layer is None else 1
         if self._package is not None:
             pc = self._package.config
+            if layer is not None:
+                raise ValueError("dropout: a module running on a package (package=) has no per-layer builds for "
+                                 "dropout between layers; use dropout=0, or eval()")
             have = dict(input_size=pc.input_size, hidden_size=pc.hidden_size, num_layers=pc.num_layers,
-                        bidirectional=pc.bidirectional, batch_size=pc.batch_size, batch_first=pc.batch_first)
+                        bidirectional=pc.bidirectional, batch_first=pc.batch_first)
+            need = dict(input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
+                        bidirectional=self.bidirectional, batch_first=self.batch_first)
             cell = get_cell(self._cell)
-            if have != c or pc.cell.signature != cell.signature:
-                raise ValueError(f"package: built for {pc.cell.name} {have}, this module needs {cell.name} {c}")
+            if have != need or pc.cell.signature != cell.signature:
+                raise ValueError(f"package: built for {pc.cell.name} {have}, this module needs {cell.name} {need}")
+            if batch_size > pc.batch_size:
+                raise ValueError(f"input: a batch of {batch_size} rows; the package runs batches of at most "
+                                 f"{pc.batch_size}")
             return self._package
-        key = (batch_size, str(device))
-        if key not in self._built:
-            target = self._target if self._target is not None else ("cuda" if device.type == "cuda" else None)
-            self._built[key] = build(self._cell, target=target, **c)
-        return self._built[key]
+        fits = [(n, rnn) for (i, l, n, d), rnn in self._built.items()
+                if (i, l, d) == (input_size, num_layers, str(device)) and n >= batch_size]
+        if fits:
+            return min(fits, key=lambda f: f[0])[1]
+        if not self._rebuild and any((i, l) == (input_size, num_layers) for i, l, _, _ in self._built):
+            largest = max(n for i, l, n, _ in self._built if (i, l) == (input_size, num_layers))
+            raise ValueError(f"input: a batch of {batch_size} rows; this module was built for at most {largest} "
+                             f"and rebuild=False")
+        target = self._target if self._target is not None else ("cuda" if device.type == "cuda" else None)
+        rnn = build(self._cell, input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
+                    bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first,
+                    target=target)
+        self._built[(input_size, num_layers, batch_size, str(device))] = rnn
+        return rnn
+
+    def _parameters_of(self, names, layer: int | None):
+        """The module's parameters under a build's names (``layer``: a one-layer build's ``_l0``
+        names are that layer's); zeros for the biases of a module made with ``bias=False``."""
+        params = []
+        for name in names:
+            own = name if layer is None else re.sub(r"_l0(_reverse)?$", rf"_l{layer}\1", name)
+            p = getattr(self, own, None)
+            if p is None:  # bias=False: torch.nn has no bias parameters; the kernels add zeros
+                p = self._zero_bias(own)
+            params.append(p)
+        return params
+
+    def _zero_bias(self, name):
+        weight = getattr(self, re.sub(r"^bias_(ih|hh)", "weight_hh", name))  # (G * hidden_size, hidden_size)
+        key = (name, weight.device)
+        if key not in self._zero_biases:
+            self._zero_biases[key] = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device)
+        return self._zero_biases[key]
 
     def forward(self, input, hx=None):
         if isinstance(input, torch.nn.utils.rnn.PackedSequence):
-            raise TypeError("input: PackedSequence is not supported by tvmrnn; pad the batch instead")
+            raise TypeError("input: PackedSequence is not supported by tvmrnn yet; pad the batch instead "
+                            "(torch.nn.utils.rnn.pad_packed_sequence)")
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(f"input: expected a torch.Tensor, got {type(input).__name__}")
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected a 2-d (unbatched) or 3-d tensor, got shape {tuple(input.shape)}")
+        # tvmrnn's kernels are fp32: under torch.autocast they run in fp32 and return fp32 (a half
+        # input is widened), where torch.nn's cuDNN path would run in half precision
+        with torch.autocast(input.device.type, enabled=False):
+            return self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input, hx)
+
+    def _forward(self, input, hx):
         unbatched = input.dim() == 2
         if unbatched:
             input = input.unsqueeze(1 if not self.batch_first else 0)
@@ -87,14 +140,32 @@ class _Mixin:
             h0 = h0.unsqueeze(1) if h0 is not None else None
             c0 = c0.unsqueeze(1) if c0 is not None else None
         batch = input.shape[0 if self.batch_first else 1]
-        rnn = self._rnn_for(batch, input.device)
-        state = (self.num_layers * (2 if self.bidirectional else 1), batch, self.hidden_size)
-        h0 = h0.contiguous() if h0 is not None else input.new_zeros(state)
+        D = 2 if self.bidirectional else 1
+        state = (self.num_layers * D, batch, self.hidden_size)
+        h0 = h0.float().contiguous() if h0 is not None else input.new_zeros(state)
         if has_c:
-            c0 = c0.contiguous() if c0 is not None else input.new_zeros(state)
-        names = rnn.config.layout.names
-        params = [getattr(self, n) for n in names]
-        out = _Fused.apply(rnn, names, input.contiguous(), h0, c0, *params)
+            c0 = c0.float().contiguous() if c0 is not None else input.new_zeros(state)
+        if self.dropout and self.training and self.num_layers > 1:
+            # dropout between layers, as torch.nn does in training: the stack runs layer by layer
+            # (one build for the first layer, one shared by the others); eval runs the fused stack
+            y, hys, cys = input.contiguous(), [], []
+            for k in range(self.num_layers):
+                if k:
+                    y = torch.nn.functional.dropout(y, self.dropout, training=True)
+                rnn = self._rnn_for(batch, input.device, layer=k)
+                states = slice(k * D, (k + 1) * D)
+                out = _Fused.apply(rnn, rnn.config.layout.names, y, h0[states].contiguous(),
+                                   c0[states].contiguous() if has_c else None,
+                                   *self._parameters_of(rnn.config.layout.names, k))
+                y = out[0]
+                hys.append(out[1])
+                if has_c:
+                    cys.append(out[2])
+            out = (y, torch.cat(hys)) + ((torch.cat(cys),) if has_c else ())
+        else:
+            rnn = self._rnn_for(batch, input.device)
+            names = rnn.config.layout.names
+            out = _Fused.apply(rnn, names, input.contiguous(), h0, c0, *self._parameters_of(names, None))
         y, hy = out[0], out[1]
         if unbatched:
             y = y.squeeze(1 if not self.batch_first else 0)
@@ -104,14 +175,22 @@ class _Mixin:
 
 
 class LSTM(_Mixin, torch.nn.LSTM):
-    """``torch.nn.LSTM`` with tvmrnn's fused kernels. Extra keywords: ``package`` (a built or
-    loaded tvmrnn RNN to run on) and ``target`` (where to build; default: the input's device)."""
+    """``torch.nn.LSTM`` with tvmrnn's fused kernels. ``bias=False`` and ``dropout`` work as in
+    torch.nn (dropout between layers runs the stack layer by layer in training; eval runs it
+    fused); ``proj_size`` and ``PackedSequence`` inputs are not supported yet. Extra keywords:
+
+    - ``package``: a built or loaded tvmrnn RNN to run on (batches of up to its batch size);
+    - ``target``: where to build (default: the input's device);
+    - ``rebuild`` (default True): build for a batch larger than any build so far (a smaller
+      batch runs on a larger build, padded; builds come from the on-disk build cache when an
+      earlier process made them). False: such a batch is a ValueError after the first build.
+    """
 
     _cell = "lstm"
 
-    def __init__(self, *args, package=None, target=None, **kwargs):
+    def __init__(self, *args, package=None, target=None, rebuild=True, **kwargs):
         super().__init__(*args, **kwargs)
-        self._setup(package, target)
+        self._setup(package, target, rebuild)
 
 
 class GRU(_Mixin, torch.nn.GRU):
@@ -119,18 +198,18 @@ class GRU(_Mixin, torch.nn.GRU):
 
     _cell = "gru"
 
-    def __init__(self, *args, package=None, target=None, **kwargs):
+    def __init__(self, *args, package=None, target=None, rebuild=True, **kwargs):
         super().__init__(*args, **kwargs)
-        self._setup(package, target)
+        self._setup(package, target, rebuild)
 
 
 class RNN(_Mixin, torch.nn.RNN):
     """``torch.nn.RNN`` (``nonlinearity="tanh"`` or ``"relu"``) with tvmrnn's fused kernels."""
 
-    def __init__(self, *args, package=None, target=None, **kwargs):
+    def __init__(self, *args, package=None, target=None, rebuild=True, **kwargs):
         super().__init__(*args, **kwargs)
         self._cell = "rnn_" + self.nonlinearity
-        self._setup(package, target)
+        self._setup(package, target, rebuild)
 
 
 class CustomRNN(_Mixin, torch.nn.Module):
@@ -141,10 +220,10 @@ class CustomRNN(_Mixin, torch.nn.Module):
     cell : Cell or str
         A cell made by :func:`tvmrnn.define_cell` (or a built-in cell's name); with ``package``,
         also the cell of a loaded package (``tvmrnn.load(path).config.cell``), which has no math.
-    input_size, hidden_size, num_layers, bias, batch_first, bidirectional
-        As for ``torch.nn.LSTM`` (``bias`` must stay True).
-    package, target
-        As for :class:`LSTM`: a built or loaded tvmrnn RNN to run on, or where to build.
+    input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional
+        As for ``torch.nn.LSTM``.
+    package, target, rebuild
+        As for :class:`LSTM`.
 
     Parameters are ``weight_ih_l{k}`` ``(G*hidden_size, K)``, ``weight_hh_l{k}``, ``bias_ih_l{k}``,
     ``bias_hh_l{k}`` with the cell's G gates stacked in its order, then each per-unit parameter
@@ -156,17 +235,21 @@ class CustomRNN(_Mixin, torch.nn.Module):
     """
 
     def __init__(self, cell, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
-                 batch_first: bool = False, bidirectional: bool = False, package=None, target=None,
-                 device=None, dtype=None):
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False, package=None,
+                 target=None, rebuild=True, device=None, dtype=None):
         super().__init__()
         self._cell = get_cell(cell)
+        if not (isinstance(dropout, numbers.Number) and 0 <= dropout <= 1) or isinstance(dropout, bool):
+            raise ValueError(f"dropout: expected a probability in [0, 1], got {dropout!r}")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.bias, self.batch_first, self.bidirectional = bias, batch_first, bidirectional
-        self.proj_size, self.dropout = 0, 0.0  # what _setup checks; tvmrnn has neither
-        self._setup(package, target)
+        self.proj_size, self.dropout = 0, float(dropout)
+        self._setup(package, target, rebuild)
         self._layout = Layout.create(input_size, hidden_size, num_layers, 2 if bidirectional else 1,
                                      self._cell.num_gates, self._cell.unit_params)
         for slot in self._layout.slots:
+            if not bias and slot.kind in ("bias_ih", "bias_hh"):
+                continue
             self.register_parameter(slot.name, torch.nn.Parameter(torch.empty(slot.torch_shape, device=device,
                                                                               dtype=dtype)))
         self.reset_parameters()
@@ -180,7 +263,9 @@ class CustomRNN(_Mixin, torch.nn.Module):
         init = dict(self._cell.unit_param_init)
         with torch.no_grad():
             for slot in self._layout.slots:
-                param = getattr(self, slot.name)
+                param = getattr(self, slot.name, None)
+                if param is None:  # a bias of a module made with bias=False
+                    continue
                 if slot.kind in init:
                     param.fill_(init[slot.kind])
                 else:

@@ -185,7 +185,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
                            target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32)
     build_s = time.perf_counter() - t0
-    schedules = getattr(rnn, "schedules", {})  # a loaded package does not know them
+    schedules = rnn.schedules  # a package made before v28 does not know them
     tuned = f"{sum(1 for v in schedules.values() if v == 'tuned')}/{len(schedules)}" if schedules else "package"
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     x = torch.randn(T, N, I, device=dev)

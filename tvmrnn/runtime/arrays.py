@@ -145,6 +145,21 @@ class Frame:
         import torch
         return torch.zeros(shape, dtype=torch.float32, device=self.device)
 
+    def padded(self, a, axis: int, rows: int):
+        """``a`` with zero rows appended along ``axis`` up to ``rows`` (a fresh array)."""
+        shape = list(a.shape)
+        shape[axis] = rows
+        out = self.zeros(tuple(shape))
+        out[(slice(None),) * axis + (slice(0, a.shape[axis]),)] = a
+        return out
+
+    def rows(self, a, axis: int, rows: int):
+        """The first ``rows`` rows of ``a`` along ``axis``, as a C-contiguous array."""
+        if a.shape[axis] == rows:
+            return a
+        view = a[(slice(None),) * axis + (slice(0, rows),)]
+        return np.ascontiguousarray(view) if self.kind == "numpy" else view.contiguous()
+
     def check(self, name: str, a, shape) -> None:
         """Raise unless ``a`` is a contiguous float32 array of ``shape`` in this frame."""
         other = Frame.of(name, a)

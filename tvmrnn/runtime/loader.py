@@ -55,4 +55,6 @@ def load(path, device=None) -> RNN:
     rnn.persistent_blocks = meta.get("persistent_blocks")
     rnn.allow_tf32 = bool(meta.get("allow_tf32", False))
     rnn.backward_zeroes_dw = meta["format_version"] >= 3
+    rnn.schedules = dict(meta.get("schedules", {}))
+    rnn.package_path = os.path.abspath(path)
     return rnn

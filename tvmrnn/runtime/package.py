@@ -18,6 +18,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
+import struct
 import subprocess
 import tempfile
 from typing import TYPE_CHECKING
@@ -67,6 +69,7 @@ def metadata(rnn: RNN) -> dict:
         "weights_size": c.layout.total,
         "signatures": rnn.signatures,
         "workspace_arrays": sorted(c.workspace_shapes(1)),
+        "schedules": dict(rnn.schedules),
     }
     host = t.host if t.kind.name == "cuda" else t
     meta["cpu"] = {"mcpu": str(host.attrs.get("mcpu", "")),
@@ -113,12 +116,37 @@ def cxx_flags() -> list[str]:
 
 def export(rnn: RNN, path: str) -> str:
     """Write ``rnn`` (a built one) as one shared library at ``path``; returns the path."""
-    if rnn.executable is None:
-        raise ValueError("export: this RNN was loaded from a library; copy that file instead")
     path = os.fspath(path)
+    if rnn.executable is None:
+        if rnn.package_path is None or not os.path.isfile(rnn.package_path):
+            raise ValueError("export: this RNN was loaded from a library that is no longer there; build it again")
+        if os.path.abspath(path) != os.path.abspath(rnn.package_path):
+            shutil.copyfile(rnn.package_path, path)
+        return path
     with tempfile.TemporaryDirectory() as workdir:
         rnn.executable.export_library(path, addons=[_metadata_object(metadata(rnn), workdir)])
     return path
+
+
+def _check_elf(path: str) -> None:
+    """Raise PackageError unless ``path`` is a whole 64-bit ELF file: every segment the loader maps
+    and the section table lie inside it. (A truncated library maps past its end, and the first
+    touch of that memory is a SIGBUS that kills the process, not an exception.)"""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            raise PackageError(f"load: {path!r} is not a 64-bit little-endian shared library")
+        phoff, shoff = struct.unpack_from("<QQ", head, 32)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
+        if phoff + phnum * phentsize > size or shoff + shnum * shentsize > size:
+            raise PackageError(f"load: {path!r} is truncated ({size} bytes)")
+        f.seek(phoff)
+        table = f.read(phnum * phentsize)
+    for i in range(phnum):
+        kind, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
+        if kind == 1 and offset + filesz > size:  # PT_LOAD
+            raise PackageError(f"load: {path!r} is truncated ({size} bytes; a segment ends at {offset + filesz})")
 
 
 def read_metadata(path) -> dict:
@@ -126,6 +154,7 @@ def read_metadata(path) -> dict:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"load: no such file {path!r}")
+    _check_elf(path)
     try:
         library = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
     except OSError as err:

@@ -1,8 +1,8 @@
-"""``tvmrnn.build`` and the object it returns: pack weights, run forward, training forward, backward.
+"""The object ``tvmrnn.build`` returns: pack weights, run forward, training forward, backward.
 
 An :class:`RNN` needs only a compiled module, its :class:`~tvmrnn.program.passes.Config` and, for each
-pass, the names and shapes (affine in T) of its arguments. ``build`` gets those by compiling;
-``tvmrnn.load`` reads them from an exported library without compiling anything.
+pass, the names and shapes (affine in T) of its arguments. ``build`` (:mod:`.build`) gets those by
+compiling; ``tvmrnn.load`` reads them from an exported library without compiling anything.
 """
 from __future__ import annotations
 
@@ -13,17 +13,10 @@ import weakref
 
 import numpy as np
 import tvm
-from tqdm import tqdm
 
-from .. import device as targets
 from . import package
 from .arrays import Frame, to_tvm
-from ..cells.definition import get_cell
-from ..options import as_options, use_cpu_threads
-from ..schedules.common import is_gpu
-from ..program.passes import Config, all_programs
-from ..program.sequence import compile_module
-from ..tune.records import report_untuned, scheduler
+from ..program.passes import Config
 
 _INT32_MAX = 2**31 - 1
 PASSES = ("forward", "forward_train", "backward", "pack_weights")
@@ -47,8 +40,9 @@ class Workspace:
     outputs of every step; :meth:`RNN.backward` reads them instead of recomputing.
     """
 
-    def __init__(self, owner: "RNN", frame: Frame, T: int, x, arrays: dict):
+    def __init__(self, owner: "RNN", frame: Frame, T: int, x, arrays: dict, batch: int | None = None):
         self.owner, self.frame, self.T, self.x, self.arrays = owner, frame, T, x, arrays
+        self.batch = owner.config.batch_size if batch is None else batch  # the caller's rows (x: padded)
 
     @property
     def workspace_bytes(self) -> int:
@@ -109,92 +103,6 @@ def _unshared(arrays: dict, name: str) -> bool:
         return False
 
 
-def _check_options(name, value, kind, minimum=None):
-    if isinstance(value, bool) or not isinstance(value, kind):
-        raise TypeError(f"{name}: expected {kind.__name__}, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name}: expected >= {minimum}, got {value}")
-
-
-def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
-          batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None,
-          allow_tf32: bool = False, options=None) -> "RNN":
-    """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
-
-    Parameters
-    ----------
-    cell : str or Cell
-        ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``, or a cell made by
-        :func:`tvmrnn.define_cell`.
-    input_size, hidden_size, num_layers, bidirectional, batch_first
-        As for ``torch.nn.LSTM``.
-    batch_size : int
-        The batch size N every call will use (the kernels are built for it).
-    target : None, dict, str or tvm.target.Target
-        None builds for this machine's CPU, ``"cuda"`` for this machine's GPU; or e.g.
-        ``"nvidia/nvidia-h100"``, ``{"kind": "llvm", "mcpu": "sapphirerapids"}``.
-    tuning_logs : None, str or False
-        A folder of per-target raw MetaSchedule logs (what ``tvmrnn-tune`` writes), read beside the
-        records shipped in the package (the fastest record of a kernel wins). None: the
-        ``TVMRNN_TUNING_LOGS`` environment variable, else a source checkout's ``tuning_logs/``,
-        else ``~/.local/share/tvmrnn/tuning_logs``. Kernels without a record use a default schedule
-        (a warning says so, once); False (or ``TVMRNN_TUNING_LOGS=off``) uses default schedules
-        throughout.
-    allow_tf32 : bool
-        On a CUDA target, compute the GEMMs over all steps (input projections, input and weight
-        gradients) on TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32`` lets cuBLAS
-        do: operands rounded to 10 mantissa bits, products summed in fp32 (relative errors
-        ~1e-3 instead of ~1e-6). The per-step recurrent GEMMs and the gate math stay fp32. Off by
-        default; a CPU target ignores it.
-    options : None, BuildOptions or dict
-        Build choices beyond the sizes (:class:`tvmrnn.BuildOptions`: persistence, chunk sizes,
-        direction stacking, threads, ...); None takes the measured defaults. Recorded in
-        ``rnn.config.options`` and in exported packages.
-
-    Returns
-    -------
-    RNN
-    """
-    cell = get_cell(cell)
-    if cell.math is None:
-        raise ValueError(f"cell: {cell.name!r} came from a package and carries no math to build from; "
-                         f"pass the cell made by tvmrnn.define_cell")
-    for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
-                        ("num_layers", num_layers), ("batch_size", batch_size)):
-        _check_options(name, value, int, 1)
-    for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first), ("allow_tf32", allow_tf32)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
-    options = as_options(options)
-    config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options)
-    target = targets.resolve(target)
-    if not is_gpu(target):
-        use_cpu_threads(options)
-    schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
-    blocks = targets.persistent_blocks(target, options)
-    # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
-    with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
-              dynamic_ncols=True) as bar:
-        programs = all_programs(config, schedule, target, blocks)
-        bar.update(1)
-        functions = {}
-        for p in programs:
-            bar.set_postfix_str(p.name)
-            functions[p.name] = p.build()
-            bar.update(1)
-        bar.set_postfix_str("compiling")
-        executable = compile_module(tvm.IRModule(functions), target)
-        bar.update(1)
-    signatures = {p.name: [t.signature() for t in p.params] for p in programs}
-    report_untuned(target, used)
-    rnn = RNN(config, target, executable.jit(), signatures, executable)
-    rnn.schedules = used  # kernel name -> "tuned", "default" or "tf32"
-    rnn.allow_tf32 = allow_tf32 and is_gpu(target)
-    rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
-    rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None
-    return rnn
-
-
 class RNN:
     """A built (or loaded) RNN. Arrays are float32, seq-first ``(T, N, ·)`` unless ``batch_first``.
 
@@ -208,6 +116,9 @@ class RNN:
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
+        self.schedules: dict = {}  # kernel name -> "tuned", "default" or "tf32" (what build used)
+        self.package_path: str | None = None  # the package this RNN was loaded from (or cached to)
+        self.from_cache = False  # whether tvmrnn.build took it from the build cache
         self._scratch_arrays: dict = {}
         self._zero_states: dict = {}  # CPU: one read-only zero state per shape (_zeros)
         # whether the backward pass zeroes dw itself (packages of format 1 and 2 expect the caller to)
@@ -338,6 +249,7 @@ class RNN:
         return frame.device_kind == self.device_kind and index == self.device_index
 
     def _frame_and_length(self, name, x, features):
+        """The frame, the sequence length and the batch (rows) of the input ``x``."""
         frame = Frame.of(name, x)
         if not self._accepts(frame):
             raise ValueError(f"{name}: this RNN was built for {self.target.kind.name} "
@@ -346,9 +258,13 @@ class RNN:
         if len(x.shape) != 3:
             raise ValueError(f"{name}: expected a 3-d array {c.seq_shape('T', features)}, got shape {tuple(x.shape)}")
         T = int(x.shape[1] if c.batch_first else x.shape[0])
+        n = int(x.shape[0] if c.batch_first else x.shape[1])
         if T < 1:
             raise ValueError(f"{name}: the sequence length T must be >= 1, got {T}")
-        frame.check(name, x, c.seq_shape(T, features))
+        if not 1 <= n <= c.batch_size:
+            raise ValueError(f"{name}: a batch of {n} rows; this RNN was built for batches of 1 to {c.batch_size} "
+                             f"(tvmrnn.build's batch_size is the largest)")
+        frame.check(name, x, self._seq_shape(T, features, n))
         if T not in self._checked_lengths:
             largest = max(int(np.prod(s)) for p in PASSES for s in self._shapes_of(p, T).values())
             if largest > _INT32_MAX:
@@ -357,7 +273,14 @@ class RNN:
             if len(self._checked_lengths) > 256:
                 self._checked_lengths.clear()
             self._checked_lengths.add(T)
-        return frame, T
+        return frame, T, n
+
+    def _seq_shape(self, T, features, n):
+        return (n, T, features) if self.config.batch_first else (T, n, features)
+
+    @property
+    def _batch_axis(self) -> int:
+        return 0 if self.config.batch_first else 1
 
     def _zeros(self, frame, shape):
         """Zero states for an omitted ``h0``, ``c0``, ``dhy`` or ``dcy`` (the passes only read
@@ -372,24 +295,28 @@ class RNN:
             held = self._zero_states[key] = frame.zeros(shape)
         return held
 
-    def _state(self, frame, name, value, needed=True):
+    def _state(self, frame, name, value, needed=True, n=None):
+        """A state argument checked for ``n`` rows and padded to the build's batch (zeros if None)."""
         c = self.config
+        n = c.batch_size if n is None else n
         shape = (c.num_layers * c.num_directions, c.batch_size, c.hidden_size)
         if value is None:
             return self._zeros(frame, shape) if needed else None
         if not needed:
             raise ValueError(f"{name}: a {c.cell.name} has no cell state; pass {name}=None")
-        frame.check(name, value, shape)
-        return value
+        frame.check(name, value, (shape[0], n, shape[2]))
+        return value if n == c.batch_size else frame.padded(value, 1, c.batch_size)
 
     # ---- passes -----------------------------------------------------------------------------
     def _forward(self, w, x, h0, c0, train):
         c = self.config
         wflat = self._check_weights(w)
-        frame, T = self._frame_and_length("x", x, c.input_size)
-        arrays = {"x": x, "h0": self._state(frame, "h0", h0), "w": wflat}
+        frame, T, n = self._frame_and_length("x", x, c.input_size)
+        if n < c.batch_size:  # rows are independent: the build's batch, the padding's rows zero
+            x = frame.padded(x, self._batch_axis, c.batch_size)
+        arrays = {"x": x, "h0": self._state(frame, "h0", h0, n=n), "w": wflat}
         if c.cell.has_cell_state:
-            arrays["c0"] = self._state(frame, "c0", c0)
+            arrays["c0"] = self._state(frame, "c0", c0, n=n)
         else:
             self._state(frame, "c0", c0, needed=False)
         workspace = c.workspace_shapes(T) if train else {}
@@ -401,10 +328,13 @@ class RNN:
         self._run("forward_train" if train else "forward", frame, T, arrays, results,
                   kept=workspace if recycle else ())
         outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
+        if n < c.batch_size:
+            outputs = (frame.rows(outputs[0], self._batch_axis, n), frame.rows(outputs[1], 1, n),
+                       None if outputs[2] is None else frame.rows(outputs[2], 1, n))
         if not train:
             return outputs
         kept = {k: arrays[k] for k in workspace}
-        ws = Workspace(self, frame, T, x, kept)
+        ws = Workspace(self, frame, T, x, kept, batch=n)
         if recycle:
             weakref.finalize(ws, self._workspaces.give_back, key, kept).atexit = False
         return outputs + (ws,)
@@ -413,7 +343,9 @@ class RNN:
         """Inference forward. Returns ``(y, hy, cy)``; ``cy`` is None for cells without a cell state.
 
         ``x``: ``(T, N, input_size)`` (``(N, T, ·)`` if batch_first); ``h0``/``c0``:
-        ``(num_layers * num_directions, N, hidden_size)`` or None for zeros.
+        ``(num_layers * num_directions, N, hidden_size)`` or None for zeros. N is any batch from 1
+        to the build's ``batch_size``: a smaller batch runs padded to it with zero rows (exact, since
+        rows are independent; it costs what the full batch costs, plus the copies in and out).
         """
         return self._forward(w, x, h0, c0, train=False)
 
@@ -431,19 +363,21 @@ class RNN:
         wflat = self._check_weights(w)
         if not isinstance(ws, Workspace) or ws.owner is not self:
             raise TypeError("ws: expected the workspace returned by this RNN's forward_train")
-        frame, T = ws.frame, ws.T
-        frame.check("dy", dy, c.seq_shape(T, c.num_directions * c.hidden_size))
-        arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy), "w": wflat, "x": ws.x, **ws.arrays}
+        frame, T, n = ws.frame, ws.T, ws.batch
+        frame.check("dy", dy, self._seq_shape(T, c.num_directions * c.hidden_size, n))
+        if n < c.batch_size:  # the padding's rows get zero gradients: they add nothing to dw
+            dy = frame.padded(dy, self._batch_axis, c.batch_size)
+        arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy, n=n), "w": wflat, "x": ws.x, **ws.arrays}
         if not self.backward_zeroes_dw:  # an older package's pass accumulates into a zeroed dw
             arrays["dw"] = frame.zeros((c.layout.total,))
         if c.cell.has_cell_state:
-            arrays["dcy"] = self._state(frame, "dcy", dcy)
+            arrays["dcy"] = self._state(frame, "dcy", dcy, n=n)
         else:
             self._state(frame, "dcy", dcy, needed=False)
         # dw: zeroed by the pass itself (its first kernel), not by a PyTorch op before it
         self._run("backward", frame, T, arrays, results={"dx", "dh0", "dc0", "dw"})
-        grads = {"x": arrays["dx"], "h0": arrays["dh0"]}
+        grads = {"x": frame.rows(arrays["dx"], self._batch_axis, n), "h0": frame.rows(arrays["dh0"], 1, n)}
         if c.cell.has_cell_state:
-            grads["c0"] = arrays["dc0"]
+            grads["c0"] = frame.rows(arrays["dc0"], 1, n)
         grads.update(c.layout.split(arrays["dw"]))
         return grads

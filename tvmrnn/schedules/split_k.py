@@ -242,19 +242,42 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     sch.reorder(*out_loops[:nb], col_block, *out_loops[nb:n_rows], col_unit)
     element = sch.fuse(*out_loops[nb:n_rows], col_unit)
     total_threads = slices * column_threads * row_groups
-    _, thread = sch.split(element, [None, total_threads])
     if nb:  # each block works on one problem (its own weights)
         col_block = sch.fuse(*out_loops[:nb], col_block)
     sch.bind(col_block, "blockIdx.x")
-    sch.bind(thread, "threadIdx.x")
-    sch.compute_at(gemm, thread, preserve_unit_loops=True)
-    sch.set_scope(gemm, 0, "local")
+    if row_total * units >= total_threads:
+        _, thread = sch.split(element, [None, total_threads])
+        sch.bind(thread, "threadIdx.x")
+        sch.compute_at(gemm, thread, preserve_unit_loops=True)
+        sch.set_scope(gemm, 0, "local")
+        if slices > 1:
+            sch.compute_at(partial, col_block, preserve_unit_loops=True)
+        gemm_unrolled = sch.get_loops(gemm)[3:]
+    else:
+        # Fewer output elements in a block than threads in its partial sums (one or two rows,
+        # e.g. batch 1). A loop bound to threadIdx.x with fewer iterations than the block's
+        # threads gets no guard in TVM's CUDA code (every thread would run it), and computing
+        # the sum under a padded thread loop makes compute_at widen the partial sums' region to
+        # every thread's columns. So the sum and the partials are placed in the block first, over
+        # the block's elements exactly, and the sum's and the epilogue's element loops are then
+        # each padded to the block's threads (their predicates guard the padding).
+        sch.compute_at(gemm, col_block, preserve_unit_loops=True)
+        if slices > 1:
+            sch.compute_at(partial, col_block, preserve_unit_loops=True)
+        sch.set_scope(gemm, 0, "local")
+        _, thread = sch.split(element, [None, total_threads])
+        sch.bind(thread, "threadIdx.x")
+        g_spatial, g_reduction = _gemm_axes(sch, gemm)  # (problems, rows..., lead, trailing...), (the slices)
+        sch.reorder(*g_spatial, *g_reduction)
+        g_element = sch.fuse(*g_spatial[:n_rows + 1])
+        _, g_thread = sch.split(g_element, [None, total_threads])
+        sch.bind(g_thread, "threadIdx.x")
+        gemm_unrolled = sch.get_loops(gemm)[3:]
     if slices == 1:
         return (*sizes, row_total * units, None, None)
-    for loop in sch.get_loops(gemm)[3:]:  # the sum of the partials: unrolled into registers
+    for loop in gemm_unrolled:  # the sum of the partials: unrolled into registers
         sch.unroll(loop)
     # The partial sums: one thread per (slice, row group, column group), registers, then shared.
-    sch.compute_at(partial, col_block, preserve_unit_loops=True)
     p_loops = sch.get_loops(partial)[1:]  # slice, rows..., lead, trailing..., reductions...
     p_slice, p_rows = p_loops[0], p_loops[1:n_rows + 1]
     p_lead, p_trailing = p_loops[n_rows + 1], p_loops[n_rows + 2:n_rows + 2 + ncols - 1]

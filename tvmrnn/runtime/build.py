@@ -1,0 +1,131 @@
+"""``tvmrnn.build``: compile the passes of one configuration for a target, or take them from the
+on-disk build cache (:mod:`.cache`)."""
+from __future__ import annotations
+
+import tvm
+from tqdm import tqdm
+
+from .. import device as targets
+from . import cache as build_cache
+from .loader import load
+from .rnn import PASSES, RNN
+from ..cells.definition import get_cell
+from ..options import as_options, use_cpu_threads
+from ..schedules.common import is_gpu
+from ..program.passes import Config, all_programs
+from ..program.sequence import compile_module
+from ..tune.records import report_untuned, scheduler
+
+
+def _check_options(name, value, kind, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"{name}: expected {kind.__name__}, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name}: expected >= {minimum}, got {value}")
+
+
+def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
+          batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None,
+          allow_tf32: bool = False, options=None, cache=None) -> RNN:
+    """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
+
+    Parameters
+    ----------
+    cell : str or Cell
+        ``"lstm"``, ``"gru"``, ``"rnn_tanh"`` or ``"rnn_relu"``, or a cell made by
+        :func:`tvmrnn.define_cell`.
+    input_size, hidden_size, num_layers, bidirectional, batch_first
+        As for ``torch.nn.LSTM``.
+    batch_size : int
+        The largest batch N a call may pass: the kernels are built for it, and a call with fewer
+        rows runs padded to it (exact: rows are independent; a smaller batch costs what this one
+        does, plus copying the rows in and out). Build for the batch you run most.
+    target : None, dict, str or tvm.target.Target
+        None builds for this machine's CPU, ``"cuda"`` for this machine's GPU; or e.g.
+        ``"nvidia/nvidia-h100"``, ``{"kind": "llvm", "mcpu": "sapphirerapids"}``.
+    tuning_logs : None, str or False
+        A folder of per-target raw MetaSchedule logs (what ``tvmrnn-tune`` writes), read beside the
+        records shipped in the package (the fastest record of a kernel wins). None: the
+        ``TVMRNN_TUNING_LOGS`` environment variable, else a source checkout's ``tuning_logs/``,
+        else ``~/.local/share/tvmrnn/tuning_logs``. Kernels without a record use a default schedule
+        (a warning says so, once); False (or ``TVMRNN_TUNING_LOGS=off``) uses default schedules
+        throughout.
+    allow_tf32 : bool
+        On a CUDA target, compute the GEMMs over all steps (input projections, input and weight
+        gradients) on TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32`` lets cuBLAS
+        do: operands rounded to 10 mantissa bits, products summed in fp32 (relative errors
+        ~1e-3 instead of ~1e-6). The per-step recurrent GEMMs and the gate math stay fp32. Off by
+        default; a CPU target ignores it.
+    options : None, BuildOptions or dict
+        Build choices beyond the sizes (:class:`tvmrnn.BuildOptions`: persistence, chunk sizes,
+        direction stacking, threads, ...); None takes the measured defaults. Recorded in
+        ``rnn.config.options`` and in exported packages.
+    cache : None or bool
+        Take the build from the on-disk build cache, or put it there (:mod:`tvmrnn.runtime.cache`:
+        ``~/.cache/tvmrnn`` unless ``TVMRNN_CACHE_DIR`` says otherwise). None: on unless
+        ``TVMRNN_CACHE=off``. A cached build loads in about a second; it is the same package
+        :meth:`RNN.export` writes, so ``rnn.programs`` (for :mod:`tvmrnn.runtime.profile`) is empty.
+
+    Returns
+    -------
+    RNN
+    """
+    cell = get_cell(cell)
+    if cell.math is None:
+        raise ValueError(f"cell: {cell.name!r} came from a package and carries no math to build from; "
+                         f"pass the cell made by tvmrnn.define_cell")
+    for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
+                        ("num_layers", num_layers), ("batch_size", batch_size)):
+        _check_options(name, value, int, 1)
+    for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first), ("allow_tf32", allow_tf32)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
+    options = as_options(options)
+    config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options)
+    target = targets.resolve(target)
+    if not is_gpu(target):
+        use_cpu_threads(options)
+    if cache is None:
+        cache = not build_cache.cache_off()
+    elif not isinstance(cache, bool):
+        raise TypeError(f"cache: expected None or bool, got {type(cache).__name__}")
+
+    def make():
+        return _compile(config, target, tuning_logs, allow_tf32, options)
+
+    if not (cache and build_cache.runnable_here(target)):
+        return make()
+    key = build_cache.build_key(config, target, options, allow_tf32, tuning_logs)
+    rnn, hit = build_cache.cached_build(key, make, load)
+    if hit:
+        rnn.from_cache = True
+        report_untuned(target, rnn.schedules)
+    return rnn
+
+
+def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options) -> RNN:
+    schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
+    blocks = targets.persistent_blocks(target, options)
+    # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
+    with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
+              dynamic_ncols=True) as bar:
+        programs = all_programs(config, schedule, target, blocks)
+        bar.update(1)
+        functions = {}
+        for p in programs:
+            bar.set_postfix_str(p.name)
+            functions[p.name] = p.build()
+            bar.update(1)
+        bar.set_postfix_str("compiling")
+        executable = compile_module(tvm.IRModule(functions), target)
+        bar.update(1)
+    signatures = {p.name: [t.signature() for t in p.params] for p in programs}
+    report_untuned(target, used)
+    rnn = RNN(config, target, executable.jit(), signatures, executable)
+    rnn.schedules = used  # kernel name -> "tuned", "default" or "tf32"
+    rnn.allow_tf32 = allow_tf32 and is_gpu(target)
+    rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
+    rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None
+    return rnn
+
+
