@@ -389,3 +389,37 @@ def test_tf32_gemm_is_on_tensor_cores_and_rounds_like_tf32():
     expected = ref_args[-1].numpy().astype(np.float64)
     err = np.linalg.norm(got - expected) / np.linalg.norm(expected)
     assert 1e-6 < err < 1e-2, err
+
+
+@pytest.mark.parametrize("cell,input_size,hidden,bidirectional", [
+    ("lstm", 800, 800, False), ("gru", 800, 800, True), ("rnn_tanh", 256, 256, False), ("lstm", 64, 64, True),
+    ("gru", 1024, 1024, False), ("lstm", 1, 37, False)])
+@pytest.mark.parametrize("batch", [1, 2])
+def test_batches_of_one_and_two_match_torch_on_cuda(cell, input_size, hidden, bidirectional, batch, rng):
+    """Batch 1 (serving's latency case) and 2: a block of the per-step GEMMs then has fewer output
+    elements than threads (split_k pads its thread loops, guarded), and a single step's weight
+    gradient is a product without a sum (as is the input projection of one feature). Forward,
+    training forward and every gradient against torch in float64, 7 steps (4-step and single-step
+    chunks) and 300 (a 256-step chunk)."""
+    for T in (7, 300):
+        _check(cell, 1, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=input_size, batch=batch, tol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_smaller_batches_on_one_build_on_cuda(rows, rng):
+    _check("lstm", 2, True, False, 7, rng, target="cuda", as_array=to_cuda, batch=6, rows=rows)
+
+
+def test_build_cache_on_cuda(tmp_path, monkeypatch, rng):
+    """A CUDA build is cached (its package holds the compiled kernels) and the second build loads it."""
+    monkeypatch.setenv("TVMRNN_CACHE", "on")
+    monkeypatch.setenv("TVMRNN_CACHE_DIR", str(tmp_path))
+    args = dict(input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N, target="cuda")
+    first = tvmrnn.build("gru", **args)
+    second = tvmrnn.build("gru", **args)
+    assert not first.from_cache and second.from_cache
+    ref = torch.nn.GRU(I, H, num_layers=2, bidirectional=True)
+    x = to_cuda(rng.standard_normal((5, N, I)).astype(np.float32))
+    outs = [r.forward(r.pack_weights(tvmrnn.params_from_torch(ref)), x)[0] for r in (first, second)]
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)

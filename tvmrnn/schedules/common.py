@@ -66,6 +66,11 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
     n_rows = len(spatial) - len(kernel.columns)
     if not reduction:
         return None
+    if math.prod(_extent(sch, l) for l in reduction) == 1:
+        # a product, not a sum (the weight gradient of one step of one row, an input projection of
+        # one feature): the pointwise rule. The tiled GEMM padded its unit reduction and summed
+        # wrong on the H100 (v28, weight_gradient_t1_n1: 13x off); split-K has nothing to split.
+        return None
     if n_rows == 0:  # a sum into one row (the bias gradient)
         return "column sum"
     rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
