@@ -370,8 +370,11 @@ def test_drop_in_parameters_and_init():
     assert module.weight_hh_l1.abs().max() <= 7 ** -0.5 and module.weight_hh_l1.std() > 0.1
     peephole = tt.CustomRNN(ex.PEEPHOLE_LSTM, 5, 7)
     assert peephole.w_ci_l0.std() > 0  # no init given: uniform like the weights
-    with pytest.raises(ValueError, match="bias"):
-        tt.CustomRNN(ex.MGU, 5, 7, bias=False)
+    no_bias = tt.CustomRNN(ex.MGU, 5, 7, bias=False)  # as torch.nn: no bias parameters (zeros run)
+    assert [n for n, _ in no_bias.named_parameters()] == ["weight_ih_l0", "weight_hh_l0"]
+    y, _ = no_bias(torch.randn(3, 2, 5))
+    y.sum().backward()
+    assert no_bias.weight_hh_l0.grad is not None and y.shape == (3, 2, 7)
 
 
 def test_tuning_tasks_and_a_tiny_run(tmp_path, rng):

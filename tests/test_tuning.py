@@ -412,3 +412,28 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
     step, other = runner.run([ms.runner.RunnerInput(built[0].artifact_path, "cuda", args),
                               ms.runner.RunnerInput("elsewhere.so", "cuda", args)])
     assert float(step.result().run_secs[0]) == pytest.approx(2e-4) and float(other.result().run_secs[0]) == 1e-3
+
+
+def test_record_origins_tell_seeded_schedules_from_searched_ones(tuned_logs, tmp_path):
+    """Every record of the tiny run, distilled: the seeded default is ``default``, what the search
+    made (its trace samples decisions) ``searched``; a GPU kernel's listed variant is ``variant``
+    and a trace that is none of today's ``fixed``."""
+    log_dir, results, _ = tuned_logs
+    (task, _, _), = results
+    target = tvmrnn.device.host_target()
+    out = tmp_path / "all.jsonl"
+    records.distill(os.path.join(log_dir, records.target_key(target)), target, str(out), [task.kernel], keep=1000)
+    entry = records.RecordDatabase(str(out)).entries[records.workload_key(task.kernel)]
+    origins = [r["origin"] for r in entry["records"]]
+    assert origins.count("default") == 1 and "searched" in origins and set(origins) <= set(records.ORIGINS)
+
+    from tvmrnn import kernels
+    step = kernels.recurrent_step(CELLS["gru"], 3, 37, train=False)
+    h100 = tvm.target.Target("nvidia/nvidia-h100")
+    seeded = records._seeded_traces(step, h100)
+    other = next(t for t in seeded[1:] if t is not None and t != seeded[0])  # some are the default here
+    as_record = lambda insts: [[insts, []]]  # noqa: E731 - a record's JSON: [[instructions, decisions], ...]
+    assert records._origin(as_record(seeded[0]), seeded) == "default"
+    assert records._origin(as_record(other), seeded) == "variant"
+    assert records._origin(as_record(seeded[0][:-1]), seeded) == "fixed"
+    assert records._origin(as_record(seeded[0]), None) == "fixed"  # kernel not named: seeded, which one unknown

@@ -8,8 +8,13 @@ cell made by :func:`tvmrnn.define_cell`, with parameters named and initialised t
 would (and the cell's per-unit parameters after the four of each layer and direction). Tensors
 reach the kernels through DLPack, without copies.
 
-The kernels are built for a fixed batch size: each module builds (or takes, via ``package=``)
-one tvmrnn RNN per (batch size, device) it meets, and caches it.
+A build runs any batch up to its batch size (padded): each module runs a batch on the smallest
+build it has that takes it, builds for a larger batch once (from the on-disk build cache when an
+earlier process made it; ``rebuild=False`` refuses instead), or runs on the RNN given as
+``package=``. ``bias=False`` passes zero biases; ``dropout`` between layers runs the stack layer
+by layer in training (two builds: the first layer's and one the others share), drawing the
+same masks from PyTorch's RNG as ``torch.nn`` does. ``PackedSequence`` and ``proj_size`` are
+not supported yet.
 """
 from __future__ import annotations
 

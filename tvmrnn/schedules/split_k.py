@@ -245,7 +245,7 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     if nb:  # each block works on one problem (its own weights)
         col_block = sch.fuse(*out_loops[:nb], col_block)
     sch.bind(col_block, "blockIdx.x")
-    if row_total * units >= total_threads:
+    if row_total > 1 or units >= total_threads:
         _, thread = sch.split(element, [None, total_threads])
         sch.bind(thread, "threadIdx.x")
         sch.compute_at(gemm, thread, preserve_unit_loops=True)
@@ -254,13 +254,14 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
             sch.compute_at(partial, col_block, preserve_unit_loops=True)
         gemm_unrolled = sch.get_loops(gemm)[3:]
     else:
-        # Fewer output elements in a block than threads in its partial sums (one or two rows,
-        # e.g. batch 1). A loop bound to threadIdx.x with fewer iterations than the block's
-        # threads gets no guard in TVM's CUDA code (every thread would run it), and computing
-        # the sum under a padded thread loop makes compute_at widen the partial sums' region to
-        # every thread's columns. So the sum and the partials are placed in the block first, over
-        # the block's elements exactly, and the sum's and the epilogue's element loops are then
-        # each padded to the block's threads (their predicates guard the padding).
+        # One row (batch 1) and fewer columns in a block than threads in its partial sums. A
+        # loop bound to threadIdx.x with fewer iterations than the block's threads gets no guard
+        # in TVM's CUDA code (every thread would run it), and computing the sum under a padded
+        # thread loop makes compute_at widen the partial sums' region to every thread's columns
+        # (with more rows than one, the padding falls on the rows, which a predicate clips: that
+        # form stays as measured). So the sum and the partials are placed in the block first,
+        # over the block's elements exactly, and the sum's and the epilogue's element loops are
+        # then each padded to the block's threads (their predicates guard the padding).
         sch.compute_at(gemm, col_block, preserve_unit_loops=True)
         if slices > 1:
             sch.compute_at(partial, col_block, preserve_unit_loops=True)

@@ -32,7 +32,8 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 
 from ..kernels import Kernel, tf32
-from ..schedules import default_schedule, fast_math
+from ..schedules import apply, default_schedule, fast_math
+from ..schedules.variants import variants
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
 
@@ -340,7 +341,7 @@ class RecordDatabase:
 
     Its first line is a header (format, version, target, how it was made); each other line is one
     workload: ``{"workload": key, "kernel": name or null, "trials": n, "records": [{"us": mean
-    microseconds, "origin": "default" | "variant" | "searched" | null, "record": MetaSchedule's
+    microseconds, "origin": "default" | "variant" | "searched" | "fixed" (:func:`_origin`), "record": MetaSchedule's
     record JSON}, ...]}``, fastest first. A record is replayed on the kernel's own workload
     (:func:`workload`), which hashes to the key."""
 
@@ -398,22 +399,24 @@ def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_
     Returns ``{"workloads": n, "records": n, "trials": n}``."""
     logs = LogIndex(folder)
     target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
-    names = {}
+    named = {}
     for kernel in kernels:
-        names.setdefault(workload_key(kernel), kernel.name)
+        named.setdefault(workload_key(kernel), kernel)
     lines, kept = [], 0
     for key in sorted(logs.records):
         logged = logs.logged_workload(key)
+        seeded = _seeded_traces(named[key], target) if key in named else None
         chosen = []
         for secs, record_json, where in logs.fastest(key):
             if len(chosen) == keep:
                 break
             if is_gpu(target) and not embeddable(replay(_parse(record_json, logged, where), logged.mod), target):
                 continue
-            chosen.append({"us": round(secs * 1e6, 3), "origin": _origin(record_json), "record": record_json})
+            chosen.append({"us": round(secs * 1e6, 3), "origin": _origin(record_json, seeded), "record": record_json})
         if chosen:
             kept += len(chosen)
-            lines.append({"workload": key, "kernel": names.get(key), "trials": logs.counts.get(key, 0),
+            lines.append({"workload": key, "kernel": named[key].name if key in named else None,
+                          "trials": logs.counts.get(key, 0),
                           "records": chosen})
     header = {"format": RECORDS_FORMAT, "version": RECORDS_VERSION, "target": target_key(target),
               "made": time.strftime("%Y-%m-%d"), "made_by": made_by or "tvmrnn-tune --distill",
@@ -430,10 +433,76 @@ def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_
     return {"workloads": len(lines), "records": kept, "trials": sum(logs.counts.values())}
 
 
-def _origin(record_json) -> str | None:
-    """Where a record came from (the seeded default, a listed variant, or the search). MetaSchedule's
-    record format has no field for it and the raw logs so far do not say: null (unknown)."""
-    return None
+ORIGINS = ("default", "variant", "searched", "fixed")
+
+
+def _instructions(record_json) -> list:
+    """A MetaSchedule record's trace instructions (its JSON: ``[[instructions, decisions], ...]``)."""
+    try:
+        return list(record_json[0][0])
+    except (TypeError, IndexError, KeyError):
+        return []
+
+
+def _seeded_traces(kernel: Kernel, target) -> list:
+    """The trace instructions of the kernel's default schedule, then of each listed variant (what
+    tuning seeds a task with, :func:`tvmrnn.tune.tuner.seed_defaults`), as JSON."""
+    traces = []
+    for tiles in variants(kernel, target):
+        sch = tvm.s_tir.Schedule(workload(kernel))
+        try:
+            apply(sch, kernel, target, **tiles)
+        except Exception:  # noqa: BLE001 - a variant that does not apply to this kernel seeds nothing
+            traces.append(None)
+            continue
+        traces.append(_plain(sch.trace.as_json())[0])
+    return traces
+
+
+def _plain(obj):
+    """A trace's JSON (TVM arrays, integers and strings) as plain Python values."""
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, (tvm.tirx.IntImm, tvm.tirx.FloatImm)):
+        return obj.value
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if hasattr(obj, "__iter__"):
+        return [_plain(v) for v in obj]
+    return str(obj)
+
+
+def _origin(record_json, seeded: list | None = None) -> str:
+    """Where a record came from: ``searched`` (its trace samples decisions: MetaSchedule's search
+    made it), ``default`` or ``variant`` (its trace is the kernel's default schedule's, or a listed
+    variant's: ``seeded`` holds those, :func:`_seeded_traces`), else ``fixed`` (a schedule without
+    sampled decisions that is neither of today's: an older default or variant, or a workload
+    whose kernel is not named)."""
+    instructions = _instructions(record_json)
+    if any(str(inst[0]).startswith("Sample") for inst in instructions if inst):
+        return "searched"
+    mine = _normal(instructions)
+    for i, trace in enumerate(seeded or []):
+        if trace is not None and _normal(trace) == mine:
+            return "default" if i == 0 else "variant"
+    return "fixed"
+
+
+def _normal(value):
+    """A trace's JSON in one spelling: a log's ``1``/``0`` and a fresh trace's ``True``/``False``
+    alike, and embedded JSON (index maps) compact whatever its indentation."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return json.dumps(json.loads(value), sort_keys=True, separators=(",", ":"))
+        except ValueError:
+            return value
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items()}
+    return value
 
 
 def embeddable(func, target) -> bool:
