@@ -20,7 +20,7 @@ from functools import lru_cache
 
 import tvm
 import tvm_ffi
-from tvm import te
+from tvm import te, tirx
 
 from .cells.autodiff import Derivation, derive
 from .cells.definition import Cell
@@ -166,14 +166,18 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0) -> Ke
                  {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
 
 
-def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0) -> Kernel:
+def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0,
+                   masked: bool = False) -> Kernel:
     """The recurrent GEMM fused with the cell's gate math, for one step.
 
     Outputs h_t twice (into the state and into the layer output), c_t, and for training the
     values the derivation keeps for the backward. With ``directions`` > 1 every parameter gets a
     leading direction axis: one launch runs that many independent steps (both directions of a
     bidirectional layer, each with its own weights), see :func:`_lead`. ``panel``: the weights'
-    column panels (:func:`weight_shape`).
+    column panels (:func:`weight_shape`). ``masked``: an input ``mask`` (one value per row, 1 where
+    the row's sequence runs at this step, else 0); a row whose mask is 0 keeps its state (h and c
+    are h_{t-1} and c_{t-1}, and so is the output: the caller zeroes outputs past each row's
+    length, :mod:`tvmrnn.runtime.rnn`).
     """
     d = derivation(cell)
     G = cell.num_gates
@@ -187,6 +191,8 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
         inputs["c_prev"] = te.placeholder(lead + (batch, hidden), F32, "c_prev")
     if cell.unit_params:  # the layer-direction's (P, H) block of per-unit parameters
         inputs["unit"] = te.placeholder(lead + (len(cell.unit_params), hidden), F32, "unit")
+    if masked:
+        inputs["mask"] = te.placeholder(lead + (batch,), F32, "mask")
     k = te.reduce_axis((0, hidden), "k")
 
     def projection(*i):
@@ -210,13 +216,35 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     exprs = {"h": d.h_out, "y": d.h_out}
     if cell.has_cell_state:
         exprs["c"] = d.c_out
+    if masked:
+        exprs = {"h": _where_running(d.h_out, d.h_prev), "y": _where_running(d.h_out, d.h_prev)}
+        if cell.has_cell_state:
+            exprs["c"] = _where_running(d.c_out, d.c_prev)
+        base_env = env
+
+        def env(*i):  # noqa: F811 - the same, with the row's mask
+            *s, n, _ = i
+            return {**base_env(*i), _RUNNING: inputs["mask"][(*s, n)]}
     if train:
         exprs.update({f"saved{i}": e for i, (_, e) in enumerate(d.saved)})
     outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
-    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}{_lead_suffix(directions)}",
+    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}{_lead_suffix(directions)}"
+                 f"{_MASKED if masked else ''}",
                  inputs,
                  outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
+
+
+# A masked step's mask value for the row (1: the row's sequence runs at this step, 0: it has ended,
+# or not begun in the reverse direction): a variable of the gate math's expressions, bound per row.
+_RUNNING = tirx.Var("running", "float32")
+_MASKED = "_masked"
+
+
+def _where_running(value, otherwise):
+    """``value`` where the row runs at this step, else ``otherwise`` (a select: NaN and Inf in the
+    discarded branch stay out, as they do when torch.nn never computes a finished row's step)."""
+    return tirx.Select(_RUNNING > tirx.const(0.5, "float32"), value, otherwise)
 
 
 def _lead(directions: int) -> tuple:
@@ -239,7 +267,7 @@ def _lead_suffix(directions: int) -> str:
     return f"_d{directions}" if directions > 1 else ""
 
 
-def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
+def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kernel:
     """The derived backward of the gate math for one step.
 
     Inputs: dy (gradient of this step's output), the carried dh (and dc) from the next step,
@@ -251,10 +279,11 @@ def pointwise_backward(cell: Cell, batch, hidden) -> Kernel:
     """
     inputs = {"dh": te.placeholder((batch, hidden), F32, "dh")}
     return _pointwise_backward(cell, batch, hidden, (), inputs, lambda n, j: inputs["dh"][n, j],
-                               f"pointwise_backward_{cell.name}_n{batch}_h{hidden}")
+                               f"pointwise_backward_{cell.name}_n{batch}_h{hidden}{_MASKED if masked else ''}",
+                               masked=masked)
 
 
-def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0) -> Kernel:
+def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
 
     ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
@@ -268,7 +297,6 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     the weights' panels (:func:`backward_weight_shape`).
     """
     G = cell.num_gates
-    d = derivation(cell)
     lead = _lead(directions)
     dgh = te.placeholder(lead + (batch, hidden, G), F32, "dgh")
     w = te.placeholder(lead + backward_weight_shape(G, hidden, hidden, panel), F32, "w")
@@ -280,21 +308,30 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
         *s, n, k = i  # s: the direction, if any
         return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
     mm = te.compute(lead + (batch, hidden), dh, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
-    if d.grad_h_prev is not None:
+    if has_direct_part(cell, masked):
         inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
     else:
         carried = lambda *i: mm[i]  # noqa: E731
     return _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
                                f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
-                               f"{_lead_suffix(directions)}",
-                               gemm="matmul", columns=("k",))
+                               f"{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                               gemm="matmul", columns=("k",), masked=masked)
+
+
+def has_direct_part(cell: Cell, masked: bool = False) -> bool:
+    """Whether a step's backward passes a direct part of dh_{t-1} beside the recurrent GEMM's: the
+    cell reads h_{t-1} outside its gates (the GRU), or masked steps (a finished row passes its dh
+    on unchanged)."""
+    return derivation(cell).grad_h_prev is not None or masked
 
 
 def _pointwise_backward(cell: Cell, batch, hidden, lead: tuple, inputs: dict, carried, name, gemm=None,
-                        columns=()) -> Kernel:
+                        columns=(), masked: bool = False) -> Kernel:
     """The gate-math backward's kernel, ``carried(*s, n, j)`` giving the dh that flows back into the
-    step (``s``: the ``lead`` axes, see :func:`_lead`)."""
+    step (``s``: the ``lead`` axes, see :func:`_lead`). ``masked`` (see :func:`recurrent_step`): a
+    row whose mask is 0 at this step gets zero gate and per-unit gradients, and passes the dh
+    (without ``dy``: its output was zeroed) and dc it got on to the step before."""
     d = derivation(cell)
     G = cell.num_gates
     shape = (batch, hidden)
@@ -309,7 +346,10 @@ def _pointwise_backward(cell: Cell, batch, hidden, lead: tuple, inputs: dict, ca
             names[role] = None
     if any(d.backward_uses(var) for var in d.params):
         names["unit"] = (len(d.params), hidden)
+    if masked:
+        names["mask"] = (batch,)
     inputs.update({role: te.placeholder(lead + (s or shape), F32, role) for role, s in names.items()})
+    carried_dh = tirx.Var("carried_dh", "float32")  # the dh from the steps after, without dy
 
     def env(*i):
         *s, n, j = i
@@ -323,6 +363,9 @@ def _pointwise_backward(cell: Cell, batch, hidden, lead: tuple, inputs: dict, ca
                 e[var] = inputs[role][i]
         if "unit" in inputs:
             e.update({var: inputs["unit"][(*s, p, j)] for p, var in enumerate(d.params)})
+        if masked:
+            e[_RUNNING] = inputs["mask"][(*s, n)]
+            e[carried_dh] = carried(*i)
         return e
 
     exprs = {f"dgx{g}": d.grad_x[g] for g in range(G)}
@@ -333,6 +376,12 @@ def _pointwise_backward(cell: Cell, batch, hidden, lead: tuple, inputs: dict, ca
     if d.grad_c_prev is not None:
         exprs["dc_prev"] = d.grad_c_prev
     exprs.update({f"dp{i}": grad for i, grad in enumerate(d.grad_params)})
+    if masked:
+        zero = tirx.const(0.0, "float32")
+        exprs = {role: _where_running(e, zero) for role, e in exprs.items()}
+        exprs["dh_direct"] = _where_running(d.grad_h_prev if d.grad_h_prev is not None else zero, carried_dh)
+        if d.dc is not None:
+            exprs["dc_prev"] = _where_running(d.grad_c_prev if d.grad_c_prev is not None else zero, d.dc)
     outputs = _outputs("pointwise_backward", lead + shape, exprs, env)
     return _make(name, inputs, outputs, gemm=gemm, columns=columns, batch=len(lead))
 

@@ -78,6 +78,11 @@ class BuildOptions:
         CPU threads. None: ``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` if set, else this process's
         physical cores (TVM alone would take half the logical CPUs). TVM's thread pool reads this
         once, at the first parallel kernel of the process, so the first CPU build decides it.
+    variable_lengths : bool
+        Rows of different lengths in one batch (``lengths=`` of the passes; ``PackedSequence`` in
+        the PyTorch drop-ins): each step takes a mask of the rows still running, and a finished
+        row keeps its state and outputs zeros, as ``torch.nn`` does for packed sequences. Off by
+        default: the masked steps are other kernels (their own tuning records).
     """
 
     persistent: str = field(default_factory=_persistent_default)
@@ -91,6 +96,7 @@ class BuildOptions:
     gradient_panels: bool | None = None
     chunk_steps: tuple[int, ...] | None = None
     threads: int | None = None
+    variable_lengths: bool = False
 
     def __post_init__(self):
         persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent)
@@ -100,7 +106,7 @@ class BuildOptions:
         if self.dependent_launch not in DEPENDENT_LAUNCH:
             raise ValueError(f"options.dependent_launch: expected one of {', '.join(DEPENDENT_LAUNCH)}; "
                              f"got {self.dependent_launch!r}")
-        for name in ("persist_stacked", "shared_kernels", "time_loop_regions"):
+        for name in ("persist_stacked", "shared_kernels", "time_loop_regions", "variable_lengths"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected True or False, got {getattr(self, name)!r}")
         for name in ("stack_directions", "interleave_projections", "weight_panels", "gradient_panels"):

@@ -246,6 +246,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     interleave = interleave and persistent_blocks is None
     gx = prog.tensor("gx", (len(groups[0]), max(chunks) if interleave else T, N, *kernels.gate_shape(H, G, panel)),
                      ("d", "t", "n", *gate_axes))
+    masked = config.options.variable_lengths
+    # per step and row, 1 while the row's sequence runs (variable lengths; see kernels.recurrent_step)
+    mask = prog.tensor("mask", (T, N), ("t", "n")) if masked else None
     if train:
         shapes = config.workspace_shapes(T)
         hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
@@ -283,7 +286,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         def h_row(d, row, _l=l):
             return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
-            step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel)
+            step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel, masked=masked)
 
             def base(d, start, size):  # with interleave: the first time step of a chunk (direction d's order)
                 return start if d == 0 else T - start - size
@@ -327,6 +330,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                             views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
                         if c.unit_params:
                             views["unit"] = w.piece(layout.unit_offset(_l, d))
+                        if mask is not None:
+                            views["mask"] = mask.at("n", t=s)
                         if train:
                             views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i)
                                           for i in range(config.num_saved)})
@@ -365,6 +370,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     deriv = kernels.derivation(c)
+    masked = config.options.variable_lengths
     groups = _direction_groups(config, stacked)
     DG = len(groups[0])  # directions whose temporaries are live together
     prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers,
@@ -397,7 +403,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dc_carry = prog.tensor("dc_carry", (DG, 2, N, H), ("d", "slot", "n", "j")) if c.has_cell_state else None
     # the pointwise's direct part of dh_{t-1}, read by the next launch's GEMM epilogue: two slots
     dh_direct = (prog.tensor("dh_direct", (DG, 2, N, H), ("d", "slot", "n", "j"))
-                 if deriv.grad_h_prev is not None else None)
+                 if kernels.has_direct_part(c, masked) else None)
+    mask = prog.tensor("mask", (T, N), ("t", "n")) if masked else None
     P = len(c.unit_params)
     dunit = prog.tensor("dunit", (DG, T, N, H, P), ("d", "t", "n", "j", "p")) if P else None
     # packed weight gradients: W_ih's (the largest input size) then W_hh's, reused by every layer
@@ -417,7 +424,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     # more than its bare passes; notes/performance.md v25)
     prog.call(kernels.fill_zero(layout.total), dst=dw.piece(0))
     copy = kernels.copy(N, H)
-    pointwise = kernels.pointwise_backward(c, N, H)
+    pointwise = kernels.pointwise_backward(c, N, H, masked=masked)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
     for l in reversed(range(L)):
         in_size = I if l == 0 else D * H
@@ -466,6 +473,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             if "unit" in pointwise.roles:
                 views["unit"] = w.piece(layout.unit_offset(_l, d))
             views.update({f"dp{i}": dunit.at("n", "j", d=gd, t=s, p=i) for i in range(P)})
+            if mask is not None:
+                views["mask"] = mask.at("n", t=s)
             return views
 
         def recurrent_views(d, v, _l=l):
@@ -478,7 +487,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             return views
 
         for group in groups:
-            fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H))
+            fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
             # the last step's gate math with dhy; then one launch per step: step v's GEMM and
             # step v+1's gate math (from the end); then the first step's GEMM, into dh0
             for d in group:

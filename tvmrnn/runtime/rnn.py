@@ -43,6 +43,7 @@ class Workspace:
     def __init__(self, owner: "RNN", frame: Frame, T: int, x, arrays: dict, batch: int | None = None):
         self.owner, self.frame, self.T, self.x, self.arrays = owner, frame, T, x, arrays
         self.batch = owner.config.batch_size if batch is None else batch  # the caller's rows (x: padded)
+        self.mask = None  # variable-lengths builds: the step mask of the forward (the backward's too)
 
     @property
     def workspace_bytes(self) -> int:
@@ -308,13 +309,58 @@ class RNN:
         return value if n == c.batch_size else frame.padded(value, 1, c.batch_size)
 
     # ---- passes -----------------------------------------------------------------------------
-    def _forward(self, w, x, h0, c0, train):
+    def _mask(self, frame, T: int, n: int, lengths):
+        """The (T, N) step mask of a variable-lengths build from ``lengths`` (None: every row runs
+        all T steps), and whether any row is shorter than T. Rows past ``n`` (padding) never run."""
+        c = self.config
+        if lengths is not None and not c.options.variable_lengths:
+            raise ValueError("lengths: this RNN was built without variable lengths; build it with "
+                             "options=tvmrnn.BuildOptions(variable_lengths=True)")
+        if not c.options.variable_lengths:
+            return None, False
+        if lengths is None:
+            values = np.full(n, T, np.int64)
+        else:
+            if hasattr(lengths, "device") and hasattr(lengths, "cpu"):  # a torch tensor
+                if lengths.device.type != "cpu" and not (frame.kind == "torch" and lengths.device == frame.device):
+                    raise ValueError(f"lengths: expected a CPU tensor or one on x's device ({frame.describe()}), "
+                                     f"got a tensor on {lengths.device}")
+                lengths = lengths.detach().cpu().numpy()
+            values = np.asarray(lengths)
+            if values.dtype.kind not in "iu" and not (values.dtype.kind == "f" and np.all(values == np.round(values))):
+                raise TypeError(f"lengths: expected integers, got dtype {values.dtype}")
+            if values.shape != (n,):
+                raise ValueError(f"lengths: expected one length per batch row, shape ({n},); got shape {values.shape}")
+            values = values.astype(np.int64)
+            if values.size and (values.min() < 1 or values.max() > T):
+                raise ValueError(f"lengths: each must be between 1 and T={T}; got {values.min()} to {values.max()}")
+        mask = np.zeros((T, c.batch_size), np.float32)
+        mask[:, :n] = np.arange(T)[:, None] < values[None, :]
+        if frame.kind == "torch":
+            import torch
+            held = torch.from_numpy(mask)
+            return (held.to(frame.device) if frame.device_kind != "cpu" else held), bool((values < T).any())
+        return mask, bool((values < T).any())
+
+    def _zero_finished(self, frame, y, mask):
+        """Zero the outputs of the steps where a row no longer runs (its sequence ended)."""
+        m = mask == 0
+        m = m.T if self.config.batch_first else m
+        if frame.kind == "numpy":
+            y[m] = 0
+        else:
+            y.masked_fill_(m[:, :, None], 0)
+
+    def _forward(self, w, x, h0, c0, train, lengths=None):
         c = self.config
         wflat = self._check_weights(w)
         frame, T, n = self._frame_and_length("x", x, c.input_size)
+        mask, ragged = self._mask(frame, T, n, lengths)
         if n < c.batch_size:  # rows are independent: the build's batch, the padding's rows zero
             x = frame.padded(x, self._batch_axis, c.batch_size)
         arrays = {"x": x, "h0": self._state(frame, "h0", h0, n=n), "w": wflat}
+        if mask is not None:
+            arrays["mask"] = mask
         if c.cell.has_cell_state:
             arrays["c0"] = self._state(frame, "c0", c0, n=n)
         else:
@@ -328,6 +374,8 @@ class RNN:
         self._run("forward_train" if train else "forward", frame, T, arrays, results,
                   kept=workspace if recycle else ())
         outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
+        if ragged:
+            self._zero_finished(frame, outputs[0], mask)
         if n < c.batch_size:
             outputs = (frame.rows(outputs[0], self._batch_axis, n), frame.rows(outputs[1], 1, n),
                        None if outputs[2] is None else frame.rows(outputs[2], 1, n))
@@ -335,23 +383,29 @@ class RNN:
             return outputs
         kept = {k: arrays[k] for k in workspace}
         ws = Workspace(self, frame, T, x, kept, batch=n)
+        ws.mask = mask
         if recycle:
             weakref.finalize(ws, self._workspaces.give_back, key, kept).atexit = False
         return outputs + (ws,)
 
-    def forward(self, w, x, h0=None, c0=None):
+    def forward(self, w, x, h0=None, c0=None, lengths=None):
         """Inference forward. Returns ``(y, hy, cy)``; ``cy`` is None for cells without a cell state.
 
         ``x``: ``(T, N, input_size)`` (``(N, T, ·)`` if batch_first); ``h0``/``c0``:
         ``(num_layers * num_directions, N, hidden_size)`` or None for zeros. N is any batch from 1
         to the build's ``batch_size``: a smaller batch runs padded to it with zero rows (exact, since
         rows are independent; it costs what the full batch costs, plus the copies in and out).
+        ``lengths`` (builds with ``BuildOptions(variable_lengths=True)``): each row's length, 1 to
+        T (a list, NumPy array or CPU tensor), as ``torch.nn`` runs a packed sequence: outputs past
+        a row's length are zero, ``hy``/``cy`` are its states at its own last step, and the reverse
+        direction starts there.
         """
-        return self._forward(w, x, h0, c0, train=False)
+        return self._forward(w, x, h0, c0, train=False, lengths=lengths)
 
-    def forward_train(self, w, x, h0=None, c0=None):
-        """Training forward: ``(y, hy, cy, ws)``, ``ws`` being what :meth:`backward` needs."""
-        return self._forward(w, x, h0, c0, train=True)
+    def forward_train(self, w, x, h0=None, c0=None, lengths=None):
+        """Training forward: ``(y, hy, cy, ws)``, ``ws`` being what :meth:`backward` needs (it
+        keeps ``lengths``: the backward takes none)."""
+        return self._forward(w, x, h0, c0, train=True, lengths=lengths)
 
     def backward(self, w, ws: Workspace, dy, dhy=None, dcy=None) -> dict:
         """Gradients from a training forward's workspace and the gradients of its outputs.
@@ -368,6 +422,8 @@ class RNN:
         if n < c.batch_size:  # the padding's rows get zero gradients: they add nothing to dw
             dy = frame.padded(dy, self._batch_axis, c.batch_size)
         arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy, n=n), "w": wflat, "x": ws.x, **ws.arrays}
+        if ws.mask is not None:
+            arrays["mask"] = ws.mask
         if not self.backward_zeroes_dw:  # an older package's pass accumulates into a zeroed dw
             arrays["dw"] = frame.zeros((c.layout.total,))
         if c.cell.has_cell_state:
