@@ -71,10 +71,43 @@ def test_unsupported_options_are_refused():
         tt.LSTM(5, 7, rebuild="no")
 
 
-def test_packed_sequences_are_refused():
-    seq = torch.nn.utils.rnn.pack_sequence([torch.randn(3, 5), torch.randn(2, 5)])
-    with pytest.raises(TypeError, match="PackedSequence"):
-        tt.LSTM(5, 7)(seq)
+@pytest.mark.parametrize("cls, theirs, kwargs, enforce_sorted", [
+    (tt.LSTM, torch.nn.LSTM, dict(num_layers=2, bidirectional=True), False),
+    (tt.GRU, torch.nn.GRU, dict(batch_first=True, bidirectional=True), True),
+    (tt.RNN, torch.nn.RNN, dict(nonlinearity="relu", num_layers=2), False)])
+def test_packed_sequences_match_torch(cls, theirs, kwargs, enforce_sorted):
+    """pack_padded_sequence in, PackedSequence out: the same data, batch sizes and orders as
+    torch.nn, states in the caller's row order, and the same gradients (of the input's data, the
+    initial states and every parameter)."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+    torch.manual_seed(0)
+    ref = theirs(5, 8, **kwargs).double()
+    ours = cls(5, 8, **kwargs)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    batch_first = kwargs.get("batch_first", False)
+    lengths = torch.tensor([7, 5, 5, 2, 1] if enforce_sorted else [3, 7, 1, 5, 5])
+    x = torch.randn((5, 7, 5) if batch_first else (7, 5, 5))
+    D, L = 2 if kwargs.get("bidirectional") else 1, kwargs.get("num_layers", 1)
+    h0 = torch.randn(L * D, 5, 8)
+    results = []
+    for module, dtype in ((ours, torch.float32), (ref, torch.float64)):
+        module.zero_grad()
+        xs, hs = x.clone().to(dtype).requires_grad_(), h0.clone().to(dtype).requires_grad_()
+        packed = pack_padded_sequence(xs, lengths, batch_first=batch_first, enforce_sorted=enforce_sorted)
+        hx = (hs, torch.zeros_like(hs)) if cls is tt.LSTM else hs
+        out, states = module(packed, hx)
+        hy = states[0] if cls is tt.LSTM else states
+        (out.data.sum() + (hy * hy).sum()).backward()
+        results.append((out, hy, xs.grad, hs.grad, {n: p.grad for n, p in module.named_parameters()}))
+    (out, hy, dx, dh0, grads), (out_r, hy_r, dx_r, dh0_r, grads_r) = results
+    assert torch.equal(out.batch_sizes, out_r.batch_sizes)
+    for a, b in ((out.sorted_indices, out_r.sorted_indices), (out.unsorted_indices, out_r.unsorted_indices)):
+        assert (a is None and b is None) or torch.equal(a, b)
+    assert rel_error(out.data, out_r.data) < 1e-5 and rel_error(hy, hy_r) < 1e-5
+    assert rel_error(dx, dx_r) < 1e-5 and rel_error(dh0, dh0_r) < 1e-5
+    for name in grads_r:
+        assert rel_error(grads[name], grads_r[name]) < 1e-5, name
+    assert any(k[4] for k in ours._built)  # a variable-lengths build
 
 
 def _side_by_side(ours, theirs, x, seed=0):

@@ -13,8 +13,9 @@ build it has that takes it, builds for a larger batch once (from the on-disk bui
 earlier process made it; ``rebuild=False`` refuses instead), or runs on the RNN given as
 ``package=``. ``bias=False`` passes zero biases; ``dropout`` between layers runs the stack layer
 by layer in training (two builds: the first layer's and one the others share), drawing the
-same masks from PyTorch's RNG as ``torch.nn`` does. ``PackedSequence`` and ``proj_size`` are
-not supported yet.
+same masks from PyTorch's RNG as ``torch.nn`` does. A ``PackedSequence`` runs padded to its
+longest row on a variable-lengths build (:class:`tvmrnn.BuildOptions`), rows masked as they end,
+and comes back packed as ``torch.nn`` returns it. ``proj_size`` is not supported yet.
 """
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ import numbers
 import re
 
 import torch
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .cells.definition import Cell, get_cell
+from .options import BuildOptions
 from .cells.parameters import Layout
 from .runtime.rnn import RNN as _FusedRNN
 from .runtime.build import build
@@ -31,13 +34,13 @@ from .runtime.build import build
 
 class _Fused(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, rnn, names, x, h0, c0, *params):
+    def forward(ctx, rnn, names, lengths, x, h0, c0, *params):
         w = rnn.pack_weights(dict(zip(names, params)))
-        if any(ctx.needs_input_grad[2:]):
-            y, hy, cy, ws = rnn.forward_train(w, x, h0, c0)
+        if any(ctx.needs_input_grad[3:]):
+            y, hy, cy, ws = rnn.forward_train(w, x, h0, c0, lengths=lengths)
             ctx.rnn, ctx.w, ctx.ws, ctx.names = rnn, w, ws, names
         else:
-            y, hy, cy = rnn.forward(w, x, h0, c0)
+            y, hy, cy = rnn.forward(w, x, h0, c0, lengths=lengths)
         return (y, hy) if cy is None else (y, hy, cy)
 
     @staticmethod
@@ -45,7 +48,7 @@ class _Fused(torch.autograd.Function):
         has_c = dcy is not None
         grads = ctx.rnn.backward(ctx.w, ctx.ws, dy.contiguous(), dhy.contiguous(),
                                  dcy.contiguous() if has_c else None)
-        return (None, None, grads["x"], grads["h0"], grads.get("c0")) + tuple(grads[n] for n in ctx.names)
+        return (None, None, None, grads["x"], grads["h0"], grads.get("c0")) + tuple(grads[n] for n in ctx.names)
 
 
 class _Mixin:
@@ -61,14 +64,16 @@ class _Mixin:
         if not isinstance(rebuild, bool):
             raise TypeError(f"rebuild: expected bool, got {type(rebuild).__name__}")
         self._package, self._target, self._rebuild = package, target, rebuild and package is None
-        self._built = {}  # (input_size, num_layers, batch size, device) -> tvmrnn RNN
+        self._built = {}  # (input_size, num_layers, batch size, device, variable lengths) -> tvmrnn RNN
         self._zero_biases = {}  # (name, device) -> zeros, for bias=False
 
-    def _rnn_for(self, batch_size: int, device: torch.device, layer: int | None = None) -> _FusedRNN:
+    def _rnn_for(self, batch_size: int, device: torch.device, layer: int | None = None,
+                 ragged: bool = False) -> _FusedRNN:
         """The build to run ``batch_size`` rows on: the smallest one made so far that takes that many
         (a build runs any smaller batch, padded), else a new one for this batch (from the build cache
         when an earlier process made it). ``layer``: a one-layer build for that layer alone (dropout
-        between layers runs the stack layer by layer)."""
+        between layers runs the stack layer by layer). ``ragged``: a build for rows of different
+        lengths (``PackedSequence`` input)."""
         D = 2 if self.bidirectional else 1
         input_size = self.input_size if not layer else D * self.hidden_size
         num_layers = self.num_layers if layer is None else 1
@@ -87,20 +92,23 @@ class _Mixin:
             if batch_size > pc.batch_size:
                 raise ValueError(f"input: a batch of {batch_size} rows; the package runs batches of at most "
                                  f"{pc.batch_size}")
+            if ragged and not pc.options.variable_lengths:
+                raise ValueError("input: a PackedSequence needs a package built with "
+                                 "options=tvmrnn.BuildOptions(variable_lengths=True)")
             return self._package
-        fits = [(n, rnn) for (i, l, n, d), rnn in self._built.items()
-                if (i, l, d) == (input_size, num_layers, str(device)) and n >= batch_size]
+        fits = [(n, rnn) for (i, l, n, d, r), rnn in self._built.items()
+                if (i, l, d, r) == (input_size, num_layers, str(device), ragged) and n >= batch_size]
         if fits:
             return min(fits, key=lambda f: f[0])[1]
-        if not self._rebuild and any((i, l) == (input_size, num_layers) for i, l, _, _ in self._built):
-            largest = max(n for i, l, n, _ in self._built if (i, l) == (input_size, num_layers))
+        if not self._rebuild and any((i, l, r) == (input_size, num_layers, ragged) for i, l, _, _, r in self._built):
+            largest = max(n for i, l, n, _, r in self._built if (i, l, r) == (input_size, num_layers, ragged))
             raise ValueError(f"input: a batch of {batch_size} rows; this module was built for at most {largest} "
                              f"and rebuild=False")
         target = self._target if self._target is not None else ("cuda" if device.type == "cuda" else None)
         rnn = build(self._cell, input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
                     bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first,
-                    target=target)
-        self._built[(input_size, num_layers, batch_size, str(device))] = rnn
+                    target=target, options=BuildOptions(variable_lengths=True) if ragged else None)
+        self._built[(input_size, num_layers, batch_size, str(device), ragged)] = rnn
         return rnn
 
     def _parameters_of(self, names, layer: int | None):
@@ -123,9 +131,8 @@ class _Mixin:
         return self._zero_biases[key]
 
     def forward(self, input, hx=None):
-        if isinstance(input, torch.nn.utils.rnn.PackedSequence):
-            raise TypeError("input: PackedSequence is not supported by tvmrnn yet; pad the batch instead "
-                            "(torch.nn.utils.rnn.pad_packed_sequence)")
+        if isinstance(input, PackedSequence):
+            return self._forward_packed(input, hx)
         if not isinstance(input, torch.Tensor):
             raise TypeError(f"input: expected a torch.Tensor, got {type(input).__name__}")
         if input.dim() not in (2, 3):
@@ -135,7 +142,22 @@ class _Mixin:
         with torch.autocast(input.device.type, enabled=False):
             return self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input, hx)
 
-    def _forward(self, input, hx):
+    def _forward_packed(self, packed, hx):
+        """A ``PackedSequence`` in, one out (with the input's batch order), as torch.nn: the rows run
+        padded to the longest with their lengths (a variable-lengths build), states in the
+        caller's row order."""
+        padded, lengths = pad_packed_sequence(packed, batch_first=self.batch_first)  # rows in the caller's order
+        with torch.autocast(padded.device.type, enabled=False):
+            y, states = self._forward(padded.float() if padded.dtype in (torch.float16, torch.bfloat16) else padded,
+                                      hx, lengths=lengths)
+        axis = 0 if self.batch_first else 1
+        if packed.sorted_indices is not None:  # pack in the input's (sorted) order, as it was
+            y = y.index_select(axis, packed.sorted_indices)
+            lengths = lengths[packed.sorted_indices.cpu()]
+        data = pack_padded_sequence(y, lengths, batch_first=self.batch_first, enforce_sorted=True).data
+        return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices), states
+
+    def _forward(self, input, hx, lengths=None):
         unbatched = input.dim() == 2
         if unbatched:
             input = input.unsqueeze(1 if not self.batch_first else 0)
@@ -157,9 +179,9 @@ class _Mixin:
             for k in range(self.num_layers):
                 if k:
                     y = torch.nn.functional.dropout(y, self.dropout, training=True)
-                rnn = self._rnn_for(batch, input.device, layer=k)
+                rnn = self._rnn_for(batch, input.device, layer=k, ragged=lengths is not None)
                 states = slice(k * D, (k + 1) * D)
-                out = _Fused.apply(rnn, rnn.config.layout.names, y, h0[states].contiguous(),
+                out = _Fused.apply(rnn, rnn.config.layout.names, lengths, y, h0[states].contiguous(),
                                    c0[states].contiguous() if has_c else None,
                                    *self._parameters_of(rnn.config.layout.names, k))
                 y = out[0]
@@ -168,9 +190,9 @@ class _Mixin:
                     cys.append(out[2])
             out = (y, torch.cat(hys)) + ((torch.cat(cys),) if has_c else ())
         else:
-            rnn = self._rnn_for(batch, input.device)
+            rnn = self._rnn_for(batch, input.device, ragged=lengths is not None)
             names = rnn.config.layout.names
-            out = _Fused.apply(rnn, names, input.contiguous(), h0, c0, *self._parameters_of(names, None))
+            out = _Fused.apply(rnn, names, lengths, input.contiguous(), h0, c0, *self._parameters_of(names, None))
         y, hy = out[0], out[1]
         if unbatched:
             y = y.squeeze(1 if not self.batch_first else 0)
@@ -182,7 +204,8 @@ class _Mixin:
 class LSTM(_Mixin, torch.nn.LSTM):
     """``torch.nn.LSTM`` with tvmrnn's fused kernels. ``bias=False`` and ``dropout`` work as in
     torch.nn (dropout between layers runs the stack layer by layer in training; eval runs it
-    fused); ``proj_size`` and ``PackedSequence`` inputs are not supported yet. Extra keywords:
+    fused); ``PackedSequence`` inputs too (a variable-lengths build of their own); ``proj_size`` is
+    not supported yet. Extra keywords:
 
     - ``package``: a built or loaded tvmrnn RNN to run on (batches of up to its batch size);
     - ``target``: where to build (default: the input's device);
