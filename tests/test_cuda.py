@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and tvm.cuda(0).e
 
 
 def to_cuda(a):
-    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+    return (a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))).cuda()
 
 
 def built_as_checked(cell, num_layers, bidirectional, hidden=H, **build):
@@ -423,3 +423,16 @@ def test_build_cache_on_cuda(tmp_path, monkeypatch, rng):
     x = to_cuda(rng.standard_normal((5, N, I)).astype(np.float32))
     outs = [r.forward(r.pack_weights(tvmrnn.params_from_torch(ref)), x)[0] for r in (first, second)]
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cell,num_layers,bidirectional,hidden", [
+    ("lstm", 2, True, 37), ("gru", 1, True, 256), ("rnn_tanh", 1, False, 64), ("lstm", 1, True, 800)])
+def test_variable_lengths_match_torch_packed_on_cuda(cell, num_layers, bidirectional, hidden):
+    """Masked steps on the GPU (persistent forwards, stacked directions) against torch.nn's packed
+    sequences in float64: outputs, states and every gradient (tests/test_lengths.py's check)."""
+    from test_lengths import VARIABLE, _check as check_lengths
+    check_lengths(cell, num_layers, bidirectional, False, [3, 9, 1, 6], T=9, as_array=to_cuda, target="cuda",
+                  hidden=hidden)
+    check_lengths(cell, num_layers, bidirectional, False, [3, 9, 1, 6], T=9, as_array=to_cuda, target="cuda",
+                  hidden=hidden, options=tvmrnn.BuildOptions(variable_lengths=True, persistent="off"))
+    assert VARIABLE.variable_lengths

@@ -21,12 +21,14 @@ def _arrays(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=lambda a: a, rows=N):
-    rnn = built(cell, num_layers, bidirectional, batch_first, input_size=I, hidden_size=H, batch_size=N,
-                options=VARIABLE)
+def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=lambda a: a, rows=N, target=None,
+           hidden=H, options=VARIABLE):
+    rnn = built(cell, num_layers, bidirectional, batch_first, input_size=I, hidden_size=hidden, batch_size=N,
+                target=target, options=options)
+    H = hidden
     torch.manual_seed(0)
     ref = torch_module(cell, I, H, num_layers, bidirectional, batch_first).double()
-    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    w = rnn.pack_weights({k: as_array(v) for k, v in tvmrnn.params_from_torch(ref).items()})
     D, has_c = 2 if bidirectional else 1, cell == "lstm"
     x = _arrays((rows, T, I) if batch_first else (T, rows, I), 0)
     h0 = _arrays((num_layers * D, rows, H), 1)
