@@ -436,3 +436,14 @@ def test_variable_lengths_match_torch_packed_on_cuda(cell, num_layers, bidirecti
     check_lengths(cell, num_layers, bidirectional, False, [3, 9, 1, 6], T=9, as_array=to_cuda, target="cuda",
                   hidden=hidden, options=tvmrnn.BuildOptions(variable_lengths=True, persistent="off"))
     assert VARIABLE.variable_lengths
+
+
+@pytest.mark.parametrize("hidden", [H, 256])
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+def test_nan_and_inf_propagate_as_in_torch_on_cuda(cell, hidden):
+    """test_numerics.py's checks on the GPU (persistent forwards at H = 256): NaN and Inf in x reach
+    the outputs torch.nn's do, a NaN in dy the gradients."""
+    from test_numerics import test_a_nan_in_dy_reaches_the_gradients_torch_gives as backward_check
+    from test_numerics import test_nan_and_inf_inputs_reach_the_outputs_torch_gives as forward_check
+    forward_check(cell, target="cuda", as_array=to_cuda, hidden=hidden)
+    backward_check(cell, target="cuda", as_array=to_cuda, hidden=hidden)
