@@ -86,15 +86,14 @@ def test_matches_torch(cell, num_layers, bidirectional, batch_first, T, rng):
     _check(cell, num_layers, bidirectional, batch_first, T, rng)
 
 
-@pytest.mark.parametrize("cell,num_layers,bidirectional", [
-    ("lstm", 2, True), ("gru", 1, False), ("rnn_tanh", 1, True), ("rnn_relu", 2, False)])
+@pytest.mark.parametrize("cell,num_layers,bidirectional", [("lstm", 2, True), ("gru", 1, False)])
 def test_batch_of_one_matches_torch(cell, num_layers, bidirectional, rng):
     """A build for batch 1 (serving's latency case): T = 1 and 7 (single steps and a 4-step chunk)."""
     for T in (1, 7):
         _check(cell, num_layers, bidirectional, False, T, rng, batch=1)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("rows", [1, 3])
 @pytest.mark.parametrize("cell,num_layers,bidirectional,batch_first",
                          [("lstm", 2, True, False), ("gru", 1, False, True), ("rnn_relu", 1, True, True)])
 def test_smaller_batches_run_on_one_build(cell, num_layers, bidirectional, batch_first, rows, rng):
