@@ -86,24 +86,6 @@ def test_matches_torch(cell, num_layers, bidirectional, batch_first, T, rng):
     _check(cell, num_layers, bidirectional, batch_first, T, rng)
 
 
-@pytest.mark.parametrize("cell,num_layers,bidirectional", [("lstm", 2, True), ("gru", 1, False)])
-def test_batch_of_one_matches_torch(cell, num_layers, bidirectional, rng):
-    """A build for batch 1 (serving's latency case): T = 1 and 7 (single steps and a 4-step chunk)."""
-    for T in (1, 7):
-        _check(cell, num_layers, bidirectional, False, T, rng, batch=1)
-
-
-@pytest.mark.parametrize("rows", [1, 3])
-@pytest.mark.parametrize("cell,num_layers,bidirectional,batch_first",
-                         [("lstm", 2, True, False), ("gru", 1, False, True), ("rnn_relu", 1, True, True)])
-def test_smaller_batches_run_on_one_build(cell, num_layers, bidirectional, batch_first, rows, rng):
-    """One build serves every batch from 1 to its batch_size (padded with zero rows): outputs,
-    states and every gradient match torch at each, and the build is the same object."""
-    _check(cell, num_layers, bidirectional, batch_first, 6, rng, batch=5, rows=rows)
-    _check(cell, num_layers, bidirectional, batch_first, 6, rng, batch=5, rows=rows,
-           as_array=torch.from_numpy, with_states=False)
-
-
 @pytest.mark.parametrize("cell", CELLS)
 def test_zero_initial_states(cell, rng):
     _check(cell, 2, True, False, 5, rng, with_states=False)
