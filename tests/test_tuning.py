@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
+import tvm_ffi
 
 import tvmrnn
 from tvmrnn.tune import records, tasks, tuner
@@ -26,6 +27,9 @@ STEP = "recurrent_step_rnn_tanh_infer_n2_h8"
 
 
 def _tune(log_dir, trials=4, **kwargs):
+    """A tiny run in MetaSchedule's own space: the step's template space has only a few distinct
+    schedules at these sizes (test_template_search_beats_or_matches_the_default searches one)."""
+    kwargs.setdefault("space", "generic")
     lines = []
     results = tuner.tune([CONFIG], tvmrnn.device.host_target(), log_dir=str(log_dir), trials_per_task=trials,
                           kernels=[STEP], num_trials_per_iter=4, out=lines.append, **kwargs)
@@ -99,7 +103,7 @@ def test_tuning_a_gate_blocked_lstm_step(tmp_path, rng):
              if t.kernel.name.startswith("recurrent_step_lstm_infer")]
     assert len(steps) == 1 and re.search(r"_p\d+$", steps[0]), steps
     results = tuner.tune([config], tvmrnn.device.host_target(), log_dir=str(tmp_path), trials_per_task=4,
-                          kernels=steps, num_trials_per_iter=4, out=lambda line: None)
+                          kernels=steps, num_trials_per_iter=4, out=lambda line: None, space="generic")
     assert results[0][0].kernel.name == steps[0] and results[0][2] >= 4
     rnn = tvmrnn.build("lstm", input_size=4, hidden_size=32, batch_size=2, tuning_logs=str(tmp_path))
     assert rnn.schedules[steps[0]] == "tuned"
@@ -416,8 +420,8 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
 
 def test_record_origins_tell_seeded_schedules_from_searched_ones(tuned_logs, tmp_path):
     """Every record of the tiny run, distilled: the seeded default is ``default``, what the search
-    made (its trace samples decisions) ``searched``; a GPU kernel's listed variant is ``variant``
-    and a trace that is none of today's ``fixed``."""
+    made ``searched``. A template-space record is classified by its knob setting (the default's, a
+    listed variant's, or another); a plain trace by whether it is today's default or variant."""
     log_dir, results, _ = tuned_logs
     (task, _, _), = results
     target = tvmrnn.device.host_target()
@@ -425,15 +429,72 @@ def test_record_origins_tell_seeded_schedules_from_searched_ones(tuned_logs, tmp
     records.distill(os.path.join(log_dir, records.target_key(target)), target, str(out), [task.kernel], keep=1000)
     entry = records.RecordDatabase(str(out)).entries[records.workload_key(task.kernel)]
     origins = [r["origin"] for r in entry["records"]]
-    assert origins.count("default") == 1 and "searched" in origins and set(origins) <= set(records.ORIGINS)
+    assert "default" in origins and set(origins) <= set(records.ORIGINS)
 
     from tvmrnn import kernels
+    from tvmrnn.tune import spaces
     step = kernels.recurrent_step(CELLS["gru"], 3, 37, train=False)
     h100 = tvm.target.Target("nvidia/nvidia-h100")
-    seeded = records._seeded_traces(step, h100)
-    other = next(t for t in seeded[1:] if t is not None and t != seeded[0])  # some are the default here
+    seeded = records._seeded(step, h100)
+    traces, settings = seeded
+    as_json = lambda sch: records._plain(sch.trace.as_json())  # noqa: E731
+    mod = records.workload(step)
+    default, variant = (spaces.knob_schedule(mod, step, h100, v) for v in settings[:2])
+    other = dict(settings[0], unroll=1 if settings[0]["unroll"] != 1 else 4)
+    assert other not in settings
+    assert records._origin([as_json(default)], seeded) == "default"
+    assert records._origin([as_json(variant)], seeded) == "variant"
+    assert records._origin([as_json(spaces.knob_schedule(mod, step, h100, other))], seeded) == "searched"
+    assert records._origin([as_json(default)], None) == "fixed"  # kernel not named: which setting is unknown
+    plain = next(t for t in traces[1:] if t is not None and t != traces[0])  # some variants are the default here
     as_record = lambda insts: [[insts, []]]  # noqa: E731 - a record's JSON: [[instructions, decisions], ...]
-    assert records._origin(as_record(seeded[0]), seeded) == "default"
-    assert records._origin(as_record(other), seeded) == "variant"
-    assert records._origin(as_record(seeded[0][:-1]), seeded) == "fixed"
-    assert records._origin(as_record(seeded[0]), None) == "fixed"  # kernel not named: seeded, which one unknown
+    assert records._origin(as_record(traces[0]), seeded) == "default"
+    assert records._origin(as_record(plain), seeded) == "variant"
+    assert records._origin(as_record(traces[0][:-1]), seeded) == "fixed"
+
+
+def test_template_search_beats_or_matches_the_default(tmp_path):
+    """A seeded search of a GEMM's template space on this CPU: the default is measured first, the
+    search's candidates are points of the space (``searched`` once distilled), and the best record
+    is at least as fast as the default."""
+    config = Config(CELLS["lstm"], 32, 48, 1, False, 8, False)
+    target = tvmrnn.device.host_target()
+    lines = []
+    (task, best_us, trials), = tuner.tune([config], target, log_dir=str(tmp_path), trials_per_task=10,
+                                          kernels=["input_projection_t16"], num_trials_per_iter=5,
+                                          out=lines.append, population=16)
+    default_us = [float(l.split("default schedule ")[1].split()[0]) for l in lines if "default schedule" in l]
+    assert trials >= 6 and best_us <= default_us[0] + 0.05
+    out = tmp_path / "all.jsonl"
+    records.distill(os.path.join(tmp_path, records.target_key(target)), target, str(out), [task.kernel], keep=100)
+    origins = [r["origin"] for r in records.RecordDatabase(str(out)).entries[records.workload_key(task.kernel)]["records"]]
+    assert origins.count("searched") >= 3 and "default" in origins
+
+
+def test_template_spaces_hold_the_default_and_the_listed_variants():
+    """Each template's space, on the CPU and the H100: the default knob setting schedules a kernel
+    exactly as the default schedule does, the trace gives its setting back, every listed variant
+    is a point of the space, and a mutation changes one decision."""
+    from tvmrnn.tune import spaces, tasks
+    from tvmrnn.schedules import apply, knobs
+    config = Config(CELLS["gru"], 5, 24, 1, True, 3, False)
+    families = set()
+    for target in (tvmrnn.device.host_target(), tvm.target.Target("nvidia/nvidia-h100")):
+        for task in tasks.extract_tasks([config], target=target):
+            kernel = task.kernel
+            mod = records.workload(kernel)
+            settings = knobs.seeded_settings(kernel, target)
+            families.add(knobs.family(kernel, target))
+            found = spaces.knob_schedule(mod, kernel, target, settings[0])
+            direct = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+            apply(direct, kernel, target)
+            assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
+            assert spaces.knob_values(found.trace) == settings[0]
+            assert all(spaces.knob_schedule(mod, kernel, target, v) is not None for v in settings[1:]), kernel.name
+            if any(len(k.values) > 1 for k in knobs.knobs(kernel, target)):
+                mutated = spaces.MutateKnob().apply(found.trace)
+                replayed = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+                mutated.apply_to_schedule(replayed, remove_postproc=True)
+                after = spaces.knob_values(replayed.trace)
+                assert sum(after[k] != settings[0][k] for k in after) == 1, kernel.name
+    assert families >= {"cpu_gemm", "cpu_pointwise", "split_k", "matmul", "column_sum", "gpu_pointwise", "persistent"}

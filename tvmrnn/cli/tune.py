@@ -103,15 +103,19 @@ def list_tasks(configs, target, a, folder):
     path = records.records_file(target)
     shipped = records.RecordDatabase(path) if path else None
     print(f"raw logs: {folder if logs else folder + ' (none)'}; shipped records: {path or '(none for this target)'}")
-    print(f"\n{'task':52s} {'runs/step':>9s} {'trials':>6s} {'logs (us)':>10s} {'shipped (us)':>12s} origin")
+    print(f"\n{'task':52s} {'runs/step':>9s} {'trials':>6s} {'logs (us)':>10s} {'origin':>8s} "
+          f"{'shipped (us)':>12s} origin")
     for t in tasks.select_tasks(configs, target, a.kernels or None, a.max_tasks):
         key = records.workload_key(t.kernel)
-        logged = logs.fastest(key)[0][0] if logs and logs.records.get(key) else None
+        fastest = logs.fastest(key)[0] if logs and logs.records.get(key) else None
+        logged = fastest[0] if fastest else None
+        logged_origin = records._origin(fastest[1], records._seeded(t.kernel, target)) if fastest else "-"
         entry = shipped.entries.get(key) if shipped else None
         best = entry["records"][0] if entry else None
         trials = (logs.counts.get(key, 0) if logs else 0) or (entry.get("trials", 0) if entry else 0)
         print(f"{t.kernel.name:52s} {t.calls:9d} {trials:6d} "
-              f"{logged * 1e6 if logged else float('nan'):10.1f} {best['us'] if best else float('nan'):12.1f} "
+              f"{logged * 1e6 if logged else float('nan'):10.1f} {logged_origin:>8s} "
+              f"{best['us'] if best else float('nan'):12.1f} "
               f"{(best.get('origin') or 'unknown') if best else '-'}")
 
 
@@ -157,6 +161,10 @@ def main(argv=None):
     p.add_argument("--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (python -m tvm.exec.rpc_tracker)")
     p.add_argument("--rpc-key", help="the device key the RPC servers registered with")
     p.add_argument("--trials-per-iter", type=int, default=16)
+    p.add_argument("--space", choices=("template", "generic"), default="template",
+                   help="what the search explores: each kernel's schedule template over its knobs (default), "
+                        "or MetaSchedule's own rules")
+    p.add_argument("--population", type=int, default=64, help="the evolutionary search's population per task")
     p.add_argument("--seed", type=int, default=1, help="the search's random seed")
     p.add_argument("--list", action="store_true", help="list the tasks and what the logs and shipped records hold; "
                                                        "tune nothing")
@@ -193,7 +201,7 @@ def main(argv=None):
                              max_tasks=a.max_tasks, rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key,
                              num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
                              seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults,
-                             out=_printer(), progress_bar=sys.stderr.isatty())
+                             space=a.space, population=a.population, out=_printer(), progress_bar=sys.stderr.isatty())
     except KeyboardInterrupt:
         print(f"\ninterrupted: every record measured so far is in {folder}; run again to resume")
         raise SystemExit(130)

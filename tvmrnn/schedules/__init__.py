@@ -66,7 +66,7 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     """
     kind = _gpu_kind(sch, kernel)
     if kind == "column sum":
-        gpu_column_sum(sch, kernel)
+        gpu_column_sum(sch, kernel, **{k: v for k, v in tiles.items() if k in ("columns", "slices", "unroll")})
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "matmul":
@@ -105,7 +105,7 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = _extent(sch, fused)
     if is_gpu(target):
-        threads = min(GPU_THREADS, total)
+        threads = min(tiles.get("threads", GPU_THREADS), total)
         block_loop, thread_loop = sch.split(fused, [None, threads])
         sch.bind(block_loop, "blockIdx.x")
         sch.bind(thread_loop, "threadIdx.x")
@@ -113,7 +113,7 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     else:
         anchor = fused
         if total >= CPU_MIN_PARALLEL:
-            workers = max(1, int(target.attrs.get("num-cores", 0) or 0)) * 4 or 64
+            workers = max(1, int(target.attrs.get("num-cores", 0) or 0)) * tiles.get("tasks_per_core", 4) or 64
             outer, anchor = sch.split(fused, [min(workers, total), None])
             sch.parallel(outer)
     for block in reversed(intermediates):

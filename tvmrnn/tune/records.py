@@ -34,6 +34,7 @@ from tvm.s_tir import meta_schedule as ms
 from ..kernels import Kernel, tf32
 from ..schedules import apply, default_schedule, fast_math
 from ..schedules.variants import variants
+from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
 
@@ -405,7 +406,7 @@ def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_
     lines, kept = [], 0
     for key in sorted(logs.records):
         logged = logs.logged_workload(key)
-        seeded = _seeded_traces(named[key], target) if key in named else None
+        seeded = _seeded(named[key], target) if key in named else None
         chosen = []
         for secs, record_json, where in logs.fastest(key):
             if len(chosen) == keep:
@@ -444,9 +445,11 @@ def _instructions(record_json) -> list:
         return []
 
 
-def _seeded_traces(kernel: Kernel, target) -> list:
-    """The trace instructions of the kernel's default schedule, then of each listed variant (what
-    tuning seeds a task with, :func:`tvmrnn.tune.tuner.seed_defaults`), as JSON."""
+def _seeded(kernel: Kernel, target) -> tuple[list, list]:
+    """What :func:`_origin` compares a record with: the trace instructions (as JSON) of the
+    kernel's default schedule and of each listed variant applied directly (as tuning seeded tasks
+    before the template spaces), and the knob settings tuning seeds its template space with
+    (:func:`tvmrnn.schedules.knobs.seeded_settings`), the default first in each."""
     traces = []
     for tiles in variants(kernel, target):
         sch = tvm.s_tir.Schedule(workload(kernel))
@@ -456,7 +459,7 @@ def _seeded_traces(kernel: Kernel, target) -> list:
             traces.append(None)
             continue
         traces.append(_plain(sch.trace.as_json())[0])
-    return traces
+    return traces, seeded_settings(kernel, target)
 
 
 def _plain(obj):
@@ -472,17 +475,28 @@ def _plain(obj):
     return str(obj)
 
 
-def _origin(record_json, seeded: list | None = None) -> str:
-    """Where a record came from: ``searched`` (its trace samples decisions: MetaSchedule's search
-    made it), ``default`` or ``variant`` (its trace is the kernel's default schedule's, or a listed
-    variant's: ``seeded`` holds those, :func:`_seeded_traces`), else ``fixed`` (a schedule without
-    sampled decisions that is neither of today's: an older default or variant, or a workload
-    whose kernel is not named)."""
+def _origin(record_json, seeded: tuple | None = None) -> str:
+    """Where a record came from. A template-space record (its trace decides knob values,
+    :mod:`tvmrnn.schedules.knobs`) is ``default`` or ``variant`` where its setting is the default's
+    or a listed variant's, else ``searched``. Another record is ``searched`` where its trace samples
+    decisions (MetaSchedule's own rules made it), ``default`` or ``variant`` where its trace is
+    today's default schedule's or a listed variant's, else ``fixed`` (an older default or variant).
+    ``seeded`` (:func:`_seeded`): today's plain traces and knob settings, default first; without it
+    (a workload whose kernel is not named) a record is ``searched`` or ``fixed`` by its trace alone."""
+    traces, settings = seeded if seeded is not None else ([], None)
+    values = knob_values_json(record_json[0]) if isinstance(record_json, list) and record_json else None
+    if values is not None:
+        if settings is None:
+            return "fixed"
+        for i, setting in enumerate(settings):
+            if setting == values:
+                return "default" if i == 0 else "variant"
+        return "searched"
     instructions = _instructions(record_json)
     if any(str(inst[0]).startswith("Sample") for inst in instructions if inst):
         return "searched"
     mine = _normal(instructions)
-    for i, trace in enumerate(seeded or []):
+    for i, trace in enumerate(traces):
         if trace is not None and _normal(trace) == mine:
             return "default" if i == 0 else "variant"
     return "fixed"

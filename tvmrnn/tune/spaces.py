@@ -1,40 +1,47 @@
-"""Design spaces of our own for the fused recurrent step (MetaSchedule space generators).
+"""The design spaces tuning searches, as MetaSchedule space generators.
 
-MetaSchedule's default rules tile the recurrent GEMM well, but they cannot keep the gate math
-in the same kernel: the step's outputs (h, y, c and, for training, the kept activations) are
-sibling blocks of one loop nest that all read the GEMM result, and the default rules either
-split them into a second launch or (TVM 0.27: ``AutoInline`` reverse-inlining one sibling
-into the GEMM's write-back) produce a module that does not compile. So the step kernel gets:
+**Template spaces** (:func:`template_space`, the default). Each schedule template of
+:mod:`tvmrnn.schedules` is a space: its knobs (:mod:`tvmrnn.schedules.knobs`: tiles, threads,
+columns per thread, split-K, accumulators, unrolling, shared-memory staging, the persistent
+step's shape) are ``sample_categorical`` decisions, annotated on the root block. The
+:class:`ApplyTemplate` postprocessor reads them and schedules the kernel with the template, so a
+candidate's trace holds its decisions, then every primitive the template applied: the
+evolutionary search replays a trace with other decisions (:class:`MutateKnob`), the XGBoost model
+ranks the candidates by the code they make, and ``build`` replays a record as it was measured.
+The default schedule is the point where every knob takes its default, each listed variant
+another point (:func:`tvmrnn.schedules.knobs.seeded_settings`): tuning measures those first, and the search starts
+from them.
 
-* :func:`fused_step_space`, a parameterised schedule whose every knob is a MetaSchedule
-  sampling instruction (so the evolutionary search and the XGBoost model tune it):
-  the output nest ``(n, j)`` (after the direction axis of a two-direction step) is the anchor
-  and the GEMM is computed under it, one thread (GPU) or one core (CPU) owning a slice of
-  hidden units ``j`` with all gates of a unit side by side
-  (the gate-interleaved ``w[k, j, g]`` layout of :mod:`tvmrnn.kernels`, or its gate-blocked panels). Knobs:
-
-  - GPU: hidden units per block, batch rows per thread (register tile over ``n`` reusing each
-    loaded weight), **split-K** across ``threadIdx.y`` with a cross-thread reduction (small
-    batches leave too few output elements to fill the H100 otherwise), unrolling.
-  - CPU: hidden units per core (a core keeps the same slice of the recurrent weights, hence
-    in its own L2, at every step; whole panels of gate-blocked weights), batch rows per inner
-    tile, the ``(j, g)`` (or ``(p, g, u)``) run vectorised over contiguous weights, unrolling.
-
-The workload keeps the output blocks marked not to be inlined (:func:`prepare`), so that
+**Generic spaces** (``space="generic"``): MetaSchedule's own rules, kept as a second space.
+They cannot keep the gate math in the same kernel as the step's GEMM: the step's outputs
+(h, y, c and, for training, the kept activations) are sibling blocks of one loop nest that all
+read the GEMM result, and the default rules either split them into a second launch or (TVM 0.27:
+``AutoInline`` reverse-inlining one sibling into the GEMM's write-back) produce a module that
+does not compile. So the fused step gets :func:`fused_step_space` there: the output nest
+``(n, j)`` is the anchor and the GEMM is computed under it, one thread (GPU) or one core (CPU)
+owning a slice of hidden units with all gates of a unit side by side; its knobs are
+``sample_perfect_tile`` splits, split-K over ``threadIdx.y`` and unrolling. The workload keeps
+the output blocks marked not to be inlined (:func:`tvmrnn.tune.records.workload`), so that
 MetaSchedule's default space also stays correct on it (two launches per step, an intermediate in
-global memory). Logs from 2026-11-23 hold such records; the driver cannot embed them on the GPU
-(:func:`tvmrnn.tune.records.embeddable`), so ``build`` skips them and the step space is ours alone.
-
-Other kernels (GEMMs over chunks of steps, gradients, copies) use the default space.
+global memory); the driver cannot embed those on the GPU (:func:`tvmrnn.tune.records.embeddable`),
+so ``build`` skips them.
 """
 from __future__ import annotations
 
+import random
+
 import tvm
+import tvm_ffi
+from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 
 from ..kernels import Kernel
+from ..schedules import apply as apply_template
 from ..schedules.common import is_gpu
+from ..schedules.knobs import KNOB, Knob, knobs, tiles_of
 from .records import is_fused_step
+
+SPACES = ("template", "generic")
 
 REDUCTION = "recurrent_projection"
 
@@ -112,8 +119,122 @@ def fused_step_space(target: tvm.target.Target):
     return space
 
 
-def space_generator(kernel: Kernel, target: tvm.target.Target):
-    """What :func:`tvmrnn.tune.tuner.tune` searches for one kernel."""
+# ---- template spaces ----------------------------------------------------------------------
+def _sample_knobs(sch, found: tuple[Knob, ...], values: dict | None = None) -> None:
+    """One ``sample_categorical`` per knob (``values``: its decision fixed to that value), each
+    annotated on the root block for :class:`ApplyTemplate`."""
+    root = sch.get_sblock("root")
+    for knob in found:
+        decision = knob.values.index(values[knob.name]) if values is not None else None
+        value = sch.sample_categorical(list(knob.values), [1.0 / len(knob.values)] * len(knob.values), decision)
+        sch.annotate(root, KNOB + knob.name, value)
+
+
+@derived_object
+class ApplyTemplate(ms.postproc.PyPostproc):
+    """Schedule a candidate with its kernel's template, at the knob values its trace decided
+    (the root block's ``tvmrnn.knob.*`` annotations, removed first). A candidate without them
+    (another space's) passes unchanged; one whose values the template refuses is rejected."""
+
+    def __init__(self, kernel: Kernel, target):
+        super().__init__()
+        self.kernel, self.target = kernel, target
+
+    def _initialize_with_tune_context(self, context) -> None:
+        pass
+
+    def apply(self, sch) -> bool:
+        root = sch.get_sblock("root")
+        annotations = sch.get(root).annotations
+        values = {k[len(KNOB):]: int(v) for k, v in annotations.items() if k.startswith(KNOB)}
+        if not values:
+            return True
+        # The search hands this schedule a module whose statements its threads reuse: TVM's
+        # schedule edits statements in place where nothing else refers to them, so each would
+        # carry the last candidate's loops into the next. Holding a reference to every statement
+        # makes each edit copy instead.
+        held = []
+        tvm_ffi.structural_walk(sch.mod["main"].body, [(tvm.tirx.Stmt, held.append)])
+        for key in list(annotations.keys()):
+            if key.startswith(KNOB):
+                sch.unannotate(root, key)
+        try:
+            apply_template(sch, self.kernel, self.target, **tiles_of(self.kernel, self.target, values))
+        except Exception:  # noqa: BLE001 - a setting the template cannot make on this kernel
+            return False
+        return True
+
+    def clone(self):
+        return ApplyTemplate(self.kernel, self.target)
+
+
+@derived_object
+class MutateKnob(ms.mutator.PyMutator):
+    """Change one knob's decision to another of its candidates, at random."""
+
+    def _initialize_with_tune_context(self, context) -> None:
+        pass
+
+    def apply(self, trace, rand_state):
+        rng = random.Random(int(rand_state))
+        choices = [i for i in trace.insts if i.kind.name == "SampleCategorical" and len(i.attrs[0]) > 1]
+        if not choices:
+            return None
+        inst = rng.choice(choices)
+        old = int(trace.decisions[inst])
+        new = rng.choice([d for d in range(len(inst.attrs[0])) if d != old])
+        return trace.with_decision(inst, new, remove_postproc=True)
+
+    def clone(self):
+        return MutateKnob()
+
+
+def template_space(kernel: Kernel, target: tvm.target.Target):
+    """The space of ``kernel``'s template on ``target`` (a ``ScheduleFn`` generator), or None
+    where the template has no knobs."""
+    found = knobs(kernel, target)
+    if not found:
+        return None
+
+    def space(sch):
+        _sample_knobs(sch, found)
+        return sch
+
+    return ms.space_generator.ScheduleFn(space, sch_rules=[], postprocs=[ApplyTemplate(kernel, target)],
+                                         mutator_probs={MutateKnob(): 1.0})
+
+
+def knob_schedule(mod: tvm.IRModule, kernel: Kernel, target, values: dict) -> tvm.s_tir.Schedule | None:
+    """The template space's candidate at knob ``values``, scheduled (its trace as the search
+    makes it), or None where the template refuses them."""
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+    _sample_knobs(sch, knobs(kernel, target), values)
+    sch.enter_postproc()
+    return sch if ApplyTemplate(kernel, target).apply(sch) else None
+
+
+def knob_values(trace) -> dict[str, int] | None:
+    """The knob setting a template-space trace decided, or None for another space's trace."""
+    sampled, values = [], {}
+    for inst in trace.insts:
+        if inst.kind.name == "SampleCategorical":
+            sampled.append((inst.outputs[0], int(inst.attrs[0][int(trace.decisions[inst])])))
+        elif inst.kind.name == "Annotate" and str(inst.attrs[0]).startswith(KNOB):
+            for var, value in sampled:
+                if var.same_as(inst.inputs[1]):
+                    values[str(inst.attrs[0])[len(KNOB):]] = value
+    return values or None
+
+
+def space_generator(kernel: Kernel, target: tvm.target.Target, space: str = "template"):
+    """What :func:`tvmrnn.tune.tuner.tune` searches for one kernel: its template space (or, where
+    the template has no knobs, or with ``space="generic"``, MetaSchedule's own rules)."""
+    if space not in SPACES:
+        raise ValueError(f"space must be one of {SPACES}, not {space!r}")
+    if space == "template":
+        found = template_space(kernel, target)
+        if found is not None:
+            return found
     if not is_fused_step(kernel):
         return "post-order-apply"
     return ms.space_generator.ScheduleFn(fused_step_space(target))

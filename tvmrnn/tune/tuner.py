@@ -17,6 +17,7 @@ from ..schedules import apply as default_schedule_apply
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..schedules.variants import variants as default_variants
+from ..schedules.knobs import knobs, seeded_settings
 from .step_loop import STEP_LOOP_STEPS, step_loop
 
 from .records import default_logs_root, best_latency_us, load_records, records_of, target_key, workload
@@ -303,24 +304,43 @@ def _measure(db, mod, candidates, target, builder, runner, times: list | None = 
     return [b.error_msg for b in built if b.error_msg] + [r.error_msg for r in results if r.error_msg]
 
 
-def seed_defaults(db, tasks, target, builder, runner, out=print) -> int:
+def _seeds(task, target, space: str) -> tuple[list, list[str]]:
+    """The scheduled candidates :func:`seed_defaults` measures for a task, with their labels: in
+    the template space, the default's knob setting and each listed variant's (their traces hold the
+    decisions, so the search mutates them); else the default and its variants applied directly."""
+    mod = workload(task.kernel)
+    if space == "template" and knobs(task.kernel, target):
+        found = [(spaces.knob_schedule(mod, task.kernel, target, values), values)
+                 for values in seeded_settings(task.kernel, target)]
+        default = found[0][1]
+        return [sch for sch, _ in found if sch is not None], [
+            " ".join(f"{k}={v}" for k, v in values.items() if v != default[k]) or "default"
+            for sch, values in found if sch is not None]
+    candidates, labels = [], []
+    for tiles in default_variants(task.kernel, target):  # the default first, then its other shapes
+        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+        default_schedule_apply(sch, task.kernel, target, **tiles)
+        candidates.append(sch)
+        labels.append(" ".join(f"{k}={v}" for k, v in tiles.items()) or "default")
+    return candidates, labels
+
+
+def seed_defaults(db, tasks, target, builder, runner, out=print, space: str = "template") -> int:
     """Measure the default schedule of every task in ``tasks`` (``tune`` passes the new ones), as
-    a record like any other: the search starts from it, and ``build`` never takes a tuned record slower than the
-    default it would otherwise use. Where the default has other shapes worth trying
-    (:func:`tvmrnn.schedules.variants`: the GPU split-K's threads and tile), those are measured
-    too. Returns the number of measurements."""
+    a record like any other: the search starts from it, and ``build`` never takes a tuned record
+    slower than the default it would otherwise use. Where the default has other shapes worth
+    trying (:func:`tvmrnn.schedules.variants`: the GPU split-K's threads and tile), those are
+    measured too. Returns the number of measurements."""
     measured = 0
     for task in tasks:
         mod = workload(task.kernel)
-        candidates, seen, labels = [], set(), []
-        for tiles in default_variants(task.kernel, target):  # the default first, then its other shapes
-            sch = tvm.s_tir.Schedule(mod)
-            default_schedule_apply(sch, task.kernel, target, **tiles)
+        candidates, labels, seen = [], [], set()
+        for sch, label in zip(*_seeds(task, target, space)):
             key = tvm_ffi.structural_hash(sch.mod)
             if key not in seen:  # shapes that come out the same at these sizes are measured once
                 seen.add(key)
                 candidates.append(sch)
-                labels.append(" ".join(f"{k}={v}" for k, v in tiles.items()) or "default")
+                labels.append(label)
         times = []
         errors = _measure(db, mod, candidates, target, builder, runner, times)
         measured += len(candidates)
@@ -374,7 +394,8 @@ def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 
 def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64, kernels=None,
          rpc_tracker=None, rpc_key=None, builder=None, runner=None, out=print, num_trials_per_iter=16,
          warm_start_from: str | None = None, max_tasks: int | None = None, seed: int = 1,
-         seed_default: bool = True, reseed_defaults: bool = False, progress_bar: bool = False):
+         seed_default: bool = True, reseed_defaults: bool = False, progress_bar: bool = False,
+         space: str = "template", population: int = 64):
     """Tune every kernel of ``configs`` for ``target`` up to ``trials_per_task`` trials each.
 
     Resumes: trials already in the log count, so a rerun only measures what is missing, and a
@@ -385,9 +406,14 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     measures it (and its other shapes) on every selected task, also those with records, after the
     default schedule changed: the faster records win, none is removed. ``log_dir``: the folder of
     per-target log folders (None: :func:`tvmrnn.tune.records.default_logs_root`, which ``build``
-    reads too). Returns
+    reads too). ``space``: ``"template"`` searches each kernel's schedule template over its knobs
+    (:mod:`.spaces`), ``"generic"`` MetaSchedule's own rules. ``population``: the evolutionary
+    search's population (a template space has hundreds to thousands of points, and making a
+    candidate runs the template in Python, ~5-50 ms). Returns
     ``[(task, best latency in us or None, trials)]``.
     """
+    if space not in spaces.SPACES:
+        raise ValueError(f"space must be one of {spaces.SPACES}, not {space!r}")
     folder = os.path.join(log_dir if log_dir is not None else default_logs_root(), target_key(target))
     if not is_gpu(target):
         use_cpu_threads(BuildOptions())  # candidates are measured with the threads a build runs with
@@ -401,11 +427,14 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
         warm_start(db, [t for t in new if not is_persistent(t.kernel)], target, warm_start_from, builder, runner,
                    out=out)
     if seed_default or reseed_defaults:
-        seed_defaults(db, tasks if reseed_defaults else new, target, builder, runner, out=out)
+        seed_defaults(db, tasks if reseed_defaults else new, target, builder, runner, out=out, space=space)
+    # a persistent step is searched in its template space only: MetaSchedule's own rules do not
+    # keep weights in shared memory across steps, which is what makes such a loop fast
+    searchable = lambda t: space == "template" and bool(knobs(t.kernel, target)) or not is_persistent(t.kernel)  # noqa: E731
     todo = [(t, trials_per_task - len(records_of(db.memory, t.kernel))) for t in tasks]
-    todo = [(t, n) for t, n in todo if n > 0 and not is_persistent(t.kernel)]
+    todo = [(t, n) for t, n in todo if n > 0 and searchable(t)]
     for t in tasks:
-        if is_persistent(t.kernel):
+        if not searchable(t):
             out(f"task {t.kernel.name}: a persistent step, its space is the default's shapes: "
                 f"{len(records_of(db.memory, t.kernel))} measured")
         elif all(t is not u for u, _ in todo):
@@ -413,8 +442,11 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     if todo:
         import_tensor_intrinsics()
         contexts = [ms.TuneContext(workload(t.kernel), target=target,
-                                   space_generator=spaces.space_generator(t.kernel, target),
-                                   search_strategy="evolutionary", task_name=t.kernel.name, rand_state=seed + i,
+                                   space_generator=spaces.space_generator(t.kernel, target, space),
+                                   search_strategy=ms.search_strategy.EvolutionarySearch(
+                                       population_size=population, init_min_unmeasured=min(50, population // 2),
+                                       genetic_num_iters=3),
+                                   task_name=t.kernel.name, rand_state=seed + i,
                                    num_threads="physical")
                     for i, (t, _) in enumerate(todo)]
         progress = _Progress([t.kernel.name for t, _ in todo], [n for _, n in todo], out, bar=progress_bar)
