@@ -413,6 +413,25 @@ def shared_memory_bytes(func: tirx.PrimFunc) -> tuple[int, int]:
     return sizes["shared"], sizes["shared.dyn"]
 
 
+def shared_memory_problem(func: tirx.PrimFunc, target) -> str | None:
+    """Why a CUDA kernel's shared memory would fail its launch on ``target``'s GPU, or None: static
+    and dynamic together past :data:`SHARED_WITHOUT_OPT_IN` while the dynamic part alone is not
+    (TVM's runtime opts a kernel in only when its dynamic part passes it), or more than the device
+    gives a block (:func:`tvmrnn.device.device_model`). Takes a device function or a scheduled
+    kernel (its blocks' buffers)."""
+    static, dynamic = shared_memory_bytes(func)
+    if static + dynamic > SHARED_WITHOUT_OPT_IN >= dynamic:
+        return (f"{static} bytes of static and {dynamic} bytes of dynamic shared memory "
+                f"({static + dynamic} in all) pass the {SHARED_WITHOUT_OPT_IN} a kernel gets without opting in, "
+                f"and TVM's runtime opts in only when the dynamic part alone passes it: the launch would fail. "
+                f"Its schedule must keep its large shared buffers dynamic (tvmrnn.schedules), or use less.")
+    limit = device_model(target).shared_bytes_per_block
+    if static + dynamic > limit:
+        return (f"{static + dynamic} bytes of shared memory; a block of this GPU "
+                f"({device_model(target).arch}) gets at most {limit}: the launch would fail. Its schedule must use less.")
+    return None
+
+
 @tvm.transform.module_pass(opt_level=0, name="tvmrnn.CheckSharedMemory")
 def check_shared_memory(mod, _ctx):
     """Refuse, at build time and by name, a CUDA kernel whose static and dynamic shared memory
@@ -428,18 +447,9 @@ def check_shared_memory(mod, _ctx):
         target = func.attrs.get("target") if func.attrs else None
         if target is None or target.kind.name != "cuda":
             continue
-        static, dynamic = shared_memory_bytes(func)
-        if static + dynamic > SHARED_WITHOUT_OPT_IN >= dynamic:
-            raise SharedMemoryError(
-                f"kernel {gvar.name_hint}: {static} bytes of static and {dynamic} bytes of dynamic shared memory "
-                f"({static + dynamic} in all) pass the {SHARED_WITHOUT_OPT_IN} a kernel gets without opting in, "
-                f"and TVM's runtime opts in only when the dynamic part alone passes it: the launch would fail. "
-                f"Its schedule must keep its large shared buffers dynamic (tvmrnn.schedules), or use less.")
-        limit = device_model(target).shared_bytes_per_block
-        if static + dynamic > limit:
-            raise SharedMemoryError(
-                f"kernel {gvar.name_hint}: {static + dynamic} bytes of shared memory; a block of this GPU "
-                f"({device_model(target).arch}) gets at most {limit}: the launch would fail. Its schedule must use less.")
+        problem = shared_memory_problem(func, target)
+        if problem:
+            raise SharedMemoryError(f"kernel {gvar.name_hint}: {problem}")
     return mod
 
 

@@ -37,6 +37,7 @@ from ..schedules.variants import variants
 from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
+from ..program.sequence import shared_memory_problem
 
 # the shipped records: package data (pyproject.toml's package-data), one file per target
 RECORDS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "records")
@@ -538,7 +539,19 @@ def embeddable(func, target) -> bool:
         return block
 
     tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)])
-    return all(scope != "global" for scope in scopes)
+    # and whose launch would not fail for its shared memory (a searched persistent step with 50 KB
+    # of static shared memory ran in its step loop, and failed the build's check)
+    return all(scope != "global" for scope in scopes) and shared_memory_problem(_compacted(func), target) is None
+
+
+def _compacted(func):
+    """A scheduled kernel with its buffers cut to the regions used (as lowering does): a shared
+    tile is declared over the whole operand until then."""
+    from tvm.s_tir import transform as st
+    mod = tvm.transform.Sequential([st.LowerCrossThreadReduction(), st.LowerInitBlock(),
+                                    st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
+                                    st.CompactBufferAllocation()])(tvm.IRModule({"main": func}))
+    return mod["main"]
 
 
 def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False):

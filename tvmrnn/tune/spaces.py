@@ -39,7 +39,7 @@ from ..kernels import Kernel
 from ..schedules import apply as apply_template
 from ..schedules.common import is_gpu
 from ..schedules.knobs import KNOB, Knob, knobs, tiles_of
-from .records import is_fused_step
+from .records import embeddable, is_fused_step, workload
 
 SPACES = ("template", "generic")
 
@@ -134,11 +134,13 @@ def _sample_knobs(sch, found: tuple[Knob, ...], values: dict | None = None) -> N
 class ApplyTemplate(ms.postproc.PyPostproc):
     """Schedule a candidate with its kernel's template, at the knob values its trace decided
     (the root block's ``tvmrnn.knob.*`` annotations, removed first). A candidate without them
-    (another space's) passes unchanged; one whose values the template refuses is rejected."""
+    (another space's) passes unchanged; one whose values the template refuses, or whose kernel
+    ``build`` could not use (:func:`tvmrnn.tune.records.embeddable`), is rejected."""
 
     def __init__(self, kernel: Kernel, target):
         super().__init__()
         self.kernel, self.target = kernel, target
+        self.workload = workload(kernel)
 
     def _initialize_with_tune_context(self, context) -> None:
         pass
@@ -162,7 +164,19 @@ class ApplyTemplate(ms.postproc.PyPostproc):
             apply_template(sch, self.kernel, self.target, **tiles_of(self.kernel, self.target, values))
         except Exception:  # noqa: BLE001 - a setting the template cannot make on this kernel
             return False
-        return True
+        # one whose launch would fail for its shared memory, or that the driver cannot embed, is
+        # no candidate (build would skip its record)
+        if not embeddable(sch.mod["main"], self.target):
+            return False
+        # nor one whose trace does not replay to the same kernel on a fresh workload (build replays
+        # it so): on the H100 a few searched traces did not (a loop more at replay), and their
+        # records failed to load
+        fresh = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(self.workload["main"])}))
+        try:
+            sch.trace.apply_to_schedule(fresh, remove_postproc=False)
+        except Exception:  # noqa: BLE001
+            return False
+        return tvm_ffi.structural_equal(fresh.mod["main"], sch.mod["main"])
 
     def clone(self):
         return ApplyTemplate(self.kernel, self.target)
