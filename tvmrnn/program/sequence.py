@@ -9,6 +9,7 @@ embedded kernel becomes one launch per step.
 """
 from __future__ import annotations
 
+import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -413,13 +414,13 @@ def shared_memory_bytes(func: tirx.PrimFunc) -> tuple[int, int]:
     return sizes["shared"], sizes["shared.dyn"]
 
 
-def shared_memory_problem(func: tirx.PrimFunc, target) -> str | None:
+def shared_memory_problem(func: tirx.PrimFunc, target, sizes: tuple[int, int] | None = None) -> str | None:
     """Why a CUDA kernel's shared memory would fail its launch on ``target``'s GPU, or None: static
     and dynamic together past :data:`SHARED_WITHOUT_OPT_IN` while the dynamic part alone is not
     (TVM's runtime opts a kernel in only when its dynamic part passes it), or more than the device
     gives a block (:func:`tvmrnn.device.device_model`). Takes a device function or a scheduled
-    kernel (its blocks' buffers)."""
-    static, dynamic = shared_memory_bytes(func)
+    kernel (its blocks' buffers); ``sizes``: its ``(static, dynamic)`` bytes where known better."""
+    static, dynamic = sizes or shared_memory_bytes(func)
     if static + dynamic > SHARED_WITHOUT_OPT_IN >= dynamic:
         return (f"{static} bytes of static and {dynamic} bytes of dynamic shared memory "
                 f"({static + dynamic} in all) pass the {SHARED_WITHOUT_OPT_IN} a kernel gets without opting in, "

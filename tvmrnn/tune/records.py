@@ -30,6 +30,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.schedule import Trace
 
 from ..kernels import Kernel, tf32
 from ..schedules import apply, default_schedule, fast_math
@@ -37,7 +38,7 @@ from ..schedules.variants import variants
 from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
-from ..program.sequence import shared_memory_problem
+from ..program.sequence import SHARED_WITHOUT_OPT_IN, shared_memory_bytes, shared_memory_problem
 
 # the shipped records: package data (pyproject.toml's package-data), one file per target
 RECORDS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "records")
@@ -163,7 +164,7 @@ def load_records(folder: str) -> ms.database.MemoryDatabase:
         for number, obj in _read_lines(record_path):
             try:
                 index, record = obj
-                db.commit_tuning_record(ms.database.TuningRecord.from_json(record, workloads[index]))
+                db.commit_tuning_record(record_from_json(record, workloads[index]))
             except Exception as err:
                 raise TuningLogError(f"{record_path}:{number}: not a MetaSchedule tuning record "
                                      f"for a workload of {os.path.basename(workload_path)}: {err}") from None
@@ -375,9 +376,22 @@ class RecordDatabase:
 
 
 
+def record_from_json(record_json, logged: ms.database.Workload) -> ms.database.TuningRecord:
+    """A tuning record from its JSON (``[trace, run_secs, target, args_info]``), its trace replayed
+    on a fresh copy of the workload. MetaSchedule's ``TuningRecord.from_json`` replays it on the
+    workload's own module, which TVM's schedule edits in place where nothing else refers to its
+    statements: a template-space trace (its decisions annotated on the root block) left the loops
+    it made there, and every later record of that workload failed to replay."""
+    trace_json, run_secs, target, args = record_json
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(logged.mod["main"])}))
+    Trace.apply_json_to_schedule(trace_json, sch)
+    return ms.database.TuningRecord(sch.trace, logged, [float(x) for x in run_secs] if run_secs is not None else None,
+                                    tvm.target.Target(target), [ms.arg_info.ArgInfo.from_json(a) for a in args])
+
+
 def _parse(record_json, logged: ms.database.Workload, where: str):
     try:
-        return ms.database.TuningRecord.from_json(record_json, logged)
+        return record_from_json(record_json, logged)
     except Exception as err:
         raise TuningLogError(f"{where}: not a MetaSchedule tuning record: {err}") from None
 
@@ -541,17 +555,29 @@ def embeddable(func, target) -> bool:
     tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)])
     # and whose launch would not fail for its shared memory (a searched persistent step with 50 KB
     # of static shared memory ran in its step loop, and failed the build's check)
-    return all(scope != "global" for scope in scopes) and shared_memory_problem(_compacted(func), target) is None
+    return all(scope != "global" for scope in scopes) and shared_memory_problem(
+        func, target, _shared_bytes_when_lowered(func, target)) is None
 
 
-def _compacted(func):
-    """A scheduled kernel with its buffers cut to the regions used (as lowering does): a shared
-    tile is declared over the whole operand until then."""
+def _shared_bytes_when_lowered(func, target) -> tuple[int, int]:
+    """``(static, dynamic)`` shared memory bytes a scheduled kernel will have once lowered: its
+    buffers cut to the regions used (a shared tile is declared over the whole operand until
+    then), and where that comes near the limits, counted after TVM's TIR pipeline (padded rows,
+    double buffers of a software pipeline: a searched tiled GEMM came to 51,200 bytes of static
+    shared memory so, against 49,152 before them)."""
     from tvm.s_tir import transform as st
     mod = tvm.transform.Sequential([st.LowerCrossThreadReduction(), st.LowerInitBlock(),
                                     st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
-                                    st.CompactBufferAllocation()])(tvm.IRModule({"main": func}))
-    return mod["main"]
+                                    st.CompactBufferAllocation()])(tvm.IRModule({"main": s_tir.renew_defs(func)}))
+    static, dynamic = shared_memory_bytes(mod["main"])  # (passes edit a function nothing else holds in place: copies)
+    if static + dynamic < SHARED_WITHOUT_OPT_IN // 2:
+        return static, dynamic
+    base, _, _ = tvm.tirx.get_tir_pipeline("s_tir")
+    with tvm.target.Target(target):
+        lowered = base(tvm.IRModule({"main": s_tir.renew_defs(func).with_attr("target", target)}))
+    # (a target with a host splits the kernel out of "main": the largest of the module's functions)
+    return max((shared_memory_bytes(f) for f in lowered.functions.values() if isinstance(f, tvm.tirx.PrimFunc)),
+               key=sum)
 
 
 def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False):
