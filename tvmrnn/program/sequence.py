@@ -9,7 +9,6 @@ embedded kernel becomes one launch per step.
 """
 from __future__ import annotations
 
-import os
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass
