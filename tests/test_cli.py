@@ -30,3 +30,18 @@ def test_bad_arguments_are_refused_with_a_message():
     assert run.returncode == 2 and "unknown cell 'nosuchcell'" in run.stderr
     run = subprocess.run([*cli("tvmrnn-tune"), "--rpc-tracker", "h:1"], capture_output=True, text=True)
     assert run.returncode == 2 and "--rpc-tracker and --rpc-key go together" in run.stderr
+
+
+def test_bench_sweeps_shapes_into_one_table(tmp_path):
+    """--sweep measures each shape of a config in a process of its own and prints one table of
+    ratios with their geometric means; a shape that fails is a row with its error, not a crash."""
+    config = tmp_path / "sweep.json"
+    config.write_text('[{"cell": "gru", "T": 4, "batch_size": 2, "input_size": 3, "hidden_size": 5},'
+                      ' {"cell": "nosuchcell", "T": 4, "batch_size": 2, "input_size": 3, "hidden_size": 5}]')
+    out = subprocess.run([*cli("tvmrnn-bench"), "--sweep", str(config), "--reps", "2", "--max-seconds", "1",
+                          "--threads", "1", "--json", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, check=True).stdout
+    table = out[out.index("shape"):]
+    assert "gru T=4 N=2 I=3 H=5 L=1" in table and "nosuchcell" in table
+    assert "inference: geometric mean" in table and "(1 of 2 shapes)" in table
+    assert (tmp_path / "r.json").exists()

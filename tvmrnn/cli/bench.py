@@ -3,6 +3,7 @@
     tvmrnn-bench --device cuda --preset ds2 --json bench_h100.json
     tvmrnn-bench --device cpu --threads 16 lstm --num-layers 1 --json bench_spr.json
     tvmrnn-bench --plot bench_h100.json bench_spr.json   # PNG charts from saved results
+    tvmrnn-bench --device cuda --sweep scripts/configs/sweep.json   # a table of ratios over many shapes
     tvmrnn-bench --custom peephole_lstm -T 50 -N 20 --input-size 256 --hidden-size 256 --threads 2
 
 For each configuration: builds tvmrnn (with the tuning records it finds for the target), loads the
@@ -76,6 +77,11 @@ def parse(argv=None):
                    help="CPU: PyTorch's allocator on 2 MB pages too (THP_MEM_ALLOC_ENABLE=1, PyTorch's own switch, "
                         "off by default), as tvmrnn's kept arrays are (TVMRNN_HUGE_PAGES)")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--sweep", metavar="FILE", help="a JSON list of shapes ({cell (name or list), T (default -T), "
+                                                   "batch_size, input_size, hidden_size, num_layers, bidirectional}: "
+                                                   "tvmrnn-tune --config reads the same file), e.g. "
+                                                   "scripts/configs/sweep.json: each measured in a process of its own, "
+                                                   "then one table of ratios with their geometric means")
     p.add_argument("--plot", nargs="*", help="draw PNG charts from result files and exit")
     return p.parse_args(argv)
 
@@ -422,10 +428,64 @@ def plot(paths):
         print("wrote", out)
 
 
+def sweep(a) -> list[dict]:
+    """Every shape of ``a.sweep`` measured by this command in a process of its own (with this
+    call's device, target, threads, reps and logs), then a table of the ratios, their geometric
+    means and minimums. Returns the results."""
+    import subprocess
+    import sys
+    import tempfile
+    shapes = json.load(open(a.sweep))
+    passthrough = ["--device", a.device, "--threads", str(a.threads), "--reps", str(a.reps),
+                   "--max-seconds", str(a.max_seconds), "--lead-in", str(a.lead_in)]
+    passthrough += ["--target", a.target] if a.target else []
+    passthrough += ["--tuning-logs", a.tuning_logs] if a.tuning_logs else []
+    passthrough += ["--no-train"] if a.no_train else []
+    results, rows = [], []
+    for shape in shapes:
+        for cell in [shape["cell"]] if isinstance(shape["cell"], str) else shape["cell"]:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "r.json")
+                T = shape.get("T", a.seq_len)
+                cmd = [sys.executable, "-m", "tvmrnn.cli.bench", cell, "-T", str(T),
+                       "-N", str(shape["batch_size"]), "--input-size", str(shape["input_size"]),
+                       "--hidden-size", str(shape["hidden_size"]), "--num-layers", str(shape.get("num_layers", 1)),
+                       *(["--bidirectional"] if shape.get("bidirectional") else []), *passthrough, "--json", out]
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                found = json.load(open(out))["results"] if os.path.exists(out) else []
+            ratios = {r["pass_"]: r["ratio"] for r in found}
+            name = (f"{cell} T={T} N={shape['batch_size']} I={shape['input_size']} H={shape['hidden_size']} "
+                    f"L={shape.get('num_layers', 1)}{' bi' if shape.get('bidirectional') else ''}")
+            error = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
+            rows.append((name, ratios.get("inference"), ratios.get("training"), error))
+            print(f"{name:44s} inference {_x(ratios.get('inference'))}  training {_x(ratios.get('training'))}  {error}",
+                  flush=True)
+            results += found
+    print(f"\n{'shape':44s} {'inference':>9s} {'training':>9s}")
+    for name, inf, train, error in rows:
+        print(f"{name:44s} {_x(inf):>9s} {_x(train):>9s}  {error}")
+    for i, label in ((1, "inference"), (2, "training")):
+        values = [r[i] for r in rows if r[i]]
+        if values:
+            print(f"{label}: geometric mean {statistics.geometric_mean(values):.2f}x, lowest {min(values):.2f}x "
+                  f"({len(values)} of {len(rows)} shapes)")
+    return results
+
+
+def _x(ratio) -> str:
+    return f"{ratio:.2f}x" if ratio else "-"
+
+
 def main(argv=None):
     a = parse(argv)
     if a.plot:
         return plot(a.plot)
+    if a.sweep:
+        results = sweep(a)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(dict(results=results), f, indent=1)
+        return
     os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))  # before TVM starts its thread pool
     if a.torch_huge_pages:
         os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # read by PyTorch's CPU allocator at its first use
