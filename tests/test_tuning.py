@@ -477,14 +477,17 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     is a point of the space, and a mutation changes one decision."""
     from tvmrnn.tune import spaces, tasks
     from tvmrnn.schedules import apply, knobs
-    config = Config(CELLS["gru"], 5, 24, 1, True, 3, False)
+    config = Config(CELLS["gru"], 5, 24, 1, False, 3, False)
     families = set()
     for target in (tvmrnn.device.host_target(), tvm.target.Target("nvidia/nvidia-h100")):
         for task in tasks.extract_tasks([config], target=target):
             kernel = task.kernel
+            family = (knobs.family(kernel, target), "_t" in kernel.name and kernel.name.split("_t")[0])
+            if family in families:  # one kernel of each template and kind (the test's time)
+                continue
+            families.add(family)
             mod = records.workload(kernel)
             settings = knobs.seeded_settings(kernel, target)
-            families.add(knobs.family(kernel, target))
             found = spaces.knob_schedule(mod, kernel, target, settings[0])
             direct = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
             apply(direct, kernel, target)
@@ -497,4 +500,5 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
                 mutated.apply_to_schedule(replayed, remove_postproc=True)
                 after = spaces.knob_values(replayed.trace)
                 assert sum(after[k] != settings[0][k] for k in after) == 1, kernel.name
-    assert families >= {"cpu_gemm", "cpu_pointwise", "split_k", "matmul", "column_sum", "gpu_pointwise", "persistent"}
+    assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "split_k", "matmul", "column_sum", "gpu_pointwise",
+                                        "persistent"}
