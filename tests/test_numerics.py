@@ -14,13 +14,19 @@ def _numpy(a):
     return np.asarray(a.detach().cpu() if hasattr(a, "detach") else a)
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
-def test_nan_and_inf_inputs_reach_the_outputs_torch_gives(cell, target=None, as_array=lambda a: a, hidden=H):
+def _built_beside_torch(cell, target, as_array, hidden):
+    """A 1-layer bidirectional build, the torch.nn module whose weights it packs (seeded), and a
+    random input of 6 steps."""
     rnn = built(cell, 1, True, target=target, hidden_size=hidden)
     torch.manual_seed(0)
     ref = torch_module(cell, I, hidden, 1, True, False)
     w = rnn.pack_weights({k: as_array(v) for k, v in tvmrnn.params_from_torch(ref).items()})
-    x = np.random.default_rng(0).standard_normal((6, N, I)).astype(np.float32)
+    return rnn, ref, w, np.random.default_rng(0).standard_normal((6, N, I)).astype(np.float32)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+def test_nan_and_inf_inputs_reach_the_outputs_torch_gives(cell, target=None, as_array=lambda a: a, hidden=H):
+    rnn, ref, w, x = _built_beside_torch(cell, target, as_array, hidden)
     x[2, 1, 0] = np.nan
     for batch in (x, np.full_like(x, np.inf)):
         with torch.no_grad():
@@ -33,11 +39,7 @@ def test_nan_and_inf_inputs_reach_the_outputs_torch_gives(cell, target=None, as_
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
 def test_a_nan_in_dy_reaches_the_gradients_torch_gives(cell, target=None, as_array=lambda a: a, hidden=H):
     """The backward: one NaN in dy reaches exactly the gradient entries it reaches in torch.nn."""
-    rnn = built(cell, 1, True, target=target, hidden_size=hidden)
-    torch.manual_seed(0)
-    ref = torch_module(cell, I, hidden, 1, True, False)
-    w = rnn.pack_weights({k: as_array(v) for k, v in tvmrnn.params_from_torch(ref).items()})
-    x = np.random.default_rng(0).standard_normal((6, N, I)).astype(np.float32)
+    rnn, ref, w, x = _built_beside_torch(cell, target, as_array, hidden)
     y, _, _, ws = rnn.forward_train(w, as_array(x))
     dy = np.random.default_rng(1).standard_normal(tuple(y.shape)).astype(np.float32)
     dy[3, 1, 5] = np.nan

@@ -137,19 +137,22 @@ class _Mixin:
             raise TypeError(f"input: expected a torch.Tensor, got {type(input).__name__}")
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected a 2-d (unbatched) or 3-d tensor, got shape {tuple(input.shape)}")
-        # tvmrnn's kernels are fp32: under torch.autocast they run in fp32 and return fp32 (a half
-        # input is widened), where torch.nn's cuDNN path would run in half precision
+        return self._forward_fp32(input, hx)
+
+    def _forward_fp32(self, input, hx, lengths=None):
+        """:meth:`_forward` in fp32: tvmrnn's kernels are fp32, so under torch.autocast they run in
+        fp32 and return fp32 (a half input is widened), where torch.nn's cuDNN path would run in
+        half precision."""
         with torch.autocast(input.device.type, enabled=False):
-            return self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input, hx)
+            return self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input, hx,
+                                 lengths=lengths)
 
     def _forward_packed(self, packed, hx):
         """A ``PackedSequence`` in, one out (with the input's batch order), as torch.nn: the rows run
         padded to the longest with their lengths (a variable-lengths build), states in the
         caller's row order."""
         padded, lengths = pad_packed_sequence(packed, batch_first=self.batch_first)  # rows in the caller's order
-        with torch.autocast(padded.device.type, enabled=False):
-            y, states = self._forward(padded.float() if padded.dtype in (torch.float16, torch.bfloat16) else padded,
-                                      hx, lengths=lengths)
+        y, states = self._forward_fp32(padded, hx, lengths=lengths)
         axis = 0 if self.batch_first else 1
         if packed.sorted_indices is not None:  # pack in the input's (sorted) order, as it was
             y = y.index_select(axis, packed.sorted_indices)

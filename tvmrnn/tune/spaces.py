@@ -38,8 +38,8 @@ from tvm.s_tir import meta_schedule as ms
 from ..kernels import Kernel
 from ..schedules import apply as apply_template
 from ..schedules.common import is_gpu
-from ..schedules.knobs import KNOB, Knob, knobs, tiles_of
-from .records import embeddable, is_fused_step, workload
+from ..schedules.knobs import KNOB, Knob, knob_values_json, knobs, tiles_of
+from .records import _plain, embeddable, is_fused_step, workload
 
 SPACES = ("template", "generic")
 
@@ -229,15 +229,7 @@ def knob_schedule(mod: tvm.IRModule, kernel: Kernel, target, values: dict) -> tv
 
 def knob_values(trace) -> dict[str, int] | None:
     """The knob setting a template-space trace decided, or None for another space's trace."""
-    sampled, values = [], {}
-    for inst in trace.insts:
-        if inst.kind.name == "SampleCategorical":
-            sampled.append((inst.outputs[0], int(inst.attrs[0][int(trace.decisions[inst])])))
-        elif inst.kind.name == "Annotate" and str(inst.attrs[0]).startswith(KNOB):
-            for var, value in sampled:
-                if var.same_as(inst.inputs[1]):
-                    values[str(inst.attrs[0])[len(KNOB):]] = value
-    return values or None
+    return knob_values_json(_plain(trace.as_json()))
 
 
 def space_generator(kernel: Kernel, target: tvm.target.Target, space: str = "template"):
