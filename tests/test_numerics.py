@@ -1,4 +1,6 @@
-"""NaN and Inf behave as in torch.nn: a NaN in the input reaches exactly the outputs it reaches there."""
+"""NaN and Inf behave as in torch.nn: a NaN or Inf in x, h0, the weights or dy reaches exactly the
+outputs, states and gradients it reaches there, and only those (every built-in cell; test_cuda.py
+runs the same checks on the GPU)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,45 +10,92 @@ import torch
 import tvmrnn
 from conftest import H, I, N, built, torch_module
 
+CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
+T = 6
 
-# rnn_relu is left out: its max(v, 0) drops a NaN on x86 (issue 40 has the rest of this work)
+
 def _numpy(a):
     return np.asarray(a.detach().cpu() if hasattr(a, "detach") else a)
 
 
-def _built_beside_torch(cell, target, as_array, hidden):
-    """A 1-layer bidirectional build, the torch.nn module whose weights it packs (seeded), and a
-    random input of 6 steps."""
-    rnn = built(cell, 1, True, target=target, hidden_size=hidden)
+def _case(cell, place, hidden):
+    """(x, h0, c0, params, dy) of a 1-layer bidirectional ``cell`` with one bad value at ``place``:
+    ``x`` (a NaN in one row at step 2), ``inf`` (every x +Inf), ``h0``, ``c0`` (a NaN in one row's
+    state), ``weight`` (a NaN in one recurrent weight of the reverse direction), ``bias`` (an Inf in
+    one input bias: a saturated gate, finite in torch.nn for some cells) or ``dy`` (a NaN in one output gradient); None where nothing is bad."""
+    rng = np.random.default_rng(0)
     torch.manual_seed(0)
     ref = torch_module(cell, I, hidden, 1, True, False)
-    w = rnn.pack_weights({k: as_array(v) for k, v in tvmrnn.params_from_torch(ref).items()})
-    return rnn, ref, w, np.random.default_rng(0).standard_normal((6, N, I)).astype(np.float32)
+    params = tvmrnn.params_from_torch(ref)
+    x = rng.standard_normal((T, N, I)).astype(np.float32)
+    h0 = 0.5 * rng.standard_normal((2, N, hidden)).astype(np.float32)
+    c0 = 0.5 * rng.standard_normal((2, N, hidden)).astype(np.float32) if cell == "lstm" else None
+    dy = rng.standard_normal((T, N, 2 * hidden)).astype(np.float32)
+    if place == "x":
+        x[2, 1, 0] = np.nan
+    elif place == "inf":
+        x[:] = np.inf
+    elif place == "h0":
+        h0[0, 2, 3] = np.nan
+    elif place == "c0":
+        c0[1, 0, 4] = np.nan
+    elif place == "weight":
+        params["weight_hh_l0_reverse"][5, 1] = np.nan
+    elif place == "bias":
+        params["bias_ih_l0"][2] = np.inf
+    elif place == "dy":
+        dy[3, 1, 5] = np.nan
+    return ref, params, x, h0, c0, dy
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
-def test_nan_and_inf_inputs_reach_the_outputs_torch_gives(cell, target=None, as_array=lambda a: a, hidden=H):
-    rnn, ref, w, x = _built_beside_torch(cell, target, as_array, hidden)
-    x[2, 1, 0] = np.nan
-    for batch in (x, np.full_like(x, np.inf)):
-        with torch.no_grad():
-            want = np.isnan(ref(torch.from_numpy(batch))[0].numpy())
-        assert want.any() and (batch is not x or not want.all())  # a NaN reaches some outputs, not all
-        for y in (rnn.forward(w, as_array(batch))[0], rnn.forward_train(w, as_array(batch))[0]):
-            assert np.array_equal(np.isnan(_numpy(y)), want)
+def _torch_side(cell, ref, params, x, h0, c0, dy):
+    """torch.nn's outputs and gradients (float32, as tvmrnn computes) for the case."""
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            p.copy_(torch.from_numpy(params[name]))
+    xt, h0t = torch.tensor(x, requires_grad=True), torch.tensor(h0, requires_grad=True)
+    c0t = torch.tensor(c0, requires_grad=True) if c0 is not None else None
+    y, state = ref(xt, (h0t, c0t) if cell == "lstm" else h0t)
+    y.backward(torch.from_numpy(dy))
+    hy, cy = state if cell == "lstm" else (state, None)
+    outs = {"y": y, "hy": hy, "cy": cy}
+    grads = {"x": xt.grad, "h0": h0t.grad, "c0": c0t.grad if c0t is not None else None,
+             **{name: p.grad for name, p in ref.named_parameters()}}
+    return {k: v.detach().numpy() for k, v in outs.items() if v is not None}, \
+        {k: v.numpy() for k, v in grads.items() if v is not None}
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
-def test_a_nan_in_dy_reaches_the_gradients_torch_gives(cell, target=None, as_array=lambda a: a, hidden=H):
-    """The backward: one NaN in dy reaches exactly the gradient entries it reaches in torch.nn."""
-    rnn, ref, w, x = _built_beside_torch(cell, target, as_array, hidden)
-    y, _, _, ws = rnn.forward_train(w, as_array(x))
-    dy = np.random.default_rng(1).standard_normal(tuple(y.shape)).astype(np.float32)
-    dy[3, 1, 5] = np.nan
+def _nan_pattern_matches(place, ours: dict, theirs: dict, what: str):
+    for name, want in theirs.items():
+        got = _numpy(ours[name])
+        assert np.array_equal(np.isnan(got), np.isnan(want)), \
+            f"{what}[{name}]: NaN at {np.isnan(got).sum()} entries, torch.nn at {np.isnan(want).sum()} ({place})"
+        assert np.array_equal(np.isinf(got), np.isinf(want)), f"{what}[{name}]: Inf differs ({place})"
+
+
+def check(cell, place, target=None, as_array=lambda a: a, hidden=H):
+    """One bad value at ``place``: tvmrnn's forward, training forward and backward put NaN and Inf
+    where torch.nn does."""
+    rnn = built(cell, 1, True, target=target, hidden_size=hidden)
+    ref, params, x, h0, c0, dy = _case(cell, place, hidden)
+    want, want_grads = _torch_side(cell, ref, params, x, h0, c0, dy)
+    bad = [k for k, v in {**want, **want_grads}.items() if not np.isfinite(v).all()]
+    assert bad or place == "bias", "the case reaches nothing: it tests nothing"  # an Inf bias may saturate
+    if place not in ("weight", "inf"):  # those reach everything; the others must not
+        assert not all(np.isnan(v).all() for v in want.values())
+    w = rnn.pack_weights({k: as_array(v) for k, v in params.items()})
+    states = dict(h0=as_array(h0), c0=as_array(c0) if c0 is not None else None)
+    y, hy, cy = rnn.forward(w, as_array(x), **states)
+    _nan_pattern_matches(place, {"y": y, "hy": hy, "cy": cy}, want, "forward")
+    y, hy, cy, ws = rnn.forward_train(w, as_array(x), **states)
+    _nan_pattern_matches(place, {"y": y, "hy": hy, "cy": cy}, want, "forward_train")
     grads = rnn.backward(w, ws, as_array(dy))
-    xt = torch.tensor(x, requires_grad=True)
-    ref(xt)[0].backward(torch.from_numpy(dy))
-    want = {"x": xt.grad, **{name: p.grad for name, p in ref.named_parameters()}}
-    assert np.isnan(want["x"].numpy()).any() and not np.isnan(want["x"].numpy()).all()
-    for name, g in want.items():
-        assert np.array_equal(np.isnan(_numpy(grads[name])), np.isnan(g.numpy())), name
+    _nan_pattern_matches(place, grads, want_grads, "backward")
+
+
+@pytest.mark.parametrize("place", ["x", "inf", "h0", "c0", "weight", "bias", "dy"])
+@pytest.mark.parametrize("cell", CELLS)
+def test_nan_and_inf_reach_what_they_reach_in_torch(cell, place):
+    if place == "c0" and cell != "lstm":
+        pytest.skip("only the LSTM has a cell state")
+    check(cell, place)

@@ -114,6 +114,37 @@ def test_not_a_package(tmp_path):
             tvmrnn.load(cut)
 
 
+def test_a_tampered_package_is_refused(exported, tmp_path):
+    """A package whose metadata does not match its library raises PackageError before any kernel
+    runs: an edited size (the checksum catches it), and the same edit with the checksum made to
+    match (the layout check catches it), and a library without a pass its metadata names."""
+    import hashlib
+    data = open(exported, "rb").read()
+    text = json.dumps(package.read_metadata(exported), sort_keys=True).encode()  # as export wrote it
+    assert data.count(text) == 1
+    digest = hashlib.sha256(text).hexdigest().encode()
+    assert data.count(digest) == 1 and b'"hidden_size": 37' in text
+
+    def tampered(name, edits):
+        out = data
+        for old, new in edits:
+            assert len(old) == len(new) and out.count(old) >= 1
+            out = out.replace(old, new)
+        (tmp_path / name).write_bytes(out)
+        return tmp_path / name
+
+    edited = text.replace(b'"hidden_size": 37', b'"hidden_size": 36')
+    with pytest.raises(tvmrnn.PackageError, match="metadata does not match the checksum"):
+        tvmrnn.load(tampered("size.so", [(text, edited)]))
+    rehashed = hashlib.sha256(edited).hexdigest().encode()
+    with pytest.raises(tvmrnn.PackageError, match="does not describe a configuration.*packed_weights_size"):
+        tvmrnn.load(tampered("size_and_hash.so", [(text, edited), (digest, rehashed)]))
+    renamed = text.replace(b'"forward_train"', b'"forward_tra1n"')
+    with pytest.raises(tvmrnn.PackageError, match=r"lacks the passes its metadata names: \['forward_tra1n'\]"):
+        tvmrnn.load(tampered("pass.so", [(text, renamed), (digest, hashlib.sha256(renamed).hexdigest().encode())]))
+    assert tvmrnn.load(exported).config.hidden_size == 37  # the original still loads
+
+
 def test_avx512_package_refused_on_a_cpu_without_it(tmp_path, monkeypatch):
     path = tmp_path / "spr.so"
     tvmrnn.build("gru", input_size=8, hidden_size=8, batch_size=2,

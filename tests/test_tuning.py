@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -502,3 +503,49 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
                 assert sum(after[k] != settings[0][k] for k in after) == 1, kernel.name
     assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "split_k", "matmul", "column_sum", "gpu_pointwise",
                                         "persistent"}
+
+
+def test_a_killed_tuning_run_loses_no_record_and_resumes(tmp_path):
+    """Faults: a real ``tvmrnn-tune`` process, killed (SIGKILL) at a seeded random moment after it
+    has written records, loses none that it finished; its logs still load, and a rerun resumes:
+    it finishes the budget, counting the records already there, and rewrites no old file."""
+    import random
+    import signal
+
+    from conftest import cli
+    cmd = [*cli("tvmrnn-tune"), "rnn_tanh", "--input-size", "4", "--hidden-size", "8", "--batch-size", "2",
+           "--target", "cpu", "--log-dir", str(tmp_path), "--kernels", STEP, "--trials", "12",
+           "--trials-per-iter", "4", "--space", "generic"]
+    folder = tmp_path / records.target_key(tvmrnn.device.host_target())
+
+    def record_lines() -> list[bytes]:  # the complete lines of every record file
+        return [line for path in sorted(folder.glob("*_tuning_record.json"))
+                for line in path.read_bytes().split(b"\n")[:-1] if line.strip()]
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while len(record_lines()) < 2 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        delay = random.Random(40).uniform(0.0, 2.0)
+        time.sleep(delay)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = {path: path.read_bytes() for path in folder.iterdir()}
+    finished = record_lines()
+    assert len(finished) >= 2
+    with warnings.catch_warnings():  # a line cut by the kill is skipped with a warning
+        warnings.simplefilter("ignore")
+        loaded = records.load_records(str(folder))
+    assert len(loaded.get_all_tuning_records()) == len(finished), f"killed after {delay:.2f} s"
+
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    for path, data in before.items():
+        assert path.read_bytes() == data, f"{path.name} was rewritten"
+    kernel = next(t.kernel for t in tasks.select_tasks([CONFIG], tvmrnn.device.host_target()) if t.kernel.name == STEP)
+    logged = records.LogIndex(str(folder)).trials(kernel)
+    assert 12 <= logged < 12 + len(finished), (logged, len(finished))  # the old records counted, none repeated
+    assert set(finished) <= set(record_lines())

@@ -106,6 +106,9 @@ class Layout:
                              f"expected {self.names}")
         for s in self.slots:
             a = params[s.name]
+            if not (hasattr(a, "shape") and hasattr(a, "dtype")):
+                raise TypeError(f"params[{s.name!r}]: expected a numpy.ndarray or a torch.Tensor, "
+                                f"got {type(a).__name__}")
             if tuple(a.shape) != s.torch_shape:
                 raise ValueError(f"params[{s.name!r}]: expected shape {s.torch_shape}, got {tuple(a.shape)}")
             if "float" not in str(a.dtype):

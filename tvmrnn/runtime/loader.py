@@ -14,6 +14,18 @@ from .package import PackageError, check_machine, read_metadata
 from .rnn import RNN
 
 
+def _check_layout(meta: dict, config: Config) -> None:
+    """Raise ValueError unless the metadata's weight layout is the one its sizes make."""
+    layout = config.layout
+    if meta.get("packed_weights_size", layout.packed_total) != layout.packed_total or meta.get(
+            "weights_size", layout.total) != layout.total:
+        raise ValueError(f"packed_weights_size {meta.get('packed_weights_size')} and weights_size "
+                         f"{meta.get('weights_size')}, where the sizes make {layout.packed_total} and {layout.total}")
+    params = [[s.name, list(s.torch_shape), s.offset] for s in layout.slots]
+    if "parameters" in meta and meta["parameters"] != params:
+        raise ValueError("the parameter list is not the one the sizes make")
+
+
 def _cell_of(meta: dict) -> Cell:
     """The package's cell: the built-in one of that name, else one that carries no math."""
     name = meta["cell"]
@@ -47,9 +59,17 @@ def load(path, device=None) -> RNN:
         raise PackageError(f"load: the package's build options do not read ({err}); rebuild it") from None
     if meta["target_kind"] != "cuda":
         use_cpu_threads(dataclasses.replace(options, threads=None))  # this machine's cores, not the builder's
+    try:
+        config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
+                        meta["bidirectional"], meta["batch_size"], meta["batch_first"], options)
+        _check_layout(meta, config)
+    except (KeyError, TypeError, ValueError) as err:
+        raise PackageError(f"load: {path!r}: its metadata does not describe a configuration ({err!s}); "
+                           "export it again") from None
     module = tvm.runtime.load_module(path)
-    config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
-                    meta["bidirectional"], meta["batch_size"], meta["batch_first"], options)
+    missing = [name for name in meta["signatures"] if not module.implements_function(name, True)]
+    if missing:
+        raise PackageError(f"load: {path!r}: the library lacks the passes its metadata names: {missing}")
     target = tvm.target.Target(json.loads(meta["target"]) if meta["target"].startswith("{") else meta["target"])
     rnn = RNN(config, target, module, meta["signatures"], device_index=device_index)
     rnn.persistent_blocks = meta.get("persistent_blocks")

@@ -16,6 +16,7 @@ C++ programs use the same two facts (see ``examples/cpp``).
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import os
 import shutil
@@ -35,9 +36,10 @@ if TYPE_CHECKING:
 
 FORMAT = "tvmrnn-package"
 # 2: the cell's per-unit parameters and kept values (custom cells); 3: the backward pass zeroes its
-# weight gradients itself (before, the caller did: a loaded format 1 or 2 package still gets that)
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)  # 1: built-in cells only; they read as before
+# weight gradients itself (before, the caller did: a loaded format 1 or 2 package still gets that);
+# 4: the library holds the SHA-256 of its metadata too (a tampered or damaged package is refused)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)  # 1: built-in cells only; they read as before
 METADATA_FUNCTION = "tvmrnn_metadata"
 _CPU_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "avx")
 
@@ -93,6 +95,8 @@ def _metadata_object(meta: dict, workdir: str) -> str:
                 f'static const char* kMetadata = R"TVMRNN({text})TVMRNN";\n'
                 f'extern "C" __attribute__((visibility("default"))) const char* {METADATA_FUNCTION}_json() '
                 '{ return kMetadata; }\n'
+                f'extern "C" __attribute__((visibility("default"))) const char* {METADATA_FUNCTION}_sha256() '
+                f'{{ return "{_digest(text)}"; }}\n'
                 'static tvm::ffi::String Metadata() { return kMetadata; }\n'
                 f"TVM_FFI_DLL_EXPORT_TYPED_FUNC({METADATA_FUNCTION}, Metadata);\n")
     obj = source[:-3] + ".o"
@@ -102,6 +106,10 @@ def _metadata_object(meta: dict, workdir: str) -> str:
     if done.returncode:
         raise RuntimeError(f"export: compiling the metadata function failed:\n{' '.join(cmd)}\n{done.stderr}")
     return obj
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def cxx_flags() -> list[str]:
@@ -162,11 +170,22 @@ def read_metadata(path) -> dict:
     try:
         function = getattr(library, f"{METADATA_FUNCTION}_json")
         function.restype = ctypes.c_char_p
-        meta = json.loads(function().decode())
+        text = function().decode()
+        meta = json.loads(text)
     except (AttributeError, ValueError):
         meta = None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise PackageError("load: not a tvmrnn package (no tvmrnn metadata in the library)")
+    if isinstance(meta.get("format_version"), int) and meta["format_version"] >= 4:
+        try:
+            function = getattr(library, f"{METADATA_FUNCTION}_sha256")
+            function.restype = ctypes.c_char_p
+            digest = function().decode()
+        except (AttributeError, ValueError):
+            digest = None
+        if digest != _digest(text):
+            raise PackageError(f"load: {path!r}: its metadata does not match the checksum the library was "
+                               "written with (a damaged or edited package); export it again")
     return meta
 
 

@@ -32,7 +32,7 @@ def _c(v):
 
 def _let(value, body):
     """``body(v)`` with ``v`` bound to ``value`` once (the argument may be a large expression)."""
-    var = tirx.Var("v", F32)
+    var = tirx.Var("v", str(value.ty))
     return tirx.Let(var, value, body(var))
 
 
@@ -76,6 +76,70 @@ def fast_tanh(x):
 
 
 _REWRITES = {"tirx.exp": fast_exp, "tirx.sigmoid": fast_sigmoid, "tirx.tanh": fast_tanh}
+
+
+def _indicator(e):
+    """``(condition, value where it holds)`` if ``e`` is ``Select(c, 1, 0)`` or ``1 - Select(c, 1, 0)``
+    (autodiff's derivative of ``max`` against a constant and of a ``Select``), else None."""
+    def ones_if(s):
+        return isinstance(s, tirx.Select) and _is(s.true_value, 1.0) and _is(s.false_value, 0.0)
+    if ones_if(e):
+        return e.condition, True
+    if isinstance(e, tirx.Sub) and _is(e.a, 1.0) and ones_if(e.b):
+        return e.b.condition, False
+    return None
+
+
+_COMPLEMENT = {tirx.GT: tirx.LE, tirx.LT: tirx.GE, tirx.GE: tirx.LT, tirx.LE: tirx.GT}
+
+
+def _is(e, value) -> bool:
+    return isinstance(e, tirx.FloatImm) and e.value == value
+
+
+def nan_propagating(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
+    """``func`` with NaN and Inf going where they go in ``torch.nn`` (issue 40):
+
+    - every floating ``max(v, c)`` and ``min(v, c)`` against a constant (ReLU, a clamp in a user's
+      cell) returns a NaN ``v`` as NaN, as ``torch.relu`` and ``torch.clamp`` do. LLVM's
+      ``maxnum``/``minnum`` (x86 ``maxps`` after it) and CUDA's ``fmaxf``/``fminf`` return the other
+      operand when one is NaN, so ``max(NaN, 0)`` was 0;
+    - a gradient times a 0/1 indicator (``g * [y > 0]``, ReLU's derivative) selects instead
+      (``y <= 0 ? 0 : g``), as PyTorch's ``threshold_backward`` and ``where``'s backward do, so
+      a NaN or Inf gradient does not pass through the branch that was not taken (NaN * 0 is NaN).
+      An indicator ``[y > c]`` against a constant passes ``g`` where ``y`` is NaN, as ReLU's
+      backward does in PyTorch (so a user's ``Select(v > c, ...)`` on a NaN ``v`` passes it too,
+      where ``torch.where``'s backward would not).
+
+    The workloads (and so the tuning records) keep the cell's plain math: this runs on scheduled
+    kernels, for every target.
+    """
+    def minmax(e, mutator):
+        e = mutator.default_mutate(e)
+        if str(e.ty).startswith(("float", "bfloat")):
+            for v, c in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(c, (tirx.FloatImm, tirx.IntImm)) and not isinstance(v, (tirx.FloatImm, tirx.IntImm)):
+                    return _let(v, lambda u: tirx.Select(tirx.isnan(u), u, type(e)(u, c)))
+        return e
+
+    def product(e, mutator):
+        e = mutator.default_mutate(e)
+        if str(e.ty).startswith(("float", "bfloat")):
+            for g, i in ((e.a, e.b), (e.b, e.a)):
+                found = _indicator(i)
+                if found is not None:
+                    cond, taken = found
+                    zero = tirx.const(0.0, str(e.ty))
+                    flip = _COMPLEMENT.get(type(cond))
+                    if taken and flip and (isinstance(cond.a, tirx.FloatImm) or isinstance(cond.b, tirx.FloatImm)):
+                        # [y > c] (ReLU's derivative; the simplifier may have written c < y) as
+                        # torch's threshold_backward: y <= c ? 0 : g, which passes g where y is NaN
+                        return tirx.Select(flip(cond.a, cond.b), zero, g)
+                    return tirx.Select(cond, g, zero) if taken else tirx.Select(cond, zero, g)
+        return e
+
+    body = tvm_ffi.structural_mutate(func.body, [(tirx.Max, minmax), (tirx.Min, minmax), (tirx.Mul, product)])
+    return func.with_body(body)
 
 
 def vectorisable(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:

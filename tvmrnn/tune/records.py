@@ -602,6 +602,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
         func = pick(kernel)
         if on_tensor_cores and used[kernel.name] == "default":
             used[kernel.name] = "tf32"
+        func = fast_math.nan_propagating(func)
         return func if is_gpu(target) else fast_math.vectorisable(func)
 
     def pick(kernel: Kernel):

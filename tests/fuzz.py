@@ -1,0 +1,348 @@
+"""The fuzzed contract (issue 40): random calls of build / pack_weights / forward / forward_train /
+backward / export + load, drawn by Hypothesis from a fixed seed, each ending in one of two ways:
+
+- a result that matches torch.nn in float64 within the documented tolerance (:data:`TOLERANCE`), or
+- a ``ValueError`` / ``TypeError`` whose message starts with the name of the argument that was
+  made wrong (the case says which);
+
+never another exception, a crash, a hang (pytest-timeout) or a silently wrong answer. A failing
+case prints as Hypothesis's "Falsifying example" (a :class:`Case`, readable and shrunk).
+
+``tests/test_fuzz.py`` runs it on the CPU (CI), ``tests/test_cuda.py`` on a GPU.
+``TVMRNN_FUZZ_EXAMPLES`` sets the number of cases (default 200).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import tempfile
+
+import numpy as np
+import hypothesis
+import torch
+from hypothesis import HealthCheck, Phase, event, given, settings, strategies as st
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+import tvmrnn
+from conftest import built, torch_module
+
+EXAMPLES = int(os.environ.get("TVMRNN_FUZZ_EXAMPLES", "200"))
+SEEN: collections.Counter = collections.Counter()  # what the cases ran into, for the tests' coverage checks
+
+# The documented tolerance against torch.nn in float64 (README, Reliability): ||a - e|| <= TOLERANCE
+# * ||e|| per output and gradient, with ||e|| taken as at least 1e-3 * sqrt(size) (an all-but-zero
+# gradient, as an input's gradient through many steps of a saturated cell, is compared absolutely).
+TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Build:
+    cell: str
+    input_size: int
+    hidden_size: int
+    batch_size: int
+    num_layers: int = 1
+    bidirectional: bool = False
+    batch_first: bool = False
+    variable_lengths: bool = False
+
+    def rnn(self, target):
+        return built(self.cell, self.num_layers, self.bidirectional, self.batch_first, self.input_size,
+                     self.hidden_size, self.batch_size, target=target,
+                     options=tvmrnn.BuildOptions(variable_lengths=self.variable_lengths))
+
+
+# A fixed pool, so that the builds (about a second each) stay few: every cell, 1 everywhere, odd
+# sizes, stacks, both directions, batch-first, variable lengths.
+BUILDS = (
+    Build("lstm", 1, 1, 1),
+    Build("gru", 1, 1, 1, 1, True),
+    Build("rnn_tanh", 1, 1, 1, 2, True, True),
+    Build("rnn_relu", 2, 3, 2),
+    Build("lstm", 5, 3, 4, 2, True),
+    Build("gru", 3, 7, 2, 2, False, True),
+    Build("lstm", 2, 9, 3, 1, True, True, True),
+    Build("rnn_tanh", 6, 5, 5),
+    Build("rnn_relu", 4, 2, 3, 2, True, False, True),
+    Build("gru", 7, 4, 1, 1, False, False, True),
+    Build("lstm", 3, 6, 3, 3, False, True),
+    Build("gru", 2, 5, 4, 1, True, False, True),
+)
+
+# What a case may make wrong, and the argument the error must name.
+FAULTS = {
+    None: None,
+    "x_dtype": "x", "x_strided": "x", "x_features": "x", "x_rows": "x", "x_2d": "x", "x_T0": "x", "x_list": "x",
+    "x_device": "x",
+    "h0_shape": "h0", "h0_dtype": "h0", "h0_framework": "h0", "c0_extra": "c0", "c0_shape": "c0",
+    "lengths_range": "lengths", "lengths_count": "lengths", "lengths_float": "lengths",
+    "dy_shape": "dy", "dy_dtype": "dy", "dhy_shape": "dhy",
+    "params_missing": "params", "params_shape": "params", "params_text": "params",
+    "w_other": "w", "ws_other": "ws",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    T: int
+    rows: int
+    torch: bool  # torch tensors (on the build's device) or NumPy arrays
+    train: bool  # forward_train + backward, or forward
+    h0: bool
+    c0: bool
+    dhy: bool
+    lengths: tuple | None
+    fault: str | None
+    seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    build: Build
+    packaged: bool  # through export + load
+    params_torch: bool
+    calls: tuple
+
+
+@st.composite
+def calls(draw, build: Build):
+    T = draw(st.one_of(st.integers(1, 9), st.integers(10, 300)))
+    rows = draw(st.integers(1, build.batch_size))
+    lengths = None
+    if build.variable_lengths and draw(st.booleans()):
+        lengths = tuple(draw(st.lists(st.integers(1, T), min_size=rows, max_size=rows)))
+    fault = draw(st.sampled_from(sorted(FAULTS, key=str))) if draw(st.booleans()) else None
+    return Call(T, rows, draw(st.booleans()), draw(st.booleans()), draw(st.booleans()), draw(st.booleans()),
+                draw(st.booleans()), lengths, fault, draw(st.integers(0, 2**31 - 1)))
+
+
+@st.composite
+def cases(draw):
+    build = draw(st.sampled_from(BUILDS))
+    return Case(build, draw(st.integers(0, 5)) == 0, draw(st.booleans()),
+                tuple(draw(st.lists(calls(build), min_size=1, max_size=3))))
+
+
+_PACKAGES: dict = {}
+
+
+def _packaged(rnn, build: Build, target):
+    key = (build, str(target))
+    if key not in _PACKAGES:
+        path = os.path.join(tempfile.mkdtemp(prefix="tvmrnn-fuzz-"), "rnn.so")
+        _PACKAGES[key] = tvmrnn.load(rnn.export(path))
+    return _PACKAGES[key]
+
+
+def _torch_params(b: Build, seed: int):
+    torch.manual_seed(seed)
+    return torch_module(b.cell, b.input_size, b.hidden_size, b.num_layers, b.bidirectional, b.batch_first).double()
+
+
+class Fault(Exception):
+    """The error a faulty call raised, checked against the argument it must name."""
+
+
+def _rel_ok(got, want, what: str, case) -> None:
+    a = np.asarray(got.detach().cpu() if hasattr(got, "detach") else got, np.float64)
+    e = want.detach().numpy() if hasattr(want, "detach") else np.asarray(want)
+    assert a.shape == e.shape, f"{what}: shape {a.shape}, torch.nn {e.shape}"
+    assert np.isfinite(a).all(), f"{what}: non-finite values"
+    scale = max(np.linalg.norm(e), 1e-3 * np.sqrt(e.size))
+    err = np.linalg.norm(a - e) / scale
+    assert err <= TOLERANCE, f"{what}: relative error {err:.2e} > {TOLERANCE:.0e}"
+
+
+def run_case(case: Case, target=None, device="cpu") -> None:
+    b = case.build
+    rnn = b.rnn(target)
+    if case.packaged:
+        rnn = _packaged(rnn, b, target)
+        event("loaded package")
+        SEEN["loaded package"] += 1
+    SEEN["cases"] += 1
+    ref = _torch_params(b, 0)
+    params = {k: (v if case.params_torch else v.numpy()) for k, v in
+              ((k, torch.from_numpy(v)) for k, v in tvmrnn.params_from_torch(ref).items())}
+    w = rnn.pack_weights(params)
+    for call in case.calls:
+        try:
+            _run_call(case, call, rnn, ref, params, w, device)
+        except Fault:
+            pass
+
+
+def _expect(name: str | None, fn, *args, **kwargs):
+    """``fn(...)``; where a fault was made, require a ValueError/TypeError naming ``name``."""
+    if name is None:
+        return fn(*args, **kwargs)
+    event(f"refused: {name}")
+    SEEN[f"refused: {name}"] += 1
+    try:
+        fn(*args, **kwargs)
+    except (ValueError, TypeError) as err:
+        assert str(err).startswith(name), f"{type(err).__name__} does not start with {name!r}: {err}"
+        raise Fault from err
+    raise AssertionError(f"no error for a wrong {name!r}")
+
+
+def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
+    b, c = case.build, call
+    rng = np.random.default_rng(c.seed)
+    D, H, L = 2 if b.bidirectional else 1, b.hidden_size, b.num_layers
+    has_c = b.cell == "lstm"
+    arr = (lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)) if c.torch else (lambda a: a)
+    f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
+    seq = lambda T, n, f: (n, T, f) if b.batch_first else (T, n, f)  # noqa: E731
+    fault, name = c.fault, FAULTS[c.fault]
+
+    if fault in ("params_missing", "params_shape", "params_text"):
+        bad = dict(params)
+        victim = sorted(bad)[c.seed % len(bad)]
+        if fault == "params_missing":
+            del bad[victim]
+        elif fault == "params_shape":
+            bad[victim] = bad[victim][..., :-1] if bad[victim].shape[-1] > 1 else bad[victim][:0]
+        else:
+            bad[victim] = "not an array"
+        _expect(name, rnn.pack_weights, bad)
+
+    x = f32(*seq(c.T, c.rows, b.input_size))
+    h0 = 0.5 * f32(L * D, c.rows, H) if c.h0 else None
+    c0 = 0.5 * f32(L * D, c.rows, H) if c.c0 and has_c else None
+    lengths = list(c.lengths) if c.lengths is not None else None
+    if fault == "x_dtype":
+        x = x.astype(rng.choice([np.float64, np.float16, np.int32]))
+    elif fault == "x_features":
+        x = f32(*seq(c.T, c.rows, b.input_size + 1))
+    elif fault == "x_rows":
+        x = f32(*seq(c.T, b.batch_size + 1, b.input_size))
+    elif fault == "x_2d":
+        x = x[0]
+    elif fault == "x_T0":
+        x = f32(*seq(0, c.rows, b.input_size))
+    elif fault == "h0_shape":
+        h0 = f32(L * D + 1, c.rows, H)
+    elif fault == "h0_dtype":
+        h0 = f32(L * D, c.rows, H).astype(np.float64)
+    elif fault == "c0_extra" and not has_c:
+        c0 = f32(L * D, c.rows, H)
+    elif fault == "c0_shape" and has_c:
+        c0 = f32(L * D, c.rows, H + 1)
+    elif fault == "lengths_range":
+        lengths = [c.T + 1] + [1] * (c.rows - 1)
+    elif fault == "lengths_count":
+        lengths = [1] * (c.rows + 1)
+    elif fault == "lengths_float":
+        lengths = np.full(c.rows, 1.5, np.float32)  # (whole numbers in floats are accepted, as torch does)
+    elif fault in ("c0_extra", "c0_shape"):
+        fault, name = None, None  # nothing to make wrong for this cell
+    xs = arr(x)
+    if fault == "x_strided":  # every other column of a wider array: a view, not C-contiguous
+        wide = torch.cat([xs, xs], -1) if c.torch else np.concatenate([x, x], -1)
+        xs = wide[..., ::2]
+        if (xs.is_contiguous() if c.torch else xs.flags["C_CONTIGUOUS"]):  # all sizes 1: it is contiguous
+            fault, name = None, None
+    elif fault == "x_list":
+        xs = x.tolist()
+    elif fault == "x_device":
+        xs = torch.zeros(x.shape, device="meta")
+    states = dict(h0=None if h0 is None else arr(h0), c0=None if c0 is None else arr(c0))
+    if fault == "h0_framework":
+        states["h0"] = torch.from_numpy(f32(L * D, c.rows, H)) if not c.torch else f32(L * D, c.rows, H)
+        if c.torch and device != "cpu":
+            states["h0"] = torch.from_numpy(states["h0"])  # a CPU tensor beside CUDA ones
+    if lengths is not None and not b.variable_lengths and fault is None:
+        lengths = None
+    if fault and fault.startswith("lengths") and not b.variable_lengths:
+        lengths = [1] * c.rows  # any lengths on a build without them: refused, naming lengths
+    kwargs = dict(states, lengths=lengths)
+    if fault == "w_other":
+        other = BUILDS[(BUILDS.index(b) + 1) % len(BUILDS)]
+        w_bad = other.rnn(None if device == "cpu" else "cuda").pack_weights(
+            tvmrnn.params_from_torch(_torch_params(other, 1)))
+        _expect(name, rnn.forward, w_bad, xs, **kwargs)
+    forward_faults = name in ("x", "h0", "c0", "lengths")
+    if not c.train:
+        y, hy, cy = _expect(name if forward_faults else None, rnn.forward, w, xs, **kwargs)
+    else:
+        y, hy, cy, ws = _expect(name if forward_faults else None, rnn.forward_train, w, xs, **kwargs)
+
+    # torch.nn in float64 on the same input
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h0t = torch.tensor(h0, dtype=torch.float64, requires_grad=True) if h0 is not None else torch.zeros(
+        L * D, c.rows, H, dtype=torch.float64, requires_grad=True)
+    c0t = (torch.tensor(c0, dtype=torch.float64, requires_grad=True) if c0 is not None else torch.zeros(
+        L * D, c.rows, H, dtype=torch.float64, requires_grad=True)) if has_c else None
+    inp = pack_padded_sequence(xt, torch.tensor(lengths), batch_first=b.batch_first, enforce_sorted=False) \
+        if lengths is not None else xt
+    out, states_t = ref(inp, (h0t, c0t) if has_c else h0t)
+    yr = pad_packed_sequence(out, batch_first=b.batch_first, total_length=c.T)[0] if lengths is not None else out
+    hyr, cyr = states_t if has_c else (states_t, None)
+    event("train" if c.train else "forward")
+    SEEN["forward matched"] += 1
+    if lengths is not None:
+        event("lengths")
+        SEEN["lengths"] += 1
+    _rel_ok(y, yr, "y", case)
+    _rel_ok(hy, hyr, "hy", case)
+    if has_c:
+        _rel_ok(cy, cyr, "cy", case)
+    else:
+        assert cy is None
+    if not c.train:
+        return
+
+    dy, dhy = f32(*tuple(y.shape)), (f32(*tuple(hy.shape)) if c.dhy else None)
+    dcy = f32(*tuple(hy.shape)) if c.dhy and has_c else None
+    if fault == "dy_shape":
+        dy = f32(*tuple(y.shape)[:-1], y.shape[-1] + 1)
+    elif fault == "dy_dtype":
+        dy = dy.astype(np.float64)
+    elif fault == "dhy_shape":
+        dhy = f32(L * D + 1, c.rows, H)
+    if fault == "ws_other":
+        other = BUILDS[(BUILDS.index(b) + 3) % len(BUILDS)].rnn(None if device == "cpu" else "cuda")
+        _expect(name, rnn.backward, w, other.forward_train(
+            other.pack_weights(tvmrnn.params_from_torch(_torch_params(BUILDS[(BUILDS.index(b) + 3) % len(BUILDS)], 1))),
+            arr(f32(*((other.config.batch_size, 2, other.config.input_size) if other.config.batch_first else
+                      (2, other.config.batch_size, other.config.input_size)))))[3], arr(dy))
+    grads = _expect(name if name in ("dy", "dhy") else None, rnn.backward, w, ws, arr(dy),
+                    None if dhy is None else arr(dhy), None if dcy is None else arr(dcy))
+    loss = (yr * torch.from_numpy(dy).double()).sum()
+    if dhy is not None:
+        loss = loss + (hyr * torch.from_numpy(dhy).double()).sum()
+    if dcy is not None:
+        loss = loss + (cyr * torch.from_numpy(dcy).double()).sum()
+    loss.backward()
+    want = {"x": xt.grad, "h0": h0t.grad, **({"c0": c0t.grad} if has_c else {}),
+            **{n: p.grad for n, p in ref.named_parameters()}}
+    ref.zero_grad()
+    assert set(grads) == set(want), (sorted(grads), sorted(want))
+    for n, g in want.items():
+        _rel_ok(grads[n], g, f"d{n}", case)
+    SEEN["gradients matched"] += 1
+
+
+def fuzz_test(target=None, device="cpu", examples=EXAMPLES, shrink=True):
+    """A test function running :func:`run_case` on ``examples`` seeded cases."""
+    phases = tuple(Phase) if shrink else tuple(p for p in Phase if p != Phase.shrink)
+    @settings(max_examples=examples, derandomize=True, deadline=None, database=None, print_blob=True,
+              suppress_health_check=list(HealthCheck), phases=phases)
+    @given(cases())
+    def test(case):
+        run_case(case, target, device)
+    for example in explicit_examples():
+        test = hypothesis.example(example)(test)
+    return test
+
+
+def explicit_examples() -> list:
+    """One case per fault besides the drawn ones, so that every argument's refusal is tried in every
+    run (a training call, on a build with variable lengths where the fault is about lengths)."""
+    out = []
+    for k, fault in enumerate(f for f in sorted(FAULTS, key=str) if f):
+        build = BUILDS[6] if fault.startswith("lengths") else BUILDS[k % len(BUILDS)]
+        out.append(Case(build, False, k % 2 == 0, (Call(5, 1, k % 2 == 1, True, True, True, True, None, fault, k),)))
+    return out
