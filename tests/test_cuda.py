@@ -439,11 +439,26 @@ def test_variable_lengths_match_torch_packed_on_cuda(cell, num_layers, bidirecti
 
 
 @pytest.mark.parametrize("hidden", [H, 256])
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
 def test_nan_and_inf_propagate_as_in_torch_on_cuda(cell, hidden):
-    """test_numerics.py's checks on the GPU (persistent forwards at H = 256): NaN and Inf in x reach
-    the outputs torch.nn's do, a NaN in dy the gradients."""
-    from test_numerics import test_a_nan_in_dy_reaches_the_gradients_torch_gives as backward_check
-    from test_numerics import test_nan_and_inf_inputs_reach_the_outputs_torch_gives as forward_check
-    forward_check(cell, target="cuda", as_array=to_cuda, hidden=hidden)
-    backward_check(cell, target="cuda", as_array=to_cuda, hidden=hidden)
+    """test_numerics.py's checks on the GPU (persistent forwards at H = 256): a NaN or Inf in x, h0,
+    c0, a weight, a bias or dy reaches the outputs, states and gradients torch.nn's does, only those."""
+    from test_numerics import check
+    for place in ("x", "inf", "h0", "c0", "weight", "bias", "dy"):
+        if place != "c0" or cell == "lstm":
+            check(cell, place, target="cuda", as_array=to_cuda, hidden=hidden)
+
+
+def test_the_same_bits_on_cuda_whatever_ran_before():
+    """test_determinism.py's checks on the GPU: the same inputs, the same bits, across calls of other
+    shapes between; a row alone gives the bits it gives in a batch."""
+    from test_determinism import check_calls_and_orders, check_rows_alone
+    check_calls_and_orders(target="cuda", as_array=to_cuda)
+    check_rows_alone(target="cuda", as_array=to_cuda)
+
+
+@pytest.mark.timeout(1200)
+def test_fuzzed_contract_on_cuda():
+    """tests/fuzz.py's seeded cases (60 of them, and one per fault) on the GPU, torch CUDA tensors."""
+    import fuzz
+    fuzz.fuzz_test(target="cuda", device="cuda", examples=60)()
