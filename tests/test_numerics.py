@@ -80,7 +80,8 @@ def check(cell, place, target=None, as_array=lambda a: a, hidden=H):
     ref, params, x, h0, c0, dy = _case(cell, place, hidden)
     want, want_grads = _torch_side(cell, ref, params, x, h0, c0, dy)
     bad = [k for k, v in {**want, **want_grads}.items() if not np.isfinite(v).all()]
-    assert bad or place == "bias", "the case reaches nothing: it tests nothing"  # an Inf bias may saturate
+    # an Inf bias may saturate a gate; ReLU's backward drops dy where its output is 0
+    assert bad or place == "bias" or (place, cell) == ("dy", "rnn_relu"), "the case reaches nothing"
     if place not in ("weight", "inf"):  # those reach everything; the others must not
         assert not all(np.isnan(v).all() for v in want.values())
     w = rnn.pack_weights({k: as_array(v) for k, v in params.items()})
