@@ -36,12 +36,19 @@ def _let(value, body):
     return tirx.Let(var, value, body(var))
 
 
+def _is_nan(v):
+    """``isnan(v)`` for float32 as integer arithmetic on its bits (exponent all ones, mantissa not
+    zero): TVM's vectorizer scalarises a loop that calls ``isnan``, and the simplifier folds ``v != v``."""
+    bits = tirx.reinterpret("int32", v) & tirx.const(0x7FFFFFFF, "int32")
+    return bits > tirx.const(0x7F800000, "int32")
+
+
 def fast_exp(x):
     def body(v):
-        # NaN and +Inf as exp gives them: the clamp below keeps the polynomial in range, and x86's
-        # min/max return the other operand for a NaN, so without these a NaN input became a number
-        # (tvmrnn's CPU forwards turned NaN and Inf inputs into ordinary outputs, issue 40)
-        return tirx.Select(tirx.isnan(v), v, tirx.Select(v > _c(_EXP_OVERFLOW), _c(float("inf")), clamped(v)))
+        # NaN and +Inf as exp gives them (issue 40): the clamp below keeps the polynomial in range,
+        # and x86's min/max return the other operand for a NaN, so without these a NaN input
+        # became a number; past ln(FLT_MAX) exp is +Inf.
+        return tirx.Select(_is_nan(v), v, tirx.Select(v > _c(_EXP_OVERFLOW), _c(float("inf")), clamped(v)))
 
     def clamped(v):
         v = tirx.max(tirx.min(v, _c(_EXP_LIMIT)), _c(-_EXP_LIMIT))
@@ -119,7 +126,10 @@ def nan_propagating(func: tvm.tirx.PrimFunc) -> tvm.tirx.PrimFunc:
         if str(e.ty).startswith(("float", "bfloat")):
             for v, c in ((e.a, e.b), (e.b, e.a)):
                 if isinstance(c, (tirx.FloatImm, tirx.IntImm)) and not isinstance(v, (tirx.FloatImm, tirx.IntImm)):
-                    return _let(v, lambda u: tirx.Select(tirx.isnan(u), u, type(e)(u, c)))
+                    # max(v, c) = v < c ? c : v, min(v, c) = v > c ? c : v: false, so v, for a NaN
+                    # (no isnan: TVM's vectorizer scalarises loops that call it)
+                    wins = tirx.LT if isinstance(e, tirx.Max) else tirx.GT
+                    return _let(v, lambda u: tirx.Select(wins(u, c), tirx.Cast(str(e.ty), c), u))
         return e
 
     def product(e, mutator):
