@@ -1,7 +1,8 @@
 """The fuzzed contract (issue 40): random calls of build / pack_weights / forward / forward_train /
 backward / export + load, drawn by Hypothesis from a fixed seed, each ending in one of two ways:
 
-- a result that matches torch.nn in float64 within the documented tolerance (:data:`TOLERANCE`), or
+- a result that matches torch.nn in float64 within the documented tolerance (:data:`TOLERANCE`, or
+  10x torch.nn's own float32 error), or
 - a ``ValueError`` / ``TypeError`` whose message starts with the name of the argument that was
   made wrong (the case says which);
 
@@ -14,6 +15,7 @@ case prints as Hypothesis's "Falsifying example" (a :class:`Case`, readable and 
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import os
 import tempfile
@@ -32,7 +34,8 @@ SEEN: collections.Counter = collections.Counter()  # what the cases ran into, fo
 
 # The documented tolerance against torch.nn in float64 (README, Reliability): ||a - e|| <= TOLERANCE
 # * ||e|| per output and gradient, with ||e|| taken as at least 1e-3 * sqrt(size) (an all-but-zero
-# gradient, as an input's gradient through many steps of a saturated cell, is compared absolutely).
+# gradient, as an input's gradient through many steps of a saturated cell, is compared absolutely),
+# or ||a - e|| <= 10 ||t - e|| with t torch.nn's own float32 result (sums that cancel: _rel_ok).
 TOLERANCE = 1e-4
 
 
@@ -144,14 +147,47 @@ class Fault(Exception):
     """The error a faulty call raised, checked against the argument it must name."""
 
 
-def _rel_ok(got, want, what: str, case) -> None:
+def _rel_ok(got, want, want32, what: str) -> None:
+    """``got`` is within :data:`TOLERANCE` of ``want`` (float64) relative to its norm, or no more
+    than 10x as far from it as torch.nn's own float32 result: a gradient summed over hundreds of
+    steps that cancel to a small value (a 1-unit RNN's recurrent weight, say) is only as exact as
+    float32 sums are."""
     a = np.asarray(got.detach().cpu() if hasattr(got, "detach") else got, np.float64)
-    e = want.detach().numpy() if hasattr(want, "detach") else np.asarray(want)
+    e = want.detach().numpy()
     assert a.shape == e.shape, f"{what}: shape {a.shape}, torch.nn {e.shape}"
     assert np.isfinite(a).all(), f"{what}: non-finite values"
     scale = max(np.linalg.norm(e), 1e-3 * np.sqrt(e.size))
-    err = np.linalg.norm(a - e) / scale
-    assert err <= TOLERANCE, f"{what}: relative error {err:.2e} > {TOLERANCE:.0e}"
+    fp32 = np.linalg.norm(want32.detach().double().numpy() - e)
+    err = np.linalg.norm(a - e)
+    assert err <= max(TOLERANCE * scale, 10 * fp32), \
+        f"{what}: relative error {err / scale:.2e} > {TOLERANCE:.0e} (torch.nn float32: {fp32 / scale:.2e})"
+
+
+def _torch_run(module, dtype, x, h0, c0, lengths, b: Build, T: int, rows: int):
+    """torch.nn's (y, hy, cy) for the call in ``dtype``, and a function of (dy, dhy, dcy) giving
+    its gradients under tvmrnn's names."""
+    L, D, H, has_c = b.num_layers, 2 if b.bidirectional else 1, b.hidden_size, b.cell == "lstm"
+
+    def leaf(a):
+        return (torch.tensor(a, dtype=dtype) if a is not None else torch.zeros(L * D, rows, H, dtype=dtype)
+                ).requires_grad_()
+    xt, h0t, c0t = torch.tensor(x, dtype=dtype, requires_grad=True), leaf(h0), leaf(c0) if has_c else None
+    inp = pack_padded_sequence(xt, torch.tensor(lengths), batch_first=b.batch_first, enforce_sorted=False) \
+        if lengths is not None else xt
+    out, states = module(inp, (h0t, c0t) if has_c else h0t)
+    y = pad_packed_sequence(out, batch_first=b.batch_first, total_length=T)[0] if lengths is not None else out
+    hy, cy = states if has_c else (states, None)
+
+    def backward(dy, dhy, dcy):
+        loss = (y * torch.from_numpy(dy).to(dtype)).sum()
+        for value, grad in ((hy, dhy), (cy, dcy)):
+            if grad is not None:
+                loss = loss + (value * torch.from_numpy(grad).to(dtype)).sum()
+        module.zero_grad()
+        loss.backward()
+        return {"x": xt.grad, "h0": h0t.grad, **({"c0": c0t.grad} if has_c else {}),
+                **{n: p.grad.clone() for n, p in module.named_parameters()}}
+    return y, hy, cy, backward
 
 
 def run_case(case: Case, target=None, device="cpu") -> None:
@@ -271,26 +307,19 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
     else:
         y, hy, cy, ws = _expect(name if forward_faults else None, rnn.forward_train, w, xs, **kwargs)
 
-    # torch.nn in float64 on the same input
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    h0t = torch.tensor(h0, dtype=torch.float64, requires_grad=True) if h0 is not None else torch.zeros(
-        L * D, c.rows, H, dtype=torch.float64, requires_grad=True)
-    c0t = (torch.tensor(c0, dtype=torch.float64, requires_grad=True) if c0 is not None else torch.zeros(
-        L * D, c.rows, H, dtype=torch.float64, requires_grad=True)) if has_c else None
-    inp = pack_padded_sequence(xt, torch.tensor(lengths), batch_first=b.batch_first, enforce_sorted=False) \
-        if lengths is not None else xt
-    out, states_t = ref(inp, (h0t, c0t) if has_c else h0t)
-    yr = pad_packed_sequence(out, batch_first=b.batch_first, total_length=c.T)[0] if lengths is not None else out
-    hyr, cyr = states_t if has_c else (states_t, None)
+    # torch.nn in float64 on the same input (the reference), and in float32 (what fp32 can reach)
+    runs = {dtype: _torch_run(module, dtype, x, h0, c0, lengths, b, c.T, c.rows)
+            for dtype, module in ((torch.float64, ref), (torch.float32, copy.deepcopy(ref).float()))}
+    (yr, hyr, cyr, backward64), (y32, hy32, cy32, backward32) = runs[torch.float64], runs[torch.float32]
     event("train" if c.train else "forward")
     SEEN["forward matched"] += 1
     if lengths is not None:
         event("lengths")
         SEEN["lengths"] += 1
-    _rel_ok(y, yr, "y", case)
-    _rel_ok(hy, hyr, "hy", case)
+    _rel_ok(y, yr, y32, "y")
+    _rel_ok(hy, hyr, hy32, "hy")
     if has_c:
-        _rel_ok(cy, cyr, "cy", case)
+        _rel_ok(cy, cyr, cy32, "cy")
     else:
         assert cy is None
     if not c.train:
@@ -312,30 +341,23 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
                       (2, other.config.batch_size, other.config.input_size)))))[3], arr(dy))
     grads = _expect(name if name in ("dy", "dhy") else None, rnn.backward, w, ws, arr(dy),
                     None if dhy is None else arr(dhy), None if dcy is None else arr(dcy))
-    loss = (yr * torch.from_numpy(dy).double()).sum()
-    if dhy is not None:
-        loss = loss + (hyr * torch.from_numpy(dhy).double()).sum()
-    if dcy is not None:
-        loss = loss + (cyr * torch.from_numpy(dcy).double()).sum()
-    loss.backward()
-    want = {"x": xt.grad, "h0": h0t.grad, **({"c0": c0t.grad} if has_c else {}),
-            **{n: p.grad for n, p in ref.named_parameters()}}
-    ref.zero_grad()
+    want, want32 = backward64(dy, dhy, dcy), backward32(dy, dhy, dcy)
     assert set(grads) == set(want), (sorted(grads), sorted(want))
     for n, g in want.items():
-        _rel_ok(grads[n], g, f"d{n}", case)
+        _rel_ok(grads[n], g, want32[n], f"d{n}")
     SEEN["gradients matched"] += 1
 
 
-def fuzz_test(target=None, device="cpu", examples=EXAMPLES, shrink=True):
-    """A test function running :func:`run_case` on ``examples`` seeded cases."""
+def fuzz_test(target=None, device="cpu", examples=EXAMPLES, shrink=True, explicit=True):
+    """A test function running :func:`run_case` on ``examples`` seeded cases (and, with
+    ``explicit``, one case per fault)."""
     phases = tuple(Phase) if shrink else tuple(p for p in Phase if p != Phase.shrink)
     @settings(max_examples=examples, derandomize=True, deadline=None, database=None, print_blob=True,
               suppress_health_check=list(HealthCheck), phases=phases)
     @given(cases())
     def test(case):
         run_case(case, target, device)
-    for example in explicit_examples():
+    for example in explicit_examples() if explicit else ():
         test = hypothesis.example(example)(test)
     return test
 

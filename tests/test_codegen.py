@@ -73,7 +73,7 @@ def test_cuda_default_schedules(sizes):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-@pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh"])
+@pytest.mark.parametrize("cell", ["lstm", "rnn_tanh"])  # 4 gates and 1 (the GRU's 3 took 22 s more)
 def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
     """Every shape that tuning seeds a per-step GEMM with compiles for sm_90, is a distinct
     schedule, and keeps its static shared memory within the 48 KB a block may have."""

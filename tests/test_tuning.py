@@ -436,22 +436,22 @@ def test_record_origins_tell_seeded_schedules_from_searched_ones(tuned_logs, tmp
     from tvmrnn.tune import spaces
     step = kernels.recurrent_step(CELLS["gru"], 3, 37, train=False)
     h100 = tvm.target.Target("nvidia/nvidia-h100")
-    seeded = records._seeded(step, h100)
+    seeded = records.seeded_traces(step, h100)
     traces, settings = seeded
     as_json = lambda sch: records._plain(sch.trace.as_json())  # noqa: E731
     mod = records.workload(step)
     default, variant = (spaces.knob_schedule(mod, step, h100, v) for v in settings[:2])
     other = dict(settings[0], unroll=1 if settings[0]["unroll"] != 1 else 4)
     assert other not in settings
-    assert records._origin([as_json(default)], seeded) == "default"
-    assert records._origin([as_json(variant)], seeded) == "variant"
-    assert records._origin([as_json(spaces.knob_schedule(mod, step, h100, other))], seeded) == "searched"
-    assert records._origin([as_json(default)], None) == "fixed"  # kernel not named: which setting is unknown
+    assert records.record_origin([as_json(default)], seeded) == "default"
+    assert records.record_origin([as_json(variant)], seeded) == "variant"
+    assert records.record_origin([as_json(spaces.knob_schedule(mod, step, h100, other))], seeded) == "searched"
+    assert records.record_origin([as_json(default)], None) == "fixed"  # kernel not named: which setting is unknown
     plain = next(t for t in traces[1:] if t is not None and t != traces[0])  # some variants are the default here
     as_record = lambda insts: [[insts, []]]  # noqa: E731 - a record's JSON: [[instructions, decisions], ...]
-    assert records._origin(as_record(traces[0]), seeded) == "default"
-    assert records._origin(as_record(plain), seeded) == "variant"
-    assert records._origin(as_record(traces[0][:-1]), seeded) == "fixed"
+    assert records.record_origin(as_record(traces[0]), seeded) == "default"
+    assert records.record_origin(as_record(plain), seeded) == "variant"
+    assert records.record_origin(as_record(traces[0][:-1]), seeded) == "fixed"
 
 
 def test_template_search_beats_or_matches_the_default(tmp_path):

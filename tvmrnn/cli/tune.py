@@ -109,7 +109,7 @@ def list_tasks(configs, target, a, folder):
         key = records.workload_key(t.kernel)
         fastest = logs.fastest(key)[0] if logs and logs.records.get(key) else None
         logged = fastest[0] if fastest else None
-        logged_origin = records._origin(fastest[1], records._seeded(t.kernel, target)) if fastest else "-"
+        logged_origin = records.record_origin(fastest[1], records.seeded_traces(t.kernel, target)) if fastest else "-"
         entry = shipped.entries.get(key) if shipped else None
         best = entry["records"][0] if entry else None
         trials = (logs.counts.get(key, 0) if logs else 0) or (entry.get("trials", 0) if entry else 0)

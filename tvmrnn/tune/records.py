@@ -344,7 +344,7 @@ class RecordDatabase:
 
     Its first line is a header (format, version, target, how it was made); each other line is one
     workload: ``{"workload": key, "kernel": name or null, "trials": n, "records": [{"us": mean
-    microseconds, "origin": "default" | "variant" | "searched" | "fixed" (:func:`_origin`), "record": MetaSchedule's
+    microseconds, "origin": "default" | "variant" | "searched" | "fixed" (:func:`record_origin`), "record": MetaSchedule's
     record JSON}, ...]}``, fastest first. A record is replayed on the kernel's own workload
     (:func:`workload`), which hashes to the key."""
 
@@ -421,14 +421,14 @@ def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_
     lines, kept = [], 0
     for key in sorted(logs.records):
         logged = logs.logged_workload(key)
-        seeded = _seeded(named[key], target) if key in named else None
+        seeded = seeded_traces(named[key], target) if key in named else None
         chosen = []
         for secs, record_json, where in logs.fastest(key):
             if len(chosen) == keep:
                 break
             if is_gpu(target) and not embeddable(replay(_parse(record_json, logged, where), logged.mod), target):
                 continue
-            chosen.append({"us": round(secs * 1e6, 3), "origin": _origin(record_json, seeded), "record": record_json})
+            chosen.append({"us": round(secs * 1e6, 3), "origin": record_origin(record_json, seeded), "record": record_json})
         if chosen:
             kept += len(chosen)
             lines.append({"workload": key, "kernel": named[key].name if key in named else None,
@@ -460,8 +460,8 @@ def _instructions(record_json) -> list:
         return []
 
 
-def _seeded(kernel: Kernel, target) -> tuple[list, list]:
-    """What :func:`_origin` compares a record with: the trace instructions (as JSON) of the
+def seeded_traces(kernel: Kernel, target) -> tuple[list, list]:
+    """What :func:`record_origin` compares a record with: the trace instructions (as JSON) of the
     kernel's default schedule and of each listed variant applied directly (as tuning seeded tasks
     before the template spaces), and the knob settings tuning seeds its template space with
     (:func:`tvmrnn.schedules.knobs.seeded_settings`), the default first in each."""
@@ -490,13 +490,13 @@ def _plain(obj):
     return str(obj)
 
 
-def _origin(record_json, seeded: tuple | None = None) -> str:
+def record_origin(record_json, seeded: tuple | None = None) -> str:
     """Where a record came from. A template-space record (its trace decides knob values,
     :mod:`tvmrnn.schedules.knobs`) is ``default`` or ``variant`` where its setting is the default's
     or a listed variant's, else ``searched``. Another record is ``searched`` where its trace samples
     decisions (MetaSchedule's own rules made it), ``default`` or ``variant`` where its trace is
     today's default schedule's or a listed variant's, else ``fixed`` (an older default or variant).
-    ``seeded`` (:func:`_seeded`): today's plain traces and knob settings, default first; without it
+    ``seeded`` (:func:`seeded_traces`): today's plain traces and knob settings, default first; without it
     (a workload whose kernel is not named) a record is ``searched`` or ``fixed`` by its trace alone."""
     traces, settings = seeded if seeded is not None else ([], None)
     values = knob_values_json(record_json[0]) if isinstance(record_json, list) and record_json else None
