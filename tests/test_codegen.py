@@ -5,6 +5,7 @@ import math
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 import tvmrnn
@@ -408,20 +409,16 @@ def test_dependent_launch_option():
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_views_as_pointers_match_torch(cell, monkeypatch, rng):
+def test_views_as_pointers_match_torch(cell, rng):
     """Views whose offset is in the data pointer (``sequence._make_view(pointer=True)``, what GPU
-    builds with ``shared_kernels=True``, the default, declare) address the same elements: forced on
-    for a CPU build (CPUs never take the option: ``device.shared_kernels``), stacked directions
-    included (a view pair whose stride is the distance between them), the passes agree with
-    PyTorch forward and backward."""
+    builds with ``shared_kernels=True``, the default, declare) address the same elements: a CPU
+    build whose time loops are one parallel region embeds its kernels with such views, stacked
+    directions included (a view pair whose stride is the distance between them); the passes agree
+    with PyTorch forward and backward."""
     import torch
     from conftest import rel_error, torch_module
-    from tvmrnn.program import passes
 
-    options = BuildOptions(shared_kernels=True, stack_directions=True)
-    assert not tvmrnn.device.shared_kernels(tvmrnn.device.resolve(None), options)
-    # where all_programs reads it: the option applies to this CPU build as to a GPU's
-    monkeypatch.setattr(passes, "shared_kernels", lambda target, options: options.shared_kernels)
+    options = BuildOptions(shared_kernels=True, stack_directions=True, time_loop_regions=True)
     ref = torch_module(cell, 13, 37, 2, True, False).double()
     rnn = tvmrnn.build(cell, input_size=13, hidden_size=37, num_layers=2, bidirectional=True, batch_size=3,
                        tuning_logs=False, options=options)
@@ -440,6 +437,33 @@ def test_views_as_pointers_match_torch(cell, monkeypatch, rng):
     assert rel_error(grads["x"], xr.grad) < 1e-4
     for name in ("weight_ih_l0", "weight_hh_l1_reverse", "bias_hh_l1"):
         assert rel_error(grads[name], getattr(ref, name).grad) < 1e-4, name
+
+
+def test_cpu_kernels_compile_once_and_give_the_same_bits_as_inline(rng):
+    """A CPU build calls each kernel as a function of the module (``sequence.Subroutines``), so
+    LLVM compiles each parallel loop once, not once per call site (layer, direction, chunk size):
+    far fewer outlined loops than with the kernels embedded at each call site
+    (``shared_kernels=False``, the build before v31), and the same bits from every pass."""
+    from conftest import built
+    called = built("gru", 1, True, True)
+    inline = built("gru", 1, True, True, options=BuildOptions(shared_kernels=False))
+    assert all(p.subroutines is not None for p in called.programs.values())
+    assert all(p.subroutines is None for p in inline.programs.values())
+
+    def loops(rnn):
+        ir = rnn.executable.mod.inspect_source("ll")
+        return len(re.findall(r"^define .*@__tvm_parallel_lambda", ir, re.M))
+    assert 0 < 2 * loops(called) < loops(inline), (loops(called), loops(inline))
+    params = {s.name: rng.standard_normal(s.torch_shape).astype(np.float32) * 0.3 for s in called.config.layout.slots}
+    x = rng.standard_normal((3, 21, 13)).astype(np.float32)  # batch first
+    dy = rng.standard_normal((3, 21, 2 * 37)).astype(np.float32)
+    out = {}
+    for name, rnn in (("called", called), ("inline", inline)):
+        w = rnn.pack_weights(params)
+        y, hy, _, ws = rnn.forward_train(w, x)
+        out[name] = [rnn.forward(w, x)[0], y, hy, *rnn.backward(w, ws, dy).values()]
+    for a, b in zip(out["called"], out["inline"]):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
 def _host_kernel_names(rnn) -> set[str]:

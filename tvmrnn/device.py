@@ -129,15 +129,21 @@ def dependent_launch(target, options: BuildOptions) -> bool | str:
 
 
 def shared_kernels(target, options: BuildOptions) -> bool:
-    """Whether a GPU build passes views to its kernels as pointers, so that the kernels of all call
-    sites that run the same code compile to one (``sequence.merge_identical_kernels``, with each
-    view's offset in the pointer the host passes, ``sequence._make_view``). A 5-layer
-    bidirectional GRU's 530 kernels (38 MB of CUDA source, which the H100 machine compiled for
-    about four minutes at each build and each load of a package) become a few dozen: 98 s for
-    the whole 5-layer GRU build there. CPUs: never (their kernels are functions of the pass,
-    compiled once)."""
-    if target is None or target.kind.name != "cuda":
-        return False
+    """Whether a build compiles each kernel once for all of its call sites (``options.shared_kernels``).
+
+    - GPUs pass views to their kernels as pointers, so that the kernels of all call sites that
+      run the same code compile to one (``sequence.merge_identical_kernels``, with each view's
+      offset in the pointer the host passes, ``sequence._make_view``). A 5-layer bidirectional
+      GRU's 530 kernels (38 MB of CUDA source, which the H100 machine compiled for about four
+      minutes at each build and each load of a package) become a few dozen: 98 s for the whole
+      5-layer GRU build there.
+    - CPUs call each kernel whose work is all in parallel loops as a function of the module
+      (``sequence.Subroutines``) instead of embedding it at each call site, which LLVM compiled
+      once per site: on the GPU machine's Xeon (DS2 sizes) the LSTM's build 8.7-11.7 -> 3.6-4.2 s,
+      a 2-layer bidirectional LSTM's 25.7 -> 10.7 s, with the same bits and speed within that
+      machine's noise (notes/performance.md v31). Not where a time loop is one parallel region
+      (``options.time_loop_regions``): its kernels' loops must be inline (views as pointers there).
+    """
     return options.shared_kernels
 
 

@@ -42,7 +42,7 @@ from ..schedules.cpu import gradient_panel, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
 from ..device import dependent_launch, shared_kernels
-from .sequence import Program, Stacked
+from .sequence import Program, Stacked, Subroutines
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
 # static shapes: as many of the first size as fit, then the next... (``Program.chunked``). The chunk
@@ -221,7 +221,8 @@ def _bind(group, views_of):
 
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
-                    panel: int = 0, view_pointers: bool = False, interleave: bool = False) -> Program:
+                    panel: int = 0, view_pointers: bool = False, interleave: bool = False,
+                    subroutines: Subroutines | None = None) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
@@ -232,7 +233,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     layout = config.layout
     groups = _direction_groups(config, stacked)
     prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region, options=config.options,
-                   view_pointers=view_pointers)
+                   view_pointers=view_pointers, subroutines=subroutines)
     T = tirx.Var("T", "int32")
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
     h0 = prog.tensor("h0", (LD, N, H), ("ld", "n", "j"))
@@ -357,7 +358,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
-                     grad_panel: int = 0, view_pointers: bool = False) -> Program:
+                     grad_panel: int = 0, view_pointers: bool = False,
+                     subroutines: Subroutines | None = None) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
@@ -374,7 +376,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     groups = _direction_groups(config, stacked)
     DG = len(groups[0])  # directions whose temporaries are live together
     prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers,
-                   options=config.options)
+                   options=config.options, subroutines=subroutines)
     T = tirx.Var("T", "int32")
     y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
     dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)
@@ -552,14 +554,15 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
 
 
 def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0,
-                    view_pointers: bool = False) -> Program:
+                    view_pointers: bool = False, subroutines: Subroutines | None = None) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
     every parameter transposed for the forward kernels (the weights in column panels of ``panel``
     units if given: :func:`tvmrnn.schedules.cpu.weight_panel`), then the weights copied for
     the backward's, as they are or in panels of ``panel_of(K)`` input features (see
     :mod:`tvmrnn.cells.parameters`)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
-    prog = Program("pack_weights", schedule, view_pointers=view_pointers, options=config.options)
+    prog = Program("pack_weights", schedule, view_pointers=view_pointers, options=config.options,
+                   subroutines=subroutines)
     prog.weight_panel = panel  # recorded in exported packages' metadata, with the backward's
     prog.backward_weight_panels = {}  # K -> panel of the backward's copy of a weight with K inputs
     src = prog.flat("params", layout.total)
@@ -583,12 +586,18 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
     options = config.options
-    # views as pointers, so that the kernels of different layers and directions compile to one
-    # (`sequence.merge_identical_kernels`)
-    pointers = shared_kernels(target, options)
+    # each kernel compiled once for all of its call sites: on a GPU with the views as pointers,
+    # so that the launches of different layers and directions are one kernel
+    # (`sequence.merge_identical_kernels`); on a CPU as functions the passes call
+    # (`sequence.Subroutines`, one table for all four passes)
+    shared = shared_kernels(target, options)
+    gpu = target is not None and is_gpu(target)
+    one_region = time_loop_regions(target, options)
+    # (a CPU time loop that is one parallel region embeds its kernels, views as pointers)
+    pointers = shared and (gpu or one_region)
+    subroutines = Subroutines() if shared and not pointers else None
     how = dict(chunks=chunk_steps(target, options), stacked=stack_directions(target, options),
-               one_region=time_loop_regions(target, options),
-               view_pointers=pointers)
+               one_region=one_region, view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
 
     def panel_of(k_size):  # the backward's data GEMMs: their tile runs along K, one "gate"
@@ -606,7 +615,8 @@ def all_programs(config: Config, schedule, target=None, persistent_blocks: int |
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
                                                             options.gradient_panels, options.weight_panels), **how),
-                packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers))
+                packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
+                                subroutines=subroutines))
     for p in programs:
         p.dependent_launch = dependent_launch(target, options)
     return programs

@@ -133,15 +133,9 @@ def _offset(view: View):
     return offset
 
 
-def _make_view(view, param, pointer: bool = False) -> tuple:
-    """The view buffer for kernel parameter ``param`` and the statement that declares it.
-
-    ``pointer``: the view's offset goes into its data pointer, computed where the view is
-    declared, and the buffer starts at element 0. On a GPU the host computes it, so a kernel
-    launched at several call sites (each layer and direction: other offsets into the same
-    flat buffers) takes its place as an argument and compiles to the same code at each, which
-    :func:`merge_identical_kernels` then keeps once. With the offset in the buffer instead,
-    each call site's constants are compiled into a kernel of its own."""
+def _view_layout(view, param) -> tuple:
+    """(data pointer, element offset, strides) of the view that binds kernel parameter ``param``
+    (a :class:`View`, or a :class:`Stacked` pair for a leading axis of 2)."""
     shape = list(param.shape)
     lead = []
     if isinstance(view, Stacked):
@@ -161,12 +155,34 @@ def _make_view(view, param, pointer: bool = False) -> tuple:
             strides.append(acc)
             acc = acc * s
         strides.reverse()
-    data, offset = tirx.buffer_data(t.buffer), _offset(view)
-    if pointer:  # the offset in bytes, 64-bit: a 5-layer LSTM's training workspace alone is 1.1 GB
-        data, offset = tirx.handle_add_byte_offset(data, tirx.Cast("int64", offset) * 4), 0
-    buf = tirx.decl_buffer(param.shape, F32, f"{t.name}_{param.name}", strides=lead + strides,
+    return tirx.buffer_data(t.buffer), _offset(view), lead + strides
+
+
+def _byte_offset(data, offset):
+    """``data`` advanced by ``offset`` float32 elements, in 64-bit arithmetic (a 5-layer LSTM's
+    training workspace alone is 1.1 GB)."""
+    return tirx.handle_add_byte_offset(data, tirx.Cast("int64", offset) * 4)
+
+
+def _make_view(view, param, pointer: bool = False) -> tuple:
+    """The view buffer for kernel parameter ``param`` and the statement that declares it.
+
+    ``pointer``: the view's offset goes into its data pointer, computed where the view is
+    declared, and the buffer starts at element 0. On a GPU the host computes it, so a kernel
+    launched at several call sites (each layer and direction: other offsets into the same
+    flat buffers) takes its place as an argument and compiles to the same code at each, which
+    :func:`merge_identical_kernels` then keeps once. With the offset in the buffer instead,
+    each call site's constants are compiled into a kernel of its own."""
+    data, offset, strides = _view_layout(view, param)
+    if pointer:
+        data, offset = _byte_offset(data, offset), 0
+    buf = tirx.decl_buffer(param.shape, F32, f"{_view_tensor(view).name}_{param.name}", strides=strides,
                            elem_offset=offset, data_alignment=4, offset_factor=1)
     return buf, tirx.DeclBuffer(buf, data=data)
+
+
+def _view_tensor(view) -> "SequenceTensor":
+    return view.views[0].tensor if isinstance(view, Stacked) else view.tensor
 
 
 def _same_view(a: tirx.DeclBuffer, b: tirx.DeclBuffer) -> bool:
@@ -562,12 +578,126 @@ def _hoist_scratch(body, scratch: list):
     return s_tir.SBlockRealize(body.iter_values, body.predicate, block)
 
 
+class Subroutines:
+    """CPU: each distinct kernel compiled once, as a function the passes call.
+
+    A pass embedding its kernels inline compiles each kernel once per call site (each layer,
+    direction and chunk size), and LLVM's code generation is most of a CPU build's time: it grew
+    with call sites, not distinct kernels (197 call sites of 50 kernels in a 2-layer bidirectional
+    LSTM at I=13, H=37: 15.5 of 19.7 s in LLVM; 7.4 s in all with this, 3.4 s if every kernel
+    could be called, see :meth:`callable`). Here a call site calls a private function of the module
+    instead: the kernel's views become pointer parameters (their offsets computed by the caller),
+    and strides that vary (with the sequence length, say) integer ones; constant strides stay
+    constants in the kernel's code. One table serves every pass of a build, so the inference and
+    training forwards share their kernels too. One view bound to two parameters is one parameter.
+    Each kernel's parallel loop stays its own parallel region, as inline."""
+
+    def __init__(self):
+        self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
+        self.functions: dict = {}  # GlobalVar -> PrimFunc
+
+    @staticmethod
+    def callable(func: tirx.PrimFunc) -> bool:
+        """Whether a scheduled kernel is called (else embedded): only where each of its loads and
+        stores is inside a parallel loop of more than one iteration, which TVM makes a function
+        of its own that runs on the thread pool. A kernel with serial code (a small copy; any
+        kernel at tiny sizes, where its parallel loop has one iteration and TVM runs it inline)
+        would be inlined into the pass by LLVM, and TVM tags each access for LLVM's type-based
+        alias analysis by its buffer variable: two inlined calls' accesses to one tensor (step
+        t's state store, step t+1's state load) then carry unrelated types, and LLVM reordered
+        them (wrong states with H = N = 1). Embedded, the views of one tensor share its variable."""
+        found = []
+
+        def loop(n, mutator):
+            threaded = n.kind == tirx.ForKind.PARALLEL and isinstance(n.extent, tirx.IntImm) and int(n.extent) > 1
+            return n if threaded else mutator.default_mutate(n)
+
+        def access(n, mutator):
+            found.append(n)
+            return n
+        tvm_ffi.structural_mutate(func.body, [(tirx.For, loop), (tvm.ir.TensorLoad, access), (tirx.BufferStore, access)])
+        return not found
+
+    def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt:
+        """The call of ``kernel`` (a :meth:`callable` one) on ``views`` (role -> view), defining
+        its function at the first call with these constant strides and these shared views."""
+        func = program.scheduled(kernel.name)
+        layouts, aliases = [], []
+        for param, role in zip(func.params, kernel.roles):
+            data, offset, strides = _view_layout(views[role], param)
+            same = next((i for i, (d, o, st, shape) in enumerate(layouts)
+                         if aliases[i] is None and _equal((d, o, st, shape), (data, offset, strides, list(param.shape)))),
+                        None)
+            layouts.append((data, offset, strides, list(param.shape)))
+            aliases.append(same)
+        signature = tuple(tuple(int(x) if isinstance(x, tirx.IntImm) else None for x in strides)
+                          for _, _, strides, _ in layouts)
+        key = (kernel.name, signature, tuple(aliases))
+        if key not in self._entries:
+            self._entries[key] = self._define(func, kernel, signature, aliases)
+        gvar, scratch = self._entries[key]
+        args = [_byte_offset(d, o) for (d, o, _, _), same in zip(layouts, aliases) if same is None]
+        args += [x for (_, _, strides, _), same in zip(layouts, aliases) if same is None
+                 for x in strides if not isinstance(x, tirx.IntImm)]
+        args += program.scratch_pointers(scratch)
+        return tirx.Evaluate(tvm.ir.Call(gvar, args))
+
+    def _define(self, func, kernel: Kernel, signature, aliases) -> tuple:
+        func = s_tir.renew_defs(func)  # variables of its own
+        params, stride_params, decls, mapping = [], [], [], []
+        for param, strides, same in zip(func.params, signature, aliases):
+            if same is not None:
+                mapping.append((param, mapping[same][1]))
+                continue
+            pointer = tirx.Var(param.name, tvm.ir.PointerType(tvm.ir.PrimType(F32)))
+            params.append(pointer)
+            full = []
+            for i, x in enumerate(strides):
+                if x is None:
+                    x = tirx.Var(f"{param.name}_stride{i}", I32)
+                    stride_params.append(x)
+                full.append(_const(x))
+            buf = tirx.decl_buffer(param.shape, F32, param.name, strides=full, elem_offset=0, data_alignment=4,
+                                   offset_factor=1)
+            decls.append(tirx.DeclBuffer(buf, data=pointer))
+            mapping.append((param, buf))
+        body = _hoist_scratch(func.body, scratch := [])
+        scratch_params = []
+        for b in scratch:
+            pointer = tirx.Var(b.name, tvm.ir.PointerType(tvm.ir.PrimType(b.dtype)))
+            scratch_params.append(pointer)
+            buf = tirx.decl_buffer(b.shape, b.dtype, b.name, elem_offset=0, data_alignment=4, offset_factor=1)
+            decls.append(tirx.DeclBuffer(buf, data=pointer))
+            mapping.append((b, buf))
+
+        def replace(v, mutator):
+            for old, new in mapping:
+                if v.same_as(old):
+                    return new
+            return v
+        body = tvm_ffi.structural_mutate(body, [(tvm.ir.Var, replace)])
+        sub = tirx.PrimFunc(params + stride_params + scratch_params,
+                            tirx.SeqStmt(decls + [body, tirx.Return(tirx.const(0, I32))]),
+                            ret_type=tvm.ir.PrimType(I32))
+        gvar = tvm.ir.GlobalVar(f"{kernel.name}_{len(self._entries)}")
+        # Not ``tirx.noalias``, unlike the pass: with it (while serial kernels were called too,
+        # see `callable`), a noalias kernel of the backward alone made the inference forward read
+        # its state before the copy that set it (NaN at T = 1). Not pinned down and not retried;
+        # without it the called kernels ran as fast as embedded ones (notes/performance.md v31).
+        self.functions[gvar] = sub
+        return gvar, [(b.shape, b.dtype, b.name) for b in scratch]
+
+
+def _equal(a, b) -> bool:
+    return tvm_ffi.structural_equal(a, b)
+
+
 class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
     def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None,
                  one_region: bool = False, barrier_param: bool = True, view_pointers: bool = False,
-                 options: BuildOptions | None = None):
+                 options: BuildOptions | None = None, subroutines: Subroutines | None = None):
         options = options if options is not None else BuildOptions()
         self.name = name
         # the persistent loops' grid-barrier counter: a parameter of the driver (a pass), or its
@@ -614,6 +744,9 @@ class Program:
         self.dependent_launch: bool | str = False
         # GPU: views declared as pointers the host computes (`_make_view`)
         self.view_pointers = view_pointers
+        # CPU: kernels called as functions, each compiled once (:class:`Subroutines`), except in
+        # a time loop that is one parallel region (its kernels' loops must be inline)
+        self.subroutines = subroutines
 
     def _pooled(self, buffers) -> tuple[list, list]:
         """Declarations that place a kernel call's global scratch (a GEMM's partial sums split
@@ -634,6 +767,25 @@ class Program:
             offset += -(-size // 64) * 64  # each piece 256-byte aligned
         self._pool_size = max(self._pool_size, offset)
         return decls, mapping
+
+    def scratch_pointers(self, scratch) -> list:
+        """Pointers to a called kernel's global scratch ((shape, dtype, name) each): float32
+        pieces of static size in the scratch pool, as :meth:`_pooled` places them, the rest
+        allocations of their own."""
+        pointers, offset = [], 0
+        for shape, dtype, name in scratch:
+            if dtype != F32 or not all(isinstance(d, tirx.IntImm) for d in shape):
+                own = tirx.decl_buffer(shape, dtype, name)
+                self._scratch.append(own)
+                pointers.append(tirx.buffer_data(own))
+                continue
+            pointers.append(_byte_offset(tirx.buffer_data(self._pool), offset))
+            size = 1
+            for d in shape:
+                size *= int(d)
+            offset += -(-size // 64) * 64
+        self._pool_size = max(self._pool_size, offset)
+        return pointers
 
     @property
     def uses_persistent_loops(self) -> bool:
@@ -676,6 +828,10 @@ class Program:
         self._call_extents.setdefault(kernel.name, []).append(list(self._extents))
         if self._in_step_loop:
             self._step_loops[-1][1] += 1
+        if self.subroutines is not None and self._persistent is None and self._region is None \
+                and self.subroutines.callable(self._scheduled[kernel.name]):
+            self._stack[-1].append(self.subroutines.call(self, kernel, views))
+            return
         func = s_tir.renew_defs(self._scheduled[kernel.name])  # fresh variables per embedding
         decls, mapping = [], []
         # a persistent loop's views stay offsets: `hoist_invariant_copies` reads them to tell

@@ -117,7 +117,12 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options) -> 
             functions[p.name] = p.build()
             bar.update(1)
         bar.set_postfix_str("compiling")
-        executable = compile_module(tvm.IRModule(functions), target)
+        module = tvm.IRModule(functions)
+        for p in programs:  # CPU: the kernels the passes call (one table for all of them)
+            for gvar, func in (p.subroutines.functions.items() if p.subroutines is not None else ()):
+                if gvar not in module.functions:
+                    module[gvar] = func
+        executable = compile_module(module, target)
         bar.update(1)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
