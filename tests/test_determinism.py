@@ -76,14 +76,16 @@ def test_a_row_gives_the_same_bits_alone_and_in_a_batch():
     check_rows_alone()
 
 
-def test_the_same_bits_in_other_processes_and_with_other_thread_counts():
+def test_the_same_bits_in_other_processes_and_with_other_thread_counts(tmp_path):
     """CPU kernels split work across threads by output, never a sum: 1 and 3 threads and a second
-    process give this process's bits."""
+    process give this process's bits (the first other process compiles the builds afresh, the
+    second loads that process's builds from the build cache)."""
     here = digest("lstm") + digest("gru")
-    code = (f"import sys; sys.path.insert(0, {TESTS!r}); import test_determinism as d; "
+    code = (f"import os, sys; sys.path.insert(0, {TESTS!r}); import test_determinism as d; "
+            "os.environ['TVMRNN_CACHE'] = 'on'; "  # importing the tests' conftest turned it off
             "print(d.digest('lstm') + d.digest('gru'))")
     for threads in ("1", "3"):
-        env = dict(os.environ, TVM_NUM_THREADS=threads, OMP_NUM_THREADS=threads)
+        env = dict(os.environ, TVM_NUM_THREADS=threads, OMP_NUM_THREADS=threads, TVMRNN_CACHE_DIR=str(tmp_path))
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=TESTS)
         assert out.returncode == 0, out.stderr[-2000:]
         assert out.stdout.split()[-1] == here, f"{threads} threads"
