@@ -77,6 +77,11 @@ class Layout:
         """Elements of the packed buffer: the kernels' layout, then the PyTorch-layout copy."""
         return 2 * self.total
 
+    def parameter_list(self) -> list:
+        """``[name, PyTorch shape, offset]`` of each parameter, in order: what a package's metadata
+        records, and what ``load`` checks it against."""
+        return [[s.name, list(s.torch_shape), s.offset] for s in self.slots]
+
     def torch_copy(self, offset: int) -> int:
         """Where the PyTorch-layout copy of the weight packed at ``offset`` sits."""
         return self.total + offset

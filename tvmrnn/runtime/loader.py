@@ -21,8 +21,7 @@ def _check_layout(meta: dict, config: Config) -> None:
             "weights_size", layout.total) != layout.total:
         raise ValueError(f"packed_weights_size {meta.get('packed_weights_size')} and weights_size "
                          f"{meta.get('weights_size')}, where the sizes make {layout.packed_total} and {layout.total}")
-    params = [[s.name, list(s.torch_shape), s.offset] for s in layout.slots]
-    if "parameters" in meta and meta["parameters"] != params:
+    if "parameters" in meta and meta["parameters"] != layout.parameter_list():
         raise ValueError("the parameter list is not the one the sizes make")
 
 

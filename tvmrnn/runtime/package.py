@@ -67,7 +67,7 @@ def metadata(rnn: RNN) -> dict:
         "weight_panel": rnn.programs["pack_weights"].weight_panel,
         "backward_weight_panels": {str(k): v for k, v in rnn.programs["pack_weights"].backward_weight_panels.items()},
         "packed_weights_size": c.layout.packed_total,
-        "parameters": [[s.name, list(s.torch_shape), s.offset] for s in c.layout.slots],
+        "parameters": c.layout.parameter_list(),
         "weights_size": c.layout.total,
         "signatures": rnn.signatures,
         "workspace_arrays": sorted(c.workspace_shapes(1)),

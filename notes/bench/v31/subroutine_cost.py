@@ -3,7 +3,8 @@ against kernels embedded at each call site (the build before v31): build time an
 Each configuration is built both ways in one process (the host CPU's records), then timed
 alternately on the same inputs; the two must agree. python subroutine_cost.py [T N I H [CONFIGS]]
 (default DS2: 300 20 800 800; CONFIGS comma-separated cell[:layers[:bidir]], default
-"lstm,gru,rnn_relu,lstm:2:bidir")."""
+"lstm,gru,rnn_relu,lstm:2:bidir"; REPS: timed rounds, default 7; CALLED_FIRST=1 builds and times the
+called build first)."""
 import os
 import statistics
 import sys
@@ -27,7 +28,8 @@ def main():
         cell, layers, bidir = (config.split(":") + ["1", ""])[:3]
         layers, bidir = int(layers), bidir == "bidir"
         rnns, build_s = {}, {}
-        for name, shared in (("inline", False), ("called", True)):
+        order = (("inline", False), ("called", True))
+        for name, shared in (order[::-1] if os.environ.get("CALLED_FIRST") else order):
             t0 = time.perf_counter()
             rnns[name] = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=layers, bidirectional=bidir,
                                       batch_size=N, cache=False, options=tvmrnn.BuildOptions(shared_kernels=shared))
