@@ -595,6 +595,13 @@ class Subroutines:
     def __init__(self):
         self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
         self.functions: dict = {}  # GlobalVar -> PrimFunc
+        self._calls: dict[str, bool] = {}  # kernel name -> whether it is called (`callable`)
+
+    def calls(self, kernel: Kernel, func: tirx.PrimFunc) -> bool:
+        """:meth:`callable` for ``kernel`` scheduled as ``func``, decided once per kernel."""
+        if kernel.name not in self._calls:
+            self._calls[kernel.name] = self.callable(func)
+        return self._calls[kernel.name]
 
     @staticmethod
     def callable(func: tirx.PrimFunc) -> bool:
@@ -626,7 +633,8 @@ class Subroutines:
         for param, role in zip(func.params, kernel.roles):
             data, offset, strides = _view_layout(views[role], param)
             same = next((i for i, (d, o, st, shape) in enumerate(layouts)
-                         if aliases[i] is None and _equal((d, o, st, shape), (data, offset, strides, list(param.shape)))),
+                         if aliases[i] is None
+                         and tvm_ffi.structural_equal((d, o, st, shape), (data, offset, strides, list(param.shape)))),
                         None)
             layouts.append((data, offset, strides, list(param.shape)))
             aliases.append(same)
@@ -670,12 +678,7 @@ class Subroutines:
             decls.append(tirx.DeclBuffer(buf, data=pointer))
             mapping.append((b, buf))
 
-        def replace(v, mutator):
-            for old, new in mapping:
-                if v.same_as(old):
-                    return new
-            return v
-        body = tvm_ffi.structural_mutate(body, [(tvm.ir.Var, replace)])
+        body = _substituted(body, mapping)
         sub = tirx.PrimFunc(params + stride_params + scratch_params,
                             tirx.SeqStmt(decls + [body, tirx.Return(tirx.const(0, I32))]),
                             ret_type=tvm.ir.PrimType(I32))
@@ -688,8 +691,14 @@ class Subroutines:
         return gvar, [(b.shape, b.dtype, b.name) for b in scratch]
 
 
-def _equal(a, b) -> bool:
-    return tvm_ffi.structural_equal(a, b)
+def _substituted(node, mapping: list):
+    """``node`` with each variable (a buffer is one) of ``mapping``'s ``(old, new)`` pairs replaced."""
+    def replace(v, mutator):
+        for old, new in mapping:
+            if v.same_as(old):
+                return new
+        return v
+    return tvm_ffi.structural_mutate(node, [(tvm.ir.Var, replace)])
 
 
 class Program:
@@ -748,43 +757,50 @@ class Program:
         # a time loop that is one parallel region (its kernels' loops must be inline)
         self.subroutines = subroutines
 
+    def _pool_offsets(self, pieces) -> list:
+        """Where a kernel call's global scratch (a GEMM's partial sums split over blocks; ``(shape,
+        dtype)`` each) goes in the program's one scratch pool, from its start: the calls run one
+        after the other, so they share it, and a pass holds the largest call's scratch, not the
+        sum over every call of every layer (a 5-layer LSTM's backward: 17 MB against 223 MB).
+        Each piece's offset in elements, or None for one that needs an allocation of its own (not
+        float32, or not of static size)."""
+        offsets, offset = [], 0
+        for shape, dtype in pieces:
+            if dtype != F32 or not all(isinstance(d, tirx.IntImm) for d in shape):
+                offsets.append(None)
+                continue
+            offsets.append(offset)
+            size = 1
+            for d in shape:
+                size *= int(d)
+            offset += -(-size // 64) * 64  # each piece 256-byte aligned
+        self._pool_size = max(self._pool_size, offset)
+        return offsets
+
     def _pooled(self, buffers) -> tuple[list, list]:
-        """Declarations that place a kernel call's global scratch (a GEMM's partial sums split
-        over blocks) in the program's one scratch pool, from its start: the calls run one after
-        the other, so they share it, and a pass holds the largest call's scratch, not the sum
-        over every call of every layer (a 5-layer LSTM's backward: 17 MB against 223 MB)."""
-        decls, mapping, offset = [], [], 0
-        for b in buffers:
-            if b.dtype != F32 or not all(isinstance(d, tirx.IntImm) for d in b.shape):
+        """Declarations of an embedded kernel's global scratch in the pool (:meth:`_pool_offsets`),
+        and the buffers they replace."""
+        decls, mapping = [], []
+        for b, offset in zip(buffers, self._pool_offsets([(b.shape, b.dtype) for b in buffers])):
+            if offset is None:
                 self._scratch.append(b)  # its own allocation
                 continue
             view = tirx.decl_buffer(b.shape, F32, b.name, elem_offset=_const(offset), data_alignment=4, offset_factor=1)
             decls.append(tirx.DeclBuffer(view, data=tirx.buffer_data(self._pool)))
             mapping.append((b, view))
-            size = 1
-            for d in b.shape:
-                size *= int(d)
-            offset += -(-size // 64) * 64  # each piece 256-byte aligned
-        self._pool_size = max(self._pool_size, offset)
         return decls, mapping
 
     def scratch_pointers(self, scratch) -> list:
-        """Pointers to a called kernel's global scratch ((shape, dtype, name) each): float32
-        pieces of static size in the scratch pool, as :meth:`_pooled` places them, the rest
-        allocations of their own."""
-        pointers, offset = [], 0
-        for shape, dtype, name in scratch:
-            if dtype != F32 or not all(isinstance(d, tirx.IntImm) for d in shape):
+        """Pointers to a called kernel's global scratch ((shape, dtype, name) each), placed as
+        :meth:`_pool_offsets` places it."""
+        pointers = []
+        for (shape, dtype, name), offset in zip(scratch, self._pool_offsets([(sh, dt) for sh, dt, _ in scratch])):
+            if offset is None:
                 own = tirx.decl_buffer(shape, dtype, name)
                 self._scratch.append(own)
                 pointers.append(tirx.buffer_data(own))
-                continue
-            pointers.append(_byte_offset(tirx.buffer_data(self._pool), offset))
-            size = 1
-            for d in shape:
-                size *= int(d)
-            offset += -(-size // 64) * 64
-        self._pool_size = max(self._pool_size, offset)
+            else:
+                pointers.append(_byte_offset(tirx.buffer_data(self._pool), offset))
         return pointers
 
     @property
@@ -829,7 +845,7 @@ class Program:
         if self._in_step_loop:
             self._step_loops[-1][1] += 1
         if self.subroutines is not None and self._persistent is None and self._region is None \
-                and self.subroutines.callable(self._scheduled[kernel.name]):
+                and self.subroutines.calls(kernel, self._scheduled[kernel.name]):
             self._stack[-1].append(self.subroutines.call(self, kernel, views))
             return
         func = s_tir.renew_defs(self._scheduled[kernel.name])  # fresh variables per embedding
@@ -849,17 +865,11 @@ class Program:
             decls.append(decl)
             mapping.append((param, buf))
 
-        def replace(v, mutator):
-            for old, new in mapping:
-                if v.same_as(old):
-                    return new
-            return v
-
-        body = _hoist_scratch(tvm_ffi.structural_mutate(func.body, [(tvm.ir.Var, replace)]), hoisted := [])
+        body = _hoist_scratch(_substituted(func.body, mapping), hoisted := [])
         if hoisted:
             pooled, mapping = self._pooled(hoisted)
             decls += pooled
-            body = tvm_ffi.structural_mutate(body, [(tvm.ir.Var, replace)])
+            body = _substituted(body, mapping)
         if self._persistent is not None:
             self._persistent.append((decls, body))
         if self._region is not None and self._in_step_loop:
