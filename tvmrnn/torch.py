@@ -16,11 +16,23 @@ by layer in training (two builds: the first layer's and one the others share), d
 same masks from PyTorch's RNG as ``torch.nn`` does. A ``PackedSequence`` runs padded to its
 longest row on a variable-lengths build (:class:`tvmrnn.BuildOptions`), rows masked as they end,
 and comes back packed as ``torch.nn`` returns it. ``proj_size`` is not supported yet.
+
+Under ``torch.compile``: Dynamo leaves modules that are ``torch.nn`` RNNs (ours subclass them) out
+of its graphs unless ``torch._dynamo.config.allow_rnn`` is set, so by default the model's graph
+breaks around the module, which runs eagerly as a whole (as ``torch.nn.LSTM`` does; never step by
+step). With ``allow_rnn`` the passes join the graph as the custom ops ``tvmrnn::forward``,
+``tvmrnn::forward_train`` and ``tvmrnn::backward`` (``fullgraph=True`` works; one compiled graph
+serves every batch size, the op choosing the build at run time). tvmrnn never sets that switch
+itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules too.
 """
 from __future__ import annotations
 
+import itertools
+import math
 import numbers
 import re
+import weakref
+from typing import Optional
 
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
@@ -28,8 +40,9 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from .cells.definition import Cell, get_cell
 from .options import BuildOptions
 from .cells.parameters import Layout
-from .runtime.rnn import RNN as _FusedRNN
+from .runtime.rnn import RNN as _FusedRNN, PackedWeights, Workspace
 from .runtime.build import build
+from .runtime.arrays import Frame
 
 
 class _Fused(torch.autograd.Function):
@@ -51,6 +64,133 @@ class _Fused(torch.autograd.Function):
         return (None, None, None, grads["x"], grads["h0"], grads.get("c0")) + tuple(grads[n] for n in ctx.names)
 
 
+# ---- torch.compile: the passes as torch.library custom ops ---------------------------------
+# Under torch.compile the drop-ins call these ops instead of :class:`_Fused`, so that Dynamo puts
+# one node per pass in the graph (no graph break, no fallback per step). Each op names its module by
+# a handle (an int: ops take no Python objects) and picks, at run time, the build for the batch it
+# gets (building it then if needed, as in eager mode), so a compiled graph serves every batch size.
+# The fake (meta) implementations give the outputs' shapes from the module's sizes alone; the
+# training forward's workspace and packed weights are each one flat buffer whose size depends on
+# the build (its padded batch), so their fake sizes are data-dependent. Eager mode keeps
+# :class:`_Fused`, which recycles CPU workspaces (the ops' buffers belong to autograd).
+_MODULES: "weakref.WeakValueDictionary[int, _Mixin]" = weakref.WeakValueDictionary()
+_HANDLES = itertools.count(1)
+
+
+def _module(handle: int) -> "_Mixin":
+    module = _MODULES.get(handle)
+    if module is None:
+        raise RuntimeError(f"tvmrnn: the module of handle {handle} no longer exists (a compiled graph outlived the "
+                           f"tvmrnn.torch module it was traced from)")
+    return module
+
+
+def _op_rnn(handle: int, x: torch.Tensor, layer: int, ragged: bool) -> _FusedRNN:
+    module = _module(handle)
+    return module._rnn_for(x.shape[0 if module.batch_first else 1], x.device, layer=None if layer < 0 else layer,
+                           ragged=ragged)
+
+
+def _workspace_views(rnn: _FusedRNN, T: int, flat: torch.Tensor) -> dict:
+    views, offset = {}, 0
+    for name, shape in rnn.config.workspace_shapes(T).items():
+        size = math.prod(shape)
+        views[name] = flat[offset:offset + size].view(shape)
+        offset += size
+    return views
+
+
+def _no_c(c: Optional[torch.Tensor], hy: torch.Tensor) -> torch.Tensor:
+    return c if c is not None else hy.new_empty(0)  # ops return tensors: an empty one for "no cell state"
+
+
+@torch.library.custom_op("tvmrnn::forward", mutates_args=())
+def _forward_op(handle: int, layer: int, x: torch.Tensor, h0: torch.Tensor, c0: Optional[torch.Tensor],
+                lengths: Optional[torch.Tensor], ragged: bool,
+                params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rnn = _op_rnn(handle, x, layer, ragged)
+    w = rnn.pack_weights(dict(zip(rnn.config.layout.names, params)))
+    y, hy, cy = rnn.forward(w, x, h0, c0, lengths=lengths)
+    return y, hy, _no_c(cy, hy)
+
+
+@torch.library.custom_op("tvmrnn::forward_train", mutates_args=())
+def _forward_train_op(handle: int, layer: int, x: torch.Tensor, h0: torch.Tensor, c0: Optional[torch.Tensor],
+                      lengths: Optional[torch.Tensor], ragged: bool, params: list[torch.Tensor]
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(y, hy, cy, packed weights, workspace)``: the last two for the backward."""
+    rnn = _op_rnn(handle, x, layer, ragged)
+    w = rnn.pack_weights(dict(zip(rnn.config.layout.names, params)), zeroed=True)  # an output: no stray bits
+    T = x.shape[1 if rnn.config.batch_first else 0]
+    flat = x.new_empty(sum(math.prod(s) for s in rnn.config.workspace_shapes(T).values()), dtype=torch.float32)
+    y, hy, cy, _ = rnn._forward(w, x, h0, c0, train=True, lengths=lengths, given=_workspace_views(rnn, T, flat))
+    return y, hy, _no_c(cy, hy), w.flat, flat
+
+
+@torch.library.custom_op("tvmrnn::backward", mutates_args=())
+def _backward_op(handle: int, layer: int, x: torch.Tensor, lengths: Optional[torch.Tensor], ragged: bool,
+                 packed: torch.Tensor, workspace: torch.Tensor, dy: torch.Tensor, dhy: torch.Tensor,
+                 dcy: Optional[torch.Tensor]) -> list[torch.Tensor]:
+    """``[dx, dh0, dc0 (cells with a cell state), then each parameter's gradient in the build's order]``."""
+    rnn = _op_rnn(handle, x, layer, ragged)
+    c = rnn.config
+    frame = Frame.of("x", x)
+    T, n = x.shape[1 if c.batch_first else 0], x.shape[0 if c.batch_first else 1]
+    ws = Workspace(rnn, frame, T, x if n == c.batch_size else frame.padded(x, 0 if c.batch_first else 1, c.batch_size),
+                   _workspace_views(rnn, T, workspace), batch=n)
+    ws.mask = rnn._mask(frame, T, n, lengths)[0]
+    grads = rnn.backward(PackedWeights(rnn, packed), ws, dy.contiguous(), dhy.contiguous(),
+                         dcy.contiguous() if dcy is not None else None)
+    # the parameters' gradients are views of one buffer; an op's outputs may not alias each other
+    return ([grads["x"], grads["h0"]] + ([grads["c0"]] if "c0" in grads else [])
+            + [grads[k].clone() for k in c.layout.names])
+
+
+def _fake_outputs(handle: int, layer: int, x: torch.Tensor):
+    module = _module(handle)
+    D = 2 if module.bidirectional else 1
+    L = module.num_layers if layer < 0 else 1
+    state = (L * D, x.shape[0 if module.batch_first else 1], module.hidden_size)
+    y = x.new_empty(x.shape[:2] + (D * module.hidden_size,))
+    hy = x.new_empty(state)
+    return y, hy, (x.new_empty(state) if module._has_cell_state else x.new_empty(0))
+
+
+@_forward_op.register_fake
+def _(handle, layer, x, h0, c0, lengths, ragged, params):
+    return _fake_outputs(handle, layer, x)
+
+
+@_forward_train_op.register_fake
+def _(handle, layer, x, h0, c0, lengths, ragged, params):
+    ctx = torch.library.get_ctx()  # the build's padded batch decides these sizes
+    return _fake_outputs(handle, layer, x) + (x.new_empty(ctx.new_dynamic_size()), x.new_empty(ctx.new_dynamic_size()))
+
+
+@_backward_op.register_fake
+def _(handle, layer, x, lengths, ragged, packed, workspace, dy, dhy, dcy):
+    module = _module(handle)
+    grads = [torch.empty_like(x), torch.empty_like(dhy)] + ([torch.empty_like(dhy)] if module._has_cell_state else [])
+    return grads + [x.new_empty(s.torch_shape) for s in module._op_layout.slots if layer < 0 or s.layer == layer]
+
+
+def _setup_context(ctx, inputs, output):
+    handle, layer, x, h0, c0, lengths, ragged, params = inputs
+    ctx.handle, ctx.layer, ctx.ragged, ctx.has_c, ctx.count = handle, layer, ragged, c0 is not None, len(params)
+    ctx.save_for_backward(x, lengths, output[3], output[4])
+
+
+def _backward(ctx, dy, dhy, dcy, _packed, _workspace):
+    x, lengths, packed, workspace = ctx.saved_tensors
+    grads = torch.ops.tvmrnn.backward(ctx.handle, ctx.layer, x, lengths, ctx.ragged, packed, workspace, dy, dhy,
+                                      dcy if ctx.has_c else None)
+    k = 3 if ctx.has_c else 2
+    return (None, None, grads[0], grads[1], grads[2] if ctx.has_c else None, None, None, list(grads[k:]))
+
+
+_forward_train_op.register_autograd(_backward, setup_context=_setup_context)
+
+
 class _Mixin:
     """What the drop-ins share: checks, the builds they run on and ``forward``."""
 
@@ -66,6 +206,18 @@ class _Mixin:
         self._package, self._target, self._rebuild = package, target, rebuild and package is None
         self._built = {}  # (input_size, num_layers, batch size, device, variable lengths) -> tvmrnn RNN
         self._zero_biases = {}  # (name, device) -> zeros, for bias=False
+        # what torch.compile's path needs without a build (the custom ops above): a handle for the
+        # ops, the whole stack's parameter layout and a one-layer build's parameter names
+        cell = get_cell(self._cell)
+        self._has_cell_state = cell.has_cell_state
+        D = 2 if self.bidirectional else 1
+        self._op_layout = Layout.create(self.input_size, self.hidden_size, self.num_layers, D, cell.num_gates,
+                                        cell.unit_params)
+        self._op_layer_names = Layout.create(D * self.hidden_size, self.hidden_size, 1, D, cell.num_gates,
+                                             cell.unit_params).names
+        self._op_names = self._op_layout.names
+        self._handle = next(_HANDLES)
+        _MODULES[self._handle] = self
 
     def _rnn_for(self, batch_size: int, device: torch.device, layer: int | None = None,
                  ragged: bool = False) -> _FusedRNN:
@@ -125,6 +277,8 @@ class _Mixin:
 
     def _zero_bias(self, name):
         weight = getattr(self, re.sub(r"^bias_(ih|hh)", "weight_hh", name))  # (G * hidden_size, hidden_size)
+        if torch.compiler.is_compiling():  # a constant of the graph
+            return weight.new_zeros(weight.shape[0])
         key = (name, weight.device)
         if key not in self._zero_biases:
             self._zero_biases[key] = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device)
@@ -160,11 +314,34 @@ class _Mixin:
         data = pack_padded_sequence(y, lengths, batch_first=self.batch_first, enforce_sorted=True).data
         return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices), states
 
+    def _run(self, layer: int | None, lengths, x, h0, c0):
+        """The fused stack (``layer`` None) or one layer of it on ``x``: ``(y, hy[, cy])``. Eager:
+        through :class:`_Fused`; under torch.compile, through the custom ops (one graph node a pass)."""
+        ragged = lengths is not None
+        if torch.compiler.is_compiling():
+            names = self._op_names if layer is None else self._op_layer_names
+            params = self._parameters_of(names, layer)
+            index = -1 if layer is None else layer
+            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, h0, c0, *params)):
+                out = torch.ops.tvmrnn.forward_train(self._handle, index, x, h0, c0, lengths, ragged, params)[:3]
+            else:
+                out = torch.ops.tvmrnn.forward(self._handle, index, x, h0, c0, lengths, ragged, params)
+            return out if self._has_cell_state else out[:2]
+        return self._run_eager(layer, lengths, x, h0, c0)
+
+    @torch.compiler.disable
+    def _run_eager(self, layer: int | None, lengths, x, h0, c0):
+        # never traced: where Dynamo does not trace the module (torch.nn's RNN modules are left out
+        # of graphs unless torch._dynamo.config.allow_rnn), it would otherwise trace the frames below
+        rnn = self._rnn_for(x.shape[0 if self.batch_first else 1], x.device, layer=layer, ragged=lengths is not None)
+        names = rnn.config.layout.names
+        return _Fused.apply(rnn, names, lengths, x, h0, c0, *self._parameters_of(names, layer))
+
     def _forward(self, input, hx, lengths=None):
         unbatched = input.dim() == 2
         if unbatched:
             input = input.unsqueeze(1 if not self.batch_first else 0)
-        has_c = get_cell(self._cell).has_cell_state
+        has_c = self._has_cell_state
         h0, c0 = (hx if hx is not None else (None, None)) if has_c else (hx, None)
         if unbatched:
             h0 = h0.unsqueeze(1) if h0 is not None else None
@@ -182,20 +359,15 @@ class _Mixin:
             for k in range(self.num_layers):
                 if k:
                     y = torch.nn.functional.dropout(y, self.dropout, training=True)
-                rnn = self._rnn_for(batch, input.device, layer=k, ragged=lengths is not None)
                 states = slice(k * D, (k + 1) * D)
-                out = _Fused.apply(rnn, rnn.config.layout.names, lengths, y, h0[states].contiguous(),
-                                   c0[states].contiguous() if has_c else None,
-                                   *self._parameters_of(rnn.config.layout.names, k))
+                out = self._run(k, lengths, y, h0[states].contiguous(), c0[states].contiguous() if has_c else None)
                 y = out[0]
                 hys.append(out[1])
                 if has_c:
                     cys.append(out[2])
             out = (y, torch.cat(hys)) + ((torch.cat(cys),) if has_c else ())
         else:
-            rnn = self._rnn_for(batch, input.device, ragged=lengths is not None)
-            names = rnn.config.layout.names
-            out = _Fused.apply(rnn, names, lengths, input.contiguous(), h0, c0, *self._parameters_of(names, None))
+            out = self._run(None, lengths, input.contiguous(), h0, c0)
         y, hy = out[0], out[1]
         if unbatched:
             y = y.squeeze(1 if not self.batch_first else 0)

@@ -209,10 +209,12 @@ class RNN:
         self._workspaces.clear()
 
     # ---- weights ----------------------------------------------------------------------------
-    def pack_weights(self, params) -> PackedWeights:
+    def pack_weights(self, params, zeroed: bool = False) -> PackedWeights:
         """PyTorch-named parameters (numpy arrays or tensors) -> the kernels' packed layout.
 
         Torch tensors already on this RNN's device are packed there, without a trip to the host.
+        ``zeroed``: the layout's padding (never read) is zeros rather than whatever memory held
+        (for callers that compare or hash the packed buffer, such as torch's op checks).
         """
         layout = self.config.layout
         layout.check(params)
@@ -231,7 +233,7 @@ class RNN:
                 packed = tvm.runtime.empty((layout.packed_total,), "float32", device=tvm.cuda(self.device_index))
                 self.module["pack_weights"](flat, packed)
                 return PackedWeights(self, packed)
-        packed = frame.empty((layout.packed_total,), kept=True)
+        packed = frame.zeros((layout.packed_total,)) if zeroed else frame.empty((layout.packed_total,), kept=True)
         self._run("pack_weights", frame, 0, {"params": flat, "w": packed})
         return PackedWeights(self, packed)
 
@@ -351,7 +353,9 @@ class RNN:
         else:
             y.masked_fill_(m[:, :, None], 0)
 
-    def _forward(self, w, x, h0, c0, train, lengths=None):
+    def _forward(self, w, x, h0, c0, train, lengths=None, given=None):
+        """``given`` (training): the workspace's arrays, given by the caller (views of one buffer
+        of its own: the PyTorch custom ops, :mod:`tvmrnn.torch`), instead of fresh or recycled ones."""
         c = self.config
         wflat = self._check_weights(w)
         frame, T, n = self._frame_and_length("x", x, c.input_size)
@@ -368,8 +372,10 @@ class RNN:
         workspace = c.workspace_shapes(T) if train else {}
         results = {"y", "hy", "cy", *workspace}
         key = (frame.kind, str(frame.device), T)
-        recycle = train and frame.device_kind == "cpu"
-        if recycle:
+        recycle = train and frame.device_kind == "cpu" and given is None
+        if given is not None:
+            arrays.update(given)
+        elif recycle:
             arrays.update(self._workspaces.take(key) or {})  # every element is written before it is read
         self._run("forward_train" if train else "forward", frame, T, arrays, results,
                   kept=workspace if recycle else ())
