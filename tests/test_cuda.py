@@ -462,3 +462,32 @@ def test_fuzzed_contract_on_cuda():
     """tests/fuzz.py's seeded cases (60 of them, and one per fault) on the GPU, torch CUDA tensors."""
     import fuzz
     fuzz.fuzz_test(target="cuda", device="cuda", examples=60)()
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_torch_compile_with_inductor_on_cuda(cell):
+    """A model around a 2-layer bidirectional drop-in, compiled whole (``fullgraph``, inductor,
+    Dynamo let into RNN modules): the passes run as tvmrnn's custom ops on the GPU, at two batch
+    sizes on one build; loss and gradients as torch.nn's in float64 on the CPU."""
+    import tvmrnn.torch as tt
+    from test_torch_compile import Model
+    torch.manual_seed(0)
+    ours = getattr(tt, cell.upper())(I, H, 2, bidirectional=True)
+    model = Model(ours).cuda()
+    ref = Model(getattr(torch.nn, cell.upper())(I, H, 2, bidirectional=True)).double()
+    ref.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_rnn=True):
+        compiled = torch.compile(model, fullgraph=True)
+        for n in (N, N - 1):
+            x = torch.randn(11, n, I)
+            loss = compiled(x.cuda())
+            loss.backward()
+            expected = ref(x.double())
+            expected.backward()
+            assert abs(loss.item() - expected.item()) <= 1e-5 * abs(expected.item())
+            for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+                assert float((p.grad.double().cpu() - q.grad).norm() / q.grad.norm()) < 1e-4, name
+            model.zero_grad()
+            ref.zero_grad()
+    assert len(ours._built) == 1
