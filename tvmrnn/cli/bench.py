@@ -189,7 +189,8 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         rnn = tvmrnn.load(package, device=a.device)
     else:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
-                           target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32)
+                           target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32,
+                           cache=False if a.profile else None)  # a cached build has no per-kernel programs
     build_s = time.perf_counter() - t0
     schedules = rnn.schedules  # a package made before v28 does not know them
     tuned = f"{sum(1 for v in schedules.values() if v == 'tuned')}/{len(schedules)}" if schedules else "package"
