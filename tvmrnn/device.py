@@ -147,13 +147,23 @@ def shared_kernels(target, options: BuildOptions) -> bool:
     return options.shared_kernels
 
 
+def gpu_index(target) -> int:
+    """The GPU a ``target`` argument names: N for ``"cuda:N"``, else 0."""
+    if isinstance(target, str) and target.startswith("cuda:"):
+        index = target.partition(":")[2]
+        if not index.isdigit():
+            raise ValueError(f"target: expected 'cuda' or 'cuda:N' with N a GPU's index, got {target!r}")
+        return int(index)
+    return 0
+
+
 def resolve(target) -> tvm.target.Target:
-    """None (this CPU), ``"cuda"`` (this machine's GPU), a TVM Target, a dict or a tag such as
-    ``"nvidia/nvidia-h100"``."""
+    """None (this CPU), ``"cuda"`` or ``"cuda:N"`` (this machine's GPU, or its GPU N), a TVM
+    Target, a dict or a tag such as ``"nvidia/nvidia-h100"``."""
     if target is None:
         return host_target()
-    if target == "cuda":
-        return cuda_target()
+    if target == "cuda" or (isinstance(target, str) and target.startswith("cuda:")):
+        return cuda_target(gpu_index(target))
     try:
         t = target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
     except Exception as err:  # TVM raises its own error types for unknown kinds and tags

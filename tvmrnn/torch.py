@@ -256,7 +256,11 @@ class _Mixin:
             largest = max(n for i, l, n, _, r in self._built if (i, l, r) == (input_size, num_layers, ragged))
             raise ValueError(f"input: a batch of {batch_size} rows; this module was built for at most {largest} "
                              f"and rebuild=False")
-        target = self._target if self._target is not None else ("cuda" if device.type == "cuda" else None)
+        if self._target is not None:
+            target = self._target
+        else:  # the input's GPU (DDP: each rank its own; the build cache holds one entry for all)
+            target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
+                if device.type == "cuda" else None
         rnn = build(self._cell, input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
                     bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first,
                     target=target, options=BuildOptions(variable_lengths=True) if ragged else None)

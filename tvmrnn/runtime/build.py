@@ -41,7 +41,8 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         rows runs padded to it (exact: rows are independent; a smaller batch costs what this one
         does, plus copying the rows in and out). Build for the batch you run most.
     target : None, dict, str or tvm.target.Target
-        None builds for this machine's CPU, ``"cuda"`` for this machine's GPU; or e.g.
+        None builds for this machine's CPU, ``"cuda"`` for this machine's GPU (``"cuda:1"``: its
+        GPU 1, where the RNN then runs; the PyTorch drop-ins build for their input's GPU); or e.g.
         ``"nvidia/nvidia-h100"``, ``{"kind": "llvm", "mcpu": "sapphirerapids"}``.
     tuning_logs : None, str or False
         A folder of per-target raw MetaSchedule logs (what ``tvmrnn-tune`` writes), read beside the
@@ -82,6 +83,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
             raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
     options = as_options(options)
     config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options)
+    device_index = targets.gpu_index(target)  # "cuda:1": the RNN runs on GPU 1
     target = targets.resolve(target)
     if not is_gpu(target):
         use_cpu_threads(options)
@@ -91,19 +93,20 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         raise TypeError(f"cache: expected None or bool, got {type(cache).__name__}")
 
     def make():
-        return _compile(config, target, tuning_logs, allow_tf32, options)
+        return _compile(config, target, tuning_logs, allow_tf32, options, device_index)
 
     if not (cache and build_cache.runnable_here(target)):
         return make()
-    key = build_cache.build_key(config, target, options, allow_tf32, tuning_logs)
-    rnn, hit = build_cache.cached_build(key, make, load)
+    key = build_cache.build_key(config, target, options, allow_tf32, tuning_logs)  # the same for every GPU of a kind
+    rnn, hit = build_cache.cached_build(
+        key, make, lambda path: load(path, device=f"cuda:{device_index}" if is_gpu(target) else None))
     if hit:
         rnn.from_cache = True
         report_untuned(target, rnn.schedules)
     return rnn
 
 
-def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options) -> RNN:
+def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int = 0) -> RNN:
     schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
     blocks = targets.persistent_blocks(target, options)
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
@@ -126,7 +129,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options) -> 
         bar.update(1)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
-    rnn = RNN(config, target, executable.jit(), signatures, executable)
+    rnn = RNN(config, target, executable.jit(), signatures, executable, device_index=device_index)
     rnn.schedules = used  # kernel name -> "tuned", "default" or "tf32"
     rnn.allow_tf32 = allow_tf32 and is_gpu(target)
     rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
