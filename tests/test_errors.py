@@ -37,6 +37,7 @@ def test_unknown_cell():
     (dict(num_layers=1.5), TypeError, "num_layers: expected int"),
     (dict(bidirectional="yes"), TypeError, "bidirectional: expected bool"),
     (dict(target="nonsense-target"), ValueError, "target"),
+    (dict(target="cuda:x"), ValueError, "target: expected 'cuda' or 'cuda:N'"),
 ])
 def test_bad_build_options(kwargs, error, match):
     args = dict(input_size=4, hidden_size=4, batch_size=2) | kwargs
