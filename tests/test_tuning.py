@@ -95,6 +95,23 @@ def test_build_uses_the_log_and_still_matches_torch(tuned_logs, rng):
     assert rel_error(y, ref(torch.from_numpy(x).double())[0]) < 1e-4
 
 
+def test_masked_steps_take_their_unmasked_twins_records(tuned_logs, rng):
+    """A variable-lengths build's masked step (a workload of its own, with no record) is scheduled
+    by the unmasked step's record, and the build still matches torch.nn on rows of other lengths."""
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+    log_dir, _, _ = tuned_logs
+    rnn = tvmrnn.build("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, tuning_logs=str(log_dir),
+                       options=tvmrnn.BuildOptions(variable_lengths=True))
+    assert rnn.schedules[STEP + "_masked"] == "unmasked record"
+    torch.manual_seed(0)
+    ref = torch_module("rnn_tanh", 4, 8, 1, False, False).double()
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    x, lengths = rng.standard_normal((30, 2, 4)).astype(np.float32), [17, 30]
+    y, hy, _ = rnn.forward(w, x, lengths=lengths)
+    out, hr = ref(pack_padded_sequence(torch.from_numpy(x).double(), torch.tensor(lengths), enforce_sorted=False))
+    assert rel_error(y, pad_packed_sequence(out, total_length=30)[0]) < 1e-4 and rel_error(hy, hr) < 1e-4
+
+
 def test_tuning_a_gate_blocked_lstm_step(tmp_path, rng):
     """The fused step's search space on gate-blocked weight panels (``(H / u, K, G, u)``, every
     CPU's default where a panel divides H): its candidates build and run, and the build with the

@@ -42,6 +42,9 @@ class Kernel:
     # Leading axes of every parameter (and of the GEMM's output) that index independent
     # problems, each with its own weights: the direction axis of :func:`_lead`.
     batch: int = 0
+    # A masked step's kernel without the mask (variable lengths): where the masked kernel has no
+    # tuning record of its own, build replays the unmasked one's (tvmrnn.tune.records.scheduler).
+    unmasked: "Kernel | None" = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def _make(name, inputs: dict, outputs: dict, gemm=None, columns=(), batch=0) -> Kernel:
@@ -229,10 +232,10 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
         exprs.update({f"saved{i}": e for i, (_, e) in enumerate(d.saved)})
     outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
-    return _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}{_lead_suffix(directions)}"
-                 f"{_MASKED if masked else ''}",
-                 inputs,
-                 outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
+    kernel = _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}"
+                   f"{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                   inputs, outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
+    return _with_unmasked(kernel, masked, lambda: recurrent_step(cell, batch, hidden, train, directions, panel))
 
 
 # A masked step's mask value for the row (1: the row's sequence runs at this step, 0: it has ended,
@@ -278,9 +281,10 @@ def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kerne
     sequence sums them over steps and rows afterwards, in a fixed order).
     """
     inputs = {"dh": te.placeholder((batch, hidden), F32, "dh")}
-    return _pointwise_backward(cell, batch, hidden, (), inputs, lambda n, j: inputs["dh"][n, j],
-                               f"pointwise_backward_{cell.name}_n{batch}_h{hidden}{_MASKED if masked else ''}",
-                               masked=masked)
+    kernel = _pointwise_backward(cell, batch, hidden, (), inputs, lambda n, j: inputs["dh"][n, j],
+                                 f"pointwise_backward_{cell.name}_n{batch}_h{hidden}{_MASKED if masked else ''}",
+                                 masked=masked)
+    return _with_unmasked(kernel, masked, lambda: pointwise_backward(cell, batch, hidden))
 
 
 def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False) -> Kernel:
@@ -313,10 +317,16 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
     else:
         carried = lambda *i: mm[i]  # noqa: E731
-    return _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
-                               f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
-                               f"{_lead_suffix(directions)}{_MASKED if masked else ''}",
-                               gemm="matmul", columns=("k",), masked=masked)
+    kernel = _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
+                                 f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
+                                 f"{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                                 gemm="matmul", columns=("k",), masked=masked)
+    return _with_unmasked(kernel, masked, lambda: backward_step(cell, batch, hidden, directions, panel))
+
+
+def _with_unmasked(kernel: Kernel, masked: bool, unmasked) -> Kernel:
+    """A masked kernel with its unmasked twin (``unmasked()``) attached (:attr:`Kernel.unmasked`)."""
+    return dataclasses.replace(kernel, unmasked=unmasked()) if masked else kernel
 
 
 def has_direct_part(cell: Cell, masked: bool = False) -> bool:
@@ -531,7 +541,8 @@ def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
     barrier between steps. A workload of its own (the limit is an attribute of its function), as
     its schedule differs: fewer, larger blocks."""
     func = kernel.func.with_attr("tvmrnn.persistent_blocks", max_blocks)
-    return dataclasses.replace(kernel, name=f"{kernel.name}_persistent", func=func)
+    twin = persistent(kernel.unmasked, max_blocks) if kernel.unmasked is not None else None
+    return dataclasses.replace(kernel, name=f"{kernel.name}_persistent", func=func, unmasked=twin)
 
 
 def tf32(kernel: Kernel) -> Kernel:
@@ -539,7 +550,7 @@ def tf32(kernel: Kernel) -> Kernel:
     :func:`tvmrnn.schedules.cuda.gpu_matmul_tf32`). A workload of its own (the attribute is
     part of its function), so that records tuned for the fp32 schedule never apply to it."""
     func = kernel.func.with_attr("tvmrnn.tf32", 1)
-    return dataclasses.replace(kernel, name=f"{kernel.name}_tf32", func=func)
+    return dataclasses.replace(kernel, name=f"{kernel.name}_tf32", func=func, unmasked=None)
 
 
 def fill_zero(size) -> Kernel:

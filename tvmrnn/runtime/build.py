@@ -130,7 +130,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable, device_index=device_index)
-    rnn.schedules = used  # kernel name -> "tuned", "default" or "tf32"
+    rnn.schedules = used  # kernel name -> "tuned", "default", "tf32" or "unmasked record"
     rnn.allow_tf32 = allow_tf32 and is_gpu(target)
     rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
     rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None

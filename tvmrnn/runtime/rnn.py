@@ -117,7 +117,7 @@ class RNN:
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
-        self.schedules: dict = {}  # kernel name -> "tuned", "default" or "tf32" (what build used)
+        self.schedules: dict = {}  # kernel name -> "tuned", "default", "tf32" or "unmasked record"
         self.package_path: str | None = None  # the package this RNN was loaded from (or cached to)
         self.from_cache = False  # whether tvmrnn.build took it from the build cache
         self._scratch_arrays: dict = {}

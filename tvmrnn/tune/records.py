@@ -586,8 +586,9 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     embed, else the default schedule. With ``allow_tf32``, the GPU's all-steps GEMMs become TF32
     workloads (:func:`kernels.tf32`).
 
-    Returns the function and a dict it fills: kernel name -> "tuned", "default" or "tf32" (a TF32
-    kernel's default schedule: none of them has records yet).
+    Returns the function and a dict it fills: kernel name -> "tuned", "default", "tf32" (a TF32
+    kernel's default schedule: none of them has records yet) or "unmasked record" (a masked step
+    of a variable-lengths build, scheduled by its unmasked twin's record: :attr:`Kernel.unmasked`).
     """
     folder = logs_folder(tuning_logs, target)
     logs = LogIndex(folder) if folder else None
@@ -605,22 +606,36 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
         func = fast_math.nan_propagating(func)
         return func if is_gpu(target) else fast_math.vectorisable(func)
 
+    def candidates(mod):
+        key = LogIndex._key(mod)
+        found = []
+        if logs is not None:
+            found += logs.candidates(mod, key, 16)
+        if shipped is not None:
+            own = ms.database.Workload(mod)
+            found += [(secs, where, lambda j=record_json, w=where: _parse(j, own, w))
+                      for secs, where, record_json in shipped.candidates(key)]
+        return sorted(found, key=lambda c: c[0])  # raw logs give at most 16
+
     def pick(kernel: Kernel):
         if logs is not None or shipped is not None:
             mod = workload(kernel)
-            key = LogIndex._key(mod)
-            candidates = []
-            if logs is not None:
-                candidates += logs.candidates(mod, key, 16)
-            if shipped is not None:
-                own = ms.database.Workload(mod)
-                candidates += [(secs, where, lambda j=record_json, w=where: _parse(j, own, w))
-                               for secs, where, record_json in shipped.candidates(key)]
-            for _, _, parse in sorted(candidates, key=lambda c: c[0]):  # raw logs give at most 16
+            for _, _, parse in candidates(mod):
                 func = replay(parse(), mod)
                 if embeddable(func, target):
                     used[kernel.name] = "tuned"
                     return func
+            # a masked step (variable lengths) without records of its own: its unmasked twin's,
+            # replayed on it (the same blocks; the mask only changes the epilogue's expressions)
+            if kernel.unmasked is not None:
+                for _, _, parse in candidates(workload(kernel.unmasked)):
+                    try:
+                        func = replay(parse(), mod)
+                    except Exception:  # noqa: BLE001 - a trace that does not fit this kernel: the next
+                        continue
+                    if embeddable(func, target):
+                        used[kernel.name] = "unmasked record"
+                        return func
         used[kernel.name] = "default"
         return default_schedule(kernel, target)
 
