@@ -535,3 +535,17 @@ def test_cuda_tf32_build_puts_the_all_steps_gemms_on_tensor_cores():
     assert not tvmrnn.build("gru", 13, 37, batch_size=3, tuning_logs=False, allow_tf32=True).allow_tf32
     with pytest.raises(TypeError, match="allow_tf32"):
         tvmrnn.build("gru", 13, 37, batch_size=3, allow_tf32=1)
+
+
+def test_builds_for_other_gpus_fit_their_shared_memory():
+    """Builds for an A100 (sm_80: 108 SMs, 163 KB a block) and an L40S (sm_89: 99 KB) compile here
+    within those limits (the build checks every kernel's shared memory against the device model).
+    Where a persistent kernel's template asks for more than the device has (the L40S at batch 1,
+    H = 800), the build says so and builds without persistent kernels rather than failing."""
+    a100 = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20,
+                        target={"kind": "cuda", "arch": "sm_80"}, tuning_logs=False)
+    assert a100.persistent_blocks == 108 and a100.config.options.persistent == "auto"
+    with pytest.warns(RuntimeWarning, match="does not fit this GPU.*building without persistent kernels"):
+        l40s = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=1,
+                            target={"kind": "cuda", "arch": "sm_89"}, tuning_logs=False)
+    assert l40s.persistent_blocks is None and l40s.config.options.persistent == "off"

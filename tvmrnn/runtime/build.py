@@ -2,6 +2,9 @@
 on-disk build cache (:mod:`.cache`)."""
 from __future__ import annotations
 
+import dataclasses
+import warnings
+
 import tvm
 from tqdm import tqdm
 
@@ -13,7 +16,7 @@ from ..cells.definition import get_cell
 from ..options import as_options, use_cpu_threads
 from ..schedules.common import is_gpu
 from ..program.passes import Config, all_programs
-from ..program.sequence import compile_module
+from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import report_untuned, scheduler
 
 
@@ -107,6 +110,22 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
 
 
 def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int = 0) -> RNN:
+    """Compile, and where a persistent kernel's shared memory does not fit the device (a template
+    that undercounts its buffers at some size: sm_89's 99 KB at batch 1, H = 800, was 384 bytes
+    over), compile again without persistent kernels, saying so: a build never fails for that."""
+    try:
+        return _compile_once(config, target, tuning_logs, allow_tf32, options, device_index)
+    except SharedMemoryError as err:
+        if not targets.persistent_blocks(target, options):
+            raise
+        warnings.warn(f"tvmrnn: a persistent kernel does not fit this GPU ({err}); building without persistent "
+                      f"kernels (options.persistent='off')", RuntimeWarning, stacklevel=3)
+        options = dataclasses.replace(options, persistent="off")
+        return _compile_once(dataclasses.replace(config, options=options), target, tuning_logs, allow_tf32, options,
+                             device_index)
+
+
+def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
     schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
     blocks = targets.persistent_blocks(target, options)
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
