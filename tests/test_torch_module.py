@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import tvmrnn
 import tvmrnn.torch as tt
-from conftest import built, rel_error
+from conftest import H, I, N, built, rel_error
 
 
 def _train(cls, steps=20, **kwargs):
@@ -207,3 +208,31 @@ def test_autocast_runs_in_float32():
     assert y.dtype == torch.float32 and y2.dtype == torch.float32
     assert rel_error(y2, ref(x)[0]) < 1e-5
     assert rel_error(y, ref(x.bfloat16().float())[0]) < 1e-5
+
+
+def test_deepcopy_and_pickle(tmp_path):
+    """``copy.deepcopy`` (EMA, SWA) gives a module with its own parameters that shares the builds;
+    ``torch.save`` of a whole model keeps no build (the copy builds again, or reloads its package
+    from its file); a module on an RNN built in this process says how to make it picklable."""
+    import copy
+    import io
+    torch.manual_seed(0)
+    ours = tt.GRU(I, H, package=built("gru", 1, False))
+    x = torch.randn(4, N, I)
+    y = ours(x)[0]
+    twin = copy.deepcopy(ours)
+    assert twin._package is ours._package and twin._handle != ours._handle and torch.equal(twin(x)[0], y)
+    with torch.no_grad():
+        twin.weight_hh_l0.add_(1.0)
+    assert torch.equal(ours(x)[0], y) and not torch.equal(twin(x)[0], y)
+    with pytest.raises(TypeError, match="pickle: this module runs on an RNN built in this process"):
+        torch.save(ours, io.BytesIO())
+    path = str(tmp_path / "gru.so")
+    ours._package.export(path)
+    on_file = tt.GRU(I, H, package=tvmrnn.load(path))
+    on_file.load_state_dict(ours.state_dict())
+    buffer = io.BytesIO()
+    torch.save(on_file, buffer)
+    buffer.seek(0)
+    back = torch.load(buffer, weights_only=False)
+    assert back._package.package_path == path and torch.equal(back(x)[0], y)

@@ -27,6 +27,7 @@ itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules 
 """
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import numbers
@@ -43,6 +44,7 @@ from .cells.parameters import Layout
 from .runtime.rnn import RNN as _FusedRNN, PackedWeights, Workspace
 from .runtime.build import build
 from .runtime.arrays import Frame
+from .runtime.loader import load
 
 
 class _Fused(torch.autograd.Function):
@@ -216,6 +218,43 @@ class _Mixin:
         self._op_layer_names = Layout.create(D * self.hidden_size, self.hidden_size, 1, D, cell.num_gates,
                                              cell.unit_params).names
         self._op_names = self._op_layout.names
+        self._register()
+
+    # Copies and pickles. A build is compiled code (TVM's modules neither copy nor pickle) and holds
+    # no parameters: a deep copy (EMA, SWA) shares its original's builds; a pickled module
+    # (torch.save of a whole model) keeps none and builds again when it runs (from the build cache
+    # where one is on), or reloads its package from the file it came from.
+    def __deepcopy__(self, memo):
+        for rnn in [*self._built.values(), self._package]:
+            if rnn is not None:
+                memo[id(rnn)] = rnn
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items() if k != "_handle"})
+        new._register()
+        return new
+
+    def __getstate__(self):
+        state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
+        package = state.pop("_package", None)
+        if package is not None and package.package_path is None:
+            raise TypeError("pickle: this module runs on an RNN built in this process (package=); export it "
+                            "(rnn.export(path)) and pass tvmrnn.load(path), whose file a pickle can name")
+        state["_package_path"] = (package.package_path, f"{package.device_kind}:{package.device_index}") \
+            if package is not None else None
+        state["_built"], state["_zero_biases"] = {}, {}
+        state.pop("_handle", None)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        found = state.pop("_package_path", None)
+        super().__setstate__(state)
+        self._package = load(found[0], device=found[1]) if found else None
+        self._register()
+
+    def _register(self) -> None:
+        """A handle of its own for the custom ops (:data:`_MODULES`)."""
         self._handle = next(_HANDLES)
         _MODULES[self._handle] = self
 
