@@ -137,8 +137,8 @@ def _backward_op(handle: int, layer: int, x: torch.Tensor, lengths: Optional[tor
     rnn = _op_rnn(handle, x, layer, ragged)
     c = rnn.config
     frame = Frame.of("x", x)
-    T, n = x.shape[1 if c.batch_first else 0], x.shape[0 if c.batch_first else 1]
-    ws = Workspace(rnn, frame, T, x if n == c.batch_size else frame.padded(x, 0 if c.batch_first else 1, c.batch_size),
+    T, n = x.shape[1 if c.batch_first else 0], x.shape[rnn._batch_axis]
+    ws = Workspace(rnn, frame, T, x if n == c.batch_size else frame.padded(x, rnn._batch_axis, c.batch_size),
                    _workspace_views(rnn, T, workspace), batch=n)
     ws.mask = rnn._mask(frame, T, n, lengths)[0]
     grads = rnn.backward(PackedWeights(rnn, packed), ws, dy.contiguous(), dhy.contiguous(),
@@ -178,7 +178,7 @@ def _(handle, layer, x, lengths, ragged, packed, workspace, dy, dhy, dcy):
 
 def _setup_context(ctx, inputs, output):
     handle, layer, x, h0, c0, lengths, ragged, params = inputs
-    ctx.handle, ctx.layer, ctx.ragged, ctx.has_c, ctx.count = handle, layer, ragged, c0 is not None, len(params)
+    ctx.handle, ctx.layer, ctx.ragged, ctx.has_c = handle, layer, ragged, c0 is not None
     ctx.save_for_backward(x, lengths, output[3], output[4])
 
 
