@@ -105,6 +105,49 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_row_tiles_for_many_rows(tmp_path):
+    """Per-step GEMMs with many rows take row tiles: every listed shape compiles for sm_90, is a
+    distinct schedule and a point of the template's space (the default's knob setting schedules
+    the kernel as the default does), the default assembles without spills; a build at that batch
+    runs its forward time loops one launch a step (no persistent kernel), and a build at 20 rows
+    keeps split-K and its persistent forward."""
+    import tvm
+    import tvm_ffi
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.tune.records import workload
+    from tvmrnn.schedules import apply, default_schedule, knobs
+    from tvmrnn.schedules.variants import variants
+    from tvmrnn.tune import spaces
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    for kernel in (kernels.recurrent_step(CELLS["lstm"], 160, 96, train=True),
+                   kernels.recurrent_step(CELLS["gru"], 131, 37, train=False, directions=2),
+                   kernels.backward_step(CELLS["gru"], 128, 64)):
+        assert knobs.family(kernel, target) == "row_tiles", kernel.name
+        shapes = variants(kernel, target)
+        hashes = set()
+        for tiles in shapes:
+            func = default_schedule(kernel, target, **tiles)
+            hashes.add(tvm_ffi.structural_hash(func))
+            source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+            if not tiles:
+                report = _ptxas(source, tmp_path)
+                assert " 0 bytes spill stores" in report and "spill stores" in report, report
+        assert len(hashes) >= 3, kernel.name  # shapes coincide where the sizes have few divisors
+        mod = workload(kernel)
+        settings = knobs.seeded_settings(kernel, target)
+        found = spaces.knob_schedule(mod, kernel, target, settings[0])
+        direct = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+        apply(direct, kernel, target)
+        assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
+        assert all(spaces.knob_schedule(mod, kernel, target, v) is not None for v in settings[1:]), kernel.name
+    many = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=128, target=target, cache=False)
+    few = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=20, target=target, cache=False)
+    assert not many.programs["forward"].uses_persistent_loops
+    assert few.programs["forward"].uses_persistent_loops
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     """Per-step GEMMs with a long reduction split it over blocks by default (a partial-sums kernel,
     then the epilogue's kernel), into slices that divide it evenly, more for longer reductions, the

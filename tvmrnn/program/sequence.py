@@ -23,7 +23,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from .. import kernels
 from ..kernels import Kernel
-from ..schedules.common import is_gpu
+from ..schedules.common import _gpu_kind, is_gpu
 from ..schedules.split_k import keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
 from ..options import BuildOptions
@@ -825,6 +825,11 @@ class Program:
             raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
         if self._persistent is not None and kernel.batch and not self.persist_stacked:
             self._persistent = None  # this time loop stays a host loop of launches
+        if self._persistent is not None and self.persistent_if_on_chip and kernel.gemm is not None \
+                and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles":
+            # many rows: one launch a step of row tiles (a persistent kernel's split-K gives every
+            # block all the rows, and its grid barrier grows with them: v32)
+            self._persistent = None
         if self._persistent is not None:
             persistent = kernels.persistent(kernel, self.persistent_blocks)
             if persistent.name not in self._scheduled and persistent.name not in self._not_on_chip:

@@ -43,6 +43,7 @@ from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_
 from .cpu import cpu_column_tile, cpu_gemm, gradient_panel, l1_blocks, weight_panel
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
                    matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
+from .row_tiles import default_row_tiles, gpu_row_tiles
 from .split_k import (GPU_MAX_SHARED_BYTES, PERSISTENT_TILES, default_block_slices, gpu_split_k, keeps_weights_on_chip,
                       persistent_blocks)
 from .variants import GPU_MATMUL_VARIANTS, GPU_SPLIT_K_VARIANTS, PERSISTENT_VARIANTS, variants
@@ -51,7 +52,7 @@ from .variants import GPU_MATMUL_VARIANTS, GPU_SPLIT_K_VARIANTS, PERSISTENT_VARI
 __all__ = ["apply", "default_schedule", "gpu_gemm", "is_gpu", "cpu_column_tile", "cpu_gemm", "gradient_panel", "l1_blocks",
            "weight_panel", "GPU_MATMUL", "GPU_MATMUL_SHAPES", "default_matmul_shape", "gpu_column_sum", "gpu_matmul",
            "gpu_matmul_tf32", "matmul_k_slices", "matmul_shape", "slice_variants", "tf32_applies", "tf32_k_slices",
-           "tf32_tile", "GPU_MAX_SHARED_BYTES", "PERSISTENT_TILES", "default_block_slices", "gpu_split_k",
+           "tf32_tile", "GPU_MAX_SHARED_BYTES", "PERSISTENT_TILES", "default_block_slices", "gpu_split_k", "gpu_row_tiles", "default_row_tiles",
            "keeps_weights_on_chip", "persistent_blocks", "GPU_MATMUL_VARIANTS", "GPU_SPLIT_K_VARIANTS",
            "PERSISTENT_VARIANTS", "variants"]
 
@@ -69,6 +70,8 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
         gpu_column_sum(sch, kernel, **{k: v for k, v in tiles.items() if k in ("columns", "slices", "unroll")})
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
+    elif kind == "row tiles":
+        gpu_row_tiles(sch, kernel, sms=device_model(target).multiprocessors or GPU_SMS, **tiles)
     elif kind == "matmul":
         sms = device_model(target).multiprocessors or GPU_SMS
         config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}

@@ -17,6 +17,13 @@ GPU_THREADS = 128
 GPU_SPLIT_K_ROWS = 64  # GEMMs with at most this many output rows get split-K on GPUs
 
 
+# Output rows (the batch) from which a per-step GEMM with a fused epilogue takes row tiles instead
+# of split-K (:func:`tvmrnn.schedules.row_tiles.gpu_row_tiles`). Split-K gives every block all the
+# rows, so each block reads the whole hidden state: at N = 256, H = 256 the LSTM's 256 blocks read
+# 64 MB of L2 a step (notes/performance.md v33).
+GPU_ROW_TILE_ROWS = 128
+
+
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
 
 
@@ -75,10 +82,14 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
         return "column sum"
     rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
     consumers = sch.get_consumers(gemm)
-    # a fused epilogue (several sibling outputs, or outputs reading whole gate groups) stays in
-    # split-K at any batch size: the tiled GEMM cannot place it
+    # a fused epilogue (several sibling outputs, or outputs reading whole gate groups): split-K for
+    # few rows or in a persistent kernel, else row tiles (the tiled GEMM cannot place the epilogue)
     fused_epilogue = len(consumers) > 1 or len(sch.get_loops(consumers[0])) < len(spatial)
-    return "split-K" if rows <= GPU_SPLIT_K_ROWS or fused_epilogue else "matmul"
+    if fused_epilogue:
+        attrs = sch.mod["main"].attrs
+        persistent = attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None
+        return "row tiles" if rows >= GPU_ROW_TILE_ROWS and not persistent else "split-K"
+    return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
 
 
 def _uses(expr, var) -> bool:

@@ -57,7 +57,7 @@ def family(kernel: Kernel, target: tvm.target.Target) -> str:
     if kernel.gemm is not None:
         kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
         if kind is not None:
-            return {"column sum": "column_sum", "split-K": "split_k", "matmul": "matmul"}[kind]
+            return {"column sum": "column_sum", "split-K": "split_k", "row tiles": "row_tiles", "matmul": "matmul"}[kind]
     return "gpu_pointwise"
 
 
@@ -95,6 +95,10 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         return (Knob("threads", (64, 128, 256, 512), 256), Knob("thread_columns", (1, 2, 4, 8), 4),
                 Knob("min_blocks", (100, 200, 400), 200), Knob("block_slices", (AUTO, 1, 2, 4, 8, 16), AUTO),
                 Knob("unroll", (1, 4, 8, 16), 8), Knob("accumulators", (24, 48, 96), 96))
+    if kind == "row_tiles":  # AUTO: the rule of row_tiles() (a register tile, blocks that fill the GPU)
+        return (Knob("thread_rows", (AUTO, 1, 2, 4, 8), AUTO), Knob("thread_units", (AUTO, 1, 2, 4), AUTO),
+                Knob("row_threads", (AUTO, 1, 2, 4, 8, 16), AUTO), Knob("unit_threads", (AUTO, 8, 16, 32, 64), AUTO),
+                Knob("k_tile", (8, 16, 32), 16), Knob("unroll", (1, 2, 4, 8), 4), Knob("stage", (0, 1), 1))
     if kind == "persistent":
         shared = tuple(b for b in (48 * 1024, 96 * 1024, 160 * 1024) if b <= model.shared_bytes_per_block)
         return (Knob("threads", (256, 512, MAX_THREADS), PERSISTENT_TILES["threads"]),
@@ -129,8 +133,9 @@ def tiles_of(kernel: Kernel, target: tvm.target.Target, values: dict[str, int]) 
             matmul["k_slices"] = values["k_slices"]
         return {"matmul": matmul}
     tiles = {name: value for name, value in values.items() if value != AUTO}
-    if "stage_epilogue" in tiles:
-        tiles["stage_epilogue"] = bool(tiles["stage_epilogue"])
+    for flag in ("stage_epilogue", "stage"):
+        if flag in tiles:
+            tiles[flag] = bool(tiles[flag])
     return tiles
 
 

@@ -45,6 +45,13 @@ PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epil
                        dict(thread_columns=1))
 
 
+# Row tiles' other shapes (``gpu_row_tiles`` arguments): larger and smaller register tiles, other
+# block shapes, reduction tiles, and the operands read from L2 instead of staged.
+ROW_TILE_VARIANTS = ({}, dict(thread_rows=1), dict(thread_rows=2), dict(thread_rows=4), dict(thread_rows=8),
+                     dict(thread_units=2), dict(unit_threads=16), dict(unit_threads=64), dict(row_threads=4),
+                     dict(row_threads=8), dict(k_tile=32), dict(k_tile=8), dict(stage=False))
+
+
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
     """The default's own shapes worth measuring for ``kernel`` (``tiles`` for :func:`apply`),
     the default first: tuning seeds each new task with all of them."""
@@ -54,6 +61,8 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
         kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
         if kind == "split-K":
             return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
+        if kind == "row tiles":
+            return [dict(v) for v in ROW_TILE_VARIANTS]
         if kind == "matmul":
             counts = slice_variants(kernel)
             slices = [dict(k_slices=n) for n in counts]

@@ -1,0 +1,150 @@
+"""The per-step GEMM with its fused gate math on GPUs, for many rows: a tiled GEMM whose blocks own
+a tile of rows x units, with the epilogue on each thread's register tile (:func:`gpu_row_tiles`).
+"""
+from __future__ import annotations
+
+import math
+
+from ..kernels import Kernel
+
+from .common import _divisor, _extent, _gemm_axes, _vectorize
+
+
+
+
+def default_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int = 1, sms: int = 132,
+              thread_rows: int | None = None, thread_units: int | None = None, row_threads: int | None = None,
+              unit_threads: int | None = None) -> tuple[int, int, int, int]:
+    """The default tile of :func:`gpu_row_tiles` for a ``rows x units`` output (``inner`` columns a
+    unit: the gates) over a ``reduction``: ``(thread_rows, thread_units, row_threads, unit_threads)``,
+    every one a divisor of its axis. The largest register tile (up to 32 accumulators, at least 4
+    columns a thread where the unit allows) whose blocks of 64-256 threads still give every SM a
+    block; any given value is kept. A rule, not a measurement: tuning searches the rest."""
+    def per_thread_units():
+        return thread_units or _divisor(units, max(1, 4 // inner))
+
+    def candidates():
+        tu = per_thread_units()
+        for tr in ((thread_rows,) if thread_rows else (8, 4, 2, 1)):
+            tr = _divisor(rows, tr)
+            if tr * tu * inner > 32 and not thread_rows:
+                continue
+            for ut in ((unit_threads,) if unit_threads else (32, 16, 8)):
+                ut = _near_divisor(units // tu, ut)
+                for rt in ((row_threads,) if row_threads else (8, 4, 2, 1)):
+                    rt = _near_divisor(rows // tr, rt)
+                    yield tr, tu, rt, ut
+
+    def blocks(c):
+        tr, tu, rt, ut = c
+        return problems * -(-rows // (tr * rt)) * -(-units // (tu * ut))
+
+    found = list(dict.fromkeys(candidates()))
+    good = [c for c in found if 64 <= c[2] * c[3] <= 256 and blocks(c) >= sms]
+    if good:  # the most work a thread, then the most threads a block
+        return max(good, key=lambda c: (c[0] * c[1], c[2] * c[3]))
+    return max(found, key=lambda c: (min(blocks(c), sms) * c[2] * c[3], c[0] * c[1]))
+
+
+def _near_divisor(n: int, at_most: int) -> int:
+    """Threads along an axis of ``n``: a divisor of it if one is at least half of ``at_most``, else
+    ``at_most`` (capped at ``n``) with the last block's threads padded (predicates guard them)."""
+    d = _divisor(n, at_most)
+    return d if 2 * d >= min(at_most, n) else min(at_most, n)
+
+
+def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_units: int | None = None,
+                  row_threads: int | None = None, unit_threads: int | None = None, k_tile: int = 16,
+                  unroll: int = 4, stage: bool = True, sms: int = 132) -> None:
+    """A per-step GEMM with many rows and its fused epilogue (the gate math, or the backward's
+    pointwise): a block of ``row_threads x unit_threads`` threads owns a tile of rows x units (every
+    unit with all its columns: the G gates), each thread ``thread_rows x thread_units`` of it in
+    registers over the whole reduction; the epilogue runs on the thread's tile before it leaves
+    registers, so the step is one kernel. With ``stage``, each ``k_tile`` of the reduction stages
+    the block's rows of the hidden state and its units' weights in shared memory, copied by all of
+    the block's threads (the GEMM's operands are read from L2 once a block, not once a thread).
+
+    Split-K (:func:`tvmrnn.schedules.split_k.gpu_split_k`) gives a block all the rows and a few
+    units: with few rows (N = 20) that fills the GPU, with many every block reads the whole
+    hidden state. Here blocks split the rows too, as cuBLAS's and cuDNN's GEMMs do.
+    ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), which the default tile fills."""
+    gemm = sch.get_sblock(kernel.gemm)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    ncols, nb = len(kernel.columns), kernel.batch
+    n_rows = len(spatial) - ncols
+    consumer = sch.get_consumers(gemm)[0]
+    out = sch.get_loops(consumer)
+    if len(out) < n_rows + 1:
+        raise ValueError(f"{kernel.name}: row tiles need the epilogue's loops over rows and units")
+    problems = math.prod(_extent(sch, l) for l in spatial[:nb])
+    rows = math.prod(_extent(sch, l) for l in spatial[nb:n_rows])
+    units = _extent(sch, spatial[n_rows])
+    inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
+    red_total = math.prod(_extent(sch, l) for l in reduction)
+    tr, tu, rt, ut = default_row_tiles(rows, units, inner, red_total, problems, sms, thread_rows, thread_units,
+                               row_threads, unit_threads)
+    threads = rt * ut
+
+    # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
+    row = sch.fuse(*out[nb:n_rows]) if n_rows - nb > 1 else out[nb]
+    r_block, r_thread, r_in = sch.split(row, [None, rt, tr])
+    u_block, u_thread, u_in = sch.split(out[n_rows], [None, ut, tu])
+    sch.reorder(*out[:nb], r_block, u_block, r_thread, u_thread, r_in, u_in)
+    block = sch.fuse(*out[:nb], r_block, u_block)
+    thread = sch.fuse(r_thread, u_thread)
+    sch.bind(block, "blockIdx.x")
+    sch.bind(thread, "threadIdx.x")
+    for loop in (r_in, u_in):
+        sch.unroll(loop)
+
+    # the GEMM: a thread's tile in registers, its reduction outermost
+    sch.compute_at(gemm, thread, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    _, g_reduction = _gemm_axes(sch, gemm)
+    # the reduction tiled along its first axis (the backward's (j, g): whole units, every gate of
+    # each, so that a tile's operands are boxes in memory)
+    first, rest = g_reduction[0], g_reduction[1:]
+    rest_total = math.prod(_extent(sch, l) for l in rest)
+    k_tile = _divisor(_extent(sch, first), max(1, k_tile // rest_total))
+    k_outer, k_in = sch.split(first, [None, k_tile])
+    k_in, k_unrolled = sch.split(k_in, [None, _divisor(k_tile, max(1, unroll // rest_total))])
+    own = sch.get_loops(gemm)[2:]  # the thread's tile (with unit loops of the problems and rows)
+    skip = (k_outer, k_in, k_unrolled, *rest)
+    tile_loops = [l for l in own if not any(sch.get(l).same_as(sch.get(x)) for x in skip)]
+    sch.reorder(k_outer, k_in, k_unrolled, *rest, *tile_loops)
+    init = sch.decompose_reduction(gemm, k_outer)
+    for loop in [k_unrolled, *rest, *tile_loops]:
+        sch.unroll(loop)
+    for loop in sch.get_loops(init)[2:]:
+        sch.unroll(loop)
+    if not stage:
+        return
+    # each k tile's operands in shared memory, copied by the whole block: the copies sit under the
+    # thread loop's parent (the block), so every thread takes part
+    reads = sch.get(gemm).reads
+    for index in reversed(range(len(reads))):
+        if reads[index].source.scope() != "global":  # the accumulators
+            continue
+        copy = sch.cache_read(gemm, index, "shared", consumer_blocks=[gemm])  # not the epilogue's
+        sch.compute_at(copy, k_outer, preserve_unit_loops=True)
+        loops = sch.get_loops(copy)
+        at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(k_outer)))
+        copy_loops = loops[at + 1:]
+        fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
+        _, t = sch.split(fused, [None, threads])
+        sch.bind(t, "threadIdx.x")
+    # each thread's operands for one reduction index, into registers: its columns (a unit's gates)
+    # as one vector load where they are contiguous and 4 or 2 wide
+    for index, read in enumerate(sch.get(gemm).reads):
+        if read.source.scope() != "shared":
+            continue
+        load = sch.cache_read(gemm, index, "local", consumer_blocks=[gemm])
+        sch.compute_at(load, k_unrolled, preserve_unit_loops=True)
+        own = sch.get_loops(load)[-len(sch.get(load).iter_vars):]
+        for loop in own[:-1]:
+            sch.unroll(loop)
+        lanes = next((v for v in (4, 2) if _extent(sch, own[-1]) % v == 0), 1)
+        if lanes > 1:
+            _vectorize(sch, own[-1], lanes)
+        else:
+            sch.unroll(own[-1])
