@@ -131,8 +131,9 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(k_outer)))
         copy_loops = loops[at + 1:]
         fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
-        _, t = sch.split(fused, [None, threads])
+        outer, t = sch.split(fused, [None, threads])
         sch.bind(t, "threadIdx.x")
+        sch.unroll(outer)  # a thread's loads of the tile all in flight at once (a loop waits for each)
     # each thread's operands for one reduction index, into registers: its columns (a unit's gates)
     # as one vector load where they are contiguous and 4 or 2 wide
     for index, read in enumerate(sch.get(gemm).reads):
