@@ -120,9 +120,10 @@ def test_cuda_row_tiles_for_many_rows(tmp_path):
     from tvmrnn.schedules.variants import variants
     from tvmrnn.tune import spaces
     target = tvm.target.Target("nvidia/nvidia-h100")
-    for kernel in (kernels.recurrent_step(CELLS["lstm"], 160, 96, train=True),
-                   kernels.recurrent_step(CELLS["gru"], 131, 37, train=False, directions=2),
-                   kernels.backward_step(CELLS["gru"], 128, 64)):
+    # (sizes past the rows and multiply-adds from which row tiles are the default)
+    for kernel in (kernels.recurrent_step(CELLS["lstm"], 160, 168, train=True),
+                   kernels.recurrent_step(CELLS["gru"], 131, 210, train=False, directions=2),
+                   kernels.backward_step(CELLS["gru"], 128, 216)):
         assert knobs.family(kernel, target) == "row_tiles", kernel.name
         shapes = variants(kernel, target)
         hashes = set()
@@ -141,7 +142,7 @@ def test_cuda_row_tiles_for_many_rows(tmp_path):
         apply(direct, kernel, target)
         assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
         assert all(spaces.knob_schedule(mod, kernel, target, v) is not None for v in settings[1:]), kernel.name
-    many = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=128, target=target, cache=False)
+    many = tvmrnn.build("lstm", input_size=16, hidden_size=184, batch_size=128, target=target, cache=False)
     few = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=20, target=target, cache=False)
     assert not many.programs["forward"].uses_persistent_loops
     assert few.programs["forward"].uses_persistent_loops

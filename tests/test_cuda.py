@@ -407,12 +407,13 @@ def test_batches_of_one_and_two_match_torch_on_cuda(cell, input_size, hidden, bi
 
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,rows", [
-    ("lstm", 128, 64, 2, False, None), ("gru", 130, 37, 1, True, None), ("rnn_tanh", 131, 48, 1, False, None),
-    ("rnn_relu", 256, 33, 2, True, 200), ("lstm", 192, 100, 1, True, 129)])
+    ("lstm", 128, 184, 2, False, None), ("gru", 130, 216, 1, True, None), ("rnn_tanh", 131, 360, 1, False, None),
+    ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129)])
 def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rows, rng):
-    """Batches from 128 rows take row tiles for the per-step GEMMs (their blocks split the rows and
-    the units, the epilogue on each thread's registers) and no persistent loop: odd and prime row
-    counts, odd unit counts, both directions in one launch, fewer rows than the build's."""
+    """Batches from 128 rows with per-step GEMMs of 16 M multiply-adds or more take row tiles (their
+    blocks split the rows and the units, the epilogue on each thread's registers) and no persistent
+    loop: odd and prime row counts, odd unit counts, both directions in one launch, fewer rows than
+    the build's."""
     for T in (1, 7):
         _check(cell, num_layers, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
                input_size=hidden, batch=batch, rows=rows, tol=1e-4)

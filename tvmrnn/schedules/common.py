@@ -17,11 +17,15 @@ GPU_THREADS = 128
 GPU_SPLIT_K_ROWS = 64  # GEMMs with at most this many output rows get split-K on GPUs
 
 
-# Output rows (the batch) from which a per-step GEMM with a fused epilogue takes row tiles instead
-# of split-K (:func:`tvmrnn.schedules.row_tiles.gpu_row_tiles`). Split-K gives every block all the
-# rows, so each block reads the whole hidden state: at N = 256, H = 256 the LSTM's 256 blocks read
-# 64 MB of L2 a step (notes/performance.md v33).
+# A per-step GEMM with a fused epilogue takes row tiles instead of split-K
+# (:func:`tvmrnn.schedules.row_tiles.gpu_row_tiles`) from this many output rows (the batch) and
+# this many multiply-adds (rows x columns x reduction). Split-K gives every block all the rows, so
+# each block reads the whole hidden state: at N = 256, H = 256 the LSTM's 256 blocks read 64 MB
+# of L2 a step, and row tiles took its forward step from 13.6 us (+ 11 us of grid barrier) to 12.0,
+# its backward step from 43.4 to 27.3 us; at N = 128, H = 128 (6.3 M multiply-adds) the GRU's
+# split-K steps stayed faster (persistent forward 4.0 us against 5.5; notes/performance.md v33).
 GPU_ROW_TILE_ROWS = 128
+GPU_ROW_TILE_WORK = 1 << 24
 
 
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
@@ -88,7 +92,9 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
     if fused_epilogue:
         attrs = sch.mod["main"].attrs
         persistent = attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None
-        return "row tiles" if rows >= GPU_ROW_TILE_ROWS and not persistent else "split-K"
+        work = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:]) * math.prod(_extent(sch, l) for l in reduction)
+        many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK
+        return "row tiles" if many and not persistent else "split-K"
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
 
 

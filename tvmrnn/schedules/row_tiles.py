@@ -13,37 +13,28 @@ from .common import _divisor, _extent, _gemm_axes, _vectorize
 
 
 def default_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int = 1, sms: int = 132,
-              thread_rows: int | None = None, thread_units: int | None = None, row_threads: int | None = None,
-              unit_threads: int | None = None) -> tuple[int, int, int, int]:
+                      thread_rows: int | None = None, thread_units: int | None = None, row_threads: int | None = None,
+                      unit_threads: int | None = None) -> tuple[int, int, int, int]:
     """The default tile of :func:`gpu_row_tiles` for a ``rows x units`` output (``inner`` columns a
-    unit: the gates) over a ``reduction``: ``(thread_rows, thread_units, row_threads, unit_threads)``,
-    every one a divisor of its axis. The largest register tile (up to 32 accumulators, at least 4
-    columns a thread where the unit allows) whose blocks of 64-256 threads still give every SM a
-    block; any given value is kept. A rule, not a measurement: tuning searches the rest."""
-    def per_thread_units():
-        return thread_units or _divisor(units, max(1, 4 // inner))
-
-    def candidates():
-        tu = per_thread_units()
-        for tr in ((thread_rows,) if thread_rows else (8, 4, 2, 1)):
-            tr = _divisor(rows, tr)
-            if tr * tu * inner > 32 and not thread_rows:
-                continue
-            for ut in ((unit_threads,) if unit_threads else (32, 16, 8)):
-                ut = _near_divisor(units // tu, ut)
-                for rt in ((row_threads,) if row_threads else (8, 4, 2, 1)):
-                    rt = _near_divisor(rows // tr, rt)
-                    yield tr, tu, rt, ut
-
-    def blocks(c):
-        tr, tu, rt, ut = c
-        return problems * -(-rows // (tr * rt)) * -(-units // (tu * ut))
-
-    found = list(dict.fromkeys(candidates()))
-    good = [c for c in found if 64 <= c[2] * c[3] <= 256 and blocks(c) >= sms]
-    if good:  # the most work a thread, then the most threads a block
-        return max(good, key=lambda c: (c[0] * c[1], c[2] * c[3]))
-    return max(found, key=lambda c: (min(blocks(c), sms) * c[2] * c[3], c[0] * c[1]))
+    unit: the gates) over a ``reduction``: ``(thread_rows, thread_units, row_threads, unit_threads)``;
+    any given value is kept. Blocks of 8 x 32 threads (fewer where an axis is short), at least 4
+    columns a thread where the unit has fewer, and the most rows a thread (up to 4, at most 16
+    accumulators) that still give half the SMs a block, else 1. On the H100 (notes/performance.md
+    v33) more threads a block and fewer accumulators a thread were faster at every size measured:
+    the GRU's N = 128, H = 128 step 11.1 us with 2 x 32 threads, 5.5 with 8 x 32; the LSTM's
+    backward step at N = H = 256 51.7 -> 27.3 us; 8 rows a thread were the slowest everywhere.
+    A rule from those measurements, not a model: tuning searches the rest."""
+    tu = thread_units or _divisor(units, max(1, 4 // inner))
+    ut = unit_threads or _near_divisor(-(-units // tu), 32)
+    rt = row_threads or _near_divisor(rows, 8)
+    if thread_rows:
+        tr = _divisor(rows, thread_rows)
+    else:
+        def blocks(tr):
+            return problems * -(-rows // (tr * rt)) * -(-units // (tu * ut))
+        tr = next((t for t in (4, 2) if rows % t == 0 and t * tu * inner <= 16 and blocks(t) >= sms // 2), 1)
+    rt = min(rt, -(-rows // tr)) if not row_threads else rt
+    return tr, tu, rt, ut
 
 
 def _near_divisor(n: int, at_most: int) -> int:
