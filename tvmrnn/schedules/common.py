@@ -23,9 +23,13 @@ GPU_SPLIT_K_ROWS = 64  # GEMMs with at most this many output rows get split-K on
 # each block reads the whole hidden state: at N = 256, H = 256 the LSTM's 256 blocks read 64 MB
 # of L2 a step, and row tiles took its forward step from 13.6 us (+ 11 us of grid barrier) to 12.0,
 # its backward step from 43.4 to 27.3 us; at N = 128, H = 128 (6.3 M multiply-adds) the GRU's
-# split-K steps stayed faster (persistent forward 4.0 us against 5.5; notes/performance.md v33).
+# split-K steps stayed faster (persistent forward 4.0 us against 5.5), and so did the steps of
+# H = 1024 at N = 128 (LSTM training 0.79x cuDNN with split-K, 0.60x with row tiles: the default
+# register tile is too small for a GEMM that long; notes/performance.md v33). So: at least this
+# many rows, multiply-adds, and at most this many units (hidden size) a problem.
 GPU_ROW_TILE_ROWS = 128
 GPU_ROW_TILE_WORK = 1 << 24
+GPU_ROW_TILE_UNITS = 512
 
 
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
@@ -93,7 +97,8 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
         attrs = sch.mod["main"].attrs
         persistent = attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None
         work = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:]) * math.prod(_extent(sch, l) for l in reduction)
-        many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK
+        units = _extent(sch, spatial[n_rows])
+        many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
         return "row tiles" if many and not persistent else "split-K"
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
 
