@@ -124,6 +124,15 @@ def main(argv=None) -> dict:
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=1)
+    # Tear down in order, with every collective retired first. torch 2.13's gloo can deadlock
+    # otherwise: freeing the DDP wrapper's Reducer drops the last reference to the process group,
+    # whose destructor (holding the GIL) joins gloo's worker thread while that thread frees the
+    # last all_gather's work, which needs the GIL to release its tensors (seen in CI: rank 0 stuck
+    # at exit after writing its results).
+    dist.barrier()
+    sides.clear()
+    del ddp, opt
+    time.sleep(0.2)  # gloo's thread frees the barrier's work (no Python tensors) without the GIL held
     dist.destroy_process_group()
     return out
 

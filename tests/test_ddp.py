@@ -21,7 +21,7 @@ def test_ddp_on_two_cpu_ranks_trains_like_torch(tmp_path):
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(SCRIPT), "--device", "cpu", "-T", "9", "-N", "3", "--size", "11", "--num-layers", "1",
                            "--steps", "3", "--last-batch", "2", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600, env=env)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["world"] == 2 and len(result["losses"]["tvmrnn"]) == 4
