@@ -137,7 +137,8 @@ def shared_kernels(target, options: BuildOptions) -> bool:
       GRU's 530 kernels (38 MB of CUDA source, which the H100 machine compiled for about four
       minutes at each build and each load of a package) become a few dozen: 98 s for the whole
       5-layer GRU build there.
-    - CPUs call each kernel whose work is all in parallel loops as a function of the module
+    - CPUs call each kernel as a function of the module (v31: those whose work is all in parallel
+      loops; v33: every kernel, each tensor one pointer, views as offsets on it)
       (``sequence.Subroutines``) instead of embedding it at each call site, which LLVM compiled
       once per site: on the GPU machine's Xeon (DS2 sizes) the LSTM's build 8.7-11.7 -> 3.6-4.2 s,
       a 2-layer bidirectional LSTM's 25.7 -> 10.7 s, with the same bits and speed within that

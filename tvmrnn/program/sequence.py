@@ -584,49 +584,36 @@ class Subroutines:
     A pass embedding its kernels inline compiles each kernel once per call site (each layer,
     direction and chunk size), and LLVM's code generation is most of a CPU build's time: it grew
     with call sites, not distinct kernels (197 call sites of 50 kernels in a 2-layer bidirectional
-    LSTM at I=13, H=37: 15.5 of 19.7 s in LLVM; 7.4 s in all with this, 3.4 s if every kernel
-    could be called, see :meth:`callable`). Here a call site calls a private function of the module
-    instead: the kernel's views become pointer parameters (their offsets computed by the caller),
-    and strides that vary (with the sequence length, say) integer ones; constant strides stay
-    constants in the kernel's code. One table serves every pass of a build, so the inference and
+    LSTM at I=13, H=37: 15.5 of 19.7 s in LLVM; 7.4 s in all with the kernels of parallel loops
+    called, 3.2 s with every kernel called, v33). Here a call site calls a private function of the
+    module instead: each tensor the kernel's views look into becomes one pointer parameter, each
+    view an integer offset on it (computed by the caller), and strides that vary (with the
+    sequence length, say) integer ones; constant strides stay constants in the kernel's code.
+
+    One pointer per tensor, not per view: TVM tags every load and store for LLVM's type-based
+    alias analysis (TBAA) by its buffer's variable. With a pointer per view, a step's ``h_prev``
+    (hs[t]) and its output (hs[t+1]) were buffers on two variables, which LLVM took for unrelated
+    memory: once it inlined the step into its time loop it vectorised the loop across steps,
+    loading step t+1's state before step t stored it (wrong states at H = N = 1, v31-v33). So
+    until v33 only kernels whose every access sat in a parallel loop were called (TVM outlines
+    those into functions LLVM does not inline). Turning TBAA off instead made the passes run 2x
+    slower (v33). One table serves every pass of a build, so the inference and
     training forwards share their kernels too. One view bound to two parameters is one parameter.
     Each kernel's parallel loop stays its own parallel region, as inline."""
 
     def __init__(self):
         self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
         self.functions: dict = {}  # GlobalVar -> PrimFunc
-        self._calls: dict[str, bool] = {}  # kernel name -> whether it is called (`callable`)
+        self._calls: dict[str, bool] = {}  # kernel name -> whether it is called (`calls`)
 
     def calls(self, kernel: Kernel, func: tirx.PrimFunc) -> bool:
-        """:meth:`callable` for ``kernel`` scheduled as ``func``, decided once per kernel."""
-        if kernel.name not in self._calls:
-            self._calls[kernel.name] = self.callable(func)
-        return self._calls[kernel.name]
-
-    @staticmethod
-    def callable(func: tirx.PrimFunc) -> bool:
-        """Whether a scheduled kernel is called (else embedded): only where each of its loads and
-        stores is inside a parallel loop of more than one iteration, which TVM makes a function
-        of its own that runs on the thread pool. A kernel with serial code (a small copy; any
-        kernel at tiny sizes, where its parallel loop has one iteration and TVM runs it inline)
-        would be inlined into the pass by LLVM, and TVM tags each access for LLVM's type-based
-        alias analysis by its buffer variable: two inlined calls' accesses to one tensor (step
-        t's state store, step t+1's state load) then carry unrelated types, and LLVM reordered
-        them (wrong states with H = N = 1). Embedded, the views of one tensor share its variable."""
-        found = []
-
-        def loop(n, mutator):
-            threaded = n.kind == tirx.ForKind.PARALLEL and isinstance(n.extent, tirx.IntImm) and int(n.extent) > 1
-            return n if threaded else mutator.default_mutate(n)
-
-        def access(n, mutator):
-            found.append(n)
-            return n
-        tvm_ffi.structural_mutate(func.body, [(tirx.For, loop), (tvm.ir.TensorLoad, access), (tirx.BufferStore, access)])
-        return not found
+        """Whether ``kernel`` (scheduled as ``func``) is called rather than embedded: every kernel
+        is (v33; before, only kernels whose every access sat in a parallel loop: see the class)."""
+        self._calls.setdefault(kernel.name, True)
+        return True
 
     def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt:
-        """The call of ``kernel`` (a :meth:`callable` one) on ``views`` (role -> view), defining
+        """The call of ``kernel`` on ``views`` (role -> view), defining
         its function at the first call with these constant strides and these shared views."""
         func = program.scheduled(kernel.name)
         layouts, aliases = [], []
@@ -640,32 +627,47 @@ class Subroutines:
             aliases.append(same)
         signature = tuple(tuple(int(x) if isinstance(x, tirx.IntImm) else None for x in strides)
                           for _, _, strides, _ in layouts)
-        key = (kernel.name, signature, tuple(aliases))
+        # views of one tensor share one base pointer, each its offset on it: inside the function
+        # they are then buffers on one variable, which TVM's alias tags (TBAA) treat as one
+        # object; as parameters of their own, LLVM took them for unrelated memory (v33)
+        bases, groups = [], []
+        for (d, _, _, _), same in zip(layouts, aliases):
+            if same is None:
+                group = next((i for i, b in enumerate(bases) if tvm_ffi.structural_equal(b, d)), None)
+                if group is None:
+                    bases.append(d)
+                    group = len(bases) - 1
+                groups.append(group)
+        key = (kernel.name, signature, tuple(aliases), tuple(groups))
         if key not in self._entries:
-            self._entries[key] = self._define(func, kernel, signature, aliases)
+            self._entries[key] = self._define(func, kernel, signature, aliases, groups)
         gvar, scratch = self._entries[key]
-        args = [_byte_offset(d, o) for (d, o, _, _), same in zip(layouts, aliases) if same is None]
+        args = [_byte_offset(b, 0) for b in bases]
+        args += [o for (_, o, _, _), same in zip(layouts, aliases) if same is None]
         args += [x for (_, _, strides, _), same in zip(layouts, aliases) if same is None
                  for x in strides if not isinstance(x, tirx.IntImm)]
         args += program.scratch_pointers(scratch)
         return tirx.Evaluate(tvm.ir.Call(gvar, args))
 
-    def _define(self, func, kernel: Kernel, signature, aliases) -> tuple:
+    def _define(self, func, kernel: Kernel, signature, aliases, groups) -> tuple:
         func = s_tir.renew_defs(func)  # variables of its own
+        bases = [tirx.Var(f"base{g}", tvm.ir.PointerType(tvm.ir.PrimType(F32))) for g in range(max(groups, default=-1) + 1)]
         params, stride_params, decls, mapping = [], [], [], []
+        own = iter(groups)
         for param, strides, same in zip(func.params, signature, aliases):
             if same is not None:
                 mapping.append((param, mapping[same][1]))
                 continue
-            pointer = tirx.Var(param.name, tvm.ir.PointerType(tvm.ir.PrimType(F32)))
-            params.append(pointer)
+            pointer = bases[next(own)]
+            offset = tirx.Var(f"{param.name}_offset", I32)
+            params.append(offset)
             full = []
             for i, x in enumerate(strides):
                 if x is None:
                     x = tirx.Var(f"{param.name}_stride{i}", I32)
                     stride_params.append(x)
                 full.append(_const(x))
-            buf = tirx.decl_buffer(param.shape, F32, param.name, strides=full, elem_offset=0, data_alignment=4,
+            buf = tirx.decl_buffer(param.shape, F32, param.name, strides=full, elem_offset=offset, data_alignment=4,
                                    offset_factor=1)
             decls.append(tirx.DeclBuffer(buf, data=pointer))
             mapping.append((param, buf))
@@ -679,12 +681,12 @@ class Subroutines:
             mapping.append((b, buf))
 
         body = _substituted(body, mapping)
-        sub = tirx.PrimFunc(params + stride_params + scratch_params,
+        sub = tirx.PrimFunc(bases + params + stride_params + scratch_params,
                             tirx.SeqStmt(decls + [body, tirx.Return(tirx.const(0, I32))]),
                             ret_type=tvm.ir.PrimType(I32))
         gvar = tvm.ir.GlobalVar(f"{kernel.name}_{len(self._entries)}")
         # Not ``tirx.noalias``, unlike the pass: with it (while serial kernels were called too,
-        # see `callable`), a noalias kernel of the backward alone made the inference forward read
+        # with a pointer per view, before v33), a noalias kernel of the backward alone made the inference forward read
         # its state before the copy that set it (NaN at T = 1). Not pinned down and not retried;
         # without it the called kernels ran as fast as embedded ones (notes/performance.md v31).
         self.functions[gvar] = sub
