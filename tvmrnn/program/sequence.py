@@ -604,13 +604,6 @@ class Subroutines:
     def __init__(self):
         self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
         self.functions: dict = {}  # GlobalVar -> PrimFunc
-        self._calls: dict[str, bool] = {}  # kernel name -> whether it is called (`calls`)
-
-    def calls(self, kernel: Kernel, func: tirx.PrimFunc) -> bool:
-        """Whether ``kernel`` (scheduled as ``func``) is called rather than embedded: every kernel
-        is (v33; before, only kernels whose every access sat in a parallel loop: see the class)."""
-        self._calls.setdefault(kernel.name, True)
-        return True
 
     def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt:
         """The call of ``kernel`` on ``views`` (role -> view), defining
@@ -724,7 +717,7 @@ class Program:
         self.persistent_if_on_chip = persistent_blocks is not None and options.persistent == "auto"
         # time loops of two-direction kernels too (``options.persist_stacked``)
         self.persist_stacked = persistent_blocks is not None and options.persist_stacked
-        self._not_on_chip: set[str] = set()
+        self._not_persistent: set[str] = set()  # persistent kernels `call` turned down (and why there)
         # CPU only: each time loop as one parallel region, a barrier between steps (`_region_loop`)
         self.one_region = one_region
         self._region: list | None = None  # the calls of that time loop being emitted
@@ -827,22 +820,24 @@ class Program:
             raise AssertionError(f"{kernel.name}: roles {kernel.roles}, bound {sorted(views)}")
         if self._persistent is not None and kernel.batch and not self.persist_stacked:
             self._persistent = None  # this time loop stays a host loop of launches
-        if self._persistent is not None and self.persistent_if_on_chip and kernel.gemm is not None \
-                and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles":
-            # many rows: one launch a step of row tiles (a persistent kernel's split-K gives every
-            # block all the rows, and its grid barrier grows with them: v32)
-            self._persistent = None
         if self._persistent is not None:
             persistent = kernels.persistent(kernel, self.persistent_blocks)
-            if persistent.name not in self._scheduled and persistent.name not in self._not_on_chip:
-                scheduled = self.schedule(persistent)
-                if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
-                    self._not_on_chip.add(persistent.name)
+            if persistent.name not in self._scheduled and persistent.name not in self._not_persistent:
+                if self.persistent_if_on_chip and kernel.gemm is not None \
+                        and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles":
+                    # many rows: one launch a step of row tiles (a persistent kernel's split-K gives
+                    # every block all the rows, and its grid barrier grows with them: v32-v33)
+                    self._not_persistent.add(persistent.name)
                 else:
-                    self._scheduled[persistent.name] = scheduled
-                    self.kernels[persistent.name] = persistent
-            if persistent.name in self._not_on_chip:
-                self._persistent = None  # its weights would be read from L2 every step: slower
+                    scheduled = self.schedule(persistent)
+                    if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
+                        # its weights would be read from L2 every step: slower
+                        self._not_persistent.add(persistent.name)
+                    else:
+                        self._scheduled[persistent.name] = scheduled
+                        self.kernels[persistent.name] = persistent
+            if persistent.name in self._not_persistent:
+                self._persistent = None
             else:
                 kernel = persistent
         if kernel.name not in self._scheduled:
@@ -851,8 +846,7 @@ class Program:
         self._call_extents.setdefault(kernel.name, []).append(list(self._extents))
         if self._in_step_loop:
             self._step_loops[-1][1] += 1
-        if self.subroutines is not None and self._persistent is None and self._region is None \
-                and self.subroutines.calls(kernel, self._scheduled[kernel.name]):
+        if self.subroutines is not None and self._persistent is None and self._region is None:
             self._stack[-1].append(self.subroutines.call(self, kernel, views))
             return
         func = s_tir.renew_defs(self._scheduled[kernel.name])  # fresh variables per embedding

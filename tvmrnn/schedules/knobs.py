@@ -95,7 +95,7 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         return (Knob("threads", (64, 128, 256, 512), 256), Knob("thread_columns", (1, 2, 4, 8), 4),
                 Knob("min_blocks", (100, 200, 400), 200), Knob("block_slices", (AUTO, 1, 2, 4, 8, 16), AUTO),
                 Knob("unroll", (1, 4, 8, 16), 8), Knob("accumulators", (24, 48, 96), 96))
-    if kind == "row_tiles":  # AUTO: the rule of row_tiles() (a register tile, blocks that fill the GPU)
+    if kind == "row_tiles":  # AUTO: the rule of default_row_tiles() (a register tile, blocks that fill the GPU)
         return (Knob("thread_rows", (AUTO, 1, 2, 4, 8), AUTO), Knob("thread_units", (AUTO, 1, 2, 4), AUTO),
                 Knob("row_threads", (AUTO, 1, 2, 4, 8, 16), AUTO), Knob("unit_threads", (AUTO, 8, 16, 32, 64), AUTO),
                 Knob("k_tile", (8, 16, 32), 16), Knob("unroll", (1, 2, 4, 8), 4), Knob("stage", (0, 1), 1))

@@ -10,13 +10,11 @@ from ..kernels import Kernel
 from .common import _divisor, _extent, _gemm_axes, _vectorize
 
 
-
-
-def default_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int = 1, sms: int = 132,
+def default_row_tiles(rows: int, units: int, inner: int, problems: int = 1, sms: int = 132,
                       thread_rows: int | None = None, thread_units: int | None = None, row_threads: int | None = None,
                       unit_threads: int | None = None) -> tuple[int, int, int, int]:
     """The default tile of :func:`gpu_row_tiles` for a ``rows x units`` output (``inner`` columns a
-    unit: the gates) over a ``reduction``: ``(thread_rows, thread_units, row_threads, unit_threads)``;
+    unit: the gates): ``(thread_rows, thread_units, row_threads, unit_threads)``;
     any given value is kept. Blocks of 8 x 32 threads (fewer where an axis is short), at least 4
     columns a thread where the unit has fewer, and the most rows a thread (up to 4, at most 16
     accumulators) that still give half the SMs a block, else 1. On the H100 (notes/performance.md
@@ -60,7 +58,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     hidden state. Here blocks split the rows too, as cuBLAS's and cuDNN's GEMMs do.
     ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), which the default tile fills."""
     gemm = sch.get_sblock(kernel.gemm)
-    spatial, reduction = _gemm_axes(sch, gemm)
+    spatial, _ = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
     n_rows = len(spatial) - ncols
     consumer = sch.get_consumers(gemm)[0]
@@ -71,9 +69,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     rows = math.prod(_extent(sch, l) for l in spatial[nb:n_rows])
     units = _extent(sch, spatial[n_rows])
     inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
-    red_total = math.prod(_extent(sch, l) for l in reduction)
-    tr, tu, rt, ut = default_row_tiles(rows, units, inner, red_total, problems, sms, thread_rows, thread_units,
-                               row_threads, unit_threads)
+    tr, tu, rt, ut = default_row_tiles(rows, units, inner, problems, sms, thread_rows, thread_units, row_threads,
+                                       unit_threads)
     threads = rt * ut
 
     # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
