@@ -68,6 +68,25 @@ def rel_error(actual, expected) -> float:
     return float(np.linalg.norm(a - e) / max(np.linalg.norm(e), 1e-30))
 
 
+def _share_the_cores() -> None:
+    """Under pytest-xdist, each worker's CPU kernels and PyTorch get their share of the cores
+    (cores // workers threads), unless the user set ``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS``.
+    Otherwise every worker's TVM pool spins as many threads as there are cores: with two workers
+    on two cores the torch grid of test_rnn.py took 85 s, and 58 s with a thread a worker
+    (notes/performance.md v34). Tests of threading say their thread counts themselves
+    (test_determinism.py, test_errors.py), in processes of their own."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if workers <= 1 or "TVM_NUM_THREADS" in os.environ or "OMP_NUM_THREADS" in os.environ:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    share = max(1, cores // workers)
+    os.environ["TVM_NUM_THREADS"] = str(share)
+    torch.set_num_threads(share)
+
+
+_share_the_cores()
+
+
 # Tests use default schedules unless they say otherwise: the committed logs are for other machines.
 os.environ["TVMRNN_TUNING_LOGS"] = "off"
 # ... and build: tests patch schedule constants the cache key cannot see; the cache's own tests
