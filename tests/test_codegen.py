@@ -108,9 +108,9 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
 def test_cuda_row_tiles_for_many_rows(tmp_path):
     """Per-step GEMMs with many rows take row tiles: every listed shape compiles for sm_90, is a
     distinct schedule and a point of the template's space (the default's knob setting schedules
-    the kernel as the default does), the default assembles without spills; a build at that batch
-    runs its forward time loops one launch a step (no persistent kernel), and a build at 20 rows
-    keeps split-K and its persistent forward."""
+    the kernel as the default does), the default assembles without spills. Persistent steps of many rows take
+    row tiles too (weights on chip, a block's own rows staged each step), and a build at 20 rows
+    keeps split-K's persistent forward."""
     import tvm
     import tvm_ffi
     from tvmrnn import kernels
@@ -142,10 +142,28 @@ def test_cuda_row_tiles_for_many_rows(tmp_path):
         apply(direct, kernel, target)
         assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
         assert all(spaces.knob_schedule(mod, kernel, target, v) is not None for v in settings[1:]), kernel.name
+    # persistent: row tiles too, each block's units' weights staged once, its rows each step
+    from tvmrnn.schedules import keeps_weights_on_chip
+    for kernel in (kernels.recurrent_step(CELLS["lstm"], 128, 184, train=False),
+                   kernels.recurrent_step(CELLS["gru"], 130, 216, train=True),
+                   kernels.recurrent_step(CELLS["rnn_tanh"], 256, 64, train=False)):
+        persistent = kernels.persistent(kernel, 132)
+        assert knobs.family(persistent, target) == "row_tiles", kernel.name
+        func = default_schedule(persistent, target)
+        assert keeps_weights_on_chip(func, persistent), kernel.name
     many = tvmrnn.build("lstm", input_size=16, hidden_size=184, batch_size=128, target=target, cache=False)
     few = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=20, target=target, cache=False)
-    assert not many.programs["forward"].uses_persistent_loops
-    assert few.programs["forward"].uses_persistent_loops
+    assert many.programs["forward"].uses_persistent_loops and few.programs["forward"].uses_persistent_loops
+    assert many.schedules["recurrent_step_lstm_infer_n128_h184_persistent"] == "default"
+    source = many.executable.mod.imports[0].inspect_source()
+    persistent = [k for k in source.split('extern "C" __global__')[1:] if "wait_until" in k]
+    assert len(persistent) == 2  # the inference and training forwards'
+    for kernel in persistent:  # the weights' copy before the time loop, the GEMM on shared memory
+        prologue, loop = kernel.split("for (int step = 0; step < ", 1)
+        assert re.search(r"buf_dyn_shmem_ptr\)\[.*\] = w_ptr\[", prologue)
+        assert not re.search(r"= w_ptr\[", loop.split("__syncthreads", 1)[0])
+    report = _ptxas(source, tmp_path)
+    assert not re.search(r"[1-9]\d* bytes spill", report), report
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
@@ -282,7 +300,7 @@ def test_cuda_short_chunk_gemms_split_their_reduction_over_blocks():
 
 
 # the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)
-ON_CHIP = re.compile(r"_(shared|local)_ptr(_\d+)?$")
+ON_CHIP = re.compile(r"(_(shared|local)_ptr(_\d+)?|^buf_dyn_shmem_ptr)$")
 
 
 def _vector_buffers(source: str) -> list[str]:
@@ -290,7 +308,7 @@ def _vector_buffers(source: str) -> list[str]:
     must be such a cast."""
     buffers = []
     for line in (line for line in source.splitlines() if re.search(r"\bfloat[248]\b", line)):
-        cast = re.findall(r"\(float[248]\*\)\((\w+)", line)
+        cast = re.findall(r"\(float[248]\*\)\((?:\(\(float\*\))?(\w+)", line)  # (or merged dynamic shared memory)
         assert len(cast) == len(re.findall(r"\bfloat[248]\b", line)), line
         buffers += cast
     return buffers

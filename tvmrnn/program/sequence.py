@@ -23,7 +23,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from .. import kernels
 from ..kernels import Kernel
-from ..schedules.common import _gpu_kind, is_gpu
+from ..schedules.common import is_gpu
 from ..schedules.split_k import keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
 from ..options import BuildOptions
@@ -823,19 +823,13 @@ class Program:
         if self._persistent is not None:
             persistent = kernels.persistent(kernel, self.persistent_blocks)
             if persistent.name not in self._scheduled and persistent.name not in self._not_persistent:
-                if self.persistent_if_on_chip and kernel.gemm is not None \
-                        and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles":
-                    # many rows: one launch a step of row tiles (a persistent kernel's split-K gives
-                    # every block all the rows, and its grid barrier grows with them: v32-v33)
+                scheduled = self.schedule(persistent)
+                if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
+                    # its weights would be read from L2 every step: slower
                     self._not_persistent.add(persistent.name)
                 else:
-                    scheduled = self.schedule(persistent)
-                    if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
-                        # its weights would be read from L2 every step: slower
-                        self._not_persistent.add(persistent.name)
-                    else:
-                        self._scheduled[persistent.name] = scheduled
-                        self.kernels[persistent.name] = persistent
+                    self._scheduled[persistent.name] = scheduled
+                    self.kernels[persistent.name] = persistent
             if persistent.name in self._not_persistent:
                 self._persistent = None
             else:

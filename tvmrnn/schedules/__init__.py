@@ -97,8 +97,11 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
         return
     blocks = persistent_blocks(sch.mod["main"])
     if blocks:  # a block keeps its slice of the weights in as much shared memory as the device gives
-        tiles = {**PERSISTENT_TILES, "stationary_bytes": device_model(target).shared_bytes_per_block,
-                 "max_blocks": blocks, **tiles}
+        budget = device_model(target).shared_bytes_per_block
+        if kernel.gemm is not None and _gpu_kind(sch, kernel) == "row tiles":
+            tiles = {"stationary_bytes": budget, "max_blocks": blocks, **tiles}
+        else:
+            tiles = {**PERSISTENT_TILES, "stationary_bytes": budget, "max_blocks": blocks, **tiles}
     if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
         return
     params = sch.mod["main"].params

@@ -98,8 +98,11 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
         persistent = attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None
         work = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:]) * math.prod(_extent(sch, l) for l in reduction)
         units = _extent(sch, spatial[n_rows])
+        if persistent:  # weights on chip either way; row tiles read only a block's own rows
+            own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
+            return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
-        return "row tiles" if many and not persistent else "split-K"
+        return "row tiles" if many else "split-K"
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
 
 

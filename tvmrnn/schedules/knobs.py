@@ -52,10 +52,10 @@ def family(kernel: Kernel, target: tvm.target.Target) -> str:
         return "cpu_gemm"
     if not is_gpu(target):
         return "cpu_pointwise"
-    if kernel.gemm is not None and persistent_blocks(kernel.func):
-        return "persistent"
     if kernel.gemm is not None:
         kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
+        if persistent_blocks(kernel.func) and kind == "split-K":
+            return "persistent"
         if kind is not None:
             return {"column sum": "column_sum", "split-K": "split_k", "row tiles": "row_tiles", "matmul": "matmul"}[kind]
     return "gpu_pointwise"

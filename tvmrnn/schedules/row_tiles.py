@@ -8,6 +8,7 @@ import math
 from ..kernels import Kernel
 
 from .common import _divisor, _extent, _gemm_axes, _vectorize
+from .split_k import _copy_by_threads
 
 
 def default_row_tiles(rows: int, units: int, inner: int, problems: int = 1, sms: int = 132,
@@ -42,9 +43,46 @@ def _near_divisor(n: int, at_most: int) -> int:
     return d if 2 * d >= min(at_most, n) else min(at_most, n)
 
 
+def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int, max_blocks: int,
+                         budget: int) -> tuple[int, int, int, int] | None:
+    """The tile of a persistent :func:`gpu_row_tiles` step: ``(thread_rows, thread_units,
+    row_threads, unit_threads)`` with at most ``max_blocks`` blocks (all resident), each block's
+    units' weights (``units x inner x reduction`` floats a block) and its rows of the hidden state
+    within ``budget`` bytes of shared memory; None where no tile fits. Among those, the most
+    blocks (SMs at work), then the least padding, then the block nearest 256 threads, then the
+    fewest accumulators a thread."""
+    best, best_score = None, None
+    for tr in (1, 2, 4, 8):
+        if rows % tr:
+            continue
+        for tu in (1, 2, 4):
+            if units % tu or tr * tu * inner > 32:
+                continue
+            for rt in (1, 2, 4, 8, 16, 32):
+                if rt > -(-rows // tr):
+                    continue
+                for ut in (8, 16, 32, 64):
+                    if ut > -(-units // tu) and ut != 8:
+                        continue
+                    threads = rt * ut
+                    if not 64 <= threads <= 1024:
+                        continue
+                    row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // (ut * tu))
+                    blocks = problems * row_blocks * unit_blocks
+                    staged = 4 * reduction * (ut * tu * inner + rt * tr)
+                    if blocks > max_blocks or staged > budget:
+                        continue
+                    padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
+                    score = (blocks, -padding, -abs(threads - 256), -tr * tu)
+                    if best_score is None or score > best_score:
+                        best, best_score = (tr, tu, rt, ut), score
+    return best
+
+
 def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_units: int | None = None,
                   row_threads: int | None = None, unit_threads: int | None = None, k_tile: int = 16,
-                  unroll: int = 4, stage: bool = True, sms: int = 132) -> None:
+                  unroll: int = 4, stage: bool = True, sms: int = 132, max_blocks: int | None = None,
+                  stationary_bytes: int = 0) -> None:
     """A per-step GEMM with many rows and its fused epilogue (the gate math, or the backward's
     pointwise): a block of ``row_threads x unit_threads`` threads owns a tile of rows x units (every
     unit with all its columns: the G gates), each thread ``thread_rows x thread_units`` of it in
@@ -56,7 +94,15 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     Split-K (:func:`tvmrnn.schedules.split_k.gpu_split_k`) gives a block all the rows and a few
     units: with few rows (N = 20) that fills the GPU, with many every block reads the whole
     hidden state. Here blocks split the rows too, as cuBLAS's and cuDNN's GEMMs do.
-    ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), which the default tile fills."""
+    ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), which the default tile fills.
+
+    ``max_blocks`` and ``stationary_bytes`` (a persistent kernel's, :func:`tvmrnn.kernels.persistent`):
+    at most that many blocks (:func:`persistent_row_tiles` picks the tile unless one is given), and
+    each block's units' weights (and, where they fit too, its rows of the step's hidden state) go to
+    dynamic shared memory at the block's top instead of a shared tile a reduction tile: the time
+    loop around the kernel hoists the weights' copy out of it (the weights stay on chip for every
+    step), and the hidden state's copy stays in the step. Split-K's persistent form gives every
+    block all the rows; here a block reads only its own, so many rows cost no more L2 traffic."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, _ = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
@@ -69,8 +115,21 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     rows = math.prod(_extent(sch, l) for l in spatial[nb:n_rows])
     units = _extent(sch, spatial[n_rows])
     inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
-    tr, tu, rt, ut = default_row_tiles(rows, units, inner, problems, sms, thread_rows, thread_units, row_threads,
-                                       unit_threads)
+    reduction_total = 1
+    for loop in _gemm_axes(sch, gemm)[1]:
+        reduction_total *= _extent(sch, loop)
+    stationary = bool(max_blocks and stationary_bytes)
+    fixed = thread_rows or thread_units or row_threads or unit_threads
+    chosen = None
+    if stationary and not fixed:
+        chosen = persistent_row_tiles(rows, units, inner, reduction_total, problems, max_blocks, stationary_bytes)
+    if chosen is None:
+        chosen = default_row_tiles(rows, units, inner, problems, min(sms, max_blocks or sms), thread_rows,
+                                   thread_units, row_threads, unit_threads)
+    tr, tu, rt, ut = chosen
+    if max_blocks and problems * -(-rows // (rt * tr)) * -(-units // (ut * tu)) > max_blocks:
+        raise ValueError(f"{kernel.name}: row tiles of {tr}x{tu} a thread, {rt}x{ut} threads need more than "
+                         f"{max_blocks} blocks")
     threads = rt * ut
 
     # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
@@ -105,6 +164,11 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         sch.unroll(loop)
     for loop in sch.get_loops(init)[2:]:
         sch.unroll(loop)
+    if stationary:
+        _stage_for_the_time_loop(sch, kernel, gemm, block, threads, stationary_bytes,
+                                 4 * reduction_total * ut * tu * inner, 4 * reduction_total * rt * tr)
+        _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
+        return
     if not stage:
         return
     # each k tile's operands in shared memory, copied by the whole block: the copies sit under the
@@ -122,10 +186,36 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         outer, t = sch.split(fused, [None, threads])
         sch.bind(t, "threadIdx.x")
         sch.unroll(outer)  # a thread's loads of the tile all in flight at once (a loop waits for each)
-    # each thread's operands for one reduction index, into registers: its columns (a unit's gates)
-    # as one vector load where they are contiguous and 4 or 2 wide
+    _operands_to_registers(sch, gemm, k_unrolled, "shared")
+
+
+def _stage_for_the_time_loop(sch, kernel: Kernel, gemm, block, threads: int, budget: int, weight_bytes: int,
+                             row_bytes: int) -> None:
+    """A persistent row-tile step's operands in dynamic shared memory, each copied whole at the
+    block's top by all its threads: the weights (the time loop hoists their copy: they do not move
+    with the step), then the hidden state's rows where both fit in ``budget``. Nothing where the
+    weights alone do not fit (then the time loop is not persistent:
+    :func:`tvmrnn.schedules.split_k.keeps_weights_on_chip`)."""
+    if "w" not in kernel.roles or weight_bytes > budget:
+        return
+    wbuf = sch.mod["main"].params[kernel.roles.index("w")]
+    reads = sch.get(gemm).reads
+    index = next((i for i, r in enumerate(reads) if r.source.same_as(wbuf)), None)
+    if index is None:
+        return
+    rows = [i for i, r in enumerate(reads) if i != index and r.source.scope() == "global"]
+    staged = [index] + (rows if len(rows) == 1 and weight_bytes + row_bytes <= budget else [])
+    for i in sorted(staged, reverse=True):  # each copy goes to the block's top
+        copy = sch.cache_read(gemm, i, "shared.dyn", consumer_blocks=[gemm])
+        sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
+        _copy_by_threads(sch, copy, threads)
+
+
+def _operands_to_registers(sch, gemm, k_unrolled, scope: str) -> None:
+    """Each thread's operands for one reduction index, from shared memory into registers: its
+    columns (a unit's gates) as one vector load where they are contiguous and 4 or 2 wide."""
     for index, read in enumerate(sch.get(gemm).reads):
-        if read.source.scope() != "shared":
+        if read.source.scope() != scope:
             continue
         load = sch.cache_read(gemm, index, "local", consumer_blocks=[gemm])
         sch.compute_at(load, k_unrolled, preserve_unit_loops=True)

@@ -55,10 +55,10 @@ ROW_TILE_VARIANTS = ({}, dict(thread_rows=1), dict(thread_rows=2), dict(thread_r
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
     """The default's own shapes worth measuring for ``kernel`` (``tiles`` for :func:`apply`),
     the default first: tuning seeds each new task with all of them."""
-    if is_gpu(target) and kernel.gemm is not None and persistent_blocks(kernel.func):
-        return [dict(v) for v in PERSISTENT_VARIANTS]
     if is_gpu(target) and kernel.gemm is not None:
         kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
+        if kind == "split-K" and persistent_blocks(kernel.func):
+            return [dict(v) for v in PERSISTENT_VARIANTS]
         if kind == "split-K":
             return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
         if kind == "row tiles":
