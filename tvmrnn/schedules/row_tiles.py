@@ -48,34 +48,42 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     """The tile of a persistent :func:`gpu_row_tiles` step: ``(thread_rows, thread_units,
     row_threads, unit_threads)`` with at most ``max_blocks`` blocks (all resident), each block's
     units' weights (``units x inner x reduction`` floats a block) and its rows of the hidden state
-    within ``budget`` bytes of shared memory; None where no tile fits. Among those, the most
-    blocks (SMs at work), then the least padding, then the block nearest 256 threads, then the
-    fewest accumulators a thread."""
+    within ``budget`` bytes of shared memory; None where no tile fits. Among those: the most
+    blocks (SMs at work), then at least 128 threads a block, then the most rows a thread (up to
+    16 accumulators), then the least padding, then 32 units a block's row of threads.
+
+    From the H200 (persistent inference steps timed in their loop, notes/performance.md v34): at
+    N = H = 256 the LSTM's step took 5.4 us with 4 rows a thread and 4 x 32 threads (128 blocks),
+    7.0 with 2 rows and 8 x 32, 19 with 2 units a thread, 38 with 8 x 64 threads; the GRU's 5.4,
+    5.9, 8.3 (2 units a thread). At N = H = 128 (GRU and LSTM) 1 row a thread and 128 blocks of
+    128 or 64 threads were best (2.5-2.9 us), and fewer blocks slower (2 rows, 32 blocks: 3.5).
+    Two units a thread were slower at every size measured, so a thread keeps one unit."""
+    found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256)
+    # (a prime row count may leave no tile of at most 256 threads within the blocks)
+    return found or _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 1024)
+
+
+def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads):
     best, best_score = None, None
-    for tr in (1, 2, 4, 8):
-        if rows % tr:
+    for tr in (1, 2, 4, 8, 16):
+        if rows % tr or tr * inner > 16:
             continue
-        for tu in (1, 2, 4):
-            if units % tu or tr * tu * inner > 32:
+        for rt in (1, 2, 4, 8, 16, 32):
+            if rt > -(-rows // tr):
                 continue
-            for rt in (1, 2, 4, 8, 16, 32):
-                if rt > -(-rows // tr):
+            for ut in (16, 32, 64):
+                threads = rt * ut
+                if not 64 <= threads <= most_threads or (ut > units and ut != 16):
                     continue
-                for ut in (8, 16, 32, 64):
-                    if ut > -(-units // tu) and ut != 8:
-                        continue
-                    threads = rt * ut
-                    if not 64 <= threads <= 1024:
-                        continue
-                    row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // (ut * tu))
-                    blocks = problems * row_blocks * unit_blocks
-                    staged = 4 * reduction * (ut * tu * inner + rt * tr)
-                    if blocks > max_blocks or staged > budget:
-                        continue
-                    padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
-                    score = (blocks, -padding, -abs(threads - 256), -tr * tu)
-                    if best_score is None or score > best_score:
-                        best, best_score = (tr, tu, rt, ut), score
+                row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // ut)
+                blocks = problems * row_blocks * unit_blocks
+                staged = 4 * reduction * (ut * inner + rt * tr)
+                if blocks > max_blocks or staged > budget:
+                    continue
+                padding = row_blocks * rt * tr * unit_blocks * ut - rows * units
+                score = (blocks, threads >= 128, tr, -padding, ut == 32, -threads)
+                if best_score is None or score > best_score:
+                    best, best_score = (tr, 1, rt, ut), score
     return best
 
 
@@ -128,8 +136,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
                                    thread_units, row_threads, unit_threads)
     tr, tu, rt, ut = chosen
     if max_blocks and problems * -(-rows // (rt * tr)) * -(-units // (ut * tu)) > max_blocks:
-        raise ValueError(f"{kernel.name}: row tiles of {tr}x{tu} a thread, {rt}x{ut} threads need more than "
-                         f"{max_blocks} blocks")
+        stationary = False  # more blocks than can be resident: not a persistent kernel's schedule
     threads = rt * ut
 
     # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
