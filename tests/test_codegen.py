@@ -154,10 +154,12 @@ def test_cuda_row_tiles_for_many_rows(tmp_path):
     many = tvmrnn.build("lstm", input_size=16, hidden_size=184, batch_size=128, target=target, cache=False)
     few = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=20, target=target, cache=False)
     assert many.programs["forward"].uses_persistent_loops and few.programs["forward"].uses_persistent_loops
+    # the backward's time loop too where its step takes row tiles; split-K steps keep per-step launches
+    assert many.programs["backward"].uses_persistent_loops and not few.programs["backward"].uses_persistent_loops
     assert many.schedules["recurrent_step_lstm_infer_n128_h184_persistent"] == "default"
     source = many.executable.mod.imports[0].inspect_source()
     persistent = [k for k in source.split('extern "C" __global__')[1:] if "wait_until" in k]
-    assert len(persistent) == 2  # the inference and training forwards'
+    assert len(persistent) == 3  # the inference and training forwards', the backward's
     for kernel in persistent:  # the weights' copy before the time loop, the GEMM on shared memory
         prologue, loop = kernel.split("for (int step = 0; step < ", 1)
         assert re.search(r"buf_dyn_shmem_ptr\)\[.*\] = w_ptr\[", prologue)

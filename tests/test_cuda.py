@@ -410,13 +410,22 @@ def test_batches_of_one_and_two_match_torch_on_cuda(cell, input_size, hidden, bi
     ("lstm", 128, 184, 2, False, None), ("gru", 130, 216, 1, True, None), ("rnn_tanh", 131, 360, 1, False, None),
     ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129)])
 def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rows, rng):
-    """Batches from 128 rows with per-step GEMMs of 16 M multiply-adds or more take row tiles (their
-    blocks split the rows and the units, the epilogue on each thread's registers) and no persistent
-    loop: odd and prime row counts, odd unit counts, both directions in one launch, fewer rows than
-    the build's."""
+    """Batches from 128 rows take row tiles (their blocks split the rows and the units, the epilogue
+    on each thread's registers), in persistent time loops for every pass (each block's weights in
+    shared memory): odd and prime row counts, odd unit counts, both directions in one launch,
+    fewer rows than the build's."""
     for T in (1, 7):
         _check(cell, num_layers, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
                input_size=hidden, batch=batch, rows=rows, tol=1e-4)
+
+
+def test_variable_lengths_at_many_rows_on_cuda():
+    """Masked steps of many rows (persistent row tiles in every pass, both directions in one
+    launch): 130 rows of lengths 1 to 9 against torch.nn's packed sequences in float64."""
+    from test_lengths import _check as check_lengths
+    lengths = [(7 * i) % 9 + 1 for i in range(130)]
+    check_lengths("lstm", 1, True, False, lengths, T=9, as_array=to_cuda, target="cuda", hidden=40, batch=130)
+    check_lengths("gru", 1, False, False, lengths[::-1], T=9, as_array=to_cuda, target="cuda", hidden=72, batch=130)
 
 
 @pytest.mark.parametrize("rows", [1, 5])

@@ -21,9 +21,11 @@ def _arrays(shape, seed):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=lambda a: a, rows=N, target=None,
-           hidden=H, options=VARIABLE):
-    rnn = built(cell, num_layers, bidirectional, batch_first, input_size=I, hidden_size=hidden, batch_size=N,
+def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=lambda a: a, rows=None, target=None,
+           hidden=H, options=VARIABLE, batch=N):
+    """``batch``: the build's rows; ``rows``: the call's (default: as many)."""
+    rows = rows or batch
+    rnn = built(cell, num_layers, bidirectional, batch_first, input_size=I, hidden_size=hidden, batch_size=batch,
                 target=target, options=options)
     H = hidden
     torch.manual_seed(0)

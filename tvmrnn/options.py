@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 PERSISTENT = ("auto", "forward", "all", "off")
 # the passes whose time loops may run persistently, by `BuildOptions.persistent`
-PERSISTENT_PASSES = {"auto": ("forward", "forward_train"), "forward": ("forward",),
+PERSISTENT_PASSES = {"auto": ("forward", "forward_train", "backward"), "forward": ("forward",),
                      "all": ("forward", "forward_train", "backward"), "off": ()}
 # the values TVMRNN_PERSISTENT took before it named the choices (kept so that old scripts run)
 _PERSISTENT_ALIASES = {"1": "all", "0": "off", "train": "auto"}
@@ -46,8 +46,11 @@ class BuildOptions:
         GPU time loops that run as one persistent kernel (the loop inside the kernel, a grid
         barrier between steps, each block's slice of the recurrent weights in shared memory for
         every step). ``auto``: both forward passes, where the step's weights fit on chip (fastest
-        on the H100 at Deep Speech 2 sizes, notes v10, v14, v21); ``forward``: the inference
-        forward, whether or not they fit; ``all``: the backward too (slower; for studies);
+        on the H100 at Deep Speech 2 sizes, notes v10, v14, v21), and the backward where its step
+        takes row tiles (128 rows or more a direction) with its weights on chip (many-row training
+        0.48-0.84x -> 0.74-1.29x cuDNN on the H200, notes v34); ``forward``: the inference
+        forward, whether or not they fit; ``all``: every pass's (the backward's split-K steps
+        too: slower at Deep Speech 2 sizes; for studies);
         ``off``: one launch per step. Default: ``TVMRNN_PERSISTENT``, else ``auto``.
     persist_stacked : bool
         Whether a time loop running both directions of a layer in one launch may be persistent too

@@ -23,7 +23,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from .. import kernels
 from ..kernels import Kernel
-from ..schedules.common import is_gpu
+from ..schedules.common import _gpu_kind, is_gpu
 from ..schedules.split_k import keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
 from ..options import BuildOptions
@@ -249,6 +249,11 @@ def _sblocks(stmt) -> list:
 
     tvm_ffi.structural_mutate(stmt, [(s_tir.SBlockRealize, visit)])
     return found
+
+
+def _row_tiles(kernel: Kernel) -> bool:
+    """Whether a GPU step kernel's GEMM takes row tiles (:func:`tvmrnn.schedules.common._gpu_kind`)."""
+    return kernel.gemm is not None and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles"
 
 
 def hoist_invariant_copies(decls, grid_body, var):
@@ -715,6 +720,9 @@ class Program:
         # with it, only kernels whose schedule keeps their weights in shared memory run
         # persistent (``options.persistent == "auto"``); the others' loops stay per-step
         self.persistent_if_on_chip = persistent_blocks is not None and options.persistent == "auto"
+        # ... and, in the backward, only steps of row tiles (many rows): its split-K steps (a
+        # few rows) were faster as per-step launches (notes v10, v34)
+        self.persistent_row_tiles_only = self.persistent_if_on_chip and name == "backward"
         # time loops of two-direction kernels too (``options.persist_stacked``)
         self.persist_stacked = persistent_blocks is not None and options.persist_stacked
         self._not_persistent: set[str] = set()  # persistent kernels `call` turned down (and why there)
@@ -823,9 +831,12 @@ class Program:
         if self._persistent is not None:
             persistent = kernels.persistent(kernel, self.persistent_blocks)
             if persistent.name not in self._scheduled and persistent.name not in self._not_persistent:
-                scheduled = self.schedule(persistent)
-                if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
-                    # its weights would be read from L2 every step: slower
+                scheduled = None
+                if not (self.persistent_row_tiles_only and not _row_tiles(persistent)):  # (else: per-step launches)
+                    scheduled = self.schedule(persistent)
+                    if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
+                        scheduled = None  # its weights would be read from L2 every step: slower
+                if scheduled is None:
                     self._not_persistent.add(persistent.name)
                 else:
                     self._scheduled[persistent.name] = scheduled
