@@ -409,7 +409,7 @@ def test_batches_of_one_and_two_match_torch_on_cuda(cell, input_size, hidden, bi
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,rows", [
     ("lstm", 128, 184, 2, False, None), ("gru", 130, 216, 1, True, None), ("rnn_tanh", 131, 360, 1, False, None),
     ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129),
-    ("lstm", 160, 384, 1, False, None)])  # (its backward's rows do not fit beside its weights: read from memory)
+    ("lstm", 160, 384, 1, False, None)])  # (its backward's weights and rows do not fit a block: one launch a step)
 def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rows, rng):
     """Batches from 128 rows take row tiles (their blocks split the rows and the units, the epilogue
     on each thread's registers), in persistent time loops for every pass (each block's weights in

@@ -58,18 +58,12 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     5.9, 8.3 (2 units a thread). At N = H = 128 (GRU and LSTM) 1 row a thread and 128 blocks of
     128 or 64 threads were best (2.5-2.9 us), and fewer blocks slower (2 rows, 32 blocks: 3.5).
     Two units a thread were slower at every size measured, so a thread keeps one unit."""
-    for most_threads, rows_staged in ((256, True), (1024, True), (256, False)):
-        # (a prime row count may leave no tile of at most 256 threads within the blocks; a long
-        # reduction, no room for the rows beside the weights: then each thread reads its rows
-        # from memory, through L1)
-        found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads,
-                                 rows_staged)
-        if found:
-            return found
-    return None
+    found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256)
+    # (a prime row count may leave no tile of at most 256 threads within the blocks)
+    return found or _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 1024)
 
 
-def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads, rows_staged):
+def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads):
     best, best_score = None, None
     for tr in (1, 2, 4, 8, 16):
         if rows % tr or tr * inner > 16:
@@ -83,7 +77,7 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
                     continue
                 row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // ut)
                 blocks = problems * row_blocks * unit_blocks
-                staged = 4 * reduction * (ut * inner + (rt * tr if rows_staged else 0))
+                staged = 4 * reduction * (ut * inner + rt * tr)
                 if blocks > max_blocks or staged > budget:
                     continue
                 padding = row_blocks * rt * tr * unit_blocks * ut - rows * units
