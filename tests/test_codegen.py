@@ -151,6 +151,17 @@ def test_cuda_row_tiles_for_many_rows(tmp_path):
         assert knobs.family(persistent, target) == "row_tiles", kernel.name
         func = default_schedule(persistent, target)
         assert keeps_weights_on_chip(func, persistent), kernel.name
+    # ... a point of the template's space too, and the listed variants keep within the blocks
+    mod = workload(persistent)
+    settings = knobs.seeded_settings(persistent, target)
+    direct = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+    apply(direct, persistent, target)
+    assert tvm_ffi.structural_equal(spaces.knob_schedule(mod, persistent, target, settings[0]).mod, direct.mod)
+    from tvmrnn.program.sequence import _grid_blocks
+    for values in settings[1:]:
+        found = spaces.knob_schedule(mod, persistent, target, values)
+        assert found is None or (_grid_blocks(found.mod["main"]) or 0) <= 132 \
+            or not keeps_weights_on_chip(found.mod["main"], persistent), values
     many = tvmrnn.build("lstm", input_size=16, hidden_size=184, batch_size=128, target=target, cache=False)
     few = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=20, target=target, cache=False)
     assert many.programs["forward"].uses_persistent_loops and few.programs["forward"].uses_persistent_loops

@@ -91,7 +91,7 @@ def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(tmp_pa
     cooperative launch, a block per slice of one direction's units. An LSTM block's weights (13
     units, 166 KB) and partial sums leave no room for the direction's whole 64 KB hidden state, so
     the reduction runs in phases, each staging its part of h_prev between two barriers; within
-    227 KB of shared memory, unspilled. The backward stays per-step. (The GRU's blocks, 3 gates,
+    227 KB of shared memory, unspilled. The backward (split-K at 20 rows) stays per-step. (The GRU's blocks, 3 gates,
     stage the whole state; ``persist_stacked=False`` keeps stacked loops per-step:
     ``test_cuda_persistence_skips_two_direction_steps``.)"""
     cell = "lstm"
@@ -179,7 +179,7 @@ def test_launch_flags_keep_dynamic_shared_memory_last():
 def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, tmp_path):
     """By default (``persistent="auto"``; PDL ``wait``) both forwards' time loops (inference and
     training) are persistent where the step's weights fit in the SMs' shared memory, the backward's
-    are per-step launches, and the persistent kernels alone
+    (split-K at 20 rows) are per-step launches, and the persistent kernels alone
     are launched cooperatively (all blocks resident, or an error at launch: never a hang);
     where the weights do not fit (H = 3072: 38 MB for a one-gate cell, 151 MB for an LSTM, against
     132 x 227 KB) the loop keeps per-step launches."""

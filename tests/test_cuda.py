@@ -421,12 +421,16 @@ def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirect
 
 
 def test_variable_lengths_at_many_rows_on_cuda():
-    """Masked steps of many rows (persistent row tiles in every pass, both directions in one
-    launch): 130 rows of lengths 1 to 9 against torch.nn's packed sequences in float64."""
-    from test_lengths import _check as check_lengths
+    """Masked steps of many rows (persistent row tiles in every pass; the LSTM's two directions in
+    one launch): 130 rows of lengths 1 to 9 against torch.nn's packed sequences in float64."""
+    from test_lengths import I as LI, VARIABLE, _check as check_lengths
     lengths = [(7 * i) % 9 + 1 for i in range(130)]
-    check_lengths("lstm", 1, True, False, lengths, T=9, as_array=to_cuda, target="cuda", hidden=40, batch=130)
-    check_lengths("gru", 1, False, False, lengths[::-1], T=9, as_array=to_cuda, target="cuda", hidden=72, batch=130)
+    for cell, bidirectional, hidden, order in (("lstm", True, 40, 1), ("gru", False, 72, -1)):
+        check_lengths(cell, 1, bidirectional, False, lengths[::order], T=9, as_array=to_cuda, target="cuda",
+                      hidden=hidden, batch=130)
+        rnn = built(cell, 1, bidirectional, False, input_size=LI, hidden_size=hidden, batch_size=130, target="cuda",
+                    options=VARIABLE)  # (the same build)
+        assert all(rnn.programs[name].uses_persistent_loops for name in ("forward", "forward_train", "backward"))
 
 
 @pytest.mark.parametrize("rows", [1, 5])

@@ -23,7 +23,8 @@ PERSISTENT = ("auto", "forward", "all", "off")
 # the passes whose time loops may run persistently, by `BuildOptions.persistent`
 PERSISTENT_PASSES = {"auto": ("forward", "forward_train", "backward"), "forward": ("forward",),
                      "all": ("forward", "forward_train", "backward"), "off": ()}
-# the values TVMRNN_PERSISTENT took before it named the choices (kept so that old scripts run)
+# the values TVMRNN_PERSISTENT took before it named the choices (kept so that old scripts run;
+# "train" meant both forwards, and as "auto" now also runs many-row backward loops persistent)
 _PERSISTENT_ALIASES = {"1": "all", "0": "off", "train": "auto"}
 DEPENDENT_LAUNCH = ("off", "wait", "early")
 

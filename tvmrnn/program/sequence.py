@@ -251,6 +251,20 @@ def _sblocks(stmt) -> list:
     return found
 
 
+def _grid_blocks(func) -> int | None:
+    """The ``blockIdx.x`` extent of a scheduled GPU kernel (its first such loop), if constant."""
+    found = []
+
+    def visit(loop, mutator):
+        if not found and loop.thread_binding is not None and loop.thread_binding.thread_tag == "blockIdx.x" \
+                and isinstance(loop.extent, tirx.IntImm):
+            found.append(int(loop.extent))
+        return mutator.default_mutate(loop) if not found else loop
+
+    tvm_ffi.structural_mutate(func.body, [(tirx.For, visit)])
+    return found[0] if found else None
+
+
 def _row_tiles(kernel: Kernel) -> bool:
     """Whether a GPU step kernel's GEMM takes row tiles (:func:`tvmrnn.schedules.common._gpu_kind`)."""
     return kernel.gemm is not None and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles"
@@ -720,9 +734,10 @@ class Program:
         # with it, only kernels whose schedule keeps their weights in shared memory run
         # persistent (``options.persistent == "auto"``); the others' loops stay per-step
         self.persistent_if_on_chip = persistent_blocks is not None and options.persistent == "auto"
-        # ... and, in the backward, only steps of row tiles (many rows): its split-K steps (a
-        # few rows) were faster as per-step launches (notes v10, v34)
-        self.persistent_row_tiles_only = self.persistent_if_on_chip and name == "backward"
+        # a persistent kernel scheduled with more blocks than are surely resident (a tile that did
+        # not fit) runs its loop one launch a step (`step_loop`, which measures a schedule as it
+        # is, turns this off: it refuses such a schedule instead)
+        self.check_resident = True
         # time loops of two-direction kernels too (``options.persist_stacked``)
         self.persist_stacked = persistent_blocks is not None and options.persist_stacked
         self._not_persistent: set[str] = set()  # persistent kernels `call` turned down (and why there)
@@ -832,10 +847,14 @@ class Program:
             persistent = kernels.persistent(kernel, self.persistent_blocks)
             if persistent.name not in self._scheduled and persistent.name not in self._not_persistent:
                 scheduled = None
-                if not (self.persistent_row_tiles_only and not _row_tiles(persistent)):  # (else: per-step launches)
+                # "auto" in the backward: only steps of row tiles (many rows); its split-K steps (a
+                # few rows) were faster as per-step launches (notes v10, v34)
+                if not (self.persistent_if_on_chip and self.name == "backward" and not _row_tiles(persistent)):
                     scheduled = self.schedule(persistent)
                     if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
                         scheduled = None  # its weights would be read from L2 every step: slower
+                    elif self.check_resident and (_grid_blocks(scheduled) or 0) > self.persistent_blocks:
+                        scheduled = None  # more blocks than are surely resident (a tile that did not fit)
                 if scheduled is None:
                     self._not_persistent.add(persistent.name)
                 else:

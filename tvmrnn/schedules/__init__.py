@@ -2,7 +2,8 @@
 
 - :mod:`.cpu`: the register-blocked GEMM micro-kernel and the weight panels it reads;
 - :mod:`.cuda`: the tiled SIMT GEMM, its TF32 tensor-core form, the column sum;
-- :mod:`.row_tiles`: the per-step GEMMs of many rows, blocks owning rows x units, the epilogue on registers;
+- :mod:`.row_tiles`: the per-step GEMMs of many rows, blocks owning rows x units, the epilogue on registers
+  (persistent too: each block's units' weights kept in shared memory across steps);
 - :mod:`.split_k`: split-K inside a thread block for the per-step GEMMs, and its persistent form
   (each block's slice of the weights kept in shared memory across steps);
 - :mod:`.tensor_cores`: the TF32 ``mma`` intrinsics; :mod:`.fast_math`: vectorisable activations;

@@ -3,7 +3,8 @@ sampling decisions, :mod:`tvmrnn.tune.spaces`), their candidate values for a ker
 and their defaults.
 
 A template is one of the schedules :func:`tvmrnn.schedules.apply` gives a kernel (its *family*):
-the CPU register-blocked GEMM, the GPU split-K step, its persistent form, the tiled SIMT GEMM,
+the CPU register-blocked GEMM, the GPU split-K step, its persistent form, row tiles (persistent
+or not: one family), the tiled SIMT GEMM,
 the column sum, and the pointwise rule on either target. Every knob is a keyword argument of that
 template (``tiles``); :func:`tiles_of` turns a knob setting into them. The default schedule is the
 setting where every knob takes its default, and each listed variant

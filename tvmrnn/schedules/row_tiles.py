@@ -44,7 +44,9 @@ def _near_divisor(n: int, at_most: int) -> int:
 
 
 def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int, max_blocks: int,
-                         budget: int) -> tuple[int, int, int, int] | None:
+                         budget: int, thread_rows: int | None = None, thread_units: int | None = None,
+                         row_threads: int | None = None, unit_threads: int | None = None
+                         ) -> tuple[int, int, int, int] | None:
     """The tile of a persistent :func:`gpu_row_tiles` step: ``(thread_rows, thread_units,
     row_threads, unit_threads)`` with at most ``max_blocks`` blocks (all resident), each block's
     units' weights (``units x inner x reduction`` floats a block) and its rows of the hidden state
@@ -57,33 +59,39 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     7.0 with 2 rows and 8 x 32, 19 with 2 units a thread, 38 with 8 x 64 threads; the GRU's 5.4,
     5.9, 8.3 (2 units a thread). At N = H = 128 (GRU and LSTM) 1 row a thread and 128 blocks of
     128 or 64 threads were best (2.5-2.9 us), and fewer blocks slower (2 rows, 32 blocks: 3.5).
-    Two units a thread were slower at every size measured, so a thread keeps one unit."""
-    found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256)
+    Two units a thread were slower at every size measured, so a thread keeps one unit. Given
+    values (a tuning candidate's knobs) are kept: the rule chooses the rest."""
+    given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
+    found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256, given)
     # (a prime row count may leave no tile of at most 256 threads within the blocks)
-    return found or _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 1024)
+    return found or _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 1024, given)
 
 
-def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads):
+def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads, given):
+    def candidates(name, values):
+        return (given[name],) if given[name] else values
     best, best_score = None, None
-    for tr in (1, 2, 4, 8, 16):
-        if rows % tr or tr * inner > 16:
-            continue
-        for rt in (1, 2, 4, 8, 16, 32):
-            if rt > -(-rows // tr):
+    for tr in candidates("tr", (1, 2, 4, 8, 16)):
+        for tu in candidates("tu", (1,)):
+            if rows % tr or units % tu or tr * tu * inner > (32 if given["tr"] or given["tu"] else 16):
                 continue
-            for ut in (16, 32, 64):
-                threads = rt * ut
-                if not 64 <= threads <= most_threads or (ut > units and ut != 16):
+            for rt in candidates("rt", (1, 2, 4, 8, 16, 32)):
+                if rt > -(-rows // tr) and not given["rt"]:
                     continue
-                row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // ut)
-                blocks = problems * row_blocks * unit_blocks
-                staged = 4 * reduction * (ut * inner + rt * tr)
-                if blocks > max_blocks or staged > budget:
-                    continue
-                padding = row_blocks * rt * tr * unit_blocks * ut - rows * units
-                score = (blocks, threads >= 128, tr, -padding, ut == 32, -threads)
-                if best_score is None or score > best_score:
-                    best, best_score = (tr, 1, rt, ut), score
+                for ut in candidates("ut", (16, 32, 64)):
+                    threads = rt * ut
+                    if threads > 1024 or not (given["rt"] or given["ut"] or 64 <= threads <= most_threads) \
+                            or (ut * tu > units and ut != 16 and not given["ut"]):
+                        continue
+                    row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // (ut * tu))
+                    blocks = problems * row_blocks * unit_blocks
+                    staged = 4 * reduction * (ut * tu * inner + rt * tr)
+                    if blocks > max_blocks or staged > budget:
+                        continue
+                    padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
+                    score = (blocks, threads >= 128, tr, -padding, ut == 32, -threads)
+                    if best_score is None or score > best_score:
+                        best, best_score = (tr, tu, rt, ut), score
     return best
 
 
@@ -105,12 +113,14 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), which the default tile fills.
 
     ``max_blocks`` and ``stationary_bytes`` (a persistent kernel's, :func:`tvmrnn.kernels.persistent`):
-    at most that many blocks (:func:`persistent_row_tiles` picks the tile unless one is given), and
-    each block's units' weights (and, where they fit too, its rows of the step's hidden state) go to
-    dynamic shared memory at the block's top instead of a shared tile a reduction tile: the time
-    loop around the kernel hoists the weights' copy out of it (the weights stay on chip for every
+    at most that many blocks (:func:`persistent_row_tiles` picks the tile, keeping any given
+    value), and each block's units' weights and its rows of the step's hidden state go to dynamic
+    shared memory at the block's top instead of a shared tile a reduction tile: the time loop
+    around the kernel hoists the weights' copy out of it (the weights stay on chip for every
     step), and the hidden state's copy stays in the step. Split-K's persistent form gives every
-    block all the rows; here a block reads only its own, so many rows cost no more L2 traffic."""
+    block all the rows; here a block reads only its own, so many rows cost no more L2 traffic.
+    Where no such tile fits, the kernel gets its one-launch-a-step tile, which no time loop runs
+    persistent (:meth:`tvmrnn.program.sequence.Program.call`)."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, _ = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
@@ -126,17 +136,17 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     reduction_total = 1
     for loop in _gemm_axes(sch, gemm)[1]:
         reduction_total *= _extent(sch, loop)
-    stationary = bool(max_blocks and stationary_bytes)
-    fixed = thread_rows or thread_units or row_threads or unit_threads
     chosen = None
-    if stationary and not fixed:
-        chosen = persistent_row_tiles(rows, units, inner, reduction_total, problems, max_blocks, stationary_bytes)
+    if max_blocks and stationary_bytes:  # a persistent kernel: its tile must fit the blocks and shared memory
+        chosen = persistent_row_tiles(rows, units, inner, reduction_total, problems, max_blocks, stationary_bytes,
+                                      thread_rows, thread_units, row_threads, unit_threads)
+    # else (none fits) the kernel's tile of one launch a step, operands staged per reduction tile:
+    # a time loop does not run it persistent (too many blocks, or no weights on chip)
+    stationary = chosen is not None
     if chosen is None:
-        chosen = default_row_tiles(rows, units, inner, problems, min(sms, max_blocks or sms), thread_rows,
-                                   thread_units, row_threads, unit_threads)
+        chosen = default_row_tiles(rows, units, inner, problems, sms, thread_rows, thread_units, row_threads,
+                                   unit_threads)
     tr, tu, rt, ut = chosen
-    if max_blocks and problems * -(-rows // (rt * tr)) * -(-units // (ut * tu)) > max_blocks:
-        stationary = False  # more blocks than can be resident: not a persistent kernel's schedule
     threads = rt * ut
 
     # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
@@ -171,9 +181,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         sch.unroll(loop)
     for loop in sch.get_loops(init)[2:]:
         sch.unroll(loop)
-    if stationary:
-        _stage_for_the_time_loop(sch, kernel, gemm, block, threads, stationary_bytes,
-                                 4 * reduction_total * ut * tu * inner, 4 * reduction_total * rt * tr)
+    if stationary and _stage_for_the_time_loop(sch, kernel, gemm, block, threads):
         _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
         return
     if not stage:
@@ -196,26 +204,26 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     _operands_to_registers(sch, gemm, k_unrolled, "shared")
 
 
-def _stage_for_the_time_loop(sch, kernel: Kernel, gemm, block, threads: int, budget: int, weight_bytes: int,
-                             row_bytes: int) -> None:
+def _stage_for_the_time_loop(sch, kernel: Kernel, gemm, block, threads: int) -> bool:
     """A persistent row-tile step's operands in dynamic shared memory, each copied whole at the
     block's top by all its threads: the weights (the time loop hoists their copy: they do not move
-    with the step), then the hidden state's rows where both fit in ``budget``. Nothing where the
-    weights alone do not fit (then the time loop is not persistent:
-    :func:`tvmrnn.schedules.split_k.keeps_weights_on_chip`)."""
-    if "w" not in kernel.roles or weight_bytes > budget:
-        return
+    with the step) and the hidden state's rows (the tile's bytes were checked by
+    :func:`persistent_row_tiles`). False, with nothing changed, where the GEMM does not read
+    exactly those two (weights alone, the rows read from memory, measured no faster than one
+    launch a step: notes/performance.md v34)."""
+    if "w" not in kernel.roles:
+        return False
     wbuf = sch.mod["main"].params[kernel.roles.index("w")]
     reads = sch.get(gemm).reads
     index = next((i for i, r in enumerate(reads) if r.source.same_as(wbuf)), None)
-    if index is None:
-        return
     rows = [i for i, r in enumerate(reads) if i != index and r.source.scope() == "global"]
-    staged = [index] + (rows if len(rows) == 1 and weight_bytes + row_bytes <= budget else [])
-    for i in sorted(staged, reverse=True):  # each copy goes to the block's top
+    if index is None or len(rows) != 1:
+        return False
+    for i in sorted([index, rows[0]], reverse=True):  # each copy goes to the block's top
         copy = sch.cache_read(gemm, i, "shared.dyn", consumer_blocks=[gemm])
         sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
         _copy_by_threads(sch, copy, threads)
+    return True
 
 
 def _operands_to_registers(sch, gemm, k_unrolled, scope: str) -> None:

@@ -465,8 +465,9 @@ def _stage_epilogue_inputs(sch, kernel: Kernel, per_block: int, room: int) -> No
 
 def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
     """Whether a scheduled kernel copies its weights (role ``w``) into shared memory, as
-    :func:`_stationary_weights` does for a persistent kernel whose block slices fit there (whether
-    the default schedule or a tuned one did it)."""
+    :func:`_stationary_weights` does for a persistent kernel whose block slices fit there (or the
+    row tiles' :func:`tvmrnn.schedules.row_tiles._stage_for_the_time_loop`; whether the default
+    schedule or a tuned one did it)."""
     if "w" not in kernel.roles:
         return False
     wbuf = func.params[kernel.roles.index("w")]

@@ -30,8 +30,8 @@ GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=12
 GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (dict(k_tile=8), dict(pipeline=True))
 
 
-# A persistent step's shapes that tuning measures (``tiles`` over :data:`PERSISTENT_TILES`): its
-# whole design space (:func:`tvmrnn.tune.tasks.is_persistent`). At DS2 sizes the default LSTM step
+# A persistent split-K step's shapes that tuning measures (``tiles`` over :data:`PERSISTENT_TILES`)
+# (:func:`tvmrnn.tune.tasks.is_persistent`; a persistent step of row tiles takes ROW_TILE_VARIANTS). At DS2 sizes the default LSTM step
 # is 115 blocks of 224 threads (7 warps an SM: latency-bound, v16's Nsight Compute); fewer
 # registers of partial sums a thread (``accumulators``) or more room for them
 # (``max_shared_bytes``) give 448; ``row_vector`` and ``vector_k`` were 3-4% by median in v16's

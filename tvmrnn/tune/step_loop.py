@@ -37,6 +37,7 @@ def step_loop(func: tirx.PrimFunc, target: tvm.target.Target, steps: int = STEP_
         return func if kernel.name == f"{name}_persistent" else default_schedule(kernel, target)
     prog = Program("main", schedule, persistent_blocks=blocks, barrier_param=False)
     prog.persistent_if_on_chip = False  # measure the schedule as it is
+    prog.check_resident = False
     prog.dependent_launch = dependent_launch(target, BuildOptions())
     for param in func.params:
         if param.dtype != F32:

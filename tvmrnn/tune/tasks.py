@@ -91,8 +91,9 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[
 def is_persistent(kernel: Kernel) -> bool:
     """A persistent time loop's step kernel (:func:`tvmrnn.kernels.persistent`). Its task measures
     a candidate as that loop runs it, :data:`tvmrnn.tune.step_loop.STEP_LOOP_STEPS` steps in one launch
-    (:class:`StepLoopBuilder`), and logs the time per step; its design space is the default
-    schedule's listed shapes (:data:`tvmrnn.schedules.PERSISTENT_VARIANTS`), all of which
+    (:class:`StepLoopBuilder`), and logs the time per step; its design space is its template's
+    (split-K's persistent form, :data:`tvmrnn.schedules.PERSISTENT_VARIANTS`, or row tiles' for
+    many rows, :data:`tvmrnn.schedules.variants.ROW_TILE_VARIANTS`), whose listed shapes
     :func:`seed_defaults` measures: MetaSchedule's own rules do not keep weights in shared memory
     across steps, which is what makes such a loop fast."""
     return persistent_blocks(kernel.func) is not None
