@@ -87,6 +87,26 @@ def _share_the_cores() -> None:
 _share_the_cores()
 
 
+# The test files by their time on the 2-core CI machine, slowest first (worker-seconds, v34:
+# test_rnn 251, test_codegen 247, test_tuning 125, test_codegen_persistent 118, test_custom_cells
+# 108, test_fuzz 54, test_torch_module 48; the rest under 35 each). `--dist loadfile` hands whole
+# files to the workers in this order, the short ones last, so that neither worker is left alone
+# with a long file at the end (pytest-xdist would order the files by their number of tests: the
+# 2-test test_fuzz.py, 43 s, came among the last).
+SLOWEST_FIRST = ("test_rnn.py", "test_codegen.py", "test_tuning.py", "test_codegen_persistent.py",
+                 "test_custom_cells.py", "test_fuzz.py", "test_torch_module.py")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # (stable: the rest keep their order)
+
+
 # Tests use default schedules unless they say otherwise: the committed logs are for other machines.
 os.environ["TVMRNN_TUNING_LOGS"] = "off"
 # ... and build: tests patch schedule constants the cache key cannot see; the cache's own tests
