@@ -624,3 +624,26 @@ def test_builds_for_other_gpus_fit_their_shared_memory():
         l40s = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=1,
                             target={"kind": "cuda", "arch": "sm_89"}, tuning_logs=False)
     assert l40s.persistent_blocks is None and l40s.config.options.persistent == "off"
+
+
+def test_persistent_row_tiles_fit_the_device():
+    """The persistent row tile keeps within the blocks that may be resident and the shared memory a
+    block may have (weights and rows staged), keeps any given knob value, and is None where
+    nothing fits (then the time loop runs one launch a step)."""
+    from tvmrnn.schedules.row_tiles import persistent_row_tiles
+    for rows, units, inner, reduction, problems, blocks, budget in [
+            (256, 256, 4, 256, 1, 132, 227 * 1024), (131, 360, 1, 360, 1, 132, 227 * 1024),
+            (200, 100, 3, 100, 2, 108, 163 * 1024), (128, 512, 4, 512, 1, 132, 227 * 1024),
+            (257, 96, 4, 96, 2, 142, 99 * 1024)]:
+        for given in ({}, dict(thread_rows=1), dict(unit_threads=16), dict(row_threads=4)):
+            tile = persistent_row_tiles(rows, units, inner, reduction, problems, blocks, budget, **given)
+            if tile is None:
+                continue
+            tr, tu, rt, ut = tile
+            assert problems * -(-rows // (rt * tr)) * -(-units // (ut * tu)) <= blocks, (rows, units, given, tile)
+            assert 4 * reduction * (ut * tu * inner + rt * tr) <= budget and rt * ut <= 1024
+            assert all(dict(thread_rows=tr, thread_units=tu, row_threads=rt, unit_threads=ut)[k] == v
+                       for k, v in given.items())
+    assert persistent_row_tiles(256, 256, 4, 256, 1, 132, 227 * 1024) == (4, 1, 4, 32)  # 5.4 us on the H200 (v34)
+    # an LSTM backward step at H = 384: 1,536-long rows beside a block's weights do not fit
+    assert persistent_row_tiles(160, 384, 1, 1536, 1, 132, 227 * 1024) is None
