@@ -151,7 +151,7 @@ def test_cuda_row_tiles_for_many_rows(tmp_path):
         assert knobs.family(persistent, target) == "row_tiles", kernel.name
         func = default_schedule(persistent, target)
         assert keeps_weights_on_chip(func, persistent), kernel.name
-    # ... a point of the template's space too, and the listed variants keep within the blocks
+    # ... the last of them a point of the template's space too, its listed variants within the blocks
     mod = workload(persistent)
     settings = knobs.seeded_settings(persistent, target)
     direct = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))

@@ -122,7 +122,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     Where no such tile fits, the kernel gets its one-launch-a-step tile, which no time loop runs
     persistent (:meth:`tvmrnn.program.sequence.Program.call`)."""
     gemm = sch.get_sblock(kernel.gemm)
-    spatial, _ = _gemm_axes(sch, gemm)
+    spatial, reduction = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
     n_rows = len(spatial) - ncols
     consumer = sch.get_consumers(gemm)[0]
@@ -133,9 +133,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     rows = math.prod(_extent(sch, l) for l in spatial[nb:n_rows])
     units = _extent(sch, spatial[n_rows])
     inner = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:])
-    reduction_total = 1
-    for loop in _gemm_axes(sch, gemm)[1]:
-        reduction_total *= _extent(sch, loop)
+    reduction_total = math.prod(_extent(sch, l) for l in reduction)
     chosen = None
     if max_blocks and stationary_bytes:  # a persistent kernel: its tile must fit the blocks and shared memory
         chosen = persistent_row_tiles(rows, units, inner, reduction_total, problems, max_blocks, stationary_bytes,
