@@ -420,6 +420,17 @@ def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirect
                input_size=hidden, batch=batch, rows=rows, tol=1e-4)
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_hidden_state_staged_in_phases_matches_torch_on_cuda(cell, rng):
+    """A one-direction persistent step whose hidden state (64 rows x 1,024 units, 256 KB) fits whole
+    in no block: each block stages it in phases of the reduction (split-K's default since v35),
+    forward, training forward and backward against torch.nn in float64."""
+    _check(cell, 1, False, False, 5, rng, target="cuda", as_array=to_cuda, hidden=1024, input_size=64, batch=64,
+           tol=1e-4)
+    rnn = built(cell, 1, False, False, input_size=64, hidden_size=1024, batch_size=64, target="cuda")
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+
+
 def test_variable_lengths_at_many_rows_on_cuda():
     """Masked steps of many rows (persistent row tiles in every pass; the LSTM's two directions in
     one launch): 130 rows of lengths 1 to 9 against torch.nn's packed sequences in float64."""

@@ -107,7 +107,9 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
                 Knob("thread_columns", (1, 2, 4, 8), 4), Knob("unroll", (1, 4, 8, 16), 8),
                 Knob("row_vector", (1, 2, 4), 1), Knob("vector_k", (1, 4), PERSISTENT_TILES["vector_k"]),
                 Knob("stage_epilogue", (0, 1), int(PERSISTENT_TILES["stage_epilogue"])),
-                Knob("max_shared_bytes", shared, 48 * 1024))
+                Knob("max_shared_bytes", shared, 48 * 1024),
+                # 0: whole where it fits, else the fewest phases whose part of the hidden state fits
+                Knob("row_phases", (0, 1, 2, 4, 8, 16), PERSISTENT_TILES["row_phases"]))
     # matmul: the block shape (an index into GPU_MATMUL_SHAPES), the reduction tile, double
     # buffering, and the reduction split over blocks
     default_shape = GPU_MATMUL_SHAPES.index(_default_shape(kernel, target))

@@ -16,14 +16,15 @@ def default_row_tiles(rows: int, units: int, inner: int, problems: int = 1, sms:
                       unit_threads: int | None = None) -> tuple[int, int, int, int]:
     """The default tile of :func:`gpu_row_tiles` for a ``rows x units`` output (``inner`` columns a
     unit: the gates): ``(thread_rows, thread_units, row_threads, unit_threads)``;
-    any given value is kept. Blocks of 8 x 32 threads (fewer where an axis is short), at least 4
-    columns a thread where the unit has fewer, and the most rows a thread (up to 4, at most 16
+    any given value is kept. Blocks of 8 x 32 threads (fewer where an axis is short), 2 columns a
+    thread where the unit has one (the backward's dh: at N = 160, H = 384 on the H100 the LSTM's
+    backward step took 55.3 us with 4, 38.4 with 2, v35), and the most rows a thread (up to 4, at most 16
     accumulators) that still give half the SMs a block, else 1. On the H100 (notes/performance.md
     v33) more threads a block and fewer accumulators a thread were faster at every size measured:
     the GRU's N = 128, H = 128 step 11.1 us with 2 x 32 threads, 5.5 with 8 x 32; the LSTM's
     backward step at N = H = 256 51.7 -> 27.3 us; 8 rows a thread were the slowest everywhere.
     A rule from those measurements, not a model: tuning searches the rest."""
-    tu = thread_units or _divisor(units, max(1, 4 // inner))
+    tu = thread_units or _divisor(units, max(1, 2 // inner))
     ut = unit_threads or _near_divisor(-(-units // tu), 32)
     rt = row_threads or _near_divisor(rows, 8)
     if thread_rows:

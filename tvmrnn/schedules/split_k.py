@@ -65,7 +65,10 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     part of the hidden state (``rows x K / row_phases``) in one shared buffer, then summing it;
     None: one phase where the whole hidden state fits beside the weights and partial sums, else
     the fewest of up to :data:`MAX_ROW_PHASES` that fit (two-direction steps; one-direction steps
-    take one phase unless asked). A block of a two-direction step holds 13
+    take one phase unless asked); 0 (:data:`PERSISTENT_TILES`' default): one phase where it fits
+    whole, else the fewest of up to :data:`MAX_ASKED_ROW_PHASES` that fit, for either (at N = 64,
+    H = 1024 a one-direction step's hidden state, 256 KB, fits whole in no block, so one phase left
+    it in L2, read there by every thread). A block of a two-direction step holds 13
     LSTM units' weights (166 KB at DS2 sizes) and its partial sums (33 KB): the direction's whole
     hidden state (64 KB) does not fit in the 227 KB, its halves do.
     """
@@ -308,21 +311,27 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
             (partial, p_phase, phases) if p_phase is not None else None)
 
 
-# The most phases a persistent step's staged row operand is split into (see gpu_split_k): the
-# backward step's is the gate gradients, 256 KB a direction for the DS2 LSTM (8 phases of 32 KB).
+# The most phases a persistent step's staged row operand is split into by default (see
+# gpu_split_k): the backward step's is the gate gradients, 256 KB a direction for the DS2 LSTM (8
+# phases of 32 KB). ``row_phases=0`` (a tuning knob) goes up to MAX_ASKED_ROW_PHASES.
 MAX_ROW_PHASES = 8
+MAX_ASKED_ROW_PHASES = 32
 
 
 def _row_phases(row_bytes: int, room: int, reduction: int, asked: int | None) -> int:
     """How many phases of the ``reduction`` stage the hidden state (``row_bytes``, ``room`` bytes
-    of shared memory left for it): ``asked`` if given, else 1 where it fits whole, else the fewest
-    up to :data:`MAX_ROW_PHASES` whose part fits; phases cut the reduction evenly. 1 where none
-    does (then nothing is staged)."""
+    of shared memory left for it): ``asked`` if given (0: the fewest up to
+    :data:`MAX_ASKED_ROW_PHASES` that fit), else 1 where it fits whole, else the fewest up to
+    :data:`MAX_ROW_PHASES` whose part fits; phases cut the reduction evenly. 1 where none does
+    (then nothing is staged)."""
+    most = MAX_ROW_PHASES
+    if asked == 0:
+        asked, most = None, MAX_ASKED_ROW_PHASES
     if asked is not None:
         return asked if asked >= 1 and reduction % asked == 0 else 1
     if row_bytes <= room:
         return 1
-    return next((p for p in range(2, MAX_ROW_PHASES + 1) if reduction % p == 0 and -(-row_bytes // p) <= room), 1)
+    return next((p for p in range(2, most + 1) if reduction % p == 0 and -(-row_bytes // p) <= room), 1)
 
 
 # Shared memory a block may use (the H100's 227 KB per block, less room for the partial sums).
@@ -499,5 +508,14 @@ def persistent_blocks(func) -> int | None:
 # 3.80-3.83) -> row groups outermost 3.65 (3.64-3.65) -> with the epilogue's inputs staged 3.41 (3.39-3.43),
 # again 3.44; GRU 3.64 -> 3.69 -> 3.21; RNN-tanh 1.99 / 1.99 / 2.01 (rounds 1.8-2.3). Both on; vector loads
 # stay off (3.51 with both).
+# v35 (H100, the step in its 64-step loop, default against listed variants, notes/bench/v35/tune_*):
+# v35 (H100, the step in its 64-step loop, the default against listed variants,
+# notes/bench/v35/tune_*): the hidden state staged in phases wherever it does not fit whole
+# (``row_phases=0``; a one-direction step took one phase, so one too large to stage whole was read
+# from L2 by every thread): LSTM N = 64, H = 1024 30.2 -> 23.6 us; GRU there 85.3 -> 24.3; GRU
+# N = 24, H = 1280 168.6 -> 15.7. Where it fits whole (DS2 sizes) nothing changes. 24 accumulators
+# with it were a little faster still at two of those (23.0, 19.9; 16.4 at the third) and were the
+# LSTM's best DS2 record in v18, but the GRU's DS2 training step spilled registers with them in
+# its persistent loop: a listed variant, not the default.
 PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
-                        vector_k=1, stage_epilogue=True, groups_outer=True)
+                        vector_k=1, stage_epilogue=True, groups_outer=True, row_phases=0)

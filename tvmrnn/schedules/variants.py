@@ -35,20 +35,24 @@ GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) 
 # is 115 blocks of 224 threads (7 warps an SM: latency-bound, v16's Nsight Compute); fewer
 # registers of partial sums a thread (``accumulators``) or more room for them
 # (``max_shared_bytes``) give 448; ``row_vector`` and ``vector_k`` were 3-4% by median in v16's
-# studies, within the rounds' ranges.
+# studies, within the rounds' ranges. v35's measurements of these: notes/bench/v35/tune_*.
 PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epilogue=False),
                        dict(accumulators=24), dict(accumulators=24, row_vector=4), dict(accumulators=32),
                        dict(max_shared_bytes=96 * 1024), dict(max_shared_bytes=96 * 1024, row_vector=4),
                        dict(accumulators=96), dict(thread_columns=8), dict(unroll=4), dict(unroll=16),
                        # one output column a thread: a two-direction backward step's 13 columns of
                        # weights a block (166 KB) fit on chip, 16 (thread_columns=4) do not
-                       dict(thread_columns=1))
+                       dict(thread_columns=1),
+                       # the hidden state staged whole or not at all (v34's one-direction
+                       # default), and in more phases than it needs
+                       dict(row_phases=1), dict(row_phases=1, accumulators=24), dict(row_phases=4),
+                       dict(threads=256), dict(threads=256, accumulators=24))
 
 
 # Row tiles' other shapes (``gpu_row_tiles`` arguments): larger and smaller register tiles, other
 # block shapes, reduction tiles, and the operands read from L2 instead of staged.
 ROW_TILE_VARIANTS = ({}, dict(thread_rows=1), dict(thread_rows=2), dict(thread_rows=4), dict(thread_rows=8),
-                     dict(thread_units=2), dict(unit_threads=16), dict(unit_threads=64), dict(row_threads=4),
+                     dict(thread_units=2), dict(thread_units=4), dict(unit_threads=16), dict(unit_threads=64), dict(row_threads=4),
                      dict(row_threads=8), dict(k_tile=32), dict(k_tile=8), dict(stage=False))
 
 
