@@ -15,6 +15,11 @@ from tvmrnn.device import multiprocessors
 
 H100 = "nvidia/nvidia-h100"
 
+# These tests read the time loops' kernels, which the all-steps GEMMs' chunk sizes do not change:
+# their builds take one-step chunks (one GEMM kernel of each kind instead of four), which halves a
+# build here (DS2 GRU, persistent="all": 3.6 -> 1.7 s). test_codegen.py checks the default chunks.
+STEPS = dict(chunk_steps=(1,))
+
 
 def _sms() -> int:
     """The SMs of the GPU the H100 target's persistent kernels are sized for (one block per SM)."""
@@ -30,7 +35,7 @@ def test_cuda_persistent_time_loops(cell, tmp_path):
     """``persistent="all"``: each time loop is one launch with the loop inside the kernel, at
     most one block per SM, a grid barrier per step; nvcc assembles it unspilled."""
     rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
-                       options=BuildOptions(persistent="all"))
+                       options=BuildOptions(persistent="all", **STEPS))
     source = rnn.executable.mod.imports[0].inspect_source()
     kernels = source.split("extern \"C\" __global__")[1:]
     persistent = [k for k in kernels if "for (int step = 0; step < " in k]
@@ -70,7 +75,8 @@ def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
     from tvmrnn import schedules  # PERSISTENT_TILES is read by schedules.apply, in the package itself
     monkeypatch.setattr(schedules, "PERSISTENT_TILES",
                         {**schedules.PERSISTENT_TILES, "vector_k": 4, "stage_epilogue": True, "row_vector": 4})
-    rnn = tvmrnn.build(cell, **sizes, target=H100, tuning_logs=False, options=BuildOptions(persistent="forward"))
+    rnn = tvmrnn.build(cell, **sizes, target=H100, tuning_logs=False,
+                       options=BuildOptions(persistent="forward", **STEPS))
     source = rnn.executable.mod.imports[0].inspect_source()
     persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
     assert len(persistent) == 1  # the inference forward's
@@ -96,7 +102,7 @@ def test_cuda_two_direction_persistent_steps_stage_hidden_state_in_phases(tmp_pa
     ``test_cuda_persistence_skips_two_direction_steps``.)"""
     cell = "lstm"
     sizes = dict(input_size=800, hidden_size=800, batch_size=20, bidirectional=True)
-    rnn = tvmrnn.build(cell, **sizes, target=H100, tuning_logs=False, options=BuildOptions(persistent="auto"))
+    rnn = tvmrnn.build(cell, **sizes, target=H100, tuning_logs=False, options=BuildOptions(persistent="auto", **STEPS))
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
     source = rnn.executable.mod.imports[0].inspect_source()
@@ -125,7 +131,7 @@ def test_cuda_one_direction_persistent_step_stages_a_large_hidden_state_in_phase
     reduction (before v35 it read it from L2 in every thread: 85 us a step against 24 on the H100),
     unspilled, within the device's shared memory."""
     rnn = tvmrnn.build("gru", input_size=64, hidden_size=1024, batch_size=64, target=H100, tuning_logs=False,
-                       options=BuildOptions(persistent="forward"))
+                       options=BuildOptions(persistent="forward", **STEPS))
     assert rnn.programs["forward"].uses_persistent_loops
     source = rnn.executable.mod.imports[0].inspect_source()
     persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
@@ -148,7 +154,7 @@ def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell):
     at consecutive reduction indices; with the slice outermost, one warp held both row groups,
     800-word rows in the same banks (notes/performance.md v16). The epilogue's inputs are staged."""
     rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
-                       options=BuildOptions(persistent="forward"))
+                       options=BuildOptions(persistent="forward", **STEPS))
     source = rnn.executable.mod.imports[0].inspect_source()
     persistent = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
     assert len(persistent) == 1
@@ -204,9 +210,8 @@ def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, tmp_pat
     are launched cooperatively (all blocks resident, or an error at launch: never a hang);
     where the weights do not fit (H = 3072: 38 MB for a one-gate cell, 151 MB for an LSTM, against
     132 x 227 KB) the loop keeps per-step launches."""
-    auto = BuildOptions(persistent="auto")
     rnn = tvmrnn.build(cell, input_size=800, hidden_size=800, num_layers=2, batch_size=20, target=H100,
-                       tuning_logs=False, options=auto)
+                       tuning_logs=False, options=BuildOptions(persistent="auto"))
     assert rnn.programs["forward"].uses_persistent_loops and rnn.persistent_blocks == _sms()
     assert rnn.programs["forward_train"].uses_persistent_loops
     assert not rnn.programs["backward"].uses_persistent_loops
@@ -217,11 +222,11 @@ def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, tmp_pat
     cooperative, dependent = _launch_flags(rnn, tmp_path)
     assert cooperative == len(persistent) and dependent == len(kernels)
     big = tvmrnn.build(cell, input_size=64, hidden_size=3072, batch_size=20, target=H100, tuning_logs=False,
-                       options=auto)
+                       options=BuildOptions(persistent="auto", **STEPS))
     assert not big.programs["forward"].uses_persistent_loops and big.persistent_blocks is None
     assert _launch_flags(big, tmp_path)[0] == 0
     plain = tvmrnn.build(cell, input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
-                         options=BuildOptions(persistent="off"))
+                         options=BuildOptions(persistent="off", **STEPS))
     assert plain.persistent_blocks is None and _launch_flags(plain, tmp_path)[0] == 0
 
 
@@ -230,7 +235,7 @@ def test_cuda_persistent_inference_forward_only():
     """``persistent="forward"``: the inference forward's time loop is one persistent launch
     (weights in shared memory); the training passes keep their per-step launches."""
     rnn = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20, target=H100, tuning_logs=False,
-                       options=BuildOptions(persistent="forward"))
+                       options=BuildOptions(persistent="forward", **STEPS))
     source = rnn.executable.mod.imports[0].inspect_source()
     kernels = source.split("extern \"C\" __global__")[1:]
     persistent = [re.search(r"void (?:__launch_bounds__\(\d+\) )?(\w+)\(", k).group(1) for k in kernels if "for (int step = 0; step < " in k]
@@ -255,15 +260,16 @@ def test_cuda_persistence_skips_two_direction_steps():
 
     build = dict(input_size=24, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
                  target=H100, tuning_logs=False)
-    stacked = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward", persist_stacked=False))
+    stacked = tvmrnn.build("rnn_tanh", **build,
+                           options=BuildOptions(persistent="forward", persist_stacked=False, **STEPS))
     assert not persistent_kernels(stacked) and not stacked.programs["forward"].uses_persistent_loops
     assert stacked.persistent_blocks is None  # so its package asks for no resident grid
     apart = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward", persist_stacked=False,
-                                                                    stack_directions=False))
+                                                                    stack_directions=False, **STEPS))
     assert apart.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(apart)) == 4  # 2 layers x 2 directions
     assert apart.persistent_blocks == _sms()
-    default = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward"))
+    default = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward", **STEPS))
     assert default.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(default)) == 2  # a layer's two directions in one kernel
     assert default.persistent_blocks == _sms()
@@ -276,7 +282,7 @@ def test_cuda_persistent_steps_keep_all_their_shared_memory_dynamic(hidden, bidi
     when its dynamic part alone passes 48 KB; 40 KB of static partial sums beside 13 KB of dynamic
     buffers (H = 128, N = 20) was refused at launch on the H100 (v22)."""
     rnn = tvmrnn.build("lstm", 96, hidden, bidirectional=bidirectional, batch_size=20, target=H100,
-                       tuning_logs=False, options=BuildOptions(persistent="auto"))
+                       tuning_logs=False, options=BuildOptions(persistent="auto", **STEPS))
     persistent = [k for k in _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
                   if "grid_barrier" in k.split("\n", 1)[0]]
     assert persistent
