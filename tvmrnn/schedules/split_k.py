@@ -65,10 +65,9 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     part of the hidden state (``rows x K / row_phases``) in one shared buffer, then summing it;
     None: one phase where the whole hidden state fits beside the weights and partial sums, else
     the fewest of up to :data:`MAX_ROW_PHASES` that fit (two-direction steps; one-direction steps
-    take one phase unless asked); 0 (:data:`PERSISTENT_TILES`' default): one phase where it fits
-    whole, else the fewest of up to :data:`MAX_ASKED_ROW_PHASES` that fit, for either (at N = 64,
-    H = 1024 a one-direction step's hidden state, 256 KB, fits whole in no block, so one phase left
-    it in L2, read there by every thread). A block of a two-direction step holds 13
+    take one phase unless asked); 0 (:data:`PERSISTENT_TILES`' default): that rule for either
+    (at N = 64, H = 1024 a one-direction step's hidden state, 256 KB, fits whole in no block, so
+    one phase left it in L2, read there by every thread). A block of a two-direction step holds 13
     LSTM units' weights (166 KB at DS2 sizes) and its partial sums (33 KB): the direction's whole
     hidden state (64 KB) does not fit in the 227 KB, its halves do.
     """
@@ -313,25 +312,24 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
 
 # The most phases a persistent step's staged row operand is split into by default (see
 # gpu_split_k): the backward step's is the gate gradients, 256 KB a direction for the DS2 LSTM (8
-# phases of 32 KB). ``row_phases=0`` (a tuning knob) goes up to MAX_ASKED_ROW_PHASES.
+# phases of 32 KB). More phases (a knob value) mean more barriers a step for smaller parts: where
+# a block has room for only a sliver (an LSTM at N = 8, H = 1280: 2 KB of its 40 KB state, 20
+# phases), the rule leaves the state in L2, unmeasured either way.
 MAX_ROW_PHASES = 8
-MAX_ASKED_ROW_PHASES = 32
 
 
 def _row_phases(row_bytes: int, room: int, reduction: int, asked: int | None) -> int:
     """How many phases of the ``reduction`` stage the hidden state (``row_bytes``, ``room`` bytes
-    of shared memory left for it): ``asked`` if given (0: the fewest up to
-    :data:`MAX_ASKED_ROW_PHASES` that fit), else 1 where it fits whole, else the fewest up to
-    :data:`MAX_ROW_PHASES` whose part fits; phases cut the reduction evenly. 1 where none does
-    (then nothing is staged)."""
-    most = MAX_ROW_PHASES
+    of shared memory left for it): ``asked`` if given (0: the rule), else 1 where it fits whole,
+    else the fewest up to :data:`MAX_ROW_PHASES` whose part fits; phases cut the reduction evenly.
+    1 where none does (then nothing is staged)."""
     if asked == 0:
-        asked, most = None, MAX_ASKED_ROW_PHASES
+        asked = None
     if asked is not None:
         return asked if asked >= 1 and reduction % asked == 0 else 1
     if row_bytes <= room:
         return 1
-    return next((p for p in range(2, most + 1) if reduction % p == 0 and -(-row_bytes // p) <= room), 1)
+    return next((p for p in range(2, MAX_ROW_PHASES + 1) if reduction % p == 0 and -(-row_bytes // p) <= room), 1)
 
 
 # Shared memory a block may use (the H100's 227 KB per block, less room for the partial sums).
