@@ -108,7 +108,7 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
                 Knob("row_vector", (1, 2, 4), 1), Knob("vector_k", (1, 4), PERSISTENT_TILES["vector_k"]),
                 Knob("stage_epilogue", (0, 1), int(PERSISTENT_TILES["stage_epilogue"])),
                 Knob("max_shared_bytes", shared, 48 * 1024),
-                # 0: whole where it fits, else the fewest phases whose part of the hidden state fits
+                # 0: whole where it fits, else the fewest phases (up to 8) whose part of the hidden state fits
                 Knob("row_phases", (0, 1, 2, 4, 8, 16), PERSISTENT_TILES["row_phases"]))
     # matmul: the block shape (an index into GPU_MATMUL_SHAPES), the reduction tile, double
     # buffering, and the reduction split over blocks

@@ -506,7 +506,6 @@ def persistent_blocks(func) -> int | None:
 # 3.80-3.83) -> row groups outermost 3.65 (3.64-3.65) -> with the epilogue's inputs staged 3.41 (3.39-3.43),
 # again 3.44; GRU 3.64 -> 3.69 -> 3.21; RNN-tanh 1.99 / 1.99 / 2.01 (rounds 1.8-2.3). Both on; vector loads
 # stay off (3.51 with both).
-# v35 (H100, the step in its 64-step loop, default against listed variants, notes/bench/v35/tune_*):
 # v35 (H100, the step in its 64-step loop, the default against listed variants,
 # notes/bench/v35/tune_*): the hidden state staged in phases wherever it does not fit whole
 # (``row_phases=0``; a one-direction step took one phase, so one too large to stage whole was read

@@ -46,14 +46,15 @@ PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epil
                        # the hidden state staged whole or not at all (v34's one-direction
                        # default), and in more phases than it needs
                        dict(row_phases=1), dict(row_phases=1, accumulators=24), dict(row_phases=4),
+                       # half the threads a block (fewer row groups and slices)
                        dict(threads=256), dict(threads=256, accumulators=24))
 
 
 # Row tiles' other shapes (``gpu_row_tiles`` arguments): larger and smaller register tiles, other
 # block shapes, reduction tiles, and the operands read from L2 instead of staged.
 ROW_TILE_VARIANTS = ({}, dict(thread_rows=1), dict(thread_rows=2), dict(thread_rows=4), dict(thread_rows=8),
-                     dict(thread_units=2), dict(thread_units=4), dict(unit_threads=16), dict(unit_threads=64), dict(row_threads=4),
-                     dict(row_threads=8), dict(k_tile=32), dict(k_tile=8), dict(stage=False))
+                     dict(thread_units=2), dict(thread_units=4), dict(unit_threads=16), dict(unit_threads=64),
+                     dict(row_threads=4), dict(row_threads=8), dict(k_tile=32), dict(k_tile=8), dict(stage=False))
 
 
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
