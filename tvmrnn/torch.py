@@ -255,6 +255,12 @@ class _Mixin:
 
     def _register(self) -> None:
         """A handle of its own for the custom ops (:data:`_MODULES`)."""
+        if not getattr(_Mixin._run_eager, "_tvmrnn_disabled", False):
+            # wrapped here, when the first module is made, not at import: torch.compiler.disable
+            # imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR in the environment
+            eager = torch.compiler.disable(_Mixin._run_eager)
+            eager._tvmrnn_disabled = True
+            _Mixin._run_eager = eager
         self._handle = next(_HANDLES)
         _MODULES[self._handle] = self
 
@@ -372,10 +378,10 @@ class _Mixin:
             return out if self._has_cell_state else out[:2]
         return self._run_eager(layer, lengths, x, h0, c0)
 
-    @torch.compiler.disable
     def _run_eager(self, layer: int | None, lengths, x, h0, c0):
-        # never traced: where Dynamo does not trace the module (torch.nn's RNN modules are left out
-        # of graphs unless torch._dynamo.config.allow_rnn), it would otherwise trace the frames below
+        # never traced (wrapped in torch.compiler.disable by _register): where Dynamo does not trace
+        # the module (torch.nn's RNN modules are left out of graphs unless
+        # torch._dynamo.config.allow_rnn), it would otherwise trace the frames below
         rnn = self._rnn_for(x.shape[0 if self.batch_first else 1], x.device, layer=layer, ragged=lengths is not None)
         names = rnn.config.layout.names
         return _Fused.apply(rnn, names, lengths, x, h0, c0, *self._parameters_of(names, layer))
