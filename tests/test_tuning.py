@@ -239,29 +239,44 @@ def _wait_for(what, process, ready, timeout=60.0):
     raise TimeoutError(f"{what} did not come up in {timeout:.0f} s")
 
 
-def test_tunes_through_the_rpc_tracker(tmp_path):
-    """TVM's stock tracker and server on loopback; measurements go through them."""
+def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
+    """TVM's stock tracker with two servers on loopback (as a 2-GPU machine runs one per GPU):
+    the candidates are measured on both at once, and every record lands in the one log."""
     from tvm import rpc
 
     port = _free_port()
     tracker = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
                                 "--port", str(port), "--port-end", str(port + 1)])
-    server = None
+    servers, logs = [], [tmp_path / f"server{i}.log" for i in range(2)]
     try:
         _wait_for("the RPC tracker", tracker, lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True)
-        server_port = _free_port()
-        server = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
-                                   "--key", "tvmrnn-test", "--host", "127.0.0.1", "--port", str(server_port),
-                                   "--port-end", str(server_port + 1)])
-        _wait_for("the RPC server", server, lambda: rpc.connect_tracker("127.0.0.1", port).summary()
-                  ["queue_info"].get("tvmrnn-test", {}).get("free", 0) > 0)
-        results, _ = _tune(tmp_path, trials=2, rpc_tracker=f"127.0.0.1:{port}", rpc_key="tvmrnn-test")
-        assert results[0][2] >= 2 and results[0][1] is not None
+        for log in logs:
+            server_port = _free_port()
+            with open(log, "w") as f:
+                servers.append(subprocess.Popen(
+                    [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
+                     "--key", "tvmrnn-test", "--host", "127.0.0.1", "--port", str(server_port),
+                     "--port-end", str(server_port + 1)], stdout=f, stderr=subprocess.STDOUT))
+        _wait_for("two RPC servers", servers[0], lambda: rpc.connect_tracker("127.0.0.1", port).summary()
+                  ["queue_info"].get("tvmrnn-test", {}).get("free", 0) >= 2)
+        assert tuner.rpc_devices(f"127.0.0.1:{port}", "tvmrnn-test") == 2
+        with pytest.raises(RuntimeError, match="rpc_key: .* no free server under 'no-such-key'"):
+            tuner.rpc_devices(f"127.0.0.1:{port}", "no-such-key")
+        results, lines = _tune(tmp_path / "logs", trials=4, rpc_tracker=f"127.0.0.1:{port}", rpc_key="tvmrnn-test")
+        (task, best_us, trials), = results
+        assert trials >= 4 and best_us is not None
+        assert any("measuring on 2 RPC devices" in line for line in lines), lines
+        assert any("trials on 2 devices" in line for line in lines), lines
+        # both servers measured candidates (each logs a module it loads), and all their records
+        # are in the one log folder
+        for log in logs:
+            assert "load_module" in log.read_text(), log.read_text()[-2000:]
+        db = records.load_records(os.path.join(tmp_path / "logs", records.target_key(tvmrnn.device.host_target())))
+        assert len(db.get_all_tuning_records()) >= 4
     finally:
-        for p in (server, tracker):
-            if p is not None:
-                p.terminate()
-                p.wait(timeout=10)
+        for p in (*servers, tracker):
+            p.terminate()
+            p.wait(timeout=10)
 
 
 def test_shipped_records_are_the_best_of_the_committed_logs():

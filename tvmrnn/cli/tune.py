@@ -158,7 +158,8 @@ def main(argv=None):
     p.add_argument("--reseed-defaults", action="store_true",
                    help="measure the default schedule (and its other shapes) again on every selected task, "
                         "also those with records: after the default schedule changed (nothing is removed)")
-    p.add_argument("--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (python -m tvm.exec.rpc_tracker)")
+    p.add_argument("--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (python -m tvm.exec.rpc_tracker): "
+                        "candidates are measured on all its free servers under --rpc-key at once (one a GPU)")
     p.add_argument("--rpc-key", help="the device key the RPC servers registered with")
     p.add_argument("--trials-per-iter", type=int, default=16)
     p.add_argument("--space", choices=("template", "generic"), default="template",

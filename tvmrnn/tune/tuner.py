@@ -222,14 +222,40 @@ class PerStepRunner(ms.runner.PyRunner):
                 for r, f in zip(runner_inputs, futures)]
 
 
-def default_runner(target, rpc_tracker: str | None = None, rpc_key: str | None = None):
+def rpc_devices(rpc_tracker: str, rpc_key: str) -> int:
+    """How many RPC servers (devices) under ``rpc_key`` the tracker at ``HOST:PORT`` has free now;
+    a clear error where it cannot be reached or has none."""
+    from tvm import rpc
+    host, _, port = rpc_tracker.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"rpc_tracker: expected HOST:PORT, got {rpc_tracker!r}")
+    try:
+        queues = rpc.connect_tracker(host, int(port)).summary()["queue_info"]
+    except Exception as e:  # TVM raises RuntimeError / TVMError for a tracker that is not there
+        raise RuntimeError(f"rpc_tracker: no RPC tracker answers at {rpc_tracker} ({e})") from None
+    free = int(queues.get(rpc_key, {}).get("free", 0))
+    if free < 1:
+        raise RuntimeError(f"rpc_key: the tracker at {rpc_tracker} has no free server under {rpc_key!r} "
+                           f"(it has {sorted(queues) or 'none'})")
+    return free
+
+
+def default_runner(target, rpc_tracker: str | None = None, rpc_key: str | None = None, out=None):
+    """MetaSchedule's runner: local, or through an RPC tracker with one measuring worker per free
+    server under ``rpc_key`` (MetaSchedule's RPCRunner measures on one at a time by default), so
+    that N devices (a server per GPU) measure a batch of candidates N at a time."""
     evaluator = ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=20 if is_gpu(target) else 40,
                                           enable_cpu_cache_flush=False)
     if rpc_tracker:
+        devices = rpc_devices(rpc_tracker, rpc_key)
+        if out is not None:
+            out(f"measuring on {devices} RPC device{'s' if devices > 1 else ''} ({rpc_key!r} at {rpc_tracker})")
         host, _, port = rpc_tracker.rpartition(":")
         config = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=rpc_key,
                                      session_timeout_sec=120)
-        return ms.runner.RPCRunner(config, evaluator_config=evaluator)
+        runner = ms.runner.RPCRunner(config, evaluator_config=evaluator, max_workers=devices)
+        runner.devices = devices
+        return runner
     return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=evaluator)
 
 
@@ -238,15 +264,16 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
     """One line per measured batch (task, trials, best latency so far, ETA) to ``out``, and with
     ``bar`` a tqdm bar of all trials (``tvmrnn-tune`` on a terminal)."""
 
-    def __init__(self, names, budgets, out, bar: bool = False):
+    def __init__(self, names, budgets, out, bar: bool = False, devices: int = 1):
         self.names, self.budgets, self.out = names, budgets, out
+        self.on = f" on {devices} devices" if devices > 1 else ""
         self.done = [0] * len(names)
         self.best = [float("inf")] * len(names)
         self.start = time.time()
         self.bar = None
         if bar:
             from tqdm import tqdm
-            self.bar = tqdm(total=sum(budgets), unit="trial", desc="tuning", dynamic_ncols=True)
+            self.bar = tqdm(total=sum(budgets), unit="trial", desc="tuning" + self.on, dynamic_ncols=True)
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results):
         self.done[task_id] += len(runner_results)
@@ -261,7 +288,7 @@ class _Progress(ms.measure_callback.PyMeasureCallback):
         if self.bar is not None:
             self.bar.update(len(runner_results))
             self.bar.set_postfix_str(f"{self.names[task_id]}: best {best}")
-        self.out(f"[{sum(self.done)}/{total} trials, ETA {eta:.0f} s] task {task_id + 1}/{len(self.names)} "
+        self.out(f"[{sum(self.done)}/{total} trials{self.on}, ETA {eta:.0f} s] task {task_id + 1}/{len(self.names)} "
                  f"{self.names[task_id]}: {self.done[task_id]}/{self.budgets[task_id]} trials, best {best}")
 
 
@@ -430,7 +457,7 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     tasks = select_tasks(configs, target, kernels, max_tasks, db.memory)
     loops = StepLoops()
     builder = StepLoopBuilder(builder or default_builder(target), loops)
-    runner = PerStepRunner(runner or default_runner(target, rpc_tracker, rpc_key), loops)
+    runner = PerStepRunner(runner or default_runner(target, rpc_tracker, rpc_key, out=out), loops)
     new = [t for t in tasks if not records_of(db.memory, t.kernel)]
     if warm_start_from:
         warm_start(db, [t for t in new if not is_persistent(t.kernel)], target, warm_start_from, builder, runner,
@@ -458,7 +485,8 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
                                    task_name=t.kernel.name, rand_state=seed + i,
                                    num_threads="physical")
                     for i, (t, _) in enumerate(todo)]
-        progress = _Progress([t.kernel.name for t, _ in todo], [n for _, n in todo], out, bar=progress_bar)
+        progress = _Progress([t.kernel.name for t, _ in todo], [n for _, n in todo], out, bar=progress_bar,
+                             devices=getattr(runner.inner, "devices", 1))
         with tempfile_dir() as work_dir:
             ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for t, _ in todo], work_dir=work_dir,
                           max_trials_global=sum(n for _, n in todo), max_trials_per_task=max(n for _, n in todo),
