@@ -240,8 +240,9 @@ def _wait_for(what, process, ready, timeout=60.0):
 
 
 def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
-    """TVM's stock tracker with two servers on loopback (as a 2-GPU machine runs one per GPU):
-    the candidates are measured on both at once, and every record lands in the one log."""
+    """TVM's stock tracker with two of tvmrnn's servers on loopback (as a 2-GPU machine runs one a
+    GPU; each serves its sessions in its own process): the candidates are measured on both at
+    once, and every record lands in the one log."""
     from tvm import rpc
 
     port = _free_port()
@@ -254,7 +255,7 @@ def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
             server_port = _free_port()
             with open(log, "w") as f:
                 servers.append(subprocess.Popen(
-                    [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", f"127.0.0.1:{port}",
+                    [sys.executable, "-m", "tvmrnn.tune.rpc_server", "--tracker", f"127.0.0.1:{port}",
                      "--key", "tvmrnn-test", "--host", "127.0.0.1", "--port", str(server_port),
                      "--port-end", str(server_port + 1)], stdout=f, stderr=subprocess.STDOUT))
         _wait_for("two RPC servers", servers[0], lambda: rpc.connect_tracker("127.0.0.1", port).summary()
@@ -270,7 +271,8 @@ def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
         # both servers measured candidates (each logs a module it loads), and all their records
         # are in the one log folder
         for log in logs:
-            assert "load_module" in log.read_text(), log.read_text()[-2000:]
+            text = log.read_text()
+            assert "sessions in process" in text and "load_module" in text, text[-2000:]
         db = records.load_records(os.path.join(tmp_path / "logs", records.target_key(tvmrnn.device.host_target())))
         assert len(db.get_all_tuning_records()) >= 4
     finally:

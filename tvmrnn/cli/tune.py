@@ -159,7 +159,8 @@ def main(argv=None):
                    help="measure the default schedule (and its other shapes) again on every selected task, "
                         "also those with records: after the default schedule changed (nothing is removed)")
     p.add_argument("--rpc-tracker", help="HOST:PORT of a TVM RPC tracker (python -m tvm.exec.rpc_tracker): "
-                        "candidates are measured on all its free servers under --rpc-key at once (one a GPU)")
+                        "candidates are measured on all its free servers under --rpc-key at once (one a GPU: "
+                        "python -m tvmrnn.tune.rpc_server, see CONTRIBUTING.md)")
     p.add_argument("--rpc-key", help="the device key the RPC servers registered with")
     p.add_argument("--trials-per-iter", type=int, default=16)
     p.add_argument("--space", choices=("template", "generic"), default="template",
