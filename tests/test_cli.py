@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 
 import pytest
@@ -30,6 +31,13 @@ def test_bad_arguments_are_refused_with_a_message():
     assert run.returncode == 2 and "unknown cell 'nosuchcell'" in run.stderr
     run = subprocess.run([*cli("tvmrnn-tune"), "--rpc-tracker", "h:1"], capture_output=True, text=True)
     assert run.returncode == 2 and "--rpc-tracker and --rpc-key go together" in run.stderr
+    with socket.socket() as s:  # a port nothing listens on: refused at once, not after TVM's minute of retries
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = subprocess.run([*cli("tvmrnn-tune"), "gru", "--input-size", "3", "--hidden-size", "5", "--batch-size", "2",
+                          "--target", "cpu", "--rpc-tracker", f"127.0.0.1:{port}", "--rpc-key", "k"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and f"no RPC tracker answers at 127.0.0.1:{port}" in run.stderr, run.stderr[-500:]
 
 
 def test_bench_sweeps_shapes_into_one_table(tmp_path):

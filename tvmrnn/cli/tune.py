@@ -195,6 +195,11 @@ def main(argv=None):
     if a.list:
         return list_tasks(configs, target, a, folder)
     from tvmrnn.tune import tuner  # the tuning loop: MetaSchedule's builders, runners and search
+    if a.rpc_tracker:
+        try:
+            tuner.rpc_devices(a.rpc_tracker, a.rpc_key)
+        except (RuntimeError, ValueError) as e:
+            p.error(str(e))
     if target.kind.name == "llvm":
         use_cpu_threads(BuildOptions())  # measure with the threads a build will run with
     start = time.time()

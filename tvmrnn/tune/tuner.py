@@ -225,10 +225,15 @@ class PerStepRunner(ms.runner.PyRunner):
 def rpc_devices(rpc_tracker: str, rpc_key: str) -> int:
     """How many RPC servers (devices) under ``rpc_key`` the tracker at ``HOST:PORT`` has free now;
     a clear error where it cannot be reached or has none."""
+    import socket
     from tvm import rpc
     host, _, port = rpc_tracker.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"rpc_tracker: expected HOST:PORT, got {rpc_tracker!r}")
+    try:  # TVM's connect_tracker retries for a minute; a tracker that is not there is said at once
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise RuntimeError(f"rpc_tracker: no RPC tracker answers at {rpc_tracker} ({e})") from None
     try:
         queues = rpc.connect_tracker(host, int(port)).summary()["queue_info"]
     except Exception as e:  # TVM raises RuntimeError / TVMError for a tracker that is not there
