@@ -195,9 +195,11 @@ def main(argv=None):
     if a.list:
         return list_tasks(configs, target, a, folder)
     from tvmrnn.tune import tuner  # the tuning loop: MetaSchedule's builders, runners and search
-    if a.rpc_tracker:
+    out = _printer()
+    runner = None  # local measurements
+    if a.rpc_tracker:  # made here, once, so that a tracker that does not answer is a usage error
         try:
-            tuner.rpc_devices(a.rpc_tracker, a.rpc_key)
+            runner = tuner.default_runner(target, a.rpc_tracker, a.rpc_key, out=out)
         except (RuntimeError, ValueError) as e:
             p.error(str(e))
     if target.kind.name == "llvm":
@@ -205,10 +207,10 @@ def main(argv=None):
     start = time.time()
     try:
         results = tuner.tune(configs, target, log_dir=log_dir, trials_per_task=a.trials, kernels=a.kernels,
-                             max_tasks=a.max_tasks, rpc_tracker=a.rpc_tracker, rpc_key=a.rpc_key,
+                             max_tasks=a.max_tasks, runner=runner,
                              num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
                              seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults,
-                             space=a.space, population=a.population, out=_printer(), progress_bar=sys.stderr.isatty())
+                             space=a.space, population=a.population, out=out, progress_bar=sys.stderr.isatty())
     except KeyboardInterrupt:
         print(f"\ninterrupted: every record measured so far is in {folder}; run again to resume")
         raise SystemExit(130)
