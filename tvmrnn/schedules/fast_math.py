@@ -4,13 +4,22 @@ LLVM lowers TVM's ``exp`` (and the ``sigmoid``/``tanh`` TVM builds on it) to ``l
 without a vector math library becomes one scalar ``expf`` call per lane: in the fused LSTM
 step that made the gate math cost as much as the recurrent GEMM (2-core dev machine: 945 us for
 the step against 468 us for the same GEMM alone). Here they are rewritten, in scheduled CPU
-kernels only, as plain arithmetic that vectorises: Cephes' ``expf`` (Cody-Waite range reduction,
-a degree-5 polynomial, the power of two built in the exponent bits; about 1 ulp on the clamped
-range), ``sigmoid(x) = 1 / (1 + exp(-x))`` and ``tanh(x) = sign(x) (1 - e) / (1 + e)`` with
-``e = exp(-2|x|)``, the formula TVM's own LLVM lowering of tanh uses, except below
-``|x| < 1/8``, where ``1 - e`` cancels (1e-2 relative error at 1e-6) and its Taylor series to
-``x^7`` is exact to float32 instead. The cell definitions and
-the tuned workloads keep the exact functions; GPUs keep CUDA's.
+kernels only, as plain arithmetic that vectorises:
+
+- ``exp``: Cephes' ``expf`` (Cody-Waite range reduction, a degree-5 polynomial; under 1 ulp from
+  -80 to 88.72), with the power of two ``2^n`` built in the exponent bits as two factors
+  ``2^(n - n//2) 2^(n//2)``, so that the clamped range [-104, 89] reaches float32's overflow
+  (exp is +inf past 88.72) and its denormals (0 below -103.97);
+- ``sigmoid(x) = 1 / (1 + exp(-x))``;
+- ``tanh``: Eigen's rational approximation (``generic_fast_tanh_float``: odd degree 13 over
+  even degree 6, the argument clamped to +-7.905, where it is 1.0 in float32; under 6 ulp).
+
+They use no ``Select``: a conditional per activation made LLVM's code generation of a CPU step
+kernel 3x slower than with the exact functions (an LSTM I=13 H=37 build: 1.6 s against 0.6 s;
+notes v37), and a nest of them in the clamp ran for minutes. The clamps are ``min(c, x)`` and
+``max(c, x)`` with the constant first: TVM emits them as ``c < x ? c : x``, which passes a NaN
+``x`` through, as exp, sigmoid and tanh do (issue 40). The cell definitions and the tuned
+workloads keep the exact functions; GPUs keep CUDA's.
 """
 from __future__ import annotations
 
@@ -19,11 +28,15 @@ import tvm_ffi
 from tvm import tirx
 
 F32 = "float32"
-_EXP_LIMIT = 88.3762626647949  # the polynomial's range (Cephes' expf); exp(x) saturates there
-_EXP_OVERFLOW = 88.72283935546875  # ln of float32's largest value: exp overflows to inf beyond
+_EXP_HIGH = 89.0  # past ln(FLT_MAX) = 88.72: the two factors' product overflows to +inf there
+_EXP_LOW = -104.0  # below ln(2^-150): the product rounds to 0, as float32's exp does
 _LOG2E = 1.44269504088896341
 _LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4  # Cody-Waite split of ln 2
 _POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_TANH_CLAMP = 7.90531110763549805  # Eigen's: the rational function is 1.0 in float32 from there
+_TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
+           1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)  # odd numerator, by x^2
+_TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
 
 
 def _c(v):
@@ -36,33 +49,39 @@ def _let(value, body):
     return tirx.Let(var, value, body(var))
 
 
-def _is_nan(v):
-    """``isnan(v)`` for float32 as integer arithmetic on its bits (exponent all ones, mantissa not
-    zero): TVM's vectorizer scalarises a loop that calls ``isnan``, and the simplifier folds ``v != v``."""
-    bits = tirx.reinterpret("int32", v) & tirx.const(0x7FFFFFFF, "int32")
-    return bits > tirx.const(0x7F800000, "int32")
+def _clamp(x, low, high):
+    """``x`` within [low, high], a NaN ``x`` passed through (the constants first: see above)."""
+    return tirx.max(_c(low), tirx.min(_c(high), x))
+
+
+def _horner(coefs, x):
+    p = _c(coefs[0])
+    for coef in coefs[1:]:
+        p = p * x + _c(coef)
+    return p
+
+
+def _times_power_of_two(m, n):
+    """``m 2^n`` for an integer-valued float ``n`` in [-150, 129]: ``2^n`` as two normal floats,
+    multiplied in one at a time, so that neither the factors' product nor ``m`` times one of them
+    leaves float32's range unless ``m 2^n`` does."""
+    def factor(e):
+        return tirx.reinterpret(F32, tirx.shift_left(e + 127, 23))
+
+    def split(k):
+        half = tirx.shift_right(k, 1)  # floor(k / 2), in [-75, 64]
+        return m * factor(k - half) * factor(half)
+    return _let(n.astype("int32"), split)
 
 
 def fast_exp(x):
     def body(v):
-        # NaN and +Inf as exp gives them (issue 40): the clamp below keeps the polynomial in range,
-        # and x86's min/max return the other operand for a NaN, so without these a NaN input
-        # became a number; past ln(FLT_MAX) exp is +Inf.
-        return tirx.Select(_is_nan(v), v, tirx.Select(v > _c(_EXP_OVERFLOW), _c(float("inf")), clamped(v)))
-
-    def clamped(v):
-        v = tirx.max(tirx.min(v, _c(_EXP_LIMIT)), _c(-_EXP_LIMIT))
-
         def reduced(n):
             def poly(r):
-                p = _c(_POLY[0])
-                for coef in _POLY[1:]:
-                    p = p * r + _c(coef)
-                scale = tirx.reinterpret(F32, tirx.shift_left(n.astype("int32") + 127, 23))
-                return (p * r * r + r + _c(1.0)) * scale
+                return _times_power_of_two(_horner(_POLY, r) * r * r + r + _c(1.0), n)
             return _let(v - n * _c(_LN2_HIGH) - n * _c(_LN2_LOW), poly)
         return _let(tirx.floor(v * _c(_LOG2E) + _c(0.5)), reduced)
-    return _let(x, body)
+    return _let(_clamp(x, _EXP_LOW, _EXP_HIGH), body)
 
 
 def fast_sigmoid(x):
@@ -71,15 +90,8 @@ def fast_sigmoid(x):
 
 def fast_tanh(x):
     def body(v):
-        def ratio(e):
-            magnitude = (_c(1.0) - e) / (_c(1.0) + e)
-            return tirx.Select(v < _c(0.0), _c(0.0) - magnitude, magnitude)
-
-        def series(v2):  # x - x^3/3 + 2x^5/15 - 17x^7/315
-            return v * (_c(1.0) + v2 * (_c(-1.0 / 3) + v2 * (_c(2.0 / 15) + v2 * _c(-17.0 / 315))))
-        large = _let(fast_exp(_c(-2.0) * tirx.abs(v)), ratio)
-        return tirx.Select(tirx.abs(v) < _c(0.125), _let(v * v, series), large)
-    return _let(x, body)
+        return _let(v * v, lambda v2: v * _horner(_TANH_P, v2) / _horner(_TANH_Q, v2))
+    return _let(_clamp(x, -_TANH_CLAMP, _TANH_CLAMP), body)
 
 
 _REWRITES = {"tirx.exp": fast_exp, "tirx.sigmoid": fast_sigmoid, "tirx.tanh": fast_tanh}
