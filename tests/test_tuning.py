@@ -5,6 +5,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -27,13 +28,13 @@ CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
 STEP = "recurrent_step_rnn_tanh_infer_n2_h8"
 
 
-def _tune(log_dir, trials=4, **kwargs):
+def _tune(log_dir, trials=4, kernels=(STEP,), **kwargs):
     """A tiny run in MetaSchedule's own space: the step's template space has only a few distinct
     schedules at these sizes (test_template_search_beats_or_matches_the_default searches one)."""
     kwargs.setdefault("space", "generic")
     lines = []
     results = tuner.tune([CONFIG], tvmrnn.device.host_target(), log_dir=str(log_dir), trials_per_task=trials,
-                          kernels=[STEP], num_trials_per_iter=4, out=lines.append, **kwargs)
+                          kernels=list(kernels), num_trials_per_iter=4, out=lines.append, **kwargs)
     return results, lines
 
 
@@ -241,14 +242,16 @@ def _wait_for(what, process, ready, timeout=60.0):
 
 def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
     """TVM's stock tracker with two of tvmrnn's servers on loopback (as a 2-GPU machine runs one a
-    GPU; each serves its sessions in its own process): the candidates are measured on both at
-    once, and every record lands in the one log."""
+    GPU; each serves its sessions in its own process): one task's candidates are measured on both
+    at once; two tasks are searched by two processes at once, one a server; every record lands in
+    the one log."""
     from tvm import rpc
 
     port = _free_port()
+    # (TVM's tracker runs in a child process of its command: a session of its own, killed whole)
     tracker = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                                "--port", str(port), "--port-end", str(port + 1)])
-    servers, logs = [], [tmp_path / f"server{i}.log" for i in range(2)]
+                                "--port", str(port), "--port-end", str(port + 1)], start_new_session=True)
+    servers, logs, kids = [], [tmp_path / f"server{i}.log" for i in range(2)], []
     try:
         _wait_for("the RPC tracker", tracker, lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() or True)
         for log in logs:
@@ -261,6 +264,9 @@ def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
         _wait_for("two RPC servers", servers[0], lambda: rpc.connect_tracker("127.0.0.1", port).summary()
                   ["queue_info"].get("tvmrnn-test", {}).get("free", 0) >= 2)
         assert tuner.rpc_devices(f"127.0.0.1:{port}", "tvmrnn-test") == 2
+        kids = [int(pid) for p in servers
+                for pid in subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True, text=True).stdout.split()]
+        assert len(kids) >= 2, kids
         with pytest.raises(RuntimeError, match="rpc_key: .* no free server under 'no-such-key'"):
             tuner.rpc_devices(f"127.0.0.1:{port}", "no-such-key")
         results, lines = _tune(tmp_path / "logs", trials=4, rpc_tracker=f"127.0.0.1:{port}", rpc_key="tvmrnn-test")
@@ -273,12 +279,38 @@ def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
         for log in logs:
             text = log.read_text()
             assert "sessions in process" in text and "load_module" in text, text[-2000:]
-        db = records.load_records(os.path.join(tmp_path / "logs", records.target_key(tvmrnn.device.host_target())))
-        assert len(db.get_all_tuning_records()) >= 4
+        folder = os.path.join(tmp_path / "logs", records.target_key(tvmrnn.device.host_target()))
+        assert len(records.load_records(folder).get_all_tuning_records()) >= 4
+        # two tasks: a search (a process) each, on a server each, their records in the same folder
+        train_step = STEP.replace("_infer_", "_train_")
+        results, lines = _tune(tmp_path / "logs", trials=8, kernels=(STEP, train_step),
+                               rpc_tracker=f"127.0.0.1:{port}", rpc_key="tvmrnn-test")
+        assert sorted(task.kernel.name for task, _, _ in results) == sorted([STEP, train_step])
+        assert all(trials >= 8 and best_us is not None for _, best_us, trials in results), results
+        assert any("tuning 2 tasks as 2 searches at once" in line for line in lines), lines
+        for search in (1, 2):
+            assert any(line.startswith(f"[search {search}] [") and "trials" in line for line in lines), lines
+        runs = {os.path.basename(f).split("_tuning_record")[0] for f in glob.glob(os.path.join(folder, "*_tuning_record.json"))}
+        assert len(runs) >= 3, runs  # the first run's, and one file pair per search process
     finally:
-        for p in (*servers, tracker):
+        for p in servers:  # a server stops its TVM server process on SIGTERM
             p.terminate()
             p.wait(timeout=10)
+        os.killpg(tracker.pid, signal.SIGTERM)
+        tracker.wait(timeout=10)
+    # TVM's server processes (children of the commands) stopped with them
+    deadline = time.time() + 10
+    while any(_alive(pid) for pid in kids) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in kids if _alive(pid)], "a server's TVM process outlived its command"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def test_shipped_records_are_the_best_of_the_committed_logs():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import time
 import types
 
@@ -109,6 +110,9 @@ def main(argv=None):
     if a.tracker and not a.tracker.rpartition(":")[2].isdigit():
         p.error(f"--tracker: expected HOST:PORT, got {a.tracker!r}")
     logging.basicConfig(level=logging.INFO)
+    # TVM's server runs in a child process of this one: a SIGTERM (kill PID) must stop it too, not
+    # leave it serving with no parent (v37: a killed server kept taking sessions)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     server = start(a.host, a.port, a.port_end, a.tracker, a.key, a.silent)
     logger.info("tvmrnn rpc_server on port %d (key %r), sessions in process", server.port, a.key)
     try:
