@@ -53,3 +53,13 @@ def test_bench_sweeps_shapes_into_one_table(tmp_path):
     assert "gru T=4 N=2 I=3 H=5 L=1" in table and "nosuchcell" in table
     assert "inference: geometric mean" in table and "(1 of 2 shapes)" in table
     assert (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("module,args", [("torch", ["lstm", "--device", "cpu"]), ("matplotlib", ["--plot", "x.json"])])
+def test_bench_without_its_optional_packages_says_what_to_install(module, args):
+    """``pip install tvmrnn`` brings neither PyTorch (the other side of every comparison) nor
+    matplotlib (``--plot``): the command names what is missing instead of a traceback."""
+    import sys
+    code = (f"import sys; sys.modules[{module!r}] = None; from tvmrnn.cli.bench import main; main({args!r})")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and f"pip install {module}" in run.stderr and "Traceback" not in run.stderr, run.stderr

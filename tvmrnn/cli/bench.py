@@ -405,7 +405,17 @@ def machine(torch, a):
     return info
 
 
+def _missing(module: str) -> bool:
+    import importlib.util
+    try:
+        return importlib.util.find_spec(module) is None
+    except (ImportError, ValueError):
+        return True
+
+
 def plot(paths):
+    if _missing("matplotlib"):
+        raise SystemExit("tvmrnn-bench --plot draws with matplotlib, which is not installed: pip install matplotlib")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -481,6 +491,8 @@ def main(argv=None):
     a = parse(argv)
     if a.plot:
         return plot(a.plot)
+    if _missing("torch"):  # the other side of every comparison (imported later: see below)
+        raise SystemExit("tvmrnn-bench times tvmrnn against PyTorch, which is not installed: pip install torch")
     if a.sweep:
         results = sweep(a)
         if a.json:
