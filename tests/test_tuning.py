@@ -615,3 +615,40 @@ def test_a_killed_tuning_run_loses_no_record_and_resumes(tmp_path):
     logged = records.LogIndex(str(folder)).trials(kernel)
     assert 12 <= logged < 12 + len(finished), (logged, len(finished))  # the old records counted, none repeated
     assert set(finished) <= set(record_lines())
+
+
+def test_template_postprocessor_reuses_what_it_made_for_a_setting():
+    """The search proposes the same knob settings again and again: ApplyTemplate (and its clones,
+    one a search thread) runs the template once a setting, and a repeat schedules a candidate to
+    the same kernel as the first; a setting the template refuses stays refused."""
+    from tvmrnn.tune import spaces
+    from tvmrnn.schedules import knobs
+    config = Config(CELLS["gru"], 5, 24, 1, False, 3, False)
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    task = next(t for t in tasks.extract_tasks([config], target=target) if t.kernel.name.startswith("input_projection"))
+    kernel, mod = task.kernel, records.workload(task.kernel)
+    found = knobs.knobs(kernel, target)
+    settings = knobs.seeded_settings(kernel, target)
+    post = spaces.ApplyTemplate(kernel, target)
+    runs = []
+    make = post._make
+    post._make = lambda values: runs.append(values) or make(values)
+
+    def candidate(values, postproc):
+        sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+        spaces._sample_knobs(sch, found, values)
+        sch.enter_postproc()
+        return sch if postproc.apply(sch) else None
+
+    first = candidate(settings[0], post)
+    again = candidate(settings[0], post.clone())  # a clone shares what was made
+    assert first is not None and again is not None and len(runs) == 1
+    assert tvm_ffi.structural_equal(first.mod, again.mod)
+    assert tvm_ffi.structural_equal(first.mod, spaces.knob_schedule(mod, kernel, target, settings[0]).mod)
+    # a refused setting (the template raises) is remembered as refused
+    post._make = lambda values: runs.append(values) or None
+    other = settings[1] if len(settings) > 1 else settings[0]
+    key = tuple(sorted(other.items()))
+    post.made.pop(key, None)
+    assert candidate(other, post) is None and candidate(other, post) is None
+    assert runs.count(other) == 1

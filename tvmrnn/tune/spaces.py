@@ -137,10 +137,17 @@ class ApplyTemplate(ms.postproc.PyPostproc):
     (another space's) passes unchanged; one whose values the template refuses, or whose kernel
     ``build`` could not use (:func:`tvmrnn.tune.records.embeddable`), is rejected."""
 
-    def __init__(self, kernel: Kernel, target):
+    def __init__(self, kernel: Kernel, target, made: dict | None = None):
         super().__init__()
         self.kernel, self.target = kernel, target
         self.workload = workload(kernel)
+        # knob values -> the template's trace at them on a fresh workload, or None where they make
+        # no usable kernel: shared by the clones (one a search thread). The search proposes the
+        # same points of a small space again and again (a population of 64, three genetic rounds
+        # a batch); running the template, lowering for the shared-memory check and the replay
+        # check took 63 ms a candidate, 30 of a 2-task search's 41 s of host work (notes v37),
+        # a replay of the kept trace ~8 ms.
+        self.made = {} if made is None else made
 
     def _initialize_with_tune_context(self, context) -> None:
         pass
@@ -151,6 +158,12 @@ class ApplyTemplate(ms.postproc.PyPostproc):
         values = {k[len(KNOB):]: int(v) for k, v in annotations.items() if k.startswith(KNOB)}
         if not values:
             return True
+        key = tuple(sorted(values.items()))
+        if key not in self.made:
+            self.made[key] = self._make(values)
+        trace = self.made[key]
+        if trace is None:
+            return False
         # The search hands this schedule a module whose statements its threads reuse: TVM's
         # schedule edits statements in place where nothing else refers to them, so each would
         # carry the last candidate's loops into the next. Holding a reference to every statement
@@ -161,25 +174,33 @@ class ApplyTemplate(ms.postproc.PyPostproc):
             if key.startswith(KNOB):
                 sch.unannotate(root, key)
         try:
-            apply_template(sch, self.kernel, self.target, **tiles_of(self.kernel, self.target, values))
-        except Exception:  # noqa: BLE001 - a setting the template cannot make on this kernel
+            trace.apply_to_schedule(sch, remove_postproc=False)
+        except Exception:  # noqa: BLE001 - not expected: the same replay passed in _make
             return False
-        # one whose launch would fail for its shared memory, or that the driver cannot embed, is
-        # no candidate (build would skip its record)
-        if not embeddable(sch.mod["main"], self.target):
-            return False
-        # nor one whose trace does not replay to the same kernel on a fresh workload (build replays
-        # it so): on the H100 a few searched traces did not (a loop more at replay), and their
-        # records failed to load
+        return True
+
+    def _make(self, values):
+        """The template applied at ``values`` to a fresh workload: its trace, or None for a setting
+        the template cannot make on this kernel, whose launch would fail for its shared memory or
+        that the driver cannot embed (build would skip its record), or whose trace does not replay
+        to the same kernel (build replays it so: on the H100 a few searched traces did not, a loop
+        more at replay, and their records failed to load)."""
+        made = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(self.workload["main"])}))
+        try:
+            apply_template(made, self.kernel, self.target, **tiles_of(self.kernel, self.target, values))
+        except Exception:  # noqa: BLE001
+            return None
+        if not embeddable(made.mod["main"], self.target):
+            return None
         fresh = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(self.workload["main"])}))
         try:
-            sch.trace.apply_to_schedule(fresh, remove_postproc=False)
+            made.trace.apply_to_schedule(fresh, remove_postproc=False)
         except Exception:  # noqa: BLE001
-            return False
-        return tvm_ffi.structural_equal(fresh.mod["main"], sch.mod["main"])
+            return None
+        return made.trace if tvm_ffi.structural_equal(fresh.mod["main"], made.mod["main"]) else None
 
     def clone(self):
-        return ApplyTemplate(self.kernel, self.target)
+        return ApplyTemplate(self.kernel, self.target, self.made)
 
 
 @derived_object
