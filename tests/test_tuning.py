@@ -536,6 +536,12 @@ def test_template_search_beats_or_matches_the_default(tmp_path):
     records.distill(os.path.join(tmp_path, records.target_key(target)), target, str(out), [task.kernel], keep=100)
     origins = [r["origin"] for r in records.RecordDatabase(str(out)).entries[records.workload_key(task.kernel)]["records"]]
     assert origins.count("searched") >= 3 and "default" in origins
+    # a template space needs none of TVM's tensor intrinsics (the search may skip importing them);
+    # a generic space's search after it gets the real module
+    import sys
+    tuner.import_tensor_intrinsics()
+    intrinsics = sys.modules["tvm.s_tir.tensor_intrin"]
+    assert not getattr(intrinsics, "tvmrnn_placeholder", False) and hasattr(intrinsics, "cuda")
 
 
 def test_template_spaces_hold_the_default_and_the_listed_variants():

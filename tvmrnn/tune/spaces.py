@@ -239,6 +239,12 @@ def template_space(kernel: Kernel, target: tvm.target.Target):
                                          mutator_probs={MutateKnob(): 1.0})
 
 
+def is_template_space(kernel: Kernel, target, space: str = "template") -> bool:
+    """Whether :func:`space_generator` gives ``kernel`` its template space: no MetaSchedule rules,
+    so no tensor intrinsics of TVM's."""
+    return space == "template" and bool(knobs(kernel, target))
+
+
 def knob_schedule(mod: tvm.IRModule, kernel: Kernel, target, values: dict) -> tvm.s_tir.Schedule | None:
     """The template space's candidate at knob ``values``, scheduled (its trace as the search
     makes it), or None where the template refuses them."""

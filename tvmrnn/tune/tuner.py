@@ -80,8 +80,10 @@ def import_tensor_intrinsics() -> None:
     import importlib
     import inspect
     import sys
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
+    loaded = sys.modules.get("tvm.s_tir.tensor_intrin")
+    if loaded is not None and not getattr(loaded, "tvmrnn_placeholder", False):
         return
+    sys.modules.pop("tvm.s_tir.tensor_intrin", None)  # skip_tensor_intrinsics's
     for name in ("importlib._bootstrap", "importlib._bootstrap_external"):
         inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
     # and every other frame below us without a file (``<frozen runpy>`` under ``python -m``,
@@ -94,6 +96,23 @@ def import_tensor_intrinsics() -> None:
             inspect.modulesbyfile.setdefault(name, module)
         frame = frame.f_back
     importlib.import_module("tvm.s_tir.tensor_intrin")
+
+
+def skip_tensor_intrinsics() -> None:
+    """Let ``ms.TuneContext`` go without ``tvm.s_tir.tensor_intrin`` where nothing will use TVM's
+    intrinsics: template spaces have no MetaSchedule rules (the TF32 templates register their own,
+    :mod:`tvmrnn.schedules.tensor_cores`). Parsing its ~250 TVMScript functions took 8 s of a
+    2-task search's 24 s on the 2-core dev machine, paid again by each search process
+    (:func:`_search_per_device`). A placeholder stands in the module table; a later real import
+    (a generic space's rules) replaces it."""
+    import sys
+    import types
+    name = "tvm.s_tir.tensor_intrin"
+    if name not in sys.modules:
+        placeholder = types.ModuleType(name)
+        placeholder.__path__ = []  # a package, as the real one is
+        placeholder.tvmrnn_placeholder = True
+        sys.modules[name] = placeholder
 
 
 @derived_object
@@ -500,15 +519,19 @@ def _search(todo, target, db, builder, runner, out, space, population, num_trial
             devices=1):
     """MetaSchedule's task scheduler over ``todo`` (``[(seed, task, trials)]``): the evolutionary
     search with the XGBoost cost model in each task's space, the records into ``db``."""
-    import_tensor_intrinsics()
+    generators = [spaces.space_generator(t.kernel, target, space) for _, t, _ in todo]
+    if all(spaces.is_template_space(t.kernel, target, space) for _, t, _ in todo):
+        skip_tensor_intrinsics()
+    else:
+        import_tensor_intrinsics()
     contexts = [ms.TuneContext(workload(t.kernel), target=target,
-                               space_generator=spaces.space_generator(t.kernel, target, space),
+                               space_generator=generator,
                                search_strategy=ms.search_strategy.EvolutionarySearch(
                                    population_size=population, init_min_unmeasured=min(50, population // 2),
                                    genetic_num_iters=3),
                                task_name=t.kernel.name, rand_state=seed,
                                num_threads="physical")
-                for seed, t, _ in todo]
+                for (seed, t, _), generator in zip(todo, generators)]
     progress = _Progress([t.kernel.name for _, t, _ in todo], [n for _, _, n in todo], out, bar=progress_bar,
                          devices=devices)
     with tempfile_dir() as work_dir:
