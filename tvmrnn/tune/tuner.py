@@ -103,7 +103,7 @@ def skip_tensor_intrinsics() -> None:
     intrinsics: template spaces have no MetaSchedule rules (the TF32 templates register their own,
     :mod:`tvmrnn.schedules.tensor_cores`). Parsing its ~250 TVMScript functions took 8 s of a
     2-task search's 24 s on the 2-core dev machine, paid again by each search process
-    (:func:`_search_per_device`). A placeholder stands in the module table; a later real import
+    (:func:`_per_device`). A placeholder stands in the module table; a later real import
     (a generic space's rules) replaces it."""
     import sys
     import types
@@ -485,6 +485,31 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     own_builder = builder is None
     builder = StepLoopBuilder(builder or default_builder(target), loops)
     runner = PerStepRunner(runner or default_runner(target, rpc_tracker, rpc_key, out=out), loops)
+    prepare = dict(trials_per_task=trials_per_task, warm_start_from=warm_start_from, seed_default=seed_default,
+                   reseed_defaults=reseed_defaults)
+    search = dict(space=space, population=population, num_trials_per_iter=num_trials_per_iter)
+    seeded = [(seed + i, t) for i, t in enumerate(tasks)]  # each task's search seed
+    devices, rpc = getattr(runner.inner, "devices", 1), getattr(runner.inner, "rpc", None)
+    pending = [(s, t) for s, t in seeded if _has_work(t, db.memory, trials_per_task, seed_default, reseed_defaults)]
+    if devices > 1 and rpc is not None and own_builder and len(pending) > 1:
+        _per_device(pending, target, folder, rpc, devices, trials_per_task, out=out, prepare=prepare, search=search)
+        db.memory = load_records(folder)  # what the processes logged
+    else:
+        _prepare_and_search(seeded, target, db, builder, runner, out=out, progress_bar=progress_bar, devices=devices,
+                            **prepare, **search)
+    return [(t, best_latency_us(db.memory, t.kernel), len(records_of(db.memory, t.kernel))) for t in tasks]
+
+
+def _has_work(task, memory, trials_per_task, seed_default, reseed_defaults) -> bool:
+    logged = len(records_of(memory, task.kernel))
+    return reseed_defaults or (seed_default and not logged) or logged < trials_per_task
+
+
+def _prepare_and_search(seeded, target, db, builder, runner, out, trials_per_task, warm_start_from, seed_default,
+                        reseed_defaults, space, population, num_trials_per_iter, progress_bar=False, devices=1):
+    """:func:`tune`'s work on ``seeded`` (``[(search seed, task)]``): warm start and seed the new
+    tasks, then search every task with trials left."""
+    tasks = [t for _, t in seeded]
     new = [t for t in tasks if not records_of(db.memory, t.kernel)]
     if warm_start_from:
         warm_start(db, [t for t in new if not is_persistent(t.kernel)], target, warm_start_from, builder, runner,
@@ -494,25 +519,17 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     # a persistent step is searched in its template space only: MetaSchedule's own rules do not
     # keep weights in shared memory across steps, which is what makes such a loop fast
     searchable = lambda t: space == "template" and bool(knobs(t.kernel, target)) or not is_persistent(t.kernel)  # noqa: E731
-    todo = [(t, trials_per_task - len(records_of(db.memory, t.kernel))) for t in tasks]
-    todo = [(t, n) for t, n in todo if n > 0 and searchable(t)]
+    todo = [(s, t, trials_per_task - len(records_of(db.memory, t.kernel))) for s, t in seeded]
+    todo = [(s, t, n) for s, t, n in todo if n > 0 and searchable(t)]
     for t in tasks:
         if not searchable(t):
             out(f"task {t.kernel.name}: a persistent step, its space is the default's shapes: "
                 f"{len(records_of(db.memory, t.kernel))} measured")
-        elif all(t is not u for u, _ in todo):
+        elif all(t is not u for _, u, _ in todo):
             out(f"task {t.kernel.name}: {len(records_of(db.memory, t.kernel))} trials logged already, skipped")
     if todo:
-        todo = [(seed + i, t, n) for i, (t, n) in enumerate(todo)]  # each task's search seed
-        devices, rpc = getattr(runner.inner, "devices", 1), getattr(runner.inner, "rpc", None)
-        if devices > 1 and len(todo) > 1 and rpc is not None and own_builder:
-            _search_per_device(todo, target, folder, rpc, devices, out=out, space=space, population=population,
-                               num_trials_per_iter=num_trials_per_iter)
-            db.memory = load_records(folder)  # what the processes logged
-        else:
-            _search(todo, target, db, builder, runner, out=out, space=space, population=population,
-                    num_trials_per_iter=num_trials_per_iter, progress_bar=progress_bar, devices=devices)
-    return [(t, best_latency_us(db.memory, t.kernel), len(records_of(db.memory, t.kernel))) for t in tasks]
+        _search(todo, target, db, builder, runner, out=out, space=space, population=population,
+                num_trials_per_iter=num_trials_per_iter, progress_bar=progress_bar, devices=devices)
 
 
 def _search(todo, target, db, builder, runner, out, space, population, num_trials_per_iter, progress_bar=False,
@@ -556,26 +573,28 @@ def _split(todo, parts: int) -> list[list]:
     return [g for g in groups if g]
 
 
-def _search_per_device(todo, target, folder, rpc, devices, out, **search):
-    """The tasks split over one process per device, each a search of its own measuring through
-    the tracker on (about) one device. A search is mostly host work: the template spaces run in
-    Python (one thread a process) and the builder compiles each batch; with one search, a second
-    GPU saved only the measuring (11% on two H100s, notes v37). Each process appends its own
-    pair of log files to ``folder`` (:class:`LogDatabase`); their lines come to ``out``, tagged."""
+def _per_device(seeded, target, folder, rpc, devices, trials_per_task, out, prepare, search):
+    """The tasks split over one process per device, each seeding its tasks and searching them on
+    its own, measuring through the tracker on (about) one device. A search is mostly host work:
+    the template spaces run in Python (one thread a process) and the builder compiles each batch;
+    with one search, a second GPU saved only the measuring (11% on two H100s, notes v37). Each
+    process appends its own pair of log files to ``folder`` (:class:`LogDatabase`); their lines
+    come to ``out``, tagged."""
     import multiprocessing
     import queue
-    import traceback  # noqa: F401 - the children's
-    groups = _split(todo, min(devices, len(todo)))
+    groups = _split([(s, t, trials_per_task) for s, t in seeded], min(devices, len(seeded)))
+    groups = [[(s, t) for s, t, _ in g] for g in groups]
     cores = os.cpu_count() or 1
     builders = max(1, (cores - 4 if cores > 8 else cores // 2) // len(groups))
-    out(f"tuning {len(todo)} tasks as {len(groups)} searches at once, one a device")
+    out(f"tuning {len(seeded)} tasks as {len(groups)} searches at once, one a device")
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with TVM's and XGBoost's threads
     lines = ctx.Queue()
     procs = []
     for i, group in enumerate(groups):
         share = devices // len(groups) + (1 if i < devices % len(groups) else 0)
-        procs.append(ctx.Process(target=_search_on_devices, daemon=True,
-                                 args=(i + 1, group, target.export(), folder, rpc, share, builders, lines, search)))
+        procs.append(ctx.Process(target=_one_device, daemon=True,
+                                 args=(i + 1, group, target.export(), folder, rpc, share, builders, lines,
+                                       {**prepare, **search})))
     for p in procs:
         p.start()
     errors = []
@@ -602,8 +621,8 @@ def _search_per_device(todo, target, folder, rpc, devices, out, **search):
                            + ("\n".join(errors) or f"searches {failed} exited with {[procs[i - 1].exitcode for i in failed]}"))
 
 
-def _search_on_devices(label, todo, target, folder, rpc, workers, builder_workers, lines, search):
-    """One process of :func:`_search_per_device`."""
+def _one_device(label, seeded, target, folder, rpc, workers, builder_workers, lines, work):
+    """One process of :func:`_per_device`."""
     try:
         target = tvm.target.Target(target)
         if not is_gpu(target):
@@ -611,8 +630,8 @@ def _search_on_devices(label, todo, target, folder, rpc, workers, builder_worker
         loops = StepLoops()
         builder = StepLoopBuilder(PoolBuilder(max_workers=builder_workers, timeout_sec=60), loops)
         runner = PerStepRunner(default_runner(target, *rpc, workers=workers), loops)
-        _search(todo, target, LogDatabase(folder), builder, runner, devices=workers,
-                out=lambda text: lines.put(("line", label, text)), **search)
+        _prepare_and_search(seeded, target, LogDatabase(folder), builder, runner, devices=workers,
+                            out=lambda text: lines.put(("line", label, text)), **work)
     except BaseException as e:  # noqa: BLE001 - to the parent, which names it
         import traceback
         lines.put(("error", label, "".join(traceback.format_exception(e))[-3000:]))
