@@ -471,7 +471,9 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     reads too). ``space``: ``"template"`` searches each kernel's schedule template over its knobs
     (:mod:`.spaces`), ``"generic"`` MetaSchedule's own rules. ``population``: the evolutionary
     search's population (a template space has hundreds to thousands of points, and making a
-    candidate runs the template in Python, ~5-50 ms). Returns
+    candidate runs the template in Python, ~5-50 ms). With an RPC tracker that has several free
+    servers under the key and several tasks with work left, the tasks are split over one search
+    process a server (:func:`_per_device`); one task is measured on all the servers at once. Returns
     ``[(task, best latency in us or None, trials)]``.
     """
     if space not in spaces.SPACES:
@@ -492,6 +494,9 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     devices, rpc = getattr(runner.inner, "devices", 1), getattr(runner.inner, "rpc", None)
     pending = [(s, t) for s, t in seeded if _has_work(t, db.memory, trials_per_task, seed_default, reseed_defaults)]
     if devices > 1 and rpc is not None and own_builder and len(pending) > 1:
+        for _, t in seeded:
+            if all(t is not u for _, u in pending):
+                out(f"task {t.kernel.name}: {len(records_of(db.memory, t.kernel))} trials logged already, skipped")
         _per_device(pending, target, folder, rpc, devices, trials_per_task, out=out, prepare=prepare, search=search)
         db.memory = load_records(folder)  # what the processes logged
     else:
