@@ -158,10 +158,10 @@ class ApplyTemplate(ms.postproc.PyPostproc):
         values = {k[len(KNOB):]: int(v) for k, v in annotations.items() if k.startswith(KNOB)}
         if not values:
             return True
-        key = tuple(sorted(values.items()))
-        if key not in self.made:
-            self.made[key] = self._make(values)
-        trace = self.made[key]
+        setting = tuple(sorted(values.items()))
+        if setting not in self.made:
+            self.made[setting] = self._make(values)
+        trace = self.made[setting]
         if trace is None:
             return False
         # The search hands this schedule a module whose statements its threads reuse: TVM's

@@ -17,7 +17,7 @@ from ..schedules import apply as default_schedule_apply
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..schedules.variants import variants as default_variants
-from ..schedules.knobs import knobs, seeded_settings
+from ..schedules.knobs import seeded_settings
 from .step_loop import STEP_LOOP_STEPS, step_loop
 
 from .records import default_logs_root, best_latency_us, load_records, records_of, target_key, workload
@@ -161,11 +161,20 @@ class PoolBuilder(ms.builder.PyBuilder):
         return results
 
 
-def default_builder(target) -> ms.builder.Builder:
-    """Builder workers and timeouts that fit the machine: on 2 cores the defaults time out."""
+def default_builder(target, processes: int = 1) -> ms.builder.Builder:
+    """Builder workers and timeouts that fit the machine: on 2 cores the defaults time out.
+    ``processes``: how many searches share the machine (:func:`_per_device`), each getting its
+    share of the workers."""
     cores = os.cpu_count() or 1
     workers = max(1, cores - 4) if cores > 8 else max(1, cores // 2)
-    return PoolBuilder(max_workers=workers, timeout_sec=120 if cores <= 4 else 60)
+    return PoolBuilder(max_workers=max(1, workers // processes), timeout_sec=120 if cores <= 4 else 60)
+
+
+def _measuring(builder, runner):
+    """``builder`` and ``runner`` wrapped to build and run a persistent step's candidates as its
+    time loop runs them (:class:`StepLoopBuilder`, :class:`PerStepRunner`)."""
+    loops = StepLoops()
+    return StepLoopBuilder(builder, loops), PerStepRunner(runner, loops)
 
 
 class StepLoops:
@@ -371,7 +380,7 @@ def _seeds(task, target, space: str) -> tuple[list, list[str]]:
     the template space, the default's knob setting and each listed variant's (their traces hold the
     decisions, so the search mutates them); else the default and its variants applied directly."""
     mod = workload(task.kernel)
-    if space == "template" and knobs(task.kernel, target):
+    if spaces.is_template_space(task.kernel, target, space):
         found = [(spaces.knob_schedule(mod, task.kernel, target, values), values)
                  for values in seeded_settings(task.kernel, target)]
         default = found[0][1]
@@ -483,21 +492,21 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
         use_cpu_threads(BuildOptions())  # candidates are measured with the threads a build runs with
     db = LogDatabase(folder)
     tasks = select_tasks(configs, target, kernels, max_tasks, db.memory)
-    loops = StepLoops()
     own_builder = builder is None
-    builder = StepLoopBuilder(builder or default_builder(target), loops)
-    runner = PerStepRunner(runner or default_runner(target, rpc_tracker, rpc_key, out=out), loops)
+    builder, runner = _measuring(builder or default_builder(target),
+                                 runner or default_runner(target, rpc_tracker, rpc_key, out=out))
     prepare = dict(trials_per_task=trials_per_task, warm_start_from=warm_start_from, seed_default=seed_default,
                    reseed_defaults=reseed_defaults)
     search = dict(space=space, population=population, num_trials_per_iter=num_trials_per_iter)
     seeded = [(seed + i, t) for i, t in enumerate(tasks)]  # each task's search seed
     devices, rpc = getattr(runner.inner, "devices", 1), getattr(runner.inner, "rpc", None)
-    pending = [(s, t) for s, t in seeded if _has_work(t, db.memory, trials_per_task, seed_default, reseed_defaults)]
+    pending = [(s, t, max(1, trials_per_task - len(records_of(db.memory, t.kernel)))) for s, t in seeded
+               if _has_work(t, db.memory, trials_per_task, seed_default, reseed_defaults)]
     if devices > 1 and rpc is not None and own_builder and len(pending) > 1:
         for _, t in seeded:
-            if all(t is not u for _, u in pending):
+            if all(t is not u for _, u, _ in pending):
                 out(f"task {t.kernel.name}: {len(records_of(db.memory, t.kernel))} trials logged already, skipped")
-        _per_device(pending, target, folder, rpc, devices, trials_per_task, out=out, prepare=prepare, search=search)
+        _per_device(pending, target, folder, rpc, devices, out=out, prepare=prepare, search=search)
         db.memory = load_records(folder)  # what the processes logged
     else:
         _prepare_and_search(seeded, target, db, builder, runner, out=out, progress_bar=progress_bar, devices=devices,
@@ -523,7 +532,7 @@ def _prepare_and_search(seeded, target, db, builder, runner, out, trials_per_tas
         seed_defaults(db, tasks if reseed_defaults else new, target, builder, runner, out=out, space=space)
     # a persistent step is searched in its template space only: MetaSchedule's own rules do not
     # keep weights in shared memory across steps, which is what makes such a loop fast
-    searchable = lambda t: space == "template" and bool(knobs(t.kernel, target)) or not is_persistent(t.kernel)  # noqa: E731
+    searchable = lambda t: spaces.is_template_space(t.kernel, target, space) or not is_persistent(t.kernel)  # noqa: E731
     todo = [(s, t, trials_per_task - len(records_of(db.memory, t.kernel))) for s, t in seeded]
     todo = [(s, t, n) for s, t, n in todo if n > 0 and searchable(t)]
     for t in tasks:
@@ -578,27 +587,24 @@ def _split(todo, parts: int) -> list[list]:
     return [g for g in groups if g]
 
 
-def _per_device(seeded, target, folder, rpc, devices, trials_per_task, out, prepare, search):
+def _per_device(pending, target, folder, rpc, devices, out, prepare, search):
     """The tasks split over one process per device, each seeding its tasks and searching them on
     its own, measuring through the tracker on (about) one device. A search is mostly host work:
     the template spaces run in Python (one thread a process) and the builder compiles each batch;
     with one search, a second GPU saved only the measuring (11% on two H100s, notes v37). Each
     process appends its own pair of log files to ``folder`` (:class:`LogDatabase`); their lines
-    come to ``out``, tagged."""
+    come to ``out``, tagged. ``pending``: ``[(search seed, task, trials left)]``."""
     import multiprocessing
     import queue
-    groups = _split([(s, t, trials_per_task) for s, t in seeded], min(devices, len(seeded)))
-    groups = [[(s, t) for s, t, _ in g] for g in groups]
-    cores = os.cpu_count() or 1
-    builders = max(1, (cores - 4 if cores > 8 else cores // 2) // len(groups))
-    out(f"tuning {len(seeded)} tasks as {len(groups)} searches at once, one a device")
+    groups = [[(s, t) for s, t, _ in g] for g in _split(pending, min(devices, len(pending)))]
+    out(f"tuning {len(pending)} tasks as {len(groups)} searches at once, one a device")
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with TVM's and XGBoost's threads
     lines = ctx.Queue()
     procs = []
     for i, group in enumerate(groups):
         share = devices // len(groups) + (1 if i < devices % len(groups) else 0)
         procs.append(ctx.Process(target=_one_device, daemon=True,
-                                 args=(i + 1, group, target.export(), folder, rpc, share, builders, lines,
+                                 args=(i + 1, group, target.export(), folder, rpc, share, len(groups), lines,
                                        {**prepare, **search})))
     for p in procs:
         p.start()
@@ -626,15 +632,14 @@ def _per_device(seeded, target, folder, rpc, devices, trials_per_task, out, prep
                            + ("\n".join(errors) or f"searches {failed} exited with {[procs[i - 1].exitcode for i in failed]}"))
 
 
-def _one_device(label, seeded, target, folder, rpc, workers, builder_workers, lines, work):
+def _one_device(label, seeded, target, folder, rpc, workers, processes, lines, work):
     """One process of :func:`_per_device`."""
     try:
         target = tvm.target.Target(target)
         if not is_gpu(target):
             use_cpu_threads(BuildOptions())
-        loops = StepLoops()
-        builder = StepLoopBuilder(PoolBuilder(max_workers=builder_workers, timeout_sec=60), loops)
-        runner = PerStepRunner(default_runner(target, *rpc, workers=workers), loops)
+        builder, runner = _measuring(default_builder(target, processes),
+                                     default_runner(target, *rpc, workers=workers))
         _prepare_and_search(seeded, target, LogDatabase(folder), builder, runner, devices=workers,
                             out=lambda text: lines.put(("line", label, text)), **work)
     except BaseException as e:  # noqa: BLE001 - to the parent, which names it
