@@ -40,6 +40,21 @@ def test_bad_arguments_are_refused_with_a_message():
     assert run.returncode == 2 and f"no RPC tracker answers at 127.0.0.1:{port}" in run.stderr, run.stderr[-500:]
 
 
+def test_whole_passes_run_only_on_the_device_measured(tmp_path):
+    """``--passes-only`` times whole passes here: for a GPU target on a machine without one, or
+    another CPU's target, it says where to run it instead of crashing."""
+    import tvm
+    from tvmrnn.device import host_target
+    other_cpu = "core2" if str(host_target().attrs.get("mcpu")) != "core2" else "znver4"
+    for target in ("nvidia/nvidia-h100", '{"kind": "llvm", "mcpu": "%s", "num-cores": 2}' % other_cpu):
+        if target.startswith("nvidia") and tvm.cuda(0).exist:
+            continue
+        run = subprocess.run([*cli("tvmrnn-tune"), "gru", "--input-size", "3", "--hidden-size", "5", "--batch-size",
+                              "2", "--target", target, "--passes-only", "--log-dir", str(tmp_path)],
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and "must run on that device" in run.stderr and "--passes-only there" in run.stderr
+
+
 def test_bench_sweeps_shapes_into_one_table(tmp_path):
     """--sweep measures each shape of a config in a process of its own and prints one table of
     ratios with their geometric means; a shape that fails is a row with its error, not a crash."""

@@ -342,7 +342,7 @@ def test_the_shipped_records_serve_a_ds2_h100_build(tmp_path):
     from tvmrnn import device
     from tvmrnn.program.passes import all_programs
     target = device.resolve("nvidia/nvidia-h100")
-    schedule, used = records.scheduler(target, tuning_logs=str(tmp_path))  # no raw logs: the shipped ones alone
+    schedule, used, _ = records.scheduler(target, tuning_logs=str(tmp_path))  # no raw logs: the shipped ones alone
     config = Config(CELLS["lstm"], 800, 800, 1, False, 20, False)
     for program in all_programs(config, schedule, target, device.persistent_blocks(target, config.options)):
         program.build()

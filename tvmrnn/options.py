@@ -152,6 +152,19 @@ class BuildOptions:
         return cls(**fields)
 
 
+# the pass-level choices that ``tvmrnn-tune`` measures as whole passes (tvmrnn.runtime.pass_tuning)
+# and ``build`` applies from its verdicts where the options leave them to the target: each one's
+# "the target decides" value
+TUNED_FIELDS = {"persistent": "auto", "stack_directions": None, "interleave_projections": None,
+                "weight_panels": None, "gradient_panels": None, "chunk_steps": None}
+
+
+def left_to_target(options: BuildOptions) -> bool:
+    """Whether every pass-level choice of ``options`` (:data:`TUNED_FIELDS`) is left to the target,
+    so that a tuned choice of them may apply."""
+    return all(getattr(options, name) == value for name, value in TUNED_FIELDS.items())
+
+
 # the experiment switches BuildOptions replaced (v27), and what replaces each
 _REMOVED_SWITCHES = {"TVMRNN_PDL": "dependent_launch", "TVMRNN_SHARED_KERNELS": "shared_kernels",
                      "TVMRNN_STACK_DIRECTIONS": "stack_directions", "TVMRNN_INTERLEAVE": "interleave_projections",

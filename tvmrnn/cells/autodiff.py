@@ -377,3 +377,11 @@ def _derive(cell: Cell) -> Derivation:
     d.grad_c_prev = to_backward(grad(c_prev)) if c_prev is not None else None
     d.grad_params = [gate_grad(v) for v in params]
     return d
+
+
+def fingerprint(cell: Cell) -> str:
+    """The cell's name, gates and state, and its traced math: two cells that share a name but not
+    their math are different builds (the build cache's key, a pass-level tuning verdict's)."""
+    import json
+    d = derive(cell)
+    return json.dumps([cell.signature, str(d.h_out), str(d.c_out), list(cell.unit_param_init)], sort_keys=True)

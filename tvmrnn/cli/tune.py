@@ -107,7 +107,7 @@ def list_tasks(configs, target, a, folder):
           f"{'shipped (us)':>12s} origin")
     for t in tasks.select_tasks(configs, target, a.kernels or None, a.max_tasks):
         key = records.workload_key(t.kernel)
-        fastest = logs.fastest(key)[0] if logs and logs.records.get(key) else None
+        fastest = (logs.fastest(key) or [None])[0] if logs else None
         logged = fastest[0] if fastest else None
         logged_origin = records.record_origin(fastest[1], records.seeded_traces(t.kernel, target)) if fastest else "-"
         entry = shipped.entries.get(key) if shipped else None
@@ -168,6 +168,14 @@ def main(argv=None):
                         "or MetaSchedule's own rules")
     p.add_argument("--population", type=int, default=64, help="the evolutionary search's population per task")
     p.add_argument("--seed", type=int, default=1, help="the search's random seed")
+    p.add_argument("--no-pass-check", action="store_true",
+                   help="after tuning, do not measure whole passes (by default each configuration's pass-level "
+                        "options are tuned and each record that is not a default schedule is checked in the "
+                        "pass: one that slows it is vetoed; verdicts in <log folder>/pass_checks.json)")
+    p.add_argument("--passes-only", action="store_true",
+                   help="only the whole-pass stage, on the records logged so far (on the device measured)")
+    p.add_argument("--pass-pairs", type=int, default=15, help="interleaved pairs per whole-pass comparison")
+    p.add_argument("--pass-length", type=int, default=100, help="the sequence length whole passes are timed at")
     p.add_argument("--list", action="store_true", help="list the tasks and what the logs and shipped records hold; "
                                                        "tune nothing")
     p.add_argument("--distill", nargs="?", const="", metavar="OUT",
@@ -194,8 +202,10 @@ def main(argv=None):
     print(f"target {target.export()} -> {folder}")
     if a.list:
         return list_tasks(configs, target, a, folder)
-    from tvmrnn.tune import tuner  # the tuning loop: MetaSchedule's builders, runners and search
     out = _printer()
+    if a.passes_only:
+        return tune_passes(configs, target, log_dir, a, out)
+    from tvmrnn.tune import tuner  # the tuning loop: MetaSchedule's builders, runners and search
     runner = None  # local measurements
     if a.rpc_tracker:  # made here, once, so that a tracker that does not answer is a usage error
         try:
@@ -215,7 +225,32 @@ def main(argv=None):
         print(f"\ninterrupted: every record measured so far is in {folder}; run again to resume")
         raise SystemExit(130)
     table(results)
-    print(f"done in {time.time() - start:.0f} s; logs in {folder}")
+    print(f"searched in {time.time() - start:.0f} s; logs in {folder}")
+    if a.no_pass_check:
+        return
+    if a.rpc_tracker:
+        print("\nwhole-pass checks skipped: the candidates were measured remotely. On the device, run this "
+              "command again with --passes-only.")
+        return
+    tune_passes(configs, target, log_dir, a, out)
+    print(f"done in {time.time() - start:.0f} s")
+
+
+def tune_passes(configs, target, log_dir, a, out):
+    """The whole-pass stage (:mod:`tvmrnn.runtime.pass_tuning`) on this machine's device."""
+    from tvmrnn.runtime import cache, pass_tuning
+    here = cache.runnable_here(target)
+    if here and target.kind.name == "llvm":  # another CPU's code may not run on this one
+        here = str(target.attrs.get("mcpu", "")) == str(targets.host_target().attrs.get("mcpu", ""))
+    if not here:
+        raise SystemExit(f"whole passes for {records.target_key(target)} must run on that device; run "
+                         f"tvmrnn-tune --passes-only there")
+    if a.pass_pairs < 3 or a.pass_length < 1:
+        raise SystemExit("--pass-pairs must be 3 or more, --pass-length 1 or more")
+    print(f"\nwhole passes (T={a.pass_length}, {a.pass_pairs} interleaved pairs a comparison):")
+    pass_tuning.tune_passes(configs, target, log_dir, pass_tuning.PassTimer(a.pass_length), a.pass_pairs,
+                            kernels=a.kernels, out=out)
+    print(f"verdicts in {os.path.join(pass_tuning.log_folder(log_dir, target), 'pass_checks.json')}")
 
 
 if __name__ == "__main__":

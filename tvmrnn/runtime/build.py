@@ -17,7 +17,7 @@ from ..options import as_options, use_cpu_threads
 from ..schedules.common import is_gpu
 from ..program.passes import Config, all_programs
 from ..program.sequence import SharedMemoryError, compile_module
-from ..tune.records import report_untuned, scheduler
+from ..tune.records import report_untuned, scheduler, tuned_options
 
 
 def _check_options(name, value, kind, minimum=None):
@@ -62,7 +62,10 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         default; a CPU target ignores it.
     options : None, BuildOptions or dict
         Build choices beyond the sizes (:class:`tvmrnn.BuildOptions`: persistence, chunk sizes,
-        direction stacking, threads, ...); None takes the measured defaults. Recorded in
+        direction stacking, threads, ...); None takes the measured defaults. Where they leave every
+        pass-level choice to the target (:func:`tvmrnn.options.left_to_target`) and ``tvmrnn-tune``
+        measured this configuration's whole passes, its winning choices apply
+        (:mod:`tvmrnn.runtime.pass_tuning`). Recorded in
         ``rnn.config.options`` and in exported packages.
     cache : None or bool
         Take the build from the on-disk build cache, or put it there (:mod:`tvmrnn.runtime.cache`:
@@ -88,6 +91,9 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options)
     device_index = targets.gpu_index(target)  # "cuda:1": the RNN runs on GPU 1
     target = targets.resolve(target)
+    # the pass-level choices a whole-pass tuning measured for this configuration (tvmrnn-tune)
+    options = tuned_options(config, target, tuning_logs, options)
+    config = dataclasses.replace(config, options=options)
     if not is_gpu(target):
         use_cpu_threads(options)
     if cache is None:
@@ -126,7 +132,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 
 
 def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
-    schedule, used = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
+    schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
     blocks = targets.persistent_blocks(target, options)
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
     with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
@@ -150,6 +156,7 @@ def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable, device_index=device_index)
     rnn.schedules = used  # kernel name -> "tuned", "default", "tf32" or "unmasked record"
+    rnn.records = picked  # kernel name -> the record it took (workload key, where, its JSON)
     rnn.allow_tf32 = allow_tf32 and is_gpu(target)
     rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
     rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None

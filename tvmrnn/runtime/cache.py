@@ -28,6 +28,7 @@ import warnings
 import tvm
 
 from .. import __version__
+from ..cells.autodiff import fingerprint
 
 _SOURCE = pathlib.Path(__file__).resolve().parent.parent  # the tvmrnn package
 
@@ -93,20 +94,12 @@ def records_state(target, tuning_logs) -> dict:
     return state
 
 
-def cell_fingerprint(cell) -> str:
-    """The cell's name, gates and state, and its traced math (two cells that share a name but not
-    their math are different builds)."""
-    from ..cells.autodiff import derive
-    d = derive(cell)
-    return json.dumps([cell.signature, str(d.h_out), str(d.c_out), list(cell.unit_param_init)], sort_keys=True)
-
-
 def build_key(config, target, options, allow_tf32: bool, tuning_logs) -> str:
     """The cache key of a build (a hex digest)."""
     from ..device import device_model
     parts = {
         "tvmrnn": [__version__, source_digest()], "tvm": tvm.__version__,
-        "cell": cell_fingerprint(config.cell),
+        "cell": fingerprint(config.cell),
         "sizes": [config.input_size, config.hidden_size, config.num_layers, config.bidirectional,
                   config.batch_size, config.batch_first],
         "target": str(target), "device": repr(device_model(target)),

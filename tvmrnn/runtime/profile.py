@@ -102,7 +102,7 @@ def _device(target):
     return tvm.cuda(0) if is_gpu(target) else tvm.cpu(0)
 
 
-def _random_tensors(shapes, dev):
+def random_tensors(shapes, dev):
     """Random float32 arguments on ``dev``; on a CPU where tvmrnn's own arrays get huge pages
     (:func:`tvmrnn.runtime.arrays.huge_pages`), the large ones get them too, as a user's call gives its
     scratch and workspaces (with 4 KB pages a pass measured 20-34 us a step slower than its kernels
@@ -126,10 +126,10 @@ def _random_tensors(shapes, dev):
 def kernel_timer(func, target, number: int = 20, repeat: int = 5):
     """One scheduled kernel compiled alone, ready to time: ``(timer, args)``, TVM's
     ``time_evaluator`` over it (``number`` calls a result, ``repeat`` results) and its arguments,
-    random values, the same at every call (:func:`_random_tensors`)."""
+    random values, the same at every call (:func:`random_tensors`)."""
     dev = _device(target)
     lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
-    args = _random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
+    args = random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
     return lib.jit().time_evaluator("main", dev, number=number, repeat=repeat), args
 
 
@@ -147,7 +147,7 @@ def time_kernel(func, target, number: int = 20, repeat: int = 5, results: list |
 def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
     """Time one pass of a built RNN and every kernel in it."""
     dev = _device(rnn.target)
-    frame_args = _random_tensors(rnn.shapes(program.name, T).values(), dev)
+    frame_args = random_tensors(rnn.shapes(program.name, T).values(), dev)
     fn = rnn.module[program.name]
     fn(*frame_args)
     dev.sync()

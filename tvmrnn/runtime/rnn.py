@@ -118,6 +118,7 @@ class RNN:
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
         self.schedules: dict = {}  # kernel name -> "tuned", "default", "tf32" or "unmasked record"
+        self.records: dict = {}  # kernel name -> the record it took, when built here (tune.records.scheduler)
         self.package_path: str | None = None  # the package this RNN was loaded from (or cached to)
         self.from_cache = False  # whether tvmrnn.build took it from the build cache
         self._scratch_arrays: dict = {}

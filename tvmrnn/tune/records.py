@@ -19,6 +19,7 @@ The workload of a kernel (:func:`workload`) is defined here once, for tuning and
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import lzma
@@ -39,6 +40,8 @@ from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
 from ..program.sequence import SHARED_WITHOUT_OPT_IN, shared_memory_bytes, shared_memory_problem
+from ..options import TUNED_FIELDS, BuildOptions, left_to_target
+from .pass_checks import PassChecks, config_key
 
 # the shipped records: package data (pyproject.toml's package-data), one file per target
 RECORDS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "records")
@@ -177,9 +180,11 @@ class LogIndex:
     workload, ~20 ms a record, so loading a whole folder cost a build ~33 s for the H100's 1,598
     records, most of them for kernels the build does not have. Lines that are not JSON, or not
     ``[workload, record]`` pairs, raise :class:`TuningLogError` here; a record that does not
-    replay raises it when asked for."""
+    replay raises it when asked for. Records that a whole-pass check vetoed (the folder's
+    :class:`~tvmrnn.tune.pass_checks.PassChecks`) are skipped wherever the fastest are asked for."""
 
     def __init__(self, folder: str):
+        self.checks = PassChecks(folder)
         self.workloads: dict[str, tuple] = {}  # workload key -> (its JSON, where)
         self.records: dict[str, list] = {}  # workload key -> [(mean s, order, record JSON, where)], measured ones
         self.counts: dict[str, int] = {}  # workload key -> how many records the logs hold, failed runs too
@@ -223,26 +228,29 @@ class LogIndex:
         except Exception as err:
             raise TuningLogError(f"{where}: not a MetaSchedule workload: {err}") from None
 
-    def fastest(self, key: str) -> list[tuple[float, object, str]]:
-        """``(mean seconds, record JSON, where)`` of a workload's measured records, fastest first."""
-        return [(secs, record, where) for secs, _, record, where in sorted(self.records.get(key, ()),
-                                                                             key=lambda e: e[:2])]
+    def fastest(self, key: str, vetoed: bool = False) -> list[tuple[float, object, str]]:
+        """``(mean seconds, record JSON, where)`` of a workload's measured records, fastest first;
+        those a whole-pass check vetoed only with ``vetoed=True``."""
+        skip = not vetoed and self.checks.has_vetoes(key)
+        return [(secs, record, where) for secs, _, record, where in sorted(self.records.get(key, ()), key=lambda e: e[:2])
+                if not (skip and self.checks.vetoed(key, record))]
 
-    def candidates(self, mod: tvm.IRModule, key: str, top_k: int) -> list[tuple[float, str, object]]:
-        """``(mean seconds, where, parse)`` of the ``top_k`` fastest measured records of the workload
-        ``mod`` (whose key is ``key``); ``parse()`` replays one (~20 ms), so only what is taken is."""
-        if not self.records.get(key):
+    def candidates(self, mod: tvm.IRModule, key: str, top_k: int) -> list[tuple[float, str, object, object]]:
+        """``(mean seconds, where, parse, record JSON)`` of the ``top_k`` fastest measured records of
+        the workload ``mod`` (whose key is ``key``); ``parse()`` replays one (~20 ms), so only what
+        is taken is."""
+        if not self.fastest(key):
             return []
         logged = self.logged_workload(key)
         if not tvm_ffi.structural_equal(logged.mod, mod):  # the same hash, another module
             return []
-        return [(secs, where, lambda r=record, w=where: _parse(r, logged, w))
+        return [(secs, where, lambda r=record, w=where: _parse(r, logged, w), record)
                 for secs, record, where in self.fastest(key)[:top_k]]
 
     def best(self, kernel: Kernel, top_k: int):
         """The kernel's ``top_k`` fastest measured records, parsed one by one as they are taken."""
         mod = workload(kernel)
-        for _, _, parse in self.candidates(mod, self._key(mod), top_k):
+        for _, _, parse, _ in self.candidates(mod, self._key(mod), top_k):
             yield parse()
 
 
@@ -332,6 +340,25 @@ def records_file(target, records_dir: str = RECORDS_DIR) -> str | None:
             _warn_borrowed(key, name, "shipped records")
             return path
     return None
+
+
+def tuned_options(config, target, tuning_logs, options):
+    """``options`` with the pass-level choices that a whole-pass tuning measured best for
+    ``config`` on ``target`` (its log folder's :class:`~tvmrnn.tune.pass_checks.PassChecks`), where
+    ``options`` leave all of them to the target (:func:`tvmrnn.options.left_to_target`); else
+    ``options`` as they are."""
+    if not left_to_target(options):
+        return options
+    folder = logs_folder(tuning_logs, target)
+    verdict = PassChecks(folder).options_for(config_key(config)) if folder else None
+    if not verdict or not verdict.get("options"):
+        return options
+    try:
+        chosen = BuildOptions.from_dict({k: v for k, v in verdict["options"].items() if k in TUNED_FIELDS})
+    except (TypeError, ValueError) as err:
+        raise TuningLogError(f"{os.path.join(folder, 'pass_checks.json')}: options of {verdict.get('describe')}: "
+                             f"{err}") from None
+    return dataclasses.replace(options, **{k: getattr(chosen, k) for k in verdict["options"] if k in TUNED_FIELDS})
 
 
 def workload_key(kernel: Kernel) -> str:
@@ -583,18 +610,22 @@ def _shared_bytes_when_lowered(func, target) -> tuple[int, int]:
 def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False):
     """``kernel -> scheduled PrimFunc``: the fastest record of the kernel's workload among the raw
     logs (:func:`logs_folder`) and the shipped records (:func:`records_file`) that the driver can
-    embed, else the default schedule. With ``allow_tf32``, the GPU's all-steps GEMMs become TF32
-    workloads (:func:`kernels.tf32`).
+    embed and that no whole-pass check vetoed (:mod:`.pass_checks`), else the default schedule.
+    With ``allow_tf32``, the GPU's all-steps GEMMs become TF32 workloads (:func:`kernels.tf32`).
 
-    Returns the function and a dict it fills: kernel name -> "tuned", "default", "tf32" (a TF32
+    Returns the function and two dicts it fills: kernel name -> "tuned", "default", "tf32" (a TF32
     kernel's default schedule: none of them has records yet) or "unmasked record" (a masked step
-    of a variable-lengths build, scheduled by its unmasked twin's record: :attr:`Kernel.unmasked`).
+    of a variable-lengths build, scheduled by its unmasked twin's record: :attr:`Kernel.unmasked`);
+    and kernel name -> the record used (``{"workload": key, "where": file and line, "record":
+    its JSON}``), for the kernels that took one.
     """
     folder = logs_folder(tuning_logs, target)
     logs = LogIndex(folder) if folder else None
+    checks = logs.checks if logs is not None else PassChecks(None)
     path = None if records_off(tuning_logs) else records_file(target)
     shipped = RecordDatabase(path) if path else None
     used: dict[str, str] = {}
+    picked: dict[str, dict] = {}
 
     def schedule(kernel: Kernel):
         on_tensor_cores = allow_tf32 and tf32_applies(kernel, target)
@@ -610,36 +641,42 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
         key = LogIndex._key(mod)
         found = []
         if logs is not None:
-            found += logs.candidates(mod, key, 16)
+            found += [(secs, where, parse, key, record_json)
+                      for secs, where, parse, record_json in logs.candidates(mod, key, 16)]
         if shipped is not None:
             own = ms.database.Workload(mod)
-            found += [(secs, where, lambda j=record_json, w=where: _parse(j, own, w))
-                      for secs, where, record_json in shipped.candidates(key)]
+            vetoes = checks.has_vetoes(key)
+            found += [(secs, where, lambda j=record_json, w=where: _parse(j, own, w), key, record_json)
+                      for secs, where, record_json in shipped.candidates(key)
+                      if not (vetoes and checks.vetoed(key, record_json))]
         return sorted(found, key=lambda c: c[0])  # raw logs give at most 16
+
+    def take(kernel, how, func, key, where, record_json):
+        used[kernel.name] = how
+        picked[kernel.name] = {"workload": key, "where": where, "record": record_json}
+        return func
 
     def pick(kernel: Kernel):
         if logs is not None or shipped is not None:
             mod = workload(kernel)
-            for _, _, parse in candidates(mod):
+            for _, where, parse, key, record_json in candidates(mod):
                 func = replay(parse(), mod)
                 if embeddable(func, target):
-                    used[kernel.name] = "tuned"
-                    return func
+                    return take(kernel, "tuned", func, key, where, record_json)
             # a masked step (variable lengths) without records of its own: its unmasked twin's,
             # replayed on it (the same blocks; the mask only changes the epilogue's expressions)
             if kernel.unmasked is not None:
-                for _, _, parse in candidates(workload(kernel.unmasked)):
+                for _, where, parse, key, record_json in candidates(workload(kernel.unmasked)):
                     try:
                         func = replay(parse(), mod)
                     except Exception:  # noqa: BLE001 - a trace that does not fit this kernel: the next
                         continue
                     if embeddable(func, target):
-                        used[kernel.name] = "unmasked record"
-                        return func
+                        return take(kernel, "unmasked record", func, key, where, record_json)
         used[kernel.name] = "default"
         return default_schedule(kernel, target)
 
-    return schedule, used
+    return schedule, used, picked
 
 
 def report_untuned(target, used: dict) -> None:

@@ -1,0 +1,181 @@
+"""Whole-pass tuning on this CPU: record vetoes honoured by every reader of records, the checks'
+verdicts under timings we choose (an injected timer), pass-level options chosen and applied."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import tvmrnn
+from tvmrnn.cells.definition import CELLS
+from tvmrnn.program.passes import Config
+from tvmrnn.runtime import pass_tuning
+from tvmrnn.tune import records, tuner
+from tvmrnn.tune.pass_checks import PassCheckError, PassChecks, record_digest
+from conftest import rel_error, torch_module
+
+CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
+STEP = "recurrent_step_rnn_tanh_infer_n2_h8"
+TARGET = tvmrnn.device.host_target()
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    """A tiny run's logs (MetaSchedule's own space: the step's records are the seeded default and
+    searched ones), with the default's time made the slowest: the build takes a searched record."""
+    root = tmp_path_factory.mktemp("pass_logs")
+    tuner.tune([CONFIG], TARGET, log_dir=str(root), trials_per_task=6, kernels=[STEP], num_trials_per_iter=3,
+               space="generic", out=lambda line: None)
+    folder = os.path.join(root, records.target_key(TARGET))
+    kernel = _kernel()
+    seeded = records.seeded_traces(kernel, TARGET)
+    for path in os.listdir(folder):
+        if path.endswith("_tuning_record.json"):
+            lines = [json.loads(line) for line in open(os.path.join(folder, path)) if line.strip()]
+            for _, record in lines:
+                if records.record_origin(record, seeded) == "default":
+                    record[1] = [1.0]
+            with open(os.path.join(folder, path), "w") as f:
+                f.writelines(json.dumps(line) + "\n" for line in lines)
+    return str(root), folder
+
+
+def _kernel():
+    from tvmrnn.tune.tasks import extract_tasks
+    return next(t.kernel for t in extract_tasks([CONFIG], target=TARGET) if t.kernel.name == STEP)
+
+
+def _copy(logs, tmp_path):
+    import shutil
+    root = tmp_path / "logs"
+    shutil.copytree(logs[0], root)
+    return str(root), os.path.join(root, records.target_key(TARGET))
+
+
+def _build(root, **kwargs):
+    kwargs.setdefault("cache", False)
+    return tvmrnn.build("rnn_tanh", 4, 8, batch_size=2, target=TARGET, tuning_logs=root, **kwargs)
+
+
+def _origin(rnn) -> str:
+    taken = rnn.records.get(STEP)
+    return "default" if taken is None else records.record_origin(taken["record"], records.seeded_traces(_kernel(), TARGET))
+
+
+def test_a_vetoed_record_is_skipped_by_build_distill_and_list(logs, tmp_path, monkeypatch, rng):
+    root, folder = _copy(logs, tmp_path)
+    key = records.workload_key(_kernel())
+    index = records.LogIndex(folder)
+    ranked = index.fastest(key)
+    assert len(ranked) >= 3 and records.record_origin(ranked[0][1], records.seeded_traces(_kernel(), TARGET)) != "default"
+    monkeypatch.setenv("TVMRNN_CACHE_DIR", str(tmp_path / "cache"))
+    first = _build(root, cache=True)
+    assert record_digest(first.records[STEP]["record"]) == record_digest(ranked[0][1])
+
+    PassChecks(folder).add_record(key, ranked[0][1], "vetoed")
+    index = records.LogIndex(folder)
+    assert [r for _, r, _ in index.fastest(key)] == [r for _, r, _ in ranked[1:]]
+    assert len(index.fastest(key, vetoed=True)) == len(ranked)  # the record stays in the logs
+    second = _build(root, cache=True)  # not the cached build: the verdicts are part of its key
+    assert not second.from_cache
+    assert record_digest(second.records[STEP]["record"]) == record_digest(ranked[1][1])
+    out = tmp_path / "distilled.jsonl"
+    records.distill(folder, TARGET, str(out), [_kernel()], keep=100)
+    kept = records.RecordDatabase(str(out)).entries[key]["records"]
+    assert record_digest(ranked[0][1]) not in {record_digest(r["record"]) for r in kept}
+    # a shipped record is vetoed too (the same digest): the distilled file alone serves the build
+    PassChecks(folder).add_record(key, ranked[1][1], "vetoed")
+    monkeypatch.setattr(records, "records_file", lambda target, records_dir=None: str(out))
+    third = _build(root)
+    assert record_digest(third.records[STEP]["record"]) not in {record_digest(ranked[0][1]), record_digest(ranked[1][1])}
+    # the outputs are still right
+    module = torch_module("rnn_tanh", 4, 8, 1, False, False).double()
+    x = rng.standard_normal((5, 2, 4)).astype(np.float32)
+    y, _, _ = third.forward(third.pack_weights(tvmrnn.params_from_torch(module)), x)
+    assert rel_error(y, module(torch.from_numpy(x).double())[0]) < 1e-4
+    # a later "kept" verdict lifts a veto
+    PassChecks(folder).add_record(key, ranked[0][1], "kept")
+    assert records.LogIndex(folder).fastest(key)[0][1] == ranked[0][1]
+
+
+class FakeTimer:
+    """Pass times we choose, from what the build took: ``slow`` when ``slow(rnn)``, else 1."""
+
+    def __init__(self, slow=lambda rnn: False, factor=1.1):
+        self.slow, self.factor, self.calls = slow, factor, 0
+
+    def __call__(self, rnn, kind):
+        self.calls += 1
+        return self.factor if self.slow(rnn) else 1.0
+
+
+def test_records_that_slow_the_pass_are_vetoed_one_after_another(logs, tmp_path):
+    root, folder = _copy(logs, tmp_path)
+    timer = FakeTimer(slow=lambda rnn: _origin(rnn) != "default")  # every searched record slows the pass
+    lines = []
+    written = pass_tuning.check_records(CONFIG, TARGET, root, timer, pairs=3, max_per_kernel=20, out=lines.append)
+    assert written and all(v["verdict"] == "vetoed" and v["kernel"] == STEP for v in written)
+    assert all(v["where"].startswith(folder) for v in written)  # the real log file, not the mirror
+    assert _origin(_build(root)) == "default"  # every searched record vetoed: the default is taken
+    # a rerun measures nothing again
+    again = FakeTimer()
+    assert pass_tuning.check_records(CONFIG, TARGET, root, again, pairs=3) == [] and again.calls == 0
+
+
+def test_records_that_do_not_slow_the_pass_are_kept(logs, tmp_path):
+    root, folder = _copy(logs, tmp_path)
+    before = _build(root).records[STEP]["record"]
+    written = pass_tuning.check_records(CONFIG, TARGET, root, FakeTimer(), pairs=3, out=lambda line: None)
+    assert [v["verdict"] for v in written] == ["kept"]
+    assert _build(root).records[STEP]["record"] == before
+    # within the threshold (1%) a record stays: it was faster alone
+    root2, _ = _copy(logs, tmp_path / "b")
+    timer = FakeTimer(slow=lambda rnn: _origin(rnn) != "default", factor=1.005)
+    assert [v["verdict"] for v in pass_tuning.check_records(CONFIG, TARGET, root2, timer, pairs=3,
+                                                            out=lambda line: None)] == ["kept"]
+
+
+def test_options_measured_faster_are_recorded_and_build_applies_them(tmp_path, monkeypatch):
+    root = str(tmp_path / "logs")
+    timer = FakeTimer(slow=lambda rnn: rnn.config.options.chunk_steps != (8, 1), factor=1.3)
+    verdict = pass_tuning.tune_options(CONFIG, TARGET, root, timer, pairs=3, out=lambda line: None,
+                                       candidates=[("interleave_projections", False), ("chunk_steps", (8, 1))])
+    assert verdict["options"] == {"chunk_steps": [8, 1]}
+    assert [t["verdict"] for t in verdict["tried"]] == ["same", "faster"]
+    assert _build(root).config.options.chunk_steps == (8, 1)
+    monkeypatch.setenv("TVMRNN_CACHE_DIR", str(tmp_path / "cache"))
+    assert _build(root, cache=True).config.options.chunk_steps == (8, 1)
+    assert _build(root, cache=True).from_cache
+    # options that set a pass-level choice, or another configuration: as given
+    assert _build(root, options=tvmrnn.BuildOptions(weight_panels=False)).config.options.chunk_steps is None
+    other = tvmrnn.build("rnn_tanh", 4, 8, batch_size=3, target=TARGET, tuning_logs=root, cache=False)
+    assert other.config.options.chunk_steps is None
+    assert _build(False).config.options.chunk_steps is None  # records off: no verdicts either
+    # nothing faster: the defaults are kept, and said so
+    verdict = pass_tuning.tune_options(CONFIG, TARGET, str(tmp_path / "l2"), FakeTimer(), pairs=3,
+                                       out=lambda line: None, candidates=[("chunk_steps", (8, 1))])
+    assert verdict["options"] == {} and verdict["tried"][0]["verdict"] == "same"
+
+
+def test_the_real_pass_timer_compares_two_builds():
+    a = tvmrnn.build("rnn_tanh", 4, 8, batch_size=2, target=TARGET, tuning_logs=False, cache=False)
+    b = tvmrnn.build("rnn_tanh", 4, 8, batch_size=2, target=TARGET, tuning_logs=False, cache=False,
+                     options=tvmrnn.BuildOptions(chunk_steps=(8, 1)))
+    result = pass_tuning.compare(a, b, pass_tuning.PassTimer(T=20), pairs=3)
+    assert set(result.passes) == {"inference", "training"}
+    assert all(p["incumbent_ms"] > 0 and p["candidate_ms"] > 0 for p in result.passes.values())
+    assert result.verdict in ("faster", "slower", "same") and result.ratio > 0
+
+
+def test_a_damaged_verdicts_file_names_itself(tmp_path):
+    folder = tmp_path / records.target_key(TARGET)
+    folder.mkdir()
+    (folder / "pass_checks.json").write_text("{not json")
+    with pytest.raises(PassCheckError, match="pass_checks.json: not readable as JSON"):
+        _build(str(tmp_path))
+    (folder / "pass_checks.json").write_text('{"format": "tvmrnn-pass-checks", "version": 99}')
+    with pytest.raises(PassCheckError, match="version 99"):
+        _build(str(tmp_path))

@@ -1,0 +1,314 @@
+"""Whole-pass tuning: what a kernel timed alone cannot tell, measured on whole passes.
+
+``tvmrnn-tune`` runs this after its search (and ``tvmrnn-tune --passes-only`` alone). For each
+configuration it does two things, both by building the configuration's passes and timing them
+against each other, calls interleaved (:func:`compare`):
+
+1. **Pass-level options** (:func:`tune_options`): the choices that are not one kernel's
+   (:data:`tvmrnn.options.TUNED_FIELDS`: persistence, chunk sizes, direction stacking, CPU panels
+   and per-chunk projections), tried one at a time from the target's defaults; a change is kept
+   where the pass is faster with it beyond the measurements' noise. The winner is written to the
+   log folder's ``pass_checks.json`` and ``build`` applies it (:func:`tvmrnn.tune.records.tuned_options`).
+2. **Records** (:func:`check_records`): every kernel whose build takes a record other than its
+   default schedule is timed in the pass against the same pass with that kernel on its default.
+   A record that makes the pass slower is vetoed: ``build`` then takes the kernel's next record
+   (checked in turn), at worst the default. On a 2-core EPYC two searched GEMM records, 5% and 17%
+   faster alone, made the pass 3.5% slower each (notes v37).
+
+A verdict compares two passes' medians over ``pairs`` interleaved pairs: each pass is the
+inference forward, or a training forward and backward, at sequence length ``T`` on random inputs;
+a pass kind's difference counts where its median ratio is off 1 by more than 1% and than twice
+its standard error, and the candidate is faster where one kind is faster and none slower
+(:class:`Comparison`; the 1% is 2% for options). Where it does
+not, the incumbent stays: the defaults for options, the record for records (it was faster alone).
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import shutil
+import statistics
+import tempfile
+import time
+import warnings
+
+import tvm
+
+from ..options import TUNED_FIELDS, left_to_target
+from ..program.passes import stack_directions
+from ..schedules.common import is_gpu
+from ..tune import records
+from ..tune.pass_checks import ALL_RECORDS, FILE_NAME, PassChecks, config_key, describe
+from ..tune.tasks import extract_tasks
+from .build import build
+from .profile import random_tensors
+
+PASS_KINDS = {"inference": ("forward",), "training": ("forward_train", "backward")}
+# a difference smaller than this share of a pass is not acted on, however steady: 1% for a record
+# (vetoed where the pass is 1% slower with it), 2% for an option (the defaults were measured on
+# real machines; one of several tries can look 1% faster by chance)
+RECORD_EFFECT, OPTION_EFFECT = 0.01, 0.02
+
+
+@dataclasses.dataclass
+class Comparison:
+    """Two builds' passes timed in turn: per pass kind, the incumbent's and the candidate's median
+    seconds, the median of the per-pair ratios (candidate / incumbent) and its standard error."""
+
+    passes: dict  # kind -> {"incumbent_ms", "candidate_ms", "ratio", "error"}
+    pairs: int
+    min_effect: float = RECORD_EFFECT
+
+    @property
+    def ratio(self) -> float:
+        """The candidate's time over the incumbent's: the geometric mean over pass kinds."""
+        return math.exp(statistics.fmean(math.log(p["ratio"]) for p in self.passes.values()))
+
+    @property
+    def threshold(self) -> float:
+        error = math.sqrt(sum(p["error"] ** 2 for p in self.passes.values())) / len(self.passes)
+        return max(self.min_effect, 2 * error)
+
+    def kind_verdict(self, kind: str) -> str:
+        p = self.passes[kind]
+        threshold = max(self.min_effect, 2 * p["error"])
+        if p["ratio"] < 1 - threshold:
+            return "faster"
+        return "slower" if p["ratio"] > 1 + threshold else "same"
+
+    @property
+    def verdict(self) -> str:
+        """``"faster"`` (the candidate), ``"slower"`` or ``"same"``: a pass kind faster beyond its
+        threshold and none slower beyond its own (a kernel of the training passes alone changes
+        only those); where one kind is faster and another slower, the geometric mean decides."""
+        kinds = {self.kind_verdict(kind) for kind in self.passes}
+        if {"faster", "slower"} <= kinds:
+            if self.ratio < 1 - self.threshold:
+                return "faster"
+            return "slower" if self.ratio > 1 + self.threshold else "same"
+        return "faster" if "faster" in kinds else "slower" if "slower" in kinds else "same"
+
+    def summary(self) -> dict:
+        return {"ratio": round(self.ratio, 4), "threshold": round(self.threshold, 4), "pairs": self.pairs,
+                **{kind: {k: round(v, 4) for k, v in p.items()} for kind, p in self.passes.items()}}
+
+    def line(self) -> str:
+        parts = [f"{kind} {p['incumbent_ms']:.3f} -> {p['candidate_ms']:.3f} ms" for kind, p in self.passes.items()]
+        return f"{'; '.join(parts)}; ratio {self.ratio:.3f} (+-{self.threshold:.3f}): {self.verdict}"
+
+
+class PassTimer:
+    """``timer(rnn, kind) -> seconds`` of one pass of a built RNN: ``"inference"`` (the forward) or
+    ``"training"`` (forward_train then backward), at sequence length ``T``, on random inputs made
+    once per RNN (the passes' compiled functions called directly, as :mod:`.profile` does)."""
+
+    def __init__(self, T: int = 100):
+        self.T = T
+        self._runs: dict = {}
+
+    def __call__(self, rnn, kind: str) -> float:
+        run = self._runs.get(id(rnn))
+        if run is None or run[0] is not rnn:
+            run = self._runs[id(rnn)] = (rnn, self._prepare(rnn))
+        fns, sync = run[1][kind], run[1]["sync"]
+        t0 = time.perf_counter()
+        for fn, args in fns:
+            fn(*args)
+        sync()
+        return time.perf_counter() - t0
+
+    def _prepare(self, rnn) -> dict:
+        dev = tvm.cuda(rnn.device_index) if is_gpu(rnn.target) else tvm.cpu(0)
+        prepared = {"sync": dev.sync}
+        for kind, names in PASS_KINDS.items():
+            prepared[kind] = [(rnn.module[name], random_tensors(rnn.shapes(name, self.T).values(), dev))
+                              for name in names]
+        return prepared
+
+    def forget(self, rnn) -> None:
+        """Drop an RNN's inputs (GPU memory) once it is no longer compared."""
+        self._runs.pop(id(rnn), None)
+
+
+def compare(incumbent, candidate, timer, pairs: int = 15, lead_in: int = 1,
+            min_effect: float = RECORD_EFFECT) -> Comparison:
+    """Both builds' passes timed in turn (incumbent, candidate, incumbent, ...), each pass kind after
+    a warm-up of each; ``lead_in`` untimed calls of the same build before each timed one, so each
+    timed call follows its own kind (tvmrnn.cli.bench.interleaved says why)."""
+    passes = {}
+    for kind in PASS_KINDS:
+        timer(incumbent, kind)
+        timer(candidate, kind)
+        times = ([], [])
+        for _ in range(pairs):
+            for rnn, out in zip((incumbent, candidate), times):
+                for _ in range(lead_in):
+                    timer(rnn, kind)
+                out.append(timer(rnn, kind))
+        ratios = [b / a for a, b in zip(*times)]
+        q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+        # the median's standard error from the interquartile range (1.349 sigma for a normal spread)
+        error = 1.2533 * (q3 - q1) / 1.349 / math.sqrt(len(ratios))
+        passes[kind] = {"incumbent_ms": 1e3 * statistics.median(times[0]),
+                        "candidate_ms": 1e3 * statistics.median(times[1]),
+                        "ratio": statistics.median(ratios), "error": error}
+    return Comparison(passes, pairs, min_effect)
+
+
+# ---- the builds compared ----------------------------------------------------------------------
+def log_folder(tuning_logs, target) -> str:
+    """The log folder whose ``pass_checks.json`` the verdicts go to (created if need be)."""
+    return records.logs_folder(tuning_logs, target) or os.path.join(records.logs_root(tuning_logs),
+                                                                    records.target_key(target))
+
+
+@contextlib.contextmanager
+def _mirror(folder: str, vetoes=(), options: bool = False):
+    """A temporary logs root whose target folder shows ``folder``'s logs (links) and its record
+    verdicts plus ``vetoes`` (``(workload key, record JSON or None for all its records)``), and its
+    option verdicts only with ``options``: the builds this module compares, the real verdicts untouched."""
+    root = tempfile.mkdtemp(prefix="tvmrnn-pass-")
+    try:
+        mirror = os.path.join(root, os.path.basename(os.path.normpath(folder)))
+        os.makedirs(mirror)
+        if os.path.isdir(folder):
+            for name in os.listdir(folder):
+                if not name.startswith(FILE_NAME):
+                    os.symlink(os.path.abspath(os.path.join(folder, name)), os.path.join(mirror, name))
+        checks, copy = PassChecks(folder), PassChecks(mirror)
+        copy.write_all(checks.records, checks.options if options else [])
+        for key, record_json in vetoes:
+            copy.add_record(key, record_json, "vetoed", transient=True)
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _mirrored_build(config, target, folder, vetoes=()):
+    """``config`` built as ``build`` would from ``folder`` (its verdicts too), plus ``vetoes``."""
+    with _mirror(folder, vetoes, options=True) as root:
+        return _build(config, target, root)
+
+
+def _build(config, target, tuning_logs, options=None):
+    with warnings.catch_warnings():  # untuned kernels: tuning said so already
+        warnings.simplefilter("ignore", records.UntunedWarning)
+        return build(config.cell, config.input_size, config.hidden_size, config.num_layers, config.bidirectional,
+                     config.batch_size, target=target, tuning_logs=tuning_logs,
+                     options=config.options if options is None else options, cache=False)
+
+
+def option_candidates(config, target) -> list[tuple[str, object]]:
+    """The pass-level changes :func:`tune_options` tries, one at a time, from the target's defaults."""
+    gpu = is_gpu(target)
+    found = [("persistent", "off"), ("persistent", "forward")] if gpu else []
+    if config.bidirectional:
+        found.append(("stack_directions", not stack_directions(target, config.options)))
+    if not gpu:
+        found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False)]
+    found += [("chunk_steps", steps) for steps in (((64, 8, 1),) if gpu else ((32, 8, 1), (8, 1)))]
+    return found
+
+
+def tune_options(config, target, tuning_logs=None, timer=None, pairs: int = 15, candidates=None,
+                 out=print) -> dict | None:
+    """Measure the pass-level options of ``config`` (:func:`option_candidates`, or ``candidates``)
+    as whole passes, keep each change that makes the passes faster, and write the verdict to the log
+    folder's ``pass_checks.json`` (``build`` applies it). A configuration whose options set any of
+    them is left as it is (None). Returns the verdict written."""
+    if not left_to_target(config.options):
+        out(f"{describe(config)}: its options set pass-level choices; not tuned")
+        return None
+    timer = timer or PassTimer()
+    folder = log_folder(tuning_logs, target)
+    tried, chosen, gain = [], {}, 1.0
+    with _mirror(folder) as root:
+        incumbent = _build(config, target, root)
+        for name, value in (option_candidates(config, target) if candidates is None else candidates):
+            options = dataclasses.replace(config.options, **{**chosen, name: value})
+            try:
+                candidate = _build(config, target, root, options)
+            except Exception as err:  # noqa: BLE001 - a choice this configuration cannot build is not a winner
+                out(f"  {name}={value!r}: does not build ({type(err).__name__}: {str(err)[:120]})")
+                tried.append({"option": name, "value": _plain(value), "verdict": "does not build"})
+                continue
+            result = compare(incumbent, candidate, timer, pairs, min_effect=OPTION_EFFECT)
+            out(f"  {name}={value!r}: {result.line()}")
+            tried.append({"option": name, "value": _plain(value), **result.summary(), "verdict": result.verdict})
+            if result.verdict == "faster":
+                chosen[name], gain = value, gain * result.ratio
+                _forget(timer, incumbent)
+                incumbent = candidate
+            else:
+                _forget(timer, candidate)
+        _forget(timer, incumbent)
+    verdict = PassChecks(folder).add_options(config_key(config), {k: _plain(v) for k, v in chosen.items()},
+                                             describe=describe(config), ratio=round(gain, 4), tried=tried,
+                                             length=getattr(timer, "T", None))
+    out(f"{describe(config)}: {'defaults kept' if not chosen else chosen} "
+        f"({'the passes took ' + format(gain, '.3f') + 'x the defaults time' if chosen else 'nothing faster'})")
+    return verdict
+
+
+def check_records(config, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None,
+                  out=print, max_per_kernel: int = 3) -> list[dict]:
+    """Time each record that a build of ``config`` takes, other than a kernel's default schedule, in
+    the whole passes against the kernel's default; veto it where the passes are slower with it
+    (the kernel's next record is then checked, up to ``max_per_kernel``). Records with a verdict
+    already are not measured again. ``kernels``: only kernels whose name contains one of these.
+    Returns the verdicts written."""
+    timer = timer or PassTimer()
+    folder = log_folder(tuning_logs, target)
+    known = {t.kernel.name: t.kernel for t in extract_tasks([config], target=target)}
+    written = []
+    base = _mirrored_build(config, target, folder)
+    for name in sorted(base.records):
+        if kernels and not any(k in name for k in kernels):
+            continue
+        for _ in range(max_per_kernel):
+            taken = base.records.get(name)
+            if taken is None:
+                break
+            key, record_json = taken["workload"], taken["record"]
+            where = re.sub(r"^.*?/tvmrnn-pass-[^/]+/[^/]+", lambda _: folder, taken["where"])  # the real file
+            kernel = known.get(name)
+            origin = records.record_origin(record_json, records.seeded_traces(kernel, target) if kernel else None)
+            checks = PassChecks(folder)
+            if origin == "default" or checks.verdict(key, record_json) is not None:
+                break
+            without = _mirrored_build(config, target, folder, vetoes=[(key, None)])  # the kernel on its default
+            result = compare(base, without, timer, pairs)
+            _forget(timer, without)
+            vetoed = result.verdict == "faster"
+            out(f"  {name} ({origin} record, {where}): with it -> on its default: {result.line()}"
+                f"{' -> vetoed' if vetoed else ''}")
+            written.append(checks.add_record(key, record_json, "vetoed" if vetoed else "kept", kernel=name,
+                                             origin=origin, where=where, config=describe(config),
+                                             **result.summary(), length=getattr(timer, "T", None)))
+            if not vetoed:
+                break
+            _forget(timer, base)
+            base = _mirrored_build(config, target, folder)  # with the veto: the kernel's next record
+    _forget(timer, base)
+    return written
+
+
+def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None, out=print) -> None:
+    """:func:`tune_options` then :func:`check_records` for each configuration (records are checked
+    in the options the configuration will build with)."""
+    for config in configs:
+        out(f"whole passes of {describe(config)} on {records.target_key(target)}:")
+        tune_options(config, target, tuning_logs, timer, pairs, out=out)
+        check_records(config, target, tuning_logs, timer, pairs, kernels=kernels, out=out)
+
+
+def _forget(timer, rnn) -> None:
+    if hasattr(timer, "forget"):
+        timer.forget(rnn)
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
