@@ -240,7 +240,7 @@ def _wait_for(what, process, ready, timeout=60.0):
     raise TimeoutError(f"{what} did not come up in {timeout:.0f} s")
 
 
-def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
+def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path, monkeypatch):
     """TVM's stock tracker with two of tvmrnn's servers on loopback (as a 2-GPU machine runs one a
     GPU; each serves its sessions in its own process): one task's candidates are measured on both
     at once; two tasks are seeded and searched by two processes at once, one a server; every
@@ -282,6 +282,8 @@ def test_tunes_through_the_rpc_tracker_on_two_servers(tmp_path):
         folder = os.path.join(tmp_path / "logs", records.target_key(tvmrnn.device.host_target()))
         assert len(records.load_records(folder).get_all_tuning_records()) >= 4
         # two tasks: a search (a process) each, on a server each, their records in the same folder
+        # (the split's threshold lowered from 2 tasks a server: a 4-task run here would take minutes)
+        monkeypatch.setattr(tuner, "SPLIT_TASKS_PER_DEVICE", 1)
         other = "backward_step_rnn_tanh_n2_h8"  # (the train step's workload is the inference step's here)
         results, lines = _tune(tmp_path / "logs", trials=8, kernels=(STEP, other),
                                rpc_tracker=f"127.0.0.1:{port}", rpc_key="tvmrnn-test")

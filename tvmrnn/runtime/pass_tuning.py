@@ -204,7 +204,7 @@ def _build(config, target, tuning_logs, options=None):
 def option_candidates(config, target) -> list[tuple[str, object]]:
     """The pass-level changes :func:`tune_options` tries, one at a time, from the target's defaults."""
     gpu = is_gpu(target)
-    found = [("persistent", "off"), ("persistent", "forward")] if gpu else []
+    found = [("persistent", value) for value in ("off", "forward", "all")] if gpu else []
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:

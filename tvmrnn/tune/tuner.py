@@ -481,8 +481,9 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     (:mod:`.spaces`), ``"generic"`` MetaSchedule's own rules. ``population``: the evolutionary
     search's population (a template space has hundreds to thousands of points, and making a
     candidate runs the template in Python, ~5-50 ms). With an RPC tracker that has several free
-    servers under the key and several tasks with work left, the tasks are split over one search
-    process a server (:func:`_per_device`); one task is measured on all the servers at once. Returns
+    servers under the key and at least :data:`SPLIT_TASKS_PER_DEVICE` tasks with work left a server,
+    the tasks are split over one search process a server (:func:`_per_device`); fewer are searched
+    in one process, measured on all the servers at once. Returns
     ``[(task, best latency in us or None, trials)]``.
     """
     if space not in spaces.SPACES:
@@ -502,7 +503,10 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     devices, rpc = getattr(runner.inner, "devices", 1), getattr(runner.inner, "rpc", None)
     pending = [(s, t, max(1, trials_per_task - len(records_of(db.memory, t.kernel)))) for s, t in seeded
                if _has_work(t, db.memory, trials_per_task, seed_default, reseed_defaults)]
-    if devices > 1 and rpc is not None and own_builder and len(pending) > 1:
+    # one search process a device where each gets 2+ tasks: on two H100s, 6 tasks took 131 s split
+    # against 161 s in one search, 2 tasks 120 s split against 103 s (each process's start, and the
+    # builder's workers divided between processes, cost more than the host work they overlap; v38)
+    if devices > 1 and rpc is not None and own_builder and len(pending) >= SPLIT_TASKS_PER_DEVICE * devices:
         for _, t in seeded:
             if all(t is not u for _, u, _ in pending):
                 out(f"task {t.kernel.name}: {len(records_of(db.memory, t.kernel))} trials logged already, skipped")
@@ -574,6 +578,9 @@ def _search(todo, target, db, builder, runner, out, space, population, num_trial
                       measure_callbacks=ms.measure_callback.MeasureCallback.create("default") + [progress])
     if progress.bar is not None:
         progress.bar.close()
+
+
+SPLIT_TASKS_PER_DEVICE = 2  # tasks with work left per device before tune splits them over processes
 
 
 def _split(todo, parts: int) -> list[list]:
