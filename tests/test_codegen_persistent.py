@@ -165,6 +165,27 @@ def test_cuda_persistent_step_reads_hidden_state_without_bank_conflicts(cell):
     assert re.search(r"buf_dyn_shmem_ptr\)\[[^;]*\] = gx_ptr\[", loop), "the input projection is not staged"
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_persistent_loops_take_at_most_the_blocks_asked_for():
+    """``persistent_blocks`` caps a persistent kernel's grid (each block then owns more columns):
+    at batch 1, H = 96, the forward step's grid barrier spans 8 blocks instead of one per column
+    group; a build says so in ``rnn.persistent_blocks`` and its package metadata."""
+    def grids(rnn):
+        source = rnn.executable.mod.imports[0].inspect_source()
+        return [int(re.search(r"\(step \* (\d+)\) \+ \1", k).group(1))
+                for k in source.split("extern \"C\" __global__")[1:] if "for (int step = 0; step < " in k]
+
+    sizes = dict(input_size=96, hidden_size=96, batch_size=1, target=H100, tuning_logs=False)
+    capped = tvmrnn.build("lstm", options=BuildOptions(persistent_blocks=8, **STEPS), **sizes)
+    assert capped.persistent_blocks == 8 and grids(capped) and all(b <= 8 for b in grids(capped))
+    plain = tvmrnn.build("lstm", options=BuildOptions(**STEPS), **sizes)
+    assert plain.persistent_blocks == _sms() and max(grids(plain)) > 8
+    from tvmrnn.runtime.package import metadata
+    assert metadata(capped)["options"]["persistent_blocks"] == 8
+    with pytest.raises(ValueError, match="options.persistent_blocks: expected None or a positive int, got 0"):
+        BuildOptions(persistent_blocks=0)
+
+
 def test_persistent_options(monkeypatch):
     """A GPU target whose SM count is known gets one block per SM for its persistent loops; none
     with ``persistent="off"``, on CPUs, or where the SMs are unknown. ``TVMRNN_PERSISTENT`` (its

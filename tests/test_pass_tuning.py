@@ -158,6 +158,33 @@ def test_options_measured_faster_are_recorded_and_build_applies_them(tmp_path, m
     verdict = pass_tuning.tune_options(CONFIG, TARGET, str(tmp_path / "l2"), FakeTimer(), pairs=3,
                                        out=lambda line: None, candidates=[("chunk_steps", (8, 1))])
     assert verdict["options"] == {} and verdict["tried"][0]["verdict"] == "same"
+    # distilled, the verdict travels in the shipped records file's header: a build with no log
+    # folder (a wheel's) applies it
+    shipped = tmp_path / "shipped.jsonl"
+    records.distill(os.path.join(root, records.target_key(TARGET)), TARGET, str(shipped))
+    assert records.RecordDatabase(str(shipped)).header["pass_options"]
+    monkeypatch.setattr(records, "records_file", lambda target, records_dir=None: str(shipped))
+    assert _build(str(tmp_path / "no_logs")).config.options.chunk_steps == (8, 1)
+    # tuning again measures from the target's defaults, not from the shipped options
+    seen = []
+    timer = FakeTimer(slow=lambda rnn: seen.append(rnn.config.options.chunk_steps) or False)
+    verdict = pass_tuning.tune_options(CONFIG, TARGET, str(tmp_path / "l3"), timer, pairs=3,
+                                       out=lambda line: None, candidates=[("chunk_steps", (32, 1))])
+    assert seen[0] is None and (32, 1) in seen and (8, 1) not in seen
+
+
+def test_options_that_do_not_hold_against_the_defaults_are_not_kept(tmp_path):
+    """The changes kept one by one are compared together against the defaults once more: a
+    change that looked faster once (here: the defaults slow only during the first comparison,
+    28 timer calls at 3 pairs) is not written as the configuration's options."""
+    timer = FakeTimer()
+    timer.slow = lambda rnn: timer.calls <= 28 and rnn.config.options.chunk_steps != (8, 1)
+    lines = []
+    verdict = pass_tuning.tune_options(CONFIG, TARGET, str(tmp_path), timer, pairs=3, out=lines.append,
+                                       candidates=[("chunk_steps", (8, 1))])
+    assert verdict["tried"][0]["verdict"] == "faster" and verdict["confirmed"]["verdict"] == "same"
+    assert verdict["options"] == {} and "not confirmed" in lines[-1]
+    assert _build(str(tmp_path)).config.options.chunk_steps is None
 
 
 def test_the_real_pass_timer_compares_two_builds():
@@ -167,7 +194,41 @@ def test_the_real_pass_timer_compares_two_builds():
     result = pass_tuning.compare(a, b, pass_tuning.PassTimer(T=20), pairs=3)
     assert set(result.passes) == {"inference", "training"}
     assert all(p["incumbent_ms"] > 0 and p["candidate_ms"] > 0 for p in result.passes.values())
-    assert result.verdict in ("faster", "slower", "same") and result.ratio > 0
+    assert result.pairs == 3 and 0.2 < result.ratio < 5
+
+
+def _comparison(inference, training, min_effect=pass_tuning.RECORD_EFFECT):
+    """A comparison from (median ratio, standard error) per pass kind."""
+    passes = {kind: {"incumbent_ms": 1.0, "candidate_ms": ratio, "ratio": ratio, "error": error}
+              for kind, (ratio, error) in (("inference", inference), ("training", training))}
+    return pass_tuning.Comparison(passes, pairs=15, min_effect=min_effect)
+
+
+def test_verdicts_weigh_each_pass_kind_against_its_noise():
+    # a kind counts past 1% (min_effect) and twice its standard error
+    assert _comparison((0.97, 0.005), (1.0, 0.005)).verdict == "faster"  # training unchanged
+    assert _comparison((0.97, 0.02), (1.0, 0.005)).verdict == "same"  # 3% but within 2 x 2% noise
+    assert _comparison((1.0, 0.0), (1.005, 0.0)).verdict == "same"  # under 1%
+    assert _comparison((1.0, 0.0), (1.005, 0.0), min_effect=0.002).verdict == "slower"
+    assert _comparison((1.0, 0.0), (1.015, 0.0), min_effect=pass_tuning.OPTION_EFFECT).verdict == "same"
+    # one kind faster, the other slower: the geometric mean decides, against the pooled noise
+    assert _comparison((0.90, 0.0), (1.05, 0.0)).verdict == "faster"  # sqrt(0.945) = 0.972
+    assert _comparison((0.95, 0.0), (1.08, 0.0)).verdict == "slower"  # 1.013
+    assert _comparison((0.95, 0.01), (1.06, 0.01)).verdict == "same"  # 1.0036, threshold 0.014
+    assert abs(_comparison((0.81, 0.0), (1.0, 0.0)).ratio - 0.9) < 1e-12
+
+
+def test_compress_keeps_the_verdicts_readable(logs, tmp_path):
+    """``tvmrnn-tune --compress`` compresses the runs' files, never ``pass_checks.json``."""
+    from tvmrnn.cli.tune import compress
+    root, folder = _copy(logs, tmp_path)
+    key = records.workload_key(_kernel())
+    first = records.LogIndex(folder).fastest(key)[0][1]
+    PassChecks(folder).add_record(key, first, "vetoed")
+    compress(folder)
+    assert os.path.exists(os.path.join(folder, "pass_checks.json"))
+    assert not [n for n in os.listdir(folder) if n.endswith("_tuning_record.json")]
+    assert records.LogIndex(folder).fastest(key)[0][1] != first  # the veto still holds
 
 
 def test_a_damaged_verdicts_file_names_itself(tmp_path):

@@ -106,10 +106,13 @@ def persistent_blocks(target: tvm.target.Target, options: BuildOptions) -> int |
     the grid barrier needs every block resident; the kernel is launched cooperatively, so the
     GPU guarantees that or refuses the launch).
 
+    ``options.persistent_blocks`` caps it lower.
+
     None: persistence off (``options.persistent == "off"``), a CPU, or the GPU's SM count unknown."""
     if not options.persistent_passes:
         return None
-    return multiprocessors(target)
+    sms = multiprocessors(target)
+    return min(sms, options.persistent_blocks) if sms and options.persistent_blocks else sms
 
 
 def dependent_launch(target, options: BuildOptions) -> bool | str:

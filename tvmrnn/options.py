@@ -53,6 +53,11 @@ class BuildOptions:
         forward, whether or not they fit; ``all``: every pass's (the backward's split-K steps
         too: slower at Deep Speech 2 sizes; for studies);
         ``off``: one launch per step. Default: ``TVMRNN_PERSISTENT``, else ``auto``.
+    persistent_blocks : int or None
+        At most this many thread blocks per persistent kernel (each then owns more of the step's
+        columns and their weights). None: one per SM. Fewer blocks make each step's grid barrier
+        cheaper where a step has little work (batch 1, small hidden sizes); ``tvmrnn-tune``'s
+        whole-pass stage tries it.
     persist_stacked : bool
         Whether a time loop running both directions of a layer in one launch may be persistent too
         (on since v21: 5-layer LSTM training 1.46x -> 1.62x cuDNN on the H100).
@@ -91,6 +96,7 @@ class BuildOptions:
     """
 
     persistent: str = field(default_factory=_persistent_default)
+    persistent_blocks: int | None = None
     persist_stacked: bool = True
     dependent_launch: str = "wait"
     shared_kernels: bool = True
@@ -124,9 +130,10 @@ class BuildOptions:
                 raise ValueError(f"options.chunk_steps: expected distinct positive ints, largest first, ending in 1; "
                                  f"got {self.chunk_steps!r}")
             object.__setattr__(self, "chunk_steps", steps)
-        if self.threads is not None and (not isinstance(self.threads, int) or isinstance(self.threads, bool)
-                                         or self.threads < 1):
-            raise ValueError(f"options.threads: expected None or a positive int, got {self.threads!r}")
+        for name in ("persistent_blocks", "threads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"options.{name}: expected None or a positive int, got {value!r}")
 
     @property
     def persistent_passes(self) -> tuple[str, ...]:
@@ -155,7 +162,7 @@ class BuildOptions:
 # the pass-level choices that ``tvmrnn-tune`` measures as whole passes (tvmrnn.runtime.pass_tuning)
 # and ``build`` applies from its verdicts where the options leave them to the target: each one's
 # "the target decides" value
-TUNED_FIELDS = {"persistent": "auto", "stack_directions": None, "interleave_projections": None,
+TUNED_FIELDS = {"persistent": "auto", "persistent_blocks": None, "stack_directions": None, "interleave_projections": None,
                 "weight_panels": None, "gradient_panels": None, "chunk_steps": None}
 
 

@@ -21,6 +21,7 @@ histories so), which every reader of the logs reads as they are.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import lzma
@@ -97,6 +98,12 @@ def _printer():
     return lambda line: print(line, flush=True)
 
 
+def as_built(configs, target, log_dir) -> list[Config]:
+    """The configurations with the pass-level options a whole-pass stage chose for them, as
+    ``build`` applies them: the search and --list then see the kernels a build will have."""
+    return [dataclasses.replace(c, options=records.tuned_options(c, target, log_dir, c.options)) for c in configs]
+
+
 def list_tasks(configs, target, a, folder):
     """Each task with its raw-log trials and best time, and the shipped record's time and origin."""
     logs = records.LogIndex(folder) if os.path.isdir(folder) else None
@@ -104,25 +111,39 @@ def list_tasks(configs, target, a, folder):
     shipped = records.RecordDatabase(path) if path else None
     print(f"raw logs: {folder if logs else folder + ' (none)'}; shipped records: {path or '(none for this target)'}")
     print(f"\n{'task':52s} {'runs/step':>9s} {'trials':>6s} {'logs (us)':>10s} {'origin':>8s} "
-          f"{'shipped (us)':>12s} origin")
+          f"{'shipped (us)':>12s} {'origin':>8s} whole pass")
     for t in tasks.select_tasks(configs, target, a.kernels or None, a.max_tasks):
         key = records.workload_key(t.kernel)
         fastest = (logs.fastest(key) or [None])[0] if logs else None
         logged = fastest[0] if fastest else None
         logged_origin = records.record_origin(fastest[1], records.seeded_traces(t.kernel, target)) if fastest else "-"
         entry = shipped.entries.get(key) if shipped else None
-        best = entry["records"][0] if entry else None
+        best = next((r for r in entry["records"] if not (logs and logs.checks.vetoed(key, r["record"]))), None) \
+            if entry else None
         trials = (logs.counts.get(key, 0) if logs else 0) or (entry.get("trials", 0) if entry else 0)
         print(f"{t.kernel.name:52s} {t.calls:9d} {trials:6d} "
               f"{logged * 1e6 if logged else float('nan'):10.1f} {logged_origin:>8s} "
               f"{best['us'] if best else float('nan'):12.1f} "
-              f"{(best.get('origin') or 'unknown') if best else '-'}")
+              f"{(best.get('origin') or 'unknown') if best else '-':>8s} {_pass_verdicts(logs, key, fastest, logged_origin)}")
+
+
+def _pass_verdicts(logs, key, fastest, origin) -> str:
+    """What the whole-pass checks said: the logs' best record kept (or unchecked; a default
+    schedule is what records are checked against), and how many of the workload's were vetoed."""
+    if logs is None:
+        return "-"
+    vetoed = len(logs.fastest(key, vetoed=True)) - len(logs.fastest(key))
+    verdict = logs.checks.verdict(key, fastest[1]) if fastest else None
+    said = verdict["verdict"] if verdict else "-" if not fastest or origin == "default" else "unchecked"
+    return said + (f", {vetoed} vetoed" if vetoed else "")
 
 
 def compress(folder):
     """xz-compress the plain JSON files of finished runs in ``folder`` (a run is finished once no
-    process writes it: give this only folders no tuning run is using)."""
-    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+    process writes it: give this only folders no tuning run is using). The whole-pass verdicts
+    (``pass_checks.json``) stay as they are: they are rewritten, and read only plain."""
+    paths = glob.glob(os.path.join(folder, "*_workload.json")) + glob.glob(os.path.join(folder, "*_tuning_record.json"))
+    for path in sorted(paths):
         with open(path, "rb") as src, lzma.open(path + ".xz.tmp", "wb", preset=9 | lzma.PRESET_EXTREME) as dst:
             shutil.copyfileobj(src, dst)
         os.replace(path + ".xz.tmp", path + ".xz")
@@ -185,6 +206,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     if bool(a.rpc_tracker) != bool(a.rpc_key):
         p.error("--rpc-tracker and --rpc-key go together")
+    if a.pass_pairs < 3 or a.pass_length < 1:
+        p.error("--pass-pairs must be 3 or more, --pass-length 1 or more")
     target = detect_target(a.target)
     log_dir = records.logs_root(a.log_dir)
     folder = os.path.join(log_dir, records.target_key(target))
@@ -201,7 +224,7 @@ def main(argv=None):
         return
     print(f"target {target.export()} -> {folder}")
     if a.list:
-        return list_tasks(configs, target, a, folder)
+        return list_tasks(as_built(configs, target, log_dir), target, a, folder)
     out = _printer()
     if a.passes_only:
         return tune_passes(configs, target, log_dir, a, out)
@@ -216,7 +239,7 @@ def main(argv=None):
         use_cpu_threads(BuildOptions())  # measure with the threads a build will run with
     start = time.time()
     try:
-        results = tuner.tune(configs, target, log_dir=log_dir, trials_per_task=a.trials, kernels=a.kernels,
+        results = tuner.tune(as_built(configs, target, log_dir), target, log_dir=log_dir, trials_per_task=a.trials, kernels=a.kernels,
                              max_tasks=a.max_tasks, runner=runner,
                              num_trials_per_iter=a.trials_per_iter, warm_start_from=a.warm_start_from, seed=a.seed,
                              seed_default=not a.no_default_seed, reseed_defaults=a.reseed_defaults,
@@ -240,13 +263,12 @@ def tune_passes(configs, target, log_dir, a, out):
     """The whole-pass stage (:mod:`tvmrnn.runtime.pass_tuning`) on this machine's device."""
     from tvmrnn.runtime import cache, pass_tuning
     here = cache.runnable_here(target)
-    if here and target.kind.name == "llvm":  # another CPU's code may not run on this one
-        here = str(target.attrs.get("mcpu", "")) == str(targets.host_target().attrs.get("mcpu", ""))
+    if here:  # another CPU's code may not run on this one; another GPU's timings are not its own
+        local = targets.host_target() if target.kind.name == "llvm" else targets.cuda_target()
+        here = records.target_key(target) == records.target_key(local)
     if not here:
         raise SystemExit(f"whole passes for {records.target_key(target)} must run on that device; run "
                          f"tvmrnn-tune --passes-only there")
-    if a.pass_pairs < 3 or a.pass_length < 1:
-        raise SystemExit("--pass-pairs must be 3 or more, --pass-length 1 or more")
     print(f"\nwhole passes (T={a.pass_length}, {a.pass_pairs} interleaved pairs a comparison):")
     pass_tuning.tune_passes(configs, target, log_dir, pass_tuning.PassTimer(a.pass_length), a.pass_pairs,
                             kernels=a.kernels, out=out)

@@ -16,7 +16,11 @@ a search (:mod:`tvmrnn.runtime.pass_tuning`) and writes two kinds of verdict her
   configuration; ``build`` applies them where its options leave those choices to the target.
 
 A record is named by its workload key and a digest of its trace (:func:`record_digest`), so a
-verdict holds for the same record in the raw logs and in the shipped records file. The file is
+verdict holds for the same record in the raw logs and in the shipped records file, and for every
+configuration whose build has that workload (a workload fixes the kernel's shapes; the passes
+around it may differ, e.g. more layers: delete a verdict to check a record again). An option
+verdict is keyed by the cell, sizes, batch and the options tuning does not choose
+(:func:`config_key`): a verdict made before a new ``BuildOptions`` field existed no longer matches. The file is
 rewritten whole, atomically, under a lock (two tuning processes may finish at once).
 """
 from __future__ import annotations

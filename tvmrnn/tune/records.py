@@ -344,21 +344,35 @@ def records_file(target, records_dir: str = RECORDS_DIR) -> str | None:
 
 def tuned_options(config, target, tuning_logs, options):
     """``options`` with the pass-level choices that a whole-pass tuning measured best for
-    ``config`` on ``target`` (its log folder's :class:`~tvmrnn.tune.pass_checks.PassChecks`), where
-    ``options`` leave all of them to the target (:func:`tvmrnn.options.left_to_target`); else
-    ``options`` as they are."""
-    if not left_to_target(options):
+    ``config`` on ``target``, where ``options`` leave all of them to the target
+    (:func:`tvmrnn.options.left_to_target`); else ``options`` as they are. The verdict comes from
+    the log folder's :class:`~tvmrnn.tune.pass_checks.PassChecks`, else from the shipped records
+    file's header (``pass_options``, written by :func:`distill`)."""
+    if not left_to_target(options) or records_off(tuning_logs):
         return options
+    key = config_key(config)
     folder = logs_folder(tuning_logs, target)
-    verdict = PassChecks(folder).options_for(config_key(config)) if folder else None
+    verdict = PassChecks(folder).options_for(key) if folder else None
+    where = os.path.join(folder, "pass_checks.json") if verdict is not None else None
+    if verdict is None:
+        path = records_file(target)
+        verdict = _records_header(path).get("pass_options", {}).get(key) if path else None
+        where = path
     if not verdict or not verdict.get("options"):
         return options
+    fields = {k: v for k, v in verdict["options"].items() if k in TUNED_FIELDS}
     try:
-        chosen = BuildOptions.from_dict({k: v for k, v in verdict["options"].items() if k in TUNED_FIELDS})
+        chosen = BuildOptions.from_dict(fields)
     except (TypeError, ValueError) as err:
-        raise TuningLogError(f"{os.path.join(folder, 'pass_checks.json')}: options of {verdict.get('describe')}: "
-                             f"{err}") from None
-    return dataclasses.replace(options, **{k: getattr(chosen, k) for k in verdict["options"] if k in TUNED_FIELDS})
+        raise TuningLogError(f"{where}: options of {verdict.get('describe')}: {err}") from None
+    return dataclasses.replace(options, **{k: getattr(chosen, k) for k in fields})
+
+
+def _records_header(path: str) -> dict:
+    """A shipped records file's first line (:class:`RecordDatabase` reads the whole file)."""
+    for number, obj in _read_lines(path):
+        return obj if isinstance(obj, dict) else {}
+    return {}
 
 
 def workload_key(kernel: Kernel) -> str:
@@ -437,7 +451,9 @@ def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_
     ``keep`` fastest records that the sequence driver can embed (:func:`embeddable`; every CPU
     record is), with the trial count, and the kernel name for workloads of ``kernels`` (the
     kernels whose workloads the logs may hold: names make ``tvmrnn-tune --list`` readable).
-    Workloads whose records all fail are left out. The file is rewritten whole, atomically.
+    Workloads whose records all fail are left out, and so are records a whole-pass check vetoed;
+    the header carries the folder's pass-level option verdicts (``pass_options``, by
+    configuration). The file is rewritten whole, atomically.
 
     Returns ``{"workloads": n, "records": n, "trials": n}``."""
     logs = LogIndex(folder)
@@ -465,6 +481,11 @@ def distill(folder: str, target, out_path: str, kernels=(), keep: int = 1, made_
               "made": time.strftime("%Y-%m-%d"), "made_by": made_by or "tvmrnn-tune --distill",
               "from": os.path.basename(os.path.normpath(folder)), "runs": len(list(_log_runs(folder))),
               "workloads": len(lines), "records": kept}
+    chosen = {}  # each configuration's latest option verdict (tvmrnn.runtime.pass_tuning), for tuned_options
+    for verdict in logs.checks.options:
+        chosen[verdict["config"]] = {"options": verdict.get("options", {}), "describe": verdict.get("describe")}
+    if chosen:
+        header["pass_options"] = chosen
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     tmp = out_path + f".tmp{os.getpid()}"
     with open(tmp, "w") as f:
