@@ -48,6 +48,7 @@ from ..tune.tasks import extract_tasks
 from .build import build
 from .profile import random_tensors
 
+SMALL_BATCH = 8  # batches up to this try fewer persistent blocks (option_candidates)
 PASS_KINDS = {"inference": ("forward",), "training": ("forward_train", "backward")}
 # a difference smaller than this share of a pass is not acted on, however steady: 1% for a record
 # (vetoed where the pass is 1% slower with it), 2% for an option (the defaults were measured on
@@ -212,7 +213,9 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     gpu = is_gpu(target)
     found = [("persistent", value) for value in ("off", "forward", "all")] if gpu else []
     # fewer blocks than SMs for the persistent loops: a cheaper grid barrier where a step is small
-    found += [("persistent_blocks", blocks) for blocks in (8, 32)] if gpu else []
+    # (batch 1, H = 96-256 on the H100: inference 12-22% faster with 8-32 blocks, notes v38); a
+    # step of many rows has the work for every SM
+    found += [("persistent_blocks", blocks) for blocks in (8, 32)] if gpu and config.batch_size <= SMALL_BATCH else []
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:
