@@ -1,0 +1,69 @@
+"""The AVX512-BF16 dot-product intrinsic (tvmrnn.schedules.bf16), a building block of half
+precision on CPUs: a GEMM tensorized with it against NumPy in float64, on this CPU where it has the
+instruction; a target without it refused by name."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from tvmrnn.schedules import bf16
+
+
+def _cpu_has_avx512_bf16() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return "avx512_bf16" in f.read()
+    except OSError:
+        return False
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits, rounded to nearest even."""
+    u = a.astype(np.float32).view(np.uint32)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _gemm(M, N, K, target):
+    """C (M, N) fp32 = A (M, K) . B, A's bf16 bits row-major, B's packed (K/2, N, 2)."""
+    import tvm.s_tir as s_tir
+    A = te.placeholder((M, K), "uint16", name="A")
+    B = te.placeholder((K // 2, N, 2), "uint16", name="B")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(bf16.widen(A[i, k]) * bf16.widen(B[k // 2, j, k % 2]), axis=k), name="C")
+    sch = s_tir.Schedule(te.create_prim_func([A, B, C]))
+    block = sch.get_sblock("C")
+    i, j, kk = sch.get_loops(block)
+    jo, ji = sch.split(j, [None, 16])
+    ko, ki = sch.split(kk, [None, 2])
+    sch.reorder(i, jo, ko, ji, ki)
+    init = sch.decompose_reduction(block, ko)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.tensorize(ji, bf16.register())
+    return tvm.compile(sch.mod, target=target)
+
+
+@pytest.mark.skipif(not _cpu_has_avx512_bf16(), reason="this CPU has no AVX512-BF16 (avx512_bf16)")
+@pytest.mark.parametrize("M,N,K", [(7, 32, 38), (1, 16, 2), (13, 48, 130)])
+def test_bf16_dot_products_match_float64(M, N, K, rng):
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})  # a CPU LLVM knows to have the instruction
+    lib = _gemm(M, N, K, target).jit()
+    assert "vdpbf16ps" in lib.inspect_source("asm")
+    a, b = _bits(rng.standard_normal((M, K))), _bits(rng.standard_normal((K, N)))
+    packed = np.ascontiguousarray(b.reshape(K // 2, 2, N).transpose(0, 2, 1))
+    dev = tvm.cpu(0)
+    out = tvm.runtime.tensor(np.full((M, N), np.nan, np.float32), dev)
+    lib["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(packed, dev), out)
+    widen = lambda x: (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # noqa: E731
+    expected = widen(a) @ widen(b)
+    # each product is exact in fp32; the sums are fp32's, in another order than float64's
+    assert np.abs(out.numpy() - expected).max() <= 1e-6 * K * np.abs(expected).max()
+
+
+def test_bf16_needs_the_instruction():
+    assert bf16.supports(tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}))
+    assert not bf16.supports(tvm.target.Target({"kind": "llvm", "mcpu": "znver3"}))
+    assert not bf16.supports(tvm.target.Target("nvidia/nvidia-h100"))
+    with pytest.raises(ValueError, match="AVX512-BF16 .avx512bf16.; 'znver3' has none"):
+        bf16.check_target(tvm.target.Target({"kind": "llvm", "mcpu": "znver3"}))
