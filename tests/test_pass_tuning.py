@@ -19,6 +19,7 @@ from conftest import rel_error, torch_module
 
 CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
 STEP = "recurrent_step_rnn_tanh_infer_n2_h8"
+BACK = "backward_step_rnn_tanh_n2_h8"
 TARGET = tvmrnn.device.host_target()
 
 
@@ -27,25 +28,24 @@ def logs(tmp_path_factory):
     """A tiny run's logs (MetaSchedule's own space: the step's records are the seeded default and
     searched ones), with the default's time made the slowest: the build takes a searched record."""
     root = tmp_path_factory.mktemp("pass_logs")
-    tuner.tune([CONFIG], TARGET, log_dir=str(root), trials_per_task=6, kernels=[STEP], num_trials_per_iter=3,
+    tuner.tune([CONFIG], TARGET, log_dir=str(root), trials_per_task=6, kernels=[STEP, BACK], num_trials_per_iter=3,
                space="generic", out=lambda line: None)
     folder = os.path.join(root, records.target_key(TARGET))
-    kernel = _kernel()
-    seeded = records.seeded_traces(kernel, TARGET)
+    seeded = [records.seeded_traces(_kernel(name), TARGET) for name in (STEP, BACK)]
     for path in os.listdir(folder):
         if path.endswith("_tuning_record.json"):
             lines = [json.loads(line) for line in open(os.path.join(folder, path)) if line.strip()]
             for _, record in lines:
-                if records.record_origin(record, seeded) == "default":
+                if any(records.record_origin(record, traces) == "default" for traces in seeded):
                     record[1] = [1.0]
             with open(os.path.join(folder, path), "w") as f:
                 f.writelines(json.dumps(line) + "\n" for line in lines)
     return str(root), folder
 
 
-def _kernel():
+def _kernel(name=STEP):
     from tvmrnn.tune.tasks import extract_tasks
-    return next(t.kernel for t in extract_tasks([CONFIG], target=TARGET) if t.kernel.name == STEP)
+    return next(t.kernel for t in extract_tasks([CONFIG], target=TARGET) if t.kernel.name == name)
 
 
 def _copy(logs, tmp_path):
@@ -116,25 +116,31 @@ def test_records_that_slow_the_pass_are_vetoed_one_after_another(logs, tmp_path)
     root, folder = _copy(logs, tmp_path)
     timer = FakeTimer(slow=lambda rnn: _origin(rnn) != "default")  # every searched record slows the pass
     lines = []
-    written = pass_tuning.check_records(CONFIG, TARGET, root, timer, pairs=3, max_per_kernel=20, out=lines.append)
+    written = pass_tuning.check_records(CONFIG, TARGET, root, timer, pairs=3, max_per_kernel=20, out=lines.append,
+                                        kernels=[STEP])
     assert written and all(v["verdict"] == "vetoed" and v["kernel"] == STEP for v in written)
     assert all(v["where"].startswith(folder) for v in written)  # the real log file, not the mirror
     assert _origin(_build(root)) == "default"  # every searched record vetoed: the default is taken
     # a rerun measures nothing again
     again = FakeTimer()
-    assert pass_tuning.check_records(CONFIG, TARGET, root, again, pairs=3) == [] and again.calls == 0
+    assert pass_tuning.check_records(CONFIG, TARGET, root, again, pairs=3, kernels=[STEP]) == [] and again.calls == 0
 
 
 def test_records_that_do_not_slow_the_pass_are_kept(logs, tmp_path):
     root, folder = _copy(logs, tmp_path)
     before = _build(root).records[STEP]["record"]
-    written = pass_tuning.check_records(CONFIG, TARGET, root, FakeTimer(), pairs=3, out=lambda line: None)
-    assert [v["verdict"] for v in written] == ["kept"]
+    # two kernels to check: their builds on their defaults made at once first, then loaded
+    loaded, lines = set(), []
+    timer = FakeTimer(slow=lambda rnn: rnn.from_cache and loaded.add(id(rnn)) and False)
+    written = pass_tuning.check_records(CONFIG, TARGET, root, timer, pairs=3, out=lines.append, processes=2)
+    assert sorted((v["kernel"], v["verdict"]) for v in written) == [(BACK, "kept"), (STEP, "kept")]
+    assert any("2 builds, 2 at once" in line for line in lines), lines  # the train step shares STEP's workload
+    assert len(loaded) == 2
     assert _build(root).records[STEP]["record"] == before
     # within the threshold (1%) a record stays: it was faster alone
     root2, _ = _copy(logs, tmp_path / "b")
     timer = FakeTimer(slow=lambda rnn: _origin(rnn) != "default", factor=1.005)
-    assert [v["verdict"] for v in pass_tuning.check_records(CONFIG, TARGET, root2, timer, pairs=3,
+    assert [v["verdict"] for v in pass_tuning.check_records(CONFIG, TARGET, root2, timer, pairs=3, kernels=[STEP],
                                                             out=lambda line: None)] == ["kept"]
 
 
@@ -171,6 +177,22 @@ def test_options_measured_faster_are_recorded_and_build_applies_them(tmp_path, m
     verdict = pass_tuning.tune_options(CONFIG, TARGET, str(tmp_path / "l3"), timer, pairs=3,
                                        out=lambda line: None, candidates=[("chunk_steps", (32, 1))])
     assert seen[0] is None and (32, 1) in seen and (8, 1) not in seen
+
+
+def test_option_candidates_are_built_at_once_before_they_are_timed(tmp_path, monkeypatch):
+    """With build processes, the defaults and every candidate are built first, in parallel, into
+    a cache of the stage's own: the builds timed are loaded from it, the user's cache untouched."""
+    monkeypatch.setenv("TVMRNN_CACHE_DIR", str(tmp_path / "user_cache"))
+    seen = []
+    timer = FakeTimer(slow=lambda rnn: seen.append((rnn.from_cache, rnn.config.options.chunk_steps)) or
+                      rnn.config.options.chunk_steps != (8, 1))
+    lines = []
+    verdict = pass_tuning.tune_options(CONFIG, TARGET, str(tmp_path / "logs"), timer, pairs=3, out=lines.append,
+                                       candidates=[("weight_panels", False), ("chunk_steps", (8, 1))], processes=2)
+    assert any("3 builds, 2 at once" in line for line in lines), lines
+    assert {steps for _, steps in seen} == {None, (8, 1)} and all(hit for hit, _ in seen)
+    assert verdict["options"] == {"chunk_steps": [8, 1]}
+    assert not (tmp_path / "user_cache").exists() and os.environ["TVMRNN_CACHE_DIR"] == str(tmp_path / "user_cache")
 
 
 def test_options_that_do_not_hold_against_the_defaults_are_not_kept(tmp_path):

@@ -45,7 +45,9 @@ from ..schedules.common import is_gpu
 from ..tune import records
 from ..tune.pass_checks import ALL_RECORDS, FILE_NAME, PassChecks, config_key, describe
 from ..tune.tasks import extract_tasks
+from ..cells.definition import CELLS
 from .build import build
+from .cache import runnable_here
 from .profile import random_tensors
 
 SMALL_BATCH = 8  # batches up to this try fewer persistent blocks (option_candidates)
@@ -200,12 +202,54 @@ def _mirrored_build(config, target, folder, vetoes=()):
         return _build(config, target, root)
 
 
-def _build(config, target, tuning_logs, options=None):
+def _build(config, target, tuning_logs, options=None, cache: bool = False):
     with warnings.catch_warnings():  # untuned kernels: tuning said so already
         warnings.simplefilter("ignore", records.UntunedWarning)
         return build(config.cell, config.input_size, config.hidden_size, config.num_layers, config.bidirectional,
                      config.batch_size, target=target, tuning_logs=tuning_logs,
-                     options=config.options if options is None else options, cache=False)
+                     options=config.options if options is None else options, cache=cache)
+
+
+@contextlib.contextmanager
+def _own_build_cache():
+    """A build cache of the stage's own (``TVMRNN_CACHE_DIR``) while it lasts: its builds neither
+    read nor fill the user's."""
+    path, before = tempfile.mkdtemp(prefix="tvmrnn-pass-cache-"), os.environ.get("TVMRNN_CACHE_DIR")
+    os.environ["TVMRNN_CACHE_DIR"] = path
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop("TVMRNN_CACHE_DIR", None)
+        else:
+            os.environ["TVMRNN_CACHE_DIR"] = before
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _prebuild(config, target, builds, processes, cache, out) -> None:
+    """Build ``config`` for each ``(tuning logs, options)`` of ``builds`` in ``processes`` spawned
+    processes at once, into the build cache ``cache``. A build that fails here fails again when
+    timed, and is said there."""
+    import multiprocessing
+    jobs = [(config.cell.name, config.input_size, config.hidden_size, config.num_layers, config.bidirectional,
+             config.batch_size, target.export(), logs, options.to_dict(), cache) for logs, options in builds]
+    started = time.perf_counter()
+    with multiprocessing.get_context("spawn").Pool(min(processes, len(jobs))) as pool:
+        pool.starmap(_build_into_cache, jobs)
+    out(f"  {len(jobs)} builds, {min(processes, len(jobs))} at once: {time.perf_counter() - started:.0f} s")
+
+
+def _build_into_cache(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, target, tuning_logs,
+                      options, cache) -> None:
+    """One job of :func:`_prebuild` (in a process of its own)."""
+    os.environ["TVMRNN_CACHE_DIR"] = cache
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, target=tvm.target.Target(target),
+                  tuning_logs=tuning_logs, options=options, cache=True)
+    except Exception:  # noqa: BLE001 - the timed build will fail the same way, and say so
+        pass
 
 
 def option_candidates(config, target) -> list[tuple[str, object]]:
@@ -224,24 +268,39 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     return found
 
 
+def build_processes() -> int:
+    """Processes that build a configuration's option candidates at once before they are timed:
+    half this machine's cores (a 5-layer GPU build takes a minute or more, mostly one core's
+    work), none on 3 or fewer."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores // 2 if cores > 3 else 0
+
+
 def tune_options(config, target, tuning_logs=None, timer=None, pairs: int = 15, candidates=None,
-                 out=print) -> dict | None:
+                 out=print, processes: int | None = None) -> dict | None:
     """Measure the pass-level options of ``config`` (:func:`option_candidates`, or ``candidates``)
     as whole passes, keep each change that makes the passes faster, and write the verdict to the log
     folder's ``pass_checks.json`` (``build`` applies it). A configuration whose options set any of
-    them is left as it is (None). Returns the verdict written."""
+    them is left as it is (None). With ``processes`` (default :func:`build_processes`) above 1, the
+    defaults and each candidate are first built that many at once, into a build cache of the
+    stage's own, which the timed builds then load. Returns the verdict written."""
     if not left_to_target(config.options):
         out(f"{describe(config)}: its options set pass-level choices; not tuned")
         return None
     timer = timer or PassTimer()
     folder = log_folder(tuning_logs, target)
+    candidates = option_candidates(config, target) if candidates is None else list(candidates)
     tried, chosen, confirmed = [], {}, None
-    with _mirror(folder, defaults_for=config) as root:
-        defaults = incumbent = _build(config, target, root)
-        for name, value in (option_candidates(config, target) if candidates is None else candidates):
+    with _mirror(folder, defaults_for=config) as root, _own_build_cache() as cache:
+        processes = build_processes() if processes is None else processes
+        if processes > 1 and CELLS.get(config.cell.name) is config.cell and runnable_here(target):
+            sets = [config.options] + [dataclasses.replace(config.options, **{n: v}) for n, v in candidates]
+            _prebuild(config, target, [(root, options) for options in sets], processes, cache, out)
+        defaults = incumbent = _build(config, target, root, cache=True)
+        for name, value in candidates:
             options = dataclasses.replace(config.options, **{**chosen, name: value})
             try:
-                candidate = _build(config, target, root, options)
+                candidate = _build(config, target, root, options, cache=True)
             except Exception as err:  # noqa: BLE001 - a choice this configuration cannot build is not a winner
                 out(f"  {name}={value!r}: does not build ({type(err).__name__}: {str(err)[:120]})")
                 tried.append({"option": name, "value": _plain(value), "verdict": "does not build"})
@@ -276,50 +335,71 @@ def tune_options(config, target, tuning_logs=None, timer=None, pairs: int = 15, 
 
 
 def check_records(config, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None,
-                  out=print, max_per_kernel: int = 3) -> list[dict]:
+                  out=print, max_per_kernel: int = 3, processes: int | None = None) -> list[dict]:
     """Time each record that a build of ``config`` takes, other than a kernel's default schedule, in
     the whole passes against the kernel's default; veto it where the passes are slower with it
     (the kernel's next record is then checked, up to ``max_per_kernel``). Records with a verdict
     already are not measured again. ``kernels``: only kernels whose name contains one of these.
-    Returns the verdicts written."""
+    With ``processes`` (default :func:`build_processes`) above 1, the builds with each kernel on
+    its default are made that many at once first. Returns the verdicts written."""
     timer = timer or PassTimer()
     folder = log_folder(tuning_logs, target)
     written = []
     base = _mirrored_build(config, target, folder)
     # the kernels of the options the build took (a tuned chunk size names other GEMMs)
     known = {t.kernel.name: t.kernel for t in extract_tasks([base.config], target=target)}
-    for name in sorted(base.records):
-        if kernels and not any(k in name for k in kernels):
-            continue
-        for _ in range(max_per_kernel):
-            taken = base.records.get(name)
-            if taken is None:
-                break
-            key, record_json = taken["workload"], taken["record"]
-            where = re.sub(r"^.*?/tvmrnn-pass-[^/]+/[^/]+", lambda _: folder, taken["where"])  # the real file
-            kernel = known.get(name)
-            origin = records.record_origin(record_json, records.seeded_traces(kernel, target) if kernel else None)
-            checks = PassChecks(folder)
-            if origin == "default" or checks.verdict(key, record_json) is not None:
-                break
-            try:
-                without = _mirrored_build(config, target, folder, vetoes=[(key, None)])  # the kernel on its default
-            except Exception as err:  # noqa: BLE001 - said, and the next kernel checked
-                out(f"  {name}: the build with it on its default failed ({type(err).__name__}: {str(err)[:120]}); "
-                    f"not checked")
-                break
-            result = compare(base, without, timer, pairs)
-            _forget(timer, without)
-            vetoed = result.verdict == "faster"
-            out(f"  {name} ({origin} record, {where}): with it -> on its default: {result.line()}"
-                f"{' -> vetoed' if vetoed else ''}")
-            written.append(checks.add_record(key, record_json, "vetoed" if vetoed else "kept", kernel=name,
-                                             origin=origin, where=where, config=describe(config),
-                                             **result.summary(), length=getattr(timer, "T", None)))
-            if not vetoed:
-                break
-            _forget(timer, base)
-            base = _mirrored_build(config, target, folder)  # with the veto: the kernel's next record
+
+    def unchecked(name):  # the record the kernel takes, where it is to be checked: (key, JSON, origin)
+        taken = base.records.get(name)
+        if taken is None or (kernels and not any(k in name for k in kernels)):
+            return None
+        kernel = known.get(name)
+        origin = records.record_origin(taken["record"], records.seeded_traces(kernel, target) if kernel else None)
+        if origin == "default" or PassChecks(folder).verdict(taken["workload"], taken["record"]) is not None:
+            return None
+        return taken["workload"], taken["record"], origin
+
+    with contextlib.ExitStack() as stack:
+        cache = stack.enter_context(_own_build_cache())
+        first = {}  # kernel -> its record to check; kernels sharing a workload (and record) checked once
+        for name in sorted(base.records):
+            found = unchecked(name)
+            if found and all(found[0] != key for key, _, _ in first.values()):
+                first[name] = found
+        # each kernel's build on its default, over a mirror that lives through the checks
+        roots = {name: stack.enter_context(_mirror(folder, vetoes=[(key, None)], options=True))
+                 for name, (key, _, _) in first.items()}
+        processes = build_processes() if processes is None else processes
+        if processes > 1 and len(roots) > 1 and CELLS.get(config.cell.name) is config.cell and runnable_here(target):
+            _prebuild(config, target, [(root, config.options) for root in roots.values()], processes, cache, out)
+        for name in first:
+            for attempt in range(max_per_kernel):
+                found = unchecked(name)
+                if found is None:
+                    break
+                key, record_json, origin = found
+                where = re.sub(r"^.*?/tvmrnn-pass-[^/]+/[^/]+", lambda _: folder, base.records[name]["where"])
+                try:
+                    if attempt == 0:
+                        without = _build(config, target, roots[name], cache=True)  # the kernel on its default
+                    else:
+                        without = _mirrored_build(config, target, folder, vetoes=[(key, None)])
+                except Exception as err:  # noqa: BLE001 - said, and the next kernel checked
+                    out(f"  {name}: the build with it on its default failed ({type(err).__name__}: "
+                        f"{str(err)[:120]}); not checked")
+                    break
+                result = compare(base, without, timer, pairs)
+                _forget(timer, without)
+                vetoed = result.verdict == "faster"
+                out(f"  {name} ({origin} record, {where}): with it -> on its default: {result.line()}"
+                    f"{' -> vetoed' if vetoed else ''}")
+                written.append(PassChecks(folder).add_record(
+                    key, record_json, "vetoed" if vetoed else "kept", kernel=name, origin=origin, where=where,
+                    config=describe(config), **result.summary(), length=getattr(timer, "T", None)))
+                if not vetoed:
+                    break
+                _forget(timer, base)
+                base = _mirrored_build(config, target, folder)  # with the veto: the kernel's next record
     _forget(timer, base)
     return written
 
