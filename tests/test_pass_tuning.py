@@ -238,6 +238,9 @@ def test_verdicts_weigh_each_pass_kind_against_its_noise():
     assert _comparison((0.95, 0.0), (1.08, 0.0)).verdict == "slower"  # 1.013
     assert _comparison((0.95, 0.01), (1.06, 0.01)).verdict == "same"  # 1.0036, threshold 0.014
     assert abs(_comparison((0.81, 0.0), (1.0, 0.0)).ratio - 0.9) < 1e-12
+    # a kind worse than 1% but within its noise is no free pass for the other: the mean decides
+    assert _comparison((0.90, 0.0), (1.23, 0.17)).verdict == "same"  # mean 1.052, threshold 0.17: not faster
+    assert _comparison((0.90, 0.0), (1.005, 0.17)).verdict == "faster"  # within 1%: the same
 
 
 def test_compress_keeps_the_verdicts_readable(logs, tmp_path):
