@@ -1,5 +1,6 @@
-"""bf16 dot products on x86 CPUs with AVX512-BF16 (``vdpbf16ps``): a building block of the half-
-precision issue (not yet used by ``build``: no kernel takes bf16 operands so far).
+"""bf16 dot products on x86 CPUs, with AVX512-BF16 (``vdpbf16ps``) and AMX (``tdpbf16ps``):
+building blocks of the half-precision issue (not yet used by ``build``: no kernel takes bf16
+operands so far).
 
 ``vdpbf16ps`` multiplies pairs of bf16 values and adds both products to an fp32 accumulator, 16
 lanes at a time: ``c[i] += a[2i] b[2i] + a[2i+1] b[2i+1]``, twice the multiply-adds of an fp32 FMA
@@ -19,6 +20,12 @@ B's 16 columns each a k-pair (the operand packed ``(K/2, N, 2)``, as VNNI's int8
 On a 2-core AMD EPYC (Zen 4), a 120 x 512 x 512 GEMM tensorized with it, naively scheduled,
 ran at 162 GFLOP/s against 110 for the same schedule in fp32 and 97 for bf16 widened to fp32
 FMAs (notes/performance.md v38); the products are exact in fp32 and summed in fp32.
+
+:data:`AMX_TILE_IR` is the same route to AMX: an LLVM IR function ``tvmrnn_amx_bf16_16x16(c, ldc, a,
+lda, b, ldb, chunks)`` (strides in bytes) that adds ``A[16, 32 chunks] . B`` to a 16 x 16 fp32 tile
+of C, B packed as above, with LLVM's tile intrinsics (their tile operands are immediates, so no
+typed vectors cross TVM's legalization). Linux lets a process use AMX's tile data only after it
+asks (:func:`request_amx`). Compiled here for the Xeon's target; run only on a CPU with AMX.
 """
 from __future__ import annotations
 
@@ -40,6 +47,75 @@ define linkonce_odr <16 x float> @tvmrnn_dpbf16(<16 x float> %c, <32 x i16> %a, 
 declare <16 x float> @llvm.x86.avx512bf16.dpbf16ps.512(<16 x float>, <32 x bfloat>, <32 x bfloat>)
 attributes #0 = { alwaysinline "target-features"="+avx512f,+avx512bw,+avx512vl,+avx512bf16" }
 """
+
+
+AMX_FEATURE = "amx-bf16"
+
+AMX_TILE_IR = r"""
+define linkonce_odr void @tvmrnn_amx_bf16_16x16(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb, i64 %chunks) #0 {
+entry:
+  %cfg = alloca [64 x i8], align 64
+  call void @llvm.memset.p0.i64(ptr align 64 %cfg, i8 0, i64 64, i1 false)
+  store i8 1, ptr %cfg
+  %cols0 = getelementptr inbounds i8, ptr %cfg, i64 16
+  store i16 64, ptr %cols0
+  %cols1 = getelementptr inbounds i8, ptr %cfg, i64 18
+  store i16 64, ptr %cols1
+  %cols2 = getelementptr inbounds i8, ptr %cfg, i64 20
+  store i16 64, ptr %cols2
+  %rows0 = getelementptr inbounds i8, ptr %cfg, i64 48
+  store i8 16, ptr %rows0
+  %rows1 = getelementptr inbounds i8, ptr %cfg, i64 49
+  store i8 16, ptr %rows1
+  %rows2 = getelementptr inbounds i8, ptr %cfg, i64 50
+  store i8 16, ptr %rows2
+  call void @llvm.x86.ldtilecfg(ptr %cfg)
+  call void @llvm.x86.tileloadd64(i8 0, ptr %c, i64 %ldc)
+  %none = icmp sle i64 %chunks, 0
+  br i1 %none, label %done, label %loop
+loop:
+  %k = phi i64 [ 0, %entry ], [ %k1, %loop ]
+  %aoff = mul i64 %k, 64
+  %ap = getelementptr inbounds i8, ptr %a, i64 %aoff
+  %brows = mul i64 %k, 16
+  %boff = mul i64 %brows, %ldb
+  %bp = getelementptr inbounds i8, ptr %b, i64 %boff
+  call void @llvm.x86.tileloadd64(i8 1, ptr %ap, i64 %lda)
+  call void @llvm.x86.tileloadd64(i8 2, ptr %bp, i64 %ldb)
+  call void @llvm.x86.tdpbf16ps(i8 0, i8 1, i8 2)
+  %k1 = add i64 %k, 1
+  %more = icmp slt i64 %k1, %chunks
+  br i1 %more, label %loop, label %done
+done:
+  call void @llvm.x86.tilestored64(i8 0, ptr %c, i64 %ldc)
+  call void @llvm.x86.tilerelease()
+  ret void
+}
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare void @llvm.x86.ldtilecfg(ptr)
+declare void @llvm.x86.tileloadd64(i8, ptr, i64)
+declare void @llvm.x86.tdpbf16ps(i8, i8, i8)
+declare void @llvm.x86.tilestored64(i8, ptr, i64)
+declare void @llvm.x86.tilerelease()
+attributes #0 = { "target-features"="+amx-tile,+amx-bf16" }
+"""
+
+
+def supports_amx(target) -> bool:
+    """Whether an LLVM CPU target has AMX with bf16."""
+    return target.kind.name == "llvm" and bool(tvm.target.codegen.target_has_features(AMX_FEATURE, target))
+
+
+def request_amx() -> bool:
+    """Ask Linux for this process's use of AMX tile data (``arch_prctl(ARCH_REQ_XCOMP_PERM,
+    XFEATURE_XTILEDATA)``; without it the first tile instruction kills the process). True if granted."""
+    import ctypes
+    import platform
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
+    return libc.syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0
 
 
 def widen(bits):
