@@ -55,6 +55,31 @@ def test_whole_passes_run_only_on_the_device_measured(tmp_path):
         assert run.returncode == 1 and "must run on that device" in run.stderr and "--passes-only there" in run.stderr
 
 
+def test_passes_only_writes_verdicts_that_list_and_build_read(tmp_path):
+    """``tvmrnn-tune --passes-only`` on this CPU: the options of each configuration measured and
+    written to the log folder's pass_checks.json (no search, no records to check); ``--list``
+    reads the folder; a configuration whose options set a pass-level choice is said not tuned."""
+    import json
+    config = tmp_path / "configs.json"
+    config.write_text(json.dumps([{"cell": "gru", "input_size": 3, "hidden_size": 5, "batch_size": 2},
+                                  {"cell": "rnn_relu", "input_size": 3, "hidden_size": 5, "batch_size": 2,
+                                   "options": {"chunk_steps": [4, 1]}}]))
+    run = subprocess.run([*cli("tvmrnn-tune"), "--config", str(config), "--target", "cpu", "--passes-only",
+                          "--log-dir", str(tmp_path / "logs"), "--pass-pairs", "3", "--pass-length", "8"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "whole passes of gru I=3 H=5 L=1 N=2" in run.stdout and "interleave_projections=False" in run.stdout
+    assert "rnn_relu I=3 H=5 L=1 N=2: its options set pass-level choices; not tuned" in run.stdout
+    verdicts = list((tmp_path / "logs").glob("*/pass_checks.json"))
+    assert len(verdicts) == 1 and json.loads(verdicts[0].read_text())["options"][0]["describe"] == "gru I=3 H=5 L=1 N=2"
+    listed = subprocess.run([*cli("tvmrnn-tune"), "--config", str(config), "--target", "cpu", "--list",
+                             "--log-dir", str(tmp_path / "logs")], capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "whole pass" in listed.stdout
+    bad = subprocess.run([*cli("tvmrnn-tune"), "--config", str(config), "--passes-only", "--pass-pairs", "2"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--pass-pairs must be 3 or more" in bad.stderr
+
+
 def test_bench_sweeps_shapes_into_one_table(tmp_path):
     """--sweep measures each shape of a config in a process of its own and prints one table of
     ratios with their geometric means; a shape that fails is a row with its error, not a crash."""
