@@ -70,6 +70,7 @@ def test_passes_only_writes_verdicts_that_list_and_build_read(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "whole passes of gru I=3 H=5 L=1 N=2" in run.stdout and "interleave_projections=False" in run.stdout
     assert "rnn_relu I=3 H=5 L=1 N=2: its options set pass-level choices; not tuned" in run.stdout
+    assert run.stdout.count("no records and default options -> as built now: inference") == 2
     verdicts = list((tmp_path / "logs").glob("*/pass_checks.json"))
     assert len(verdicts) == 1 and json.loads(verdicts[0].read_text())["options"][0]["describe"] == "gru I=3 H=5 L=1 N=2"
     listed = subprocess.run([*cli("tvmrnn-tune"), "--config", str(config), "--target", "cpu", "--list",

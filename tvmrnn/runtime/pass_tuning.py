@@ -423,13 +423,35 @@ def check_records(config, target, tuning_logs=None, timer=None, pairs: int = 15,
     return written
 
 
-def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None, out=print) -> None:
+def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None,
+                out=print) -> list[Comparison]:
     """:func:`tune_options` then :func:`check_records` for each configuration (records are checked
-    in the options the configuration will build with)."""
+    in the options the configuration will build with), then what it all comes to: the build
+    ``build`` now makes against one with no record and the target's defaults (:func:`tuned_gain`).
+    Returns those comparisons."""
+    timer = timer or PassTimer()
+    gains = []
     for config in configs:
         out(f"whole passes of {describe(config)} on {records.target_key(target)}:")
         tune_options(config, target, tuning_logs, timer, pairs, out=out)
         check_records(config, target, tuning_logs, timer, pairs, kernels=kernels, out=out)
+        gains.append(tuned_gain(config, target, tuning_logs, timer, pairs))
+        out(f"{describe(config)}, no records and default options -> as built now: {gains[-1].line()}")
+    return gains
+
+
+def tuned_gain(config, target, tuning_logs=None, timer=None, pairs: int = 15) -> Comparison:
+    """``config`` built with no record and the target's default options, against the build that
+    ``build`` makes from ``tuning_logs`` (records, verdicts, tuned options), timed in turn."""
+    timer = timer or PassTimer()
+    folder = log_folder(tuning_logs, target)
+    plain = _build(config, target, False)
+    tuned = _mirrored_build(config, target, folder)
+    try:
+        return compare(plain, tuned, timer, pairs)
+    finally:
+        _forget(timer, plain)
+        _forget(timer, tuned)
 
 
 def _forget(timer, rnn) -> None:
