@@ -295,6 +295,12 @@ def _folder_names(target) -> list[str]:
     return names
 
 
+def same_cores(target) -> list[str]:
+    """The target keys whose records serve ``target`` (:func:`_folder_names`): its own, and those of
+    CPUs with the same cores."""
+    return _folder_names(target)
+
+
 def _warn_borrowed(key: str, name: str, what: str) -> None:
     if name != key and (key, name) not in _reported:
         _reported.add((key, name))
