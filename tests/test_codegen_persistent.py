@@ -182,6 +182,13 @@ def test_cuda_persistent_loops_take_at_most_the_blocks_asked_for():
     assert plain.persistent_blocks == _sms() and max(grids(plain)) > 8
     from tvmrnn.runtime.package import metadata
     assert metadata(capped)["options"]["persistent_blocks"] == 8
+    # one block: the grid barrier is the block's own __syncthreads, no atomics, no polling
+    single = tvmrnn.build("lstm", options=BuildOptions(persistent_blocks=1, **STEPS), **sizes)
+    source = single.executable.mod.imports[0].inspect_source()
+    loops = [k for k in source.split("extern \"C\" __global__")[1:] if "for (int step = 0; step < " in k]
+    assert loops and single.programs["forward"].uses_persistent_loops
+    assert not any("atomic_add" in k or "wait_until" in k or "blockIdx" in k for k in loops)
+    assert all("__syncthreads()" in k.split("for (int step = 0; step < ", 1)[1] for k in loops)
     with pytest.raises(ValueError, match="options.persistent_blocks: expected None or a positive int, got 0"):
         BuildOptions(persistent_blocks=0)
 

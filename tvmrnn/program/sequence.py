@@ -1009,7 +1009,9 @@ class Program:
         reset = self._stack[-1].pop()
         # the counter is an int32 view of the float32 parameter (zero bits are 0 either way)
         counter = tirx.decl_buffer((1,), I32, "grid_barrier_count", elem_offset=0, data_alignment=4)
-        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads)
+        # one block: its threads meeting is the whole barrier (__syncthreads orders the block's
+        # global writes for its own threads), no atomic and no polling of global memory
+        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads, across_blocks=int(grid.extent) > 1)
         outer_decls, step_decls, hoisted, per_step = hoist_invariant_copies(decls, grid.body, var)
         steps = tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
                          tirx.SeqStmt(step_decls + per_step + [sync]))
@@ -1021,7 +1023,8 @@ class Program:
         def swap(loop, mutator):
             return new_grid if loop.same_as(grid) else loop
 
-        return [reset, tvm_ffi.structural_mutate(body, [(tirx.For, swap)])]
+        # (one block has no counter to reset: no launch for it)
+        return [reset] * (int(grid.extent) > 1) + [tvm_ffi.structural_mutate(body, [(tirx.For, swap)])]
 
     def chunked(self, length, sizes: tuple[int, ...], emit: Callable) -> None:
         """Cover ``range(length)`` with chunks: as many of ``sizes[0]`` as fit, then ``sizes[1]``...

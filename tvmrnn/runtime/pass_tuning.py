@@ -278,7 +278,11 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     # fewer blocks than SMs for the persistent loops: a cheaper grid barrier where a step is small
     # (batch 1, H = 96-256 on the H100: inference 12-22% faster with 8-32 blocks, notes v38); a
     # step of many rows has the work for every SM
-    found += [("persistent_blocks", blocks) for blocks in (8, 32)] if gpu and config.batch_size <= SMALL_BATCH else []
+    # (one block: no grid barrier at all, the block's threads meet; fast only where the weights
+    # fit one SM's shared memory, so tried up to H = 128)
+    small = gpu and config.batch_size <= SMALL_BATCH
+    found += [("persistent_blocks", blocks) for blocks in (1, 8, 32)
+              if small and (blocks > 1 or config.hidden_size <= 128)]
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:
