@@ -12,10 +12,10 @@ from tvm import te
 from tvmrnn.schedules import bf16
 
 
-def _cpu_has_avx512_bf16() -> bool:
+def _cpu_has(flag: str) -> bool:
     try:
         with open("/proc/cpuinfo") as f:
-            return "avx512_bf16" in f.read()
+            return flag in f.read().split()
     except OSError:
         return False
 
@@ -24,6 +24,20 @@ def _bits(a: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bits, rounded to nearest even."""
     u = a.astype(np.float32).view(np.uint32)
     return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _check_against_float64(lib, M, N, K, rng):
+    """``lib``'s C (M, N) = A (M, K) . B, on random bf16 inputs (B packed (K/2, N, 2)), against the
+    same bf16 values multiplied in float64."""
+    a, b = _bits(rng.standard_normal((M, K))), _bits(rng.standard_normal((K, N)))
+    packed = np.ascontiguousarray(b.reshape(K // 2, 2, N).transpose(0, 2, 1))
+    dev = tvm.cpu(0)
+    out = tvm.runtime.tensor(np.full((M, N), np.nan, np.float32), dev)
+    lib["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(packed, dev), out)
+    widen = lambda x: (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # noqa: E731
+    expected = widen(a) @ widen(b)
+    # each product is exact in fp32; the sums are fp32's, in another order than float64's
+    assert np.abs(out.numpy() - expected).max() <= 1e-6 * K * np.abs(expected).max()
 
 
 def _gemm(M, N, K, target):
@@ -45,21 +59,13 @@ def _gemm(M, N, K, target):
     return tvm.compile(sch.mod, target=target)
 
 
-@pytest.mark.skipif(not _cpu_has_avx512_bf16(), reason="this CPU has no AVX512-BF16 (avx512_bf16)")
+@pytest.mark.skipif(not _cpu_has("avx512_bf16"), reason="this CPU has no AVX512-BF16 (avx512_bf16)")
 @pytest.mark.parametrize("M,N,K", [(7, 32, 38), (1, 16, 2), (13, 48, 130)])
 def test_bf16_dot_products_match_float64(M, N, K, rng):
     target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})  # a CPU LLVM knows to have the instruction
     lib = _gemm(M, N, K, target).jit()
     assert "vdpbf16ps" in lib.inspect_source("asm")
-    a, b = _bits(rng.standard_normal((M, K))), _bits(rng.standard_normal((K, N)))
-    packed = np.ascontiguousarray(b.reshape(K // 2, 2, N).transpose(0, 2, 1))
-    dev = tvm.cpu(0)
-    out = tvm.runtime.tensor(np.full((M, N), np.nan, np.float32), dev)
-    lib["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(packed, dev), out)
-    widen = lambda x: (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # noqa: E731
-    expected = widen(a) @ widen(b)
-    # each product is exact in fp32; the sums are fp32's, in another order than float64's
-    assert np.abs(out.numpy() - expected).max() <= 1e-6 * K * np.abs(expected).max()
+    _check_against_float64(lib, M, N, K, rng)
 
 
 def test_bf16_needs_the_instruction():
@@ -90,14 +96,6 @@ def _amx_gemm(M, N, K):
     return tvm.compile(tvm.IRModule({"main": gemm}), target=tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}))
 
 
-def _cpu_has(flag: str) -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return flag in f.read().split()
-    except OSError:
-        return False
-
-
 def test_amx_tiles_compile_for_the_xeon_and_match_float64_where_it_runs(rng):
     """The AMX microkernel compiles to tile instructions for Sapphire Rapids anywhere; on a CPU with
     AMX-BF16 (the GPU machine's Xeon) it runs and matches float64."""
@@ -109,11 +107,4 @@ def test_amx_tiles_compile_for_the_xeon_and_match_float64_where_it_runs(rng):
     assert not bf16.supports_amx(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}))
     if not (_cpu_has("amx_bf16") and bf16.request_amx()):
         pytest.skip("this CPU (or OS) offers no AMX-BF16: compiled only")
-    a, b = _bits(rng.standard_normal((M, K))), _bits(rng.standard_normal((K, N)))
-    packed = np.ascontiguousarray(b.reshape(K // 2, 2, N).transpose(0, 2, 1))
-    dev = tvm.cpu(0)
-    out = tvm.runtime.tensor(np.full((M, N), np.nan, np.float32), dev)
-    lib["main"](tvm.runtime.tensor(a, dev), tvm.runtime.tensor(packed, dev), out)
-    widen = lambda x: (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)  # noqa: E731
-    expected = widen(a) @ widen(b)
-    assert np.abs(out.numpy() - expected).max() <= 1e-6 * K * np.abs(expected).max()
+    _check_against_float64(lib, M, N, K, rng)

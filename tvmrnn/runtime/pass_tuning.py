@@ -365,6 +365,11 @@ def check_records(config, target, tuning_logs=None, timer=None, pairs: int = 15,
     already are not measured again. ``kernels``: only kernels whose name contains one of these.
     With ``processes`` (default :func:`build_processes`) above 1, the builds with each kernel on
     its default are made that many at once first. Returns the verdicts written."""
+    return _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_per_kernel, processes)[0]
+
+
+def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_per_kernel=3, processes=None):
+    """:func:`check_records`, returning also the last build: the one ``build`` now makes."""
     timer = timer or PassTimer()
     folder = log_folder(tuning_logs, target)
     written = []
@@ -424,7 +429,7 @@ def check_records(config, target, tuning_logs=None, timer=None, pairs: int = 15,
                 _forget(timer, base)
                 base = _mirrored_build(config, target, folder)  # with the veto: the kernel's next record
     _forget(timer, base)
-    return written
+    return written, base
 
 
 def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None,
@@ -438,19 +443,19 @@ def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, 
     for config in configs:
         out(f"whole passes of {describe(config)} on {records.target_key(target)}:")
         tune_options(config, target, tuning_logs, timer, pairs, out=out)
-        check_records(config, target, tuning_logs, timer, pairs, kernels=kernels, out=out)
-        gains.append(tuned_gain(config, target, tuning_logs, timer, pairs))
+        _, built = _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
+        gains.append(tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built))
         out(f"{describe(config)}, no records and default options -> as built now: {gains[-1].line()}")
     return gains
 
 
-def tuned_gain(config, target, tuning_logs=None, timer=None, pairs: int = 15) -> Comparison:
+def tuned_gain(config, target, tuning_logs=None, timer=None, pairs: int = 15, tuned=None) -> Comparison:
     """``config`` built with no record and the target's default options, against the build that
-    ``build`` makes from ``tuning_logs`` (records, verdicts, tuned options), timed in turn."""
+    ``build`` makes from ``tuning_logs`` (records, verdicts, tuned options; ``tuned``, where the
+    caller has it already), timed in turn."""
     timer = timer or PassTimer()
-    folder = log_folder(tuning_logs, target)
     plain = _build(config, target, False)
-    tuned = _mirrored_build(config, target, folder)
+    tuned = tuned or _mirrored_build(config, target, log_folder(tuning_logs, target))
     try:
         return compare(plain, tuned, timer, pairs)
     finally:

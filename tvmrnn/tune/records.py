@@ -239,13 +239,13 @@ class LogIndex:
         """``(mean seconds, where, parse, record JSON)`` of the ``top_k`` fastest measured records of
         the workload ``mod`` (whose key is ``key``); ``parse()`` replays one (~20 ms), so only what
         is taken is."""
-        if not self.fastest(key):
+        fastest = self.fastest(key)[:top_k]
+        if not fastest:
             return []
         logged = self.logged_workload(key)
         if not tvm_ffi.structural_equal(logged.mod, mod):  # the same hash, another module
             return []
-        return [(secs, where, lambda r=record, w=where: _parse(r, logged, w), record)
-                for secs, record, where in self.fastest(key)[:top_k]]
+        return [(secs, where, lambda r=record, w=where: _parse(r, logged, w), record) for secs, record, where in fastest]
 
     def best(self, kernel: Kernel, top_k: int):
         """The kernel's ``top_k`` fastest measured records, parsed one by one as they are taken."""
