@@ -589,8 +589,16 @@ def test_cuda_shared_kernels(tmp_path):
                        options=BuildOptions(persistent="auto", shared_kernels=True))
     definitions = _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
-    assert len([d for d in definitions if "wait_until" in d]) == 4
-    assert _launch_flags(rnn, tmp_path)[0] == 4
+    # 4 rows, H = 40: one block a loop (device.small_step_blocks), whose threads meet at
+    # __syncthreads: no grid barrier
+    persistent = [d for d in definitions if "for (int step = 0; step < " in d]
+    # (and no cooperative launch: there is no grid to keep resident)
+    assert len(persistent) == 4 and rnn.persistent_blocks == 1 and not any("wait_until" in d for d in persistent)
+    assert _launch_flags(rnn, tmp_path)[0] == 0
+    # with a grid barrier (8 blocks asked for), the 4 persistent kernels are launched cooperatively
+    rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False,
+                       options=BuildOptions(persistent="auto", shared_kernels=True, persistent_blocks=8))
+    assert rnn.persistent_blocks == 8 and _launch_flags(rnn, tmp_path)[0] == 4
 
 
 def test_cuda_tf32_build_puts_the_all_steps_gemms_on_tensor_cores():

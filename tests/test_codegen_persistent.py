@@ -178,8 +178,11 @@ def test_cuda_persistent_loops_take_at_most_the_blocks_asked_for():
     sizes = dict(input_size=96, hidden_size=96, batch_size=1, target=H100, tuning_logs=False)
     capped = tvmrnn.build("lstm", options=BuildOptions(persistent_blocks=8, **STEPS), **sizes)
     assert capped.persistent_blocks == 8 and grids(capped) and all(b <= 8 for b in grids(capped))
-    plain = tvmrnn.build("lstm", options=BuildOptions(**STEPS), **sizes)
-    assert plain.persistent_blocks == _sms() and max(grids(plain)) > 8
+    wide = tvmrnn.build("lstm", options=BuildOptions(persistent_blocks=_sms(), **STEPS), **sizes)
+    assert wide.persistent_blocks == _sms() and max(grids(wide)) > 8
+    # left to the target, a step of one row whose weights fit a block takes one block
+    # (device.small_step_blocks)
+    assert tvmrnn.build("lstm", options=BuildOptions(**STEPS), **sizes).persistent_blocks == 1
     from tvmrnn.runtime.package import metadata
     assert metadata(capped)["options"]["persistent_blocks"] == 8
     # one block: the grid barrier is the block's own __syncthreads, no atomics, no polling
@@ -189,6 +192,11 @@ def test_cuda_persistent_loops_take_at_most_the_blocks_asked_for():
     assert loops and single.programs["forward"].uses_persistent_loops
     assert not any("atomic_add" in k or "wait_until" in k or "blockIdx" in k for k in loops)
     assert all("__syncthreads()" in k.split("for (int step = 0; step < ", 1)[1] for k in loops)
+    # one block whose shared memory cannot hold the weights (H = 256: 1 MB), which it reads from
+    # global memory at every step: still one launch a loop (nothing hoisted before it)
+    off_chip = tvmrnn.build("lstm", options=BuildOptions(persistent="all", persistent_blocks=1, **STEPS),
+                            **dict(sizes, input_size=256, hidden_size=256))
+    assert off_chip.persistent_blocks == 1 and off_chip.programs["forward"].uses_persistent_loops
     with pytest.raises(ValueError, match="options.persistent_blocks: expected None or a positive int, got 0"):
         BuildOptions(persistent_blocks=0)
 
@@ -218,6 +226,34 @@ def test_persistent_options(monkeypatch):
     with pytest.raises(TypeError, match="options.persist_stacked"):  # a dict of options, checked by build
         tvmrnn.build("gru", 4, 4, target=H100, tuning_logs=False,
                      options={"persistent": "off", "persist_stacked": "yes"})
+
+
+def test_small_steps_take_fewer_persistent_blocks_from_the_device_model():
+    """At batch 8 or less the persistent loops take about three times the fewest blocks whose
+    shared memory holds a direction's recurrent weights (one where one block does), from the
+    device model's shared memory per block; more rows, or that many blocks reaching the SM count,
+    one per SM; ``options.persistent_blocks`` overrides it."""
+    from tvmrnn import device
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.program.passes import Config
+
+    def blocks(target, cell, hidden, batch, bidirectional=False, **options):
+        config = Config(CELLS[cell], hidden, hidden, 1, bidirectional, batch, False)
+        return device.persistent_blocks(device.resolve(target), BuildOptions(**options), config)
+
+    assert blocks(H100, "lstm", 96, 1) == 1 and blocks(H100, "gru", 96, 8) == 1  # 147 and 111 KB: one block
+    assert blocks(H100, "lstm", 96, 1, bidirectional=True) == 2  # a block a direction
+    assert blocks(H100, "lstm", 128, 2) == 8  # 256 KB: 2 blocks hold it, 3 x 2 -> 8
+    assert blocks(H100, "lstm", 256, 4) == blocks(H100, "gru", 256, 1) == 16
+    assert blocks(H100, "lstm", 512, 1) == 64
+    assert blocks(H100, "lstm", 1024, 1) == _sms()  # 16 MB: every SM's share
+    assert blocks(H100, "lstm", 96, 9) == _sms()  # more rows: one block per SM
+    assert blocks(H100, "lstm", 96, 1, persistent_blocks=32) == 32
+    assert blocks(H100, "lstm", 96, 1, persistent="off") is None
+    # the device model's shared memory decides: an L40S's 99 KB per block does not hold H = 96's
+    l40s = {"kind": "cuda", "arch": "sm_89"}
+    assert blocks(l40s, "gru", 96, 1) == 8 and blocks(l40s, "lstm", 256, 1) == 32
+    assert device.persistent_blocks(device.resolve(H100), BuildOptions()) == _sms()  # no configuration
 
 
 def test_launch_flags_keep_dynamic_shared_memory_last():
@@ -296,11 +332,15 @@ def test_cuda_persistence_skips_two_direction_steps():
                                                                     stack_directions=False, **STEPS))
     assert apart.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(apart)) == 4  # 2 layers x 2 directions
-    assert apart.persistent_blocks == _sms()
+    # 3 rows: a block a launch, a launch a direction (device.small_step_blocks); 132 blocks where asked
+    assert apart.persistent_blocks == 1
     default = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward", **STEPS))
     assert default.programs["forward"].uses_persistent_loops
     assert len(persistent_kernels(default)) == 2  # a layer's two directions in one kernel
-    assert default.persistent_blocks == _sms()
+    assert default.persistent_blocks == 2
+    every_sm = tvmrnn.build("rnn_tanh", **build, options=BuildOptions(persistent="forward", persistent_blocks=_sms(),
+                                                                       **STEPS))
+    assert len(persistent_kernels(every_sm)) == 2 and every_sm.persistent_blocks == _sms()
 
 
 @pytest.mark.parametrize("hidden,bidirectional", [(128, False), (160, True)])

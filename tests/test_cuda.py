@@ -406,6 +406,26 @@ def test_batches_of_one_and_two_match_torch_on_cuda(cell, input_size, hidden, bi
                input_size=input_size, batch=batch, tol=1e-4)
 
 
+@pytest.mark.parametrize("cell,hidden,bidirectional,batch", [
+    ("lstm", 96, False, 1), ("gru", 96, False, 2), ("rnn_tanh", 37, False, 3), ("lstm", 256, False, 1),
+    ("gru", 64, True, 2)])
+@pytest.mark.parametrize("blocks", [1, 8])
+def test_capped_persistent_blocks_match_torch_on_cuda(cell, hidden, bidirectional, batch, blocks, rng):
+    """``persistent_blocks``: every time loop persistent on at most that many blocks, each owning
+    more units; one block meets at ``__syncthreads`` alone (no grid barrier). At H = 256 one block's
+    shared memory cannot hold the weights (they are read from global memory). Forward, training
+    forward and every gradient against torch in float64."""
+    options = BuildOptions(persistent="all", persistent_blocks=blocks)
+    for T in (1, 9):
+        _check(cell, 1, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=hidden, batch=batch, tol=1e-4, options=options)
+    rnn = built(cell, 1, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
+                target="cuda", options=options)
+    # every pass persistent, except two directions at one block (a block each: launches instead)
+    expected = None if bidirectional and blocks == 1 else blocks
+    assert rnn.persistent_blocks == expected, rnn.persistent_blocks
+
+
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,rows", [
     ("lstm", 128, 184, 2, False, None), ("gru", 130, 216, 1, True, None), ("rnn_tanh", 131, 360, 1, False, None),
     ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129),

@@ -421,7 +421,8 @@ def test_tasks_rank_by_their_share_of_a_step(monkeypatch):
     assert ranked[0] is rare and ranked.index(often) > 0
 
 
-H100_CONFIG = Config(CELLS["lstm"], 13, 37, 1, False, 3, False)
+# a block per SM (3 rows would take one block, device.small_step_blocks: no grid barrier to test)
+H100_CONFIG = Config(CELLS["lstm"], 13, 37, 1, False, 3, False, tvmrnn.BuildOptions(persistent_blocks=132))
 
 
 def test_a_gpu_builds_persistent_loop_is_a_task_of_its_own():
@@ -476,6 +477,14 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
     source = tvm.compile(tvm.IRModule({"main": loop}), target=target).mod.imports[0].inspect_source()
     assert source.count("__global__") == 2 * 2  # two kernels (declared, then defined): the reset and the loop
     assert "for (int step = 0; step < 5; ++step)" in source and "atomicAdd" in source  # the grid barrier
+    # one block (3 rows by default): the loop alone, its threads meeting at __syncthreads
+    one = next(t for t in tasks.extract_tasks([Config(CELLS["lstm"], 13, 37, 1, False, 3, False)], target=target)
+               if tasks.is_persistent(t.kernel))
+    single = tvm.s_tir.Schedule(records.workload(one.kernel))
+    default_schedule.apply(single, one.kernel, target)
+    source = tvm.compile(tvm.IRModule({"main": step_loop(single.mod["main"], target, 5)}),
+                         target=target).mod.imports[0].inspect_source()
+    assert source.count("__global__") == 2 and "atomicAdd" not in source and "__syncthreads()" in source
 
     @tvm.ir.utils.derived_object
     class Fixed(ms.runner.PyRunner):  # stands in for the GPU: every run takes 1 ms

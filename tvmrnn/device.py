@@ -1,6 +1,7 @@
 """Targets: what ``build(target=...)`` accepts, and the host CPU when none is given."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -100,19 +101,63 @@ def multiprocessors(target: tvm.target.Target, device_index: int = 0) -> int | N
     return device_model(target, device_index).multiprocessors if target.kind.name == "cuda" else None
 
 
-def persistent_blocks(target: tvm.target.Target, options: BuildOptions) -> int | None:
+# Batches up to this many rows have too little work in a step for one block per SM: their
+# persistent loops take fewer blocks (:func:`small_step_blocks`)
+SMALL_STEP_BATCH = 8
+# a block's share of shared memory that its slice of the recurrent weights may take (the rest: the
+# hidden state and the partial sums of the split reduction)
+WEIGHT_SHARE = 0.85
+# the blocks of a small step: this many times the fewest that hold the weights (to the nearest
+# power of two), measured on the H100 (notes v39)
+SMALL_STEP_SPREAD = 3
+
+
+def small_step_blocks(model: DeviceModel, config, directions: int | None = None) -> int | None:
+    """The blocks a persistent loop of ``config`` takes by default where a step has few rows
+    (batch up to :data:`SMALL_STEP_BATCH`), None for one per SM. A step of one row is ~2 us of
+    work, much of it the grid barrier that every block of every step meets: fewer blocks meet
+    sooner, but each must hold its slice of the recurrent weights in shared memory. Where one
+    block holds one direction's weights, one block a direction (one block alone meets at
+    ``__syncthreads``: no grid barrier); else :data:`SMALL_STEP_SPREAD` times the fewest that
+    hold them, to the nearest power of two. On the H100 at T = 60, inference and training
+    (notes v39): LSTM N=1 H=96 1 block 0.127 / 0.349 ms against 132 blocks 0.170 / 0.380; H=256
+    16 blocks 0.162 / 0.668 against 0.220 / 0.686; GRU N=8 H=256 16 blocks 0.259 / 0.802 against
+    0.381 / 0.925; H=1024 every cap below the SM count left the weights off chip (not persistent).
+    ``config``: anything with ``cell.num_gates``, ``hidden_size``, ``batch_size`` and
+    ``bidirectional``; ``directions``: those one launch runs (default: the configuration's; 1
+    where a layer's directions run apart, ``stack_directions=False``)."""
+    sms = model.multiprocessors
+    if not sms or config.batch_size > SMALL_STEP_BATCH:
+        return None
+    gates = getattr(config.cell, "num_gates", None) or 1
+    weights = 4 * gates * config.hidden_size * config.hidden_size  # one direction's, float32
+    fewest = -(-weights // int(WEIGHT_SHARE * model.shared_bytes_per_block))
+    per_direction = 1 if fewest == 1 else 1 << round(math.log2(SMALL_STEP_SPREAD * fewest))
+    blocks = per_direction * (directions or (2 if config.bidirectional else 1))
+    return blocks if blocks < sms else None
+
+
+def persistent_blocks(target: tvm.target.Target, options: BuildOptions, config=None,
+                      directions: int | None = None) -> int | None:
     """The most thread blocks a persistent kernel may have on this target: one per SM (each
     block of a persistent kernel takes the SM's shared memory for its slice of the weights, and
     the grid barrier needs every block resident; the kernel is launched cooperatively, so the
-    GPU guarantees that or refuses the launch).
+    GPU guarantees that or refuses the launch), fewer for a ``config`` of few rows
+    (:func:`small_step_blocks`, whose ``directions`` are those a launch runs).
 
-    ``options.persistent_blocks`` caps it lower.
+    ``options.persistent_blocks`` caps it lower, or higher than :func:`small_step_blocks` (up to
+    the SM count).
 
     None: persistence off (``options.persistent == "off"``), a CPU, or the GPU's SM count unknown."""
     if not options.persistent_passes:
         return None
     sms = multiprocessors(target)
-    return min(sms, options.persistent_blocks) if sms and options.persistent_blocks else sms
+    if not sms:
+        return None
+    if options.persistent_blocks:
+        return min(sms, options.persistent_blocks)
+    small = small_step_blocks(device_model(target), config, directions) if config is not None else None
+    return small or sms
 
 
 def dependent_launch(target, options: BuildOptions) -> bool | str:

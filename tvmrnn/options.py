@@ -56,8 +56,10 @@ class BuildOptions:
     persistent_blocks : int or None
         At most this many thread blocks per persistent kernel (each then owns more of the step's
         columns and their weights). None: one per SM. Fewer blocks make each step's grid barrier
-        cheaper where a step has little work (batch 1, small hidden sizes); ``tvmrnn-tune``'s
-        whole-pass stage tries it.
+        cheaper where a step has little work (batch 1, small hidden sizes); one block meets at
+        ``__syncthreads`` alone. A time loop whose step cannot be split so (two directions in one
+        launch need a block each) stays a loop of launches. ``tvmrnn-tune``'s whole-pass stage
+        tries it.
     persist_stacked : bool
         Whether a time loop running both directions of a layer in one launch may be persistent too
         (on since v21: 5-layer LSTM training 1.46x -> 1.62x cuDNN on the H100).

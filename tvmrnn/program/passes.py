@@ -181,6 +181,11 @@ def packed_weight_gradients(target=None) -> bool:
     return target is None or not is_gpu(target)
 
 
+def launch_directions(config: Config, target) -> int:
+    """The directions one launch of a layer's time loop runs: both where they are stacked."""
+    return config.num_directions if stack_directions(target, config.options) else 1
+
+
 def stack_directions(target, options: BuildOptions) -> bool:
     """Whether a bidirectional layer runs both directions in one launch per step on ``target``
     (a ``tvm.target.Target``, or None: CPU). ``options.stack_directions`` decides for

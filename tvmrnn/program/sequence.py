@@ -198,13 +198,20 @@ def _thread_extent(stmt) -> int | None:
     def visit(loop, mutator):
         if loop.thread_binding is not None and loop.thread_binding.thread_tag == "threadIdx.x" and not found:
             found.append(int(loop.extent))
-        return loop
+        # a callback's result is not descended into: the loops inside, until one is found (the
+        # first thread loop may sit in an unrolled loop of one, as at H = 37)
+        return mutator.default_mutate(loop) if not found else loop
 
     tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
     return found[0] if found else None
 
 
-def grid_barrier(counter, target, threads: int, across_blocks: bool = True):
+def _seq(stmts: list):
+    """``stmts`` as one statement (TVM refuses a SeqStmt of one)."""
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def grid_barrier(counter, target, threads: int):
     """Every block of the grid waits here until all have arrived (``counter`` reaches ``target``).
 
     The pattern of CUDA's cooperative-groups ``grid.sync()``: the block's threads meet; one thread
@@ -213,19 +220,22 @@ def grid_barrier(counter, target, threads: int, across_blocks: bool = True):
     by one acquire load, so the other blocks' writes are visible); the block meets again. The
     counter only grows (barrier i waits for ``(i+1) * blocks``): one reset per launch. (Polling
     with atomic adds instead made each barrier ~20 us on the H100: the arrivals queued behind
-    the polls at the one address.)
+    the polls at the one address.) ``counter`` None: a grid of one block, whose threads meeting
+    is the whole barrier (``__syncthreads`` orders the block's global writes for its own threads).
     """
     tx = tirx.Var("barrier_thread", I32)
+    sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
+    binding = tirx.IterVar(None, tx, tirx.IterVar.ThreadIndex, "threadIdx.x")
+    if counter is None:
+        return tirx.For(tx, _const(0), _const(threads), tirx.ForKind.THREAD_BINDING, sync, thread_binding=binding)
     address = tirx.address_of(tirx.BufferLoad(counter, [_const(0)]))
     seen = tirx.decl_buffer((1,), I32, "barrier_seen", scope="local")
-    sync = tirx.Evaluate(tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared"))
     fence = tirx.Evaluate(cuda_op.cuda_thread_fence())
     arrive = tirx.Evaluate(cuda_op.cuda_atomic_add(address, _const(1)))
     wait = tirx.Evaluate(cuda_op.cuda_wait_until(seen, address, lambda value: value >= target, backoff_ns=32))
     leader = tirx.IfThenElse(tx == 0, tirx.SeqStmt([tirx.AllocBuffer(seen), fence, arrive, wait]), None)
-    return tirx.For(tx, _const(0), _const(threads), tirx.ForKind.THREAD_BINDING,
-                    tirx.SeqStmt([sync, leader, sync]) if across_blocks else sync,
-                    thread_binding=tirx.IterVar(None, tx, tirx.IterVar.ThreadIndex, "threadIdx.x"))
+    return tirx.For(tx, _const(0), _const(threads), tirx.ForKind.THREAD_BINDING, tirx.SeqStmt([sync, leader, sync]),
+                    thread_binding=binding)
 
 
 def _uses(node, var) -> bool:
@@ -744,7 +754,8 @@ class Program:
         # CPU only: each time loop as one parallel region, a barrier between steps (`_region_loop`)
         self.one_region = one_region
         self._region: list | None = None  # the calls of that time loop being emitted
-        self._barrier: SequenceTensor | None = None
+        self._barrier: SequenceTensor | None = None  # the grid barriers' counter (loops of 2 or more blocks)
+        self._persistent_loops = 0
         self.params: list[SequenceTensor] = []
         self._scheduled: dict[str, tirx.PrimFunc] = {}
         self._stack: list[list] = [[]]
@@ -824,7 +835,7 @@ class Program:
     @property
     def uses_persistent_loops(self) -> bool:
         """Whether some time loop became a persistent kernel (its blocks must all be resident)."""
-        return self._barrier is not None
+        return self._persistent_loops > 0
 
     def tensor(self, name, shape, axes) -> SequenceTensor:
         t = SequenceTensor(name, shape, axes)
@@ -999,32 +1010,36 @@ class Program:
         threads = _thread_extent(grid.body)
         if threads is None:
             return None
-        if self._barrier is None:
-            if self.barrier_param:
-                self._barrier = self.tensor("grid_barrier", (1,), ("i",))
-            else:
-                self._barrier = SequenceTensor("grid_barrier", (1,), ("i",))
-                self._scratch.append(self._barrier.buffer)
-        self.call(kernels.fill_zero(1), dst=self._barrier.at("i"))
-        reset = self._stack[-1].pop()
-        # the counter is an int32 view of the float32 parameter (zero bits are 0 either way)
-        counter = tirx.decl_buffer((1,), I32, "grid_barrier_count", elem_offset=0, data_alignment=4)
-        # one block: its threads meeting is the whole barrier (__syncthreads orders the block's
-        # global writes for its own threads), no atomic and no polling of global memory
-        sync = grid_barrier(counter, (var + 1) * int(grid.extent), threads, across_blocks=int(grid.extent) > 1)
+        blocks = int(grid.extent)
+        self._persistent_loops += 1
+        if blocks > 1:
+            if self._barrier is None:
+                if self.barrier_param:
+                    self._barrier = self.tensor("grid_barrier", (1,), ("i",))
+                else:
+                    self._barrier = SequenceTensor("grid_barrier", (1,), ("i",))
+                    self._scratch.append(self._barrier.buffer)
+            self.call(kernels.fill_zero(1), dst=self._barrier.at("i"))
+            reset = [self._stack[-1].pop()]
+            # the counter is an int32 view of the float32 parameter (zero bits are 0 either way)
+            counter = tirx.decl_buffer((1,), I32, "grid_barrier_count", elem_offset=0, data_alignment=4)
+            sync = grid_barrier(counter, (var + 1) * blocks, threads)
+            declare = [tirx.DeclBuffer(counter, data=tirx.buffer_data(self._barrier.buffer))]
+        else:
+            # one block: no counter, no atomic, no polling, no reset launch
+            reset, declare = [], []
+            sync = grid_barrier(None, None, threads)
         outer_decls, step_decls, hoisted, per_step = hoist_invariant_copies(decls, grid.body, var)
         steps = tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
                          tirx.SeqStmt(step_decls + per_step + [sync]))
         new_grid = tirx.For(grid.loop_var, grid.min, grid.extent, grid.kind,
-                            tirx.SeqStmt([tirx.DeclBuffer(counter, data=tirx.buffer_data(self._barrier.buffer))]
-                                         + outer_decls + hoisted + [steps]),
+                            _seq(declare + outer_decls + hoisted + [steps]),
                             grid.thread_binding, grid.annotations)
 
         def swap(loop, mutator):
             return new_grid if loop.same_as(grid) else loop
 
-        # (one block has no counter to reset: no launch for it)
-        return [reset] * (int(grid.extent) > 1) + [tvm_ffi.structural_mutate(body, [(tirx.For, swap)])]
+        return reset + [tvm_ffi.structural_mutate(body, [(tirx.For, swap)])]
 
     def chunked(self, length, sizes: tuple[int, ...], emit: Callable) -> None:
         """Cover ``range(length)`` with chunks: as many of ``sizes[0]`` as fit, then ``sizes[1]``...

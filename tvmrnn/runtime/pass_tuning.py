@@ -39,8 +39,9 @@ import warnings
 
 import tvm
 
+from ..device import SMALL_STEP_BATCH, multiprocessors, persistent_blocks
 from ..options import TUNED_FIELDS, left_to_target
-from ..program.passes import stack_directions
+from ..program.passes import launch_directions, stack_directions
 from ..schedules.common import is_gpu
 from ..tune import records
 from ..tune.pass_checks import ALL_RECORDS, FILE_NAME, PassChecks, config_key, describe
@@ -50,7 +51,6 @@ from .build import build
 from .cache import runnable_here
 from .profile import random_tensors
 
-SMALL_BATCH = 8  # batches up to this try fewer persistent blocks (option_candidates)
 PASS_KINDS = {"inference": ("forward",), "training": ("forward_train", "backward")}
 # a difference smaller than this share of a pass is not acted on, however steady: 1% for a record
 # (vetoed where the pass is 1% slower with it), 2% for an option (the defaults were measured on
@@ -275,14 +275,15 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     """The pass-level changes :func:`tune_options` tries, one at a time, from the target's defaults."""
     gpu = is_gpu(target)
     found = [("persistent", value) for value in ("off", "forward", "all")] if gpu else []
-    # fewer blocks than SMs for the persistent loops: a cheaper grid barrier where a step is small
-    # (batch 1, H = 96-256 on the H100: inference 12-22% faster with 8-32 blocks, notes v38); a
-    # step of many rows has the work for every SM
-    # (one block: no grid barrier at all, the block's threads meet; fast only where the weights
-    # fit one SM's shared memory, so tried up to H = 128)
-    small = gpu and config.batch_size <= SMALL_BATCH
-    found += [("persistent_blocks", blocks) for blocks in (1, 8, 32)
-              if small and (blocks > 1 or config.hidden_size <= 128)]
+    # the persistent loops' block count around the target's choice for a step of few rows
+    # (tvmrnn.device.small_step_blocks, from the H100's best at batch 1-8, notes v38-v39): half
+    # and twice it, and one a SM; a step of many rows has the work for every SM
+    if gpu and config.batch_size <= SMALL_STEP_BATCH:
+        sms = multiprocessors(target)
+        chosen = persistent_blocks(target, config.options, config, launch_directions(config, target))
+        if sms and chosen:
+            found += [("persistent_blocks", blocks) for blocks in sorted({max(1, chosen // 2), min(sms, 2 * chosen), sms})
+                      if blocks != chosen]
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:

@@ -604,7 +604,7 @@ def embeddable(func, target) -> bool:
     def visit(block, mutator):
         if block.name_hint != "root":
             scopes.extend(b.scope() for b in block.alloc_buffers)
-        return block
+        return mutator.default_mutate(block)  # and the blocks inside it (a callback's result is not descended into)
 
     tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)])
     # and whose launch would not fail for its shared memory (a searched persistent step with 50 KB
