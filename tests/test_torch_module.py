@@ -66,10 +66,81 @@ def test_runs_on_a_given_package():
 
 
 def test_unsupported_options_are_refused():
-    with pytest.raises(ValueError, match="proj_size"):
-        tt.LSTM(5, 7, proj_size=3)
     with pytest.raises(TypeError, match="rebuild: expected bool"):
         tt.LSTM(5, 7, rebuild="no")
+
+
+@pytest.mark.parametrize("kwargs, packed", [
+    (dict(), False), (dict(num_layers=2, bidirectional=True), False),
+    (dict(num_layers=3, batch_first=True, bidirectional=True, bias=False), False),
+    (dict(num_layers=2, bidirectional=True), True), (dict(batch_first=True), True)],
+    ids=["1uni", "2bidir", "3bidir-batch_first-nobias", "2bidir-packed", "1uni-batch_first-packed"])
+def test_projections_match_torch(kwargs, packed):
+    """``proj_size`` (LSTMP): outputs, both final states and the gradients of the input, of h0 and
+    c0 and of every parameter (``weight_hr`` included) against torch.nn in float64, at odd sizes,
+    with initial states, and packed (unsorted lengths: the reverse direction starts at each
+    row's own last step, where its h0 enters)."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(5, 9, proj_size=4, **kwargs).double()
+    ours = tt.LSTM(5, 9, proj_size=4, **kwargs)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    batch_first = kwargs.get("batch_first", False)
+    D, L = 2 if kwargs.get("bidirectional") else 1, kwargs.get("num_layers", 1)
+    x = torch.randn((5, 7, 5) if batch_first else (7, 5, 5))
+    h0, c0 = torch.randn(L * D, 5, 4), torch.randn(L * D, 5, 9)
+    lengths = torch.tensor([3, 7, 1, 5, 6])
+    results = []
+    for module, dtype in ((ours, torch.float32), (ref, torch.float64)):
+        module.zero_grad()
+        xs, hs, cs = (t.clone().to(dtype).requires_grad_() for t in (x, h0, c0))
+        inp = pack_padded_sequence(xs, lengths, batch_first=batch_first, enforce_sorted=False) if packed else xs
+        out, (hy, cy) = module(inp, (hs, cs))
+        y = out.data if packed else out
+        (y.sin().sum() + (hy * hy).sum() + cy.sum()).backward()
+        results.append((y, hy, cy, xs.grad, hs.grad, cs.grad, {n: p.grad for n, p in module.named_parameters()}))
+    ours_out, ref_out = results
+    assert ours_out[0].shape == ref_out[0].shape and ours_out[1].shape == (L * D, 5, 4)
+    for name, a, b in zip(("y", "hy", "cy", "dx", "dh0", "dc0"), ours_out[:6], ref_out[:6]):
+        assert rel_error(a, b) < 1e-5, name
+    assert set(ours_out[6]) == set(ref_out[6]) and any("weight_hr" in n for n in ref_out[6])
+    for name in ref_out[6]:
+        assert rel_error(ours_out[6][name], ref_out[6][name]) < 1e-5, name
+
+
+def test_projections_with_dropout_and_default_states_match_torch():
+    """``proj_size`` with ``dropout`` in training: the same masks as torch.nn (drawn on the
+    projected outputs between layers); no initial states given (zeros); eval, and a 2-d
+    (unbatched) input."""
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(6, 9, num_layers=3, dropout=0.4, proj_size=5).double()
+    ours = tt.LSTM(6, 9, num_layers=3, dropout=0.4, proj_size=5)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    errors = _side_by_side(ours, ref, torch.randn(7, 4, 6), seed=3)
+    assert max(errors.values()) < 1e-5, errors
+    ours.eval()
+    ref.eval()
+    x = torch.randn(7, 6)
+    (y, (h, c)), (yr, (hr, cr)) = ours(x), ref(x.double())
+    assert y.shape == (7, 5) and h.shape == (3, 5) and c.shape == (3, 9)
+    assert rel_error(y, yr) < 1e-5 and rel_error(h, hr) < 1e-5 and rel_error(c, cr) < 1e-5
+
+
+def test_bad_projection_inputs_are_refused_and_the_module_stays_usable():
+    with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):  # torch.nn's own check
+        tt.LSTM(5, 7, proj_size=7)
+    with pytest.raises(ValueError, match="proj_size"):
+        tt.GRU(5, 7, proj_size=3)
+    with pytest.raises(ValueError, match="package: a module with proj_size"):
+        tt.LSTM(13, 37, proj_size=3, package=built("lstm", 1, False))
+    rnn = tt.LSTM(5, 7, proj_size=3, num_layers=2)
+    x = torch.randn(4, 2, 5)
+    with pytest.raises(ValueError, match=r"h0: expected shape \(2, 2, 3\)"):
+        rnn(x, (torch.zeros(2, 2, 7), torch.zeros(2, 2, 7)))  # h0 of hidden_size, not proj_size
+    with pytest.raises(ValueError, match=r"c0: expected shape \(2, 2, 7\)"):
+        rnn(x, (torch.zeros(2, 2, 3), torch.zeros(2, 2, 3)))
+    y, (h, c) = rnn(x)
+    assert y.shape == (4, 2, 3) and h.shape == (2, 2, 3) and c.shape == (2, 2, 7)
 
 
 @pytest.mark.parametrize("cls, theirs, kwargs, enforce_sorted", [

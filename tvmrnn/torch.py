@@ -15,7 +15,9 @@ earlier process made it; ``rebuild=False`` refuses instead), or runs on the RNN 
 by layer in training (two builds: the first layer's and one the others share), drawing the
 same masks from PyTorch's RNG as ``torch.nn`` does. A ``PackedSequence`` runs padded to its
 longest row on a variable-lengths build (:class:`tvmrnn.BuildOptions`), rows masked as they end,
-and comes back packed as ``torch.nn`` returns it. ``proj_size`` is not supported yet.
+and comes back packed as ``torch.nn`` returns it. ``proj_size`` (the LSTM's projections) runs layer
+by layer on plain LSTM builds, exactly (:meth:`_Mixin._projected_layer`), not yet as a fused
+LSTMP step.
 
 Under ``torch.compile``: Dynamo leaves modules that are ``torch.nn`` RNNs (ours subclass them) out
 of its graphs unless ``torch._dynamo.config.allow_rnn`` is set, so by default the model's graph
@@ -199,8 +201,9 @@ class _Mixin:
     _cell: str | Cell
 
     def _setup(self, package, target, rebuild=True):
-        if self.proj_size:
-            raise ValueError("proj_size: tvmrnn has no projections yet; use proj_size=0")
+        if self.proj_size and package is not None:
+            raise ValueError("package: a module with proj_size runs on builds of its own (one a layer); "
+                             "use package=None")
         if package is not None and not isinstance(package, _FusedRNN):
             raise TypeError(f"package: expected a tvmrnn RNN (tvmrnn.build or tvmrnn.load), got {type(package).__name__}")
         if not isinstance(rebuild, bool):
@@ -258,21 +261,24 @@ class _Mixin:
         if not getattr(_Mixin._run_eager, "_tvmrnn_disabled", False):
             # wrapped here, when the first module is made, not at import: torch.compiler.disable
             # imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR in the environment
-            eager = torch.compiler.disable(_Mixin._run_eager)
-            eager._tvmrnn_disabled = True
-            _Mixin._run_eager = eager
+            for name in ("_run_eager", "_projected_layer"):
+                eager = torch.compiler.disable(getattr(_Mixin, name))
+                eager._tvmrnn_disabled = True
+                setattr(_Mixin, name, eager)
         self._handle = next(_HANDLES)
         _MODULES[self._handle] = self
 
     def _rnn_for(self, batch_size: int, device: torch.device, layer: int | None = None,
-                 ragged: bool = False) -> _FusedRNN:
+                 ragged: bool = False, input_size: int | None = None) -> _FusedRNN:
         """The build to run ``batch_size`` rows on: the smallest one made so far that takes that many
         (a build runs any smaller batch, padded), else a new one for this batch (from the build cache
         when an earlier process made it). ``layer``: a one-layer build for that layer alone (dropout
         between layers runs the stack layer by layer). ``ragged``: a build for rows of different
-        lengths (``PackedSequence`` input)."""
+        lengths (``PackedSequence`` input). ``input_size``: the layer's, where it is not the
+        module's own (:meth:`_projected_layer`)."""
         D = 2 if self.bidirectional else 1
-        input_size = self.input_size if not layer else D * self.hidden_size
+        if input_size is None:
+            input_size = self.input_size if not layer else D * self.hidden_size
         num_layers = self.num_layers if layer is None else 1
         if self._package is not None:
             pc = self._package.config
@@ -386,6 +392,52 @@ class _Mixin:
         names = rnn.config.layout.names
         return _Fused.apply(rnn, names, lengths, x, h0, c0, *self._parameters_of(names, layer))
 
+    def _projected_layer(self, k: int, lengths, x, h0, c0):
+        """Layer ``k`` of an LSTM with projections (``proj_size`` P < H), exactly, on a plain
+        one-layer LSTM build of hidden size H: with ``r_t = o_t * tanh(c_t)`` and ``h_t = W_hr r_t``,
+        the recurrence ``W_hh h_{t-1} = (W_hh W_hr) r_{t-1}`` runs on the recurrent weight
+        ``W_hh W_hr`` (4H x H) and ``r`` as its state (zero before the first step); each
+        direction's ``W_hh h0`` enters its first step through the input projection (the input
+        widened by D x P features, ``h0`` at the direction's first step of each row and zeros
+        elsewhere, ``W_hh`` beside ``W_ih``); then ``y = r W_hr^T`` and ``hy = r_last W_hr^T``.
+        Gradients reach ``W_ih``, ``W_hh``, ``W_hr``, the biases, ``h0`` and ``c0`` through
+        PyTorch's autograd around the fused passes. Not the fused LSTMP step: each step multiplies
+        by 4H x H recurrent weights instead of 4H x P and P x H (H / P times the recurrent work)."""
+        D, P, H = (2 if self.bidirectional else 1), self.proj_size, self.hidden_size
+        time_axis = 1 if self.batch_first else 0
+        T, N = x.shape[time_axis], x.shape[1 - time_axis]
+        extra = x.new_zeros((T, N, D * P))
+        extra[0, :, :P] = h0[0]
+        if D == 2:  # the reverse direction starts at each row's own last step
+            last = (lengths.to(x.device).long() - 1) if lengths is not None else \
+                torch.full((N,), T - 1, dtype=torch.long, device=x.device)
+            rows = torch.arange(N, device=x.device)
+            extra = extra.index_put((last, rows), torch.nn.functional.pad(h0[1], (P, 0)), accumulate=True)
+        if self.batch_first:
+            extra = extra.transpose(0, 1)
+        widened = torch.cat([x, extra], dim=2).contiguous()
+        rnn = self._rnn_for(N, x.device, layer=k, ragged=lengths is not None, input_size=x.shape[2] + D * P)
+        own, projections = {}, []
+        for d in range(D):
+            suffix = f"_l{k}" + ("_reverse" if d else "")
+            w_ih, w_hh, w_hr = (getattr(self, f"{n}{suffix}") for n in ("weight_ih", "weight_hh", "weight_hr"))
+            beside = [w_hh.new_zeros(4 * H, P)] * D
+            beside[d] = w_hh
+            bias_ih, bias_hh = (getattr(self, f"{n}{suffix}", None) for n in ("bias_ih", "bias_hh"))
+            if bias_ih is None:  # bias=False
+                bias_ih = bias_hh = w_hh.new_zeros(4 * H)
+            end = "_l0" + ("_reverse" if d else "")  # the one-layer build's names
+            own.update({"weight_ih" + end: torch.cat([w_ih, *beside], dim=1), "weight_hh" + end: w_hh @ w_hr,
+                        "bias_ih" + end: bias_ih, "bias_hh" + end: bias_hh})
+            projections.append(w_hr)
+        names = rnn.config.layout.names
+        params = [own[name] for name in names]
+        r0 = x.new_zeros((D, N, H))
+        r, r_last, cy = _Fused.apply(rnn, names, lengths, widened, r0, c0.contiguous(), *params)
+        y = torch.cat([r[..., d * H:(d + 1) * H] @ projections[d].t() for d in range(D)], dim=2)
+        hy = torch.stack([r_last[d] @ projections[d].t() for d in range(D)])
+        return y, hy, cy
+
     def _forward(self, input, hx, lengths=None):
         unbatched = input.dim() == 2
         if unbatched:
@@ -398,10 +450,27 @@ class _Mixin:
         batch = input.shape[0 if self.batch_first else 1]
         D = 2 if self.bidirectional else 1
         state = (self.num_layers * D, batch, self.hidden_size)
-        h0 = h0.float().contiguous() if h0 is not None else input.new_zeros(state)
+        h_state = (self.num_layers * D, batch, self.proj_size or self.hidden_size)
+        h0 = h0.float().contiguous() if h0 is not None else input.new_zeros(h_state)
         if has_c:
             c0 = c0.float().contiguous() if c0 is not None else input.new_zeros(state)
-        if self.dropout and self.training and self.num_layers > 1:
+        if self.proj_size:
+            for name, t, shape in (("h0", h0, h_state), ("c0", c0, state)):
+                if tuple(t.shape) != shape:
+                    raise ValueError(f"{name}: expected shape {shape} (layers x directions, batch, "
+                                     f"{'proj_size' if name == 'h0' else 'hidden_size'}), got {tuple(t.shape)}")
+        if self.proj_size:
+            # (eager under torch.compile: _projected_layer is never traced, see _register)
+            y, hys, cys = input.contiguous(), [], []
+            for k in range(self.num_layers):
+                if k and self.dropout and self.training:
+                    y = torch.nn.functional.dropout(y, self.dropout, training=True)
+                states = slice(k * D, (k + 1) * D)
+                y, hy_k, cy_k = self._projected_layer(k, lengths, y, h0[states], c0[states])
+                hys.append(hy_k)
+                cys.append(cy_k)
+            out = (y, torch.cat(hys), torch.cat(cys))
+        elif self.dropout and self.training and self.num_layers > 1:
             # dropout between layers, as torch.nn does in training: the stack runs layer by layer
             # (one build for the first layer, one shared by the others); eval runs the fused stack
             y, hys, cys = input.contiguous(), [], []
@@ -428,8 +497,9 @@ class _Mixin:
 class LSTM(_Mixin, torch.nn.LSTM):
     """``torch.nn.LSTM`` with tvmrnn's fused kernels. ``bias=False`` and ``dropout`` work as in
     torch.nn (dropout between layers runs the stack layer by layer in training; eval runs it
-    fused); ``PackedSequence`` inputs too (a variable-lengths build of their own); ``proj_size`` is
-    not supported yet. Extra keywords:
+    fused); ``PackedSequence`` inputs too (a variable-lengths build of their own); ``proj_size``
+    too, layer by layer (exact; H / P times an LSTMP step's recurrent work, see
+    :meth:`_Mixin._projected_layer`). Extra keywords:
 
     - ``package``: a built or loaded tvmrnn RNN to run on (batches of up to its batch size);
     - ``target``: where to build (default: the input's device);
