@@ -279,6 +279,17 @@ def test_autocast_runs_in_float32():
     assert y.dtype == torch.float32 and y2.dtype == torch.float32
     assert rel_error(y2, ref(x)[0]) < 1e-5
     assert rel_error(y, ref(x.bfloat16().float())[0]) < 1e-5
+    # with projections too, and half parameters (module.bfloat16()): fp32 kernels, gradients back
+    # to the half parameters
+    proj = tt.LSTM(5, 8, proj_size=3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        yp, (hp, cp) = proj(x.bfloat16())
+    assert yp.dtype == hp.dtype == cp.dtype == torch.float32
+    half = proj.bfloat16()
+    yh, _ = half(x.bfloat16())
+    yh.sum().backward()
+    assert yh.dtype == torch.float32 and half.weight_hr_l0.grad.dtype == torch.bfloat16
+    assert rel_error(yh, yp) < 2e-2  # bf16 parameters against fp32 ones
 
 
 def test_deepcopy_and_pickle(tmp_path):

@@ -420,12 +420,14 @@ class _Mixin:
         own, projections = {}, []
         for d in range(D):
             suffix = f"_l{k}" + ("_reverse" if d else "")
-            w_ih, w_hh, w_hr = (getattr(self, f"{n}{suffix}") for n in ("weight_ih", "weight_hh", "weight_hr"))
+            # in fp32, as the kernels run (half parameters after module.half(): gradients flow back cast)
+            w_ih, w_hh, w_hr = (getattr(self, f"{n}{suffix}").float() for n in ("weight_ih", "weight_hh", "weight_hr"))
             beside = [w_hh.new_zeros(4 * H, P)] * D
             beside[d] = w_hh
             bias_ih, bias_hh = (getattr(self, f"{n}{suffix}", None) for n in ("bias_ih", "bias_hh"))
             if bias_ih is None:  # bias=False
                 bias_ih = bias_hh = w_hh.new_zeros(4 * H)
+            bias_ih, bias_hh = bias_ih.float(), bias_hh.float()
             end = "_l0" + ("_reverse" if d else "")  # the one-layer build's names
             own.update({"weight_ih" + end: torch.cat([w_ih, *beside], dim=1), "weight_hh" + end: w_hh @ w_hr,
                         "bias_ih" + end: bias_ih, "bias_hh" + end: bias_hh})
