@@ -197,6 +197,9 @@ def test_cuda_persistent_loops_take_at_most_the_blocks_asked_for():
     off_chip = tvmrnn.build("lstm", options=BuildOptions(persistent="all", persistent_blocks=1, **STEPS),
                             **dict(sizes, input_size=256, hidden_size=256))
     assert off_chip.persistent_blocks == 1 and off_chip.programs["forward"].uses_persistent_loops
+    from tvmrnn.schedules import keeps_weights_on_chip
+    step = next(k for n, k in off_chip.programs["forward"].kernels.items() if n.endswith("_persistent"))
+    assert not keeps_weights_on_chip(off_chip.programs["forward"]._scheduled[step.name], step)
     with pytest.raises(ValueError, match="options.persistent_blocks: expected None or a positive int, got 0"):
         BuildOptions(persistent_blocks=0)
 
@@ -254,6 +257,27 @@ def test_small_steps_take_fewer_persistent_blocks_from_the_device_model():
     l40s = {"kind": "cuda", "arch": "sm_89"}
     assert blocks(l40s, "gru", 96, 1) == 8 and blocks(l40s, "lstm", 256, 1) == 32
     assert device.persistent_blocks(device.resolve(H100), BuildOptions()) == _sms()  # no configuration
+    # where the rule's count cannot keep the weights on chip beside the staged rows and partial
+    # sums, a loop tries twice as many blocks, and so on up to one per SM
+    h100 = device.resolve(H100)
+    caps = device.persistent_block_caps(h100, BuildOptions(), Config(CELLS["gru"], 128, 128, 1, False, 8, False))
+    assert caps == (1, 2, 4, 8, 16, 32, 64, 128, _sms())
+    assert device.persistent_block_caps(h100, BuildOptions(persistent_blocks=1), None) == (1,)
+    assert device.persistent_block_caps(h100, BuildOptions(), Config(CELLS["lstm"], 96, 96, 1, False, 64, False)) \
+        == (_sms(),)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_small_steps_that_do_not_fit_one_block_take_more():
+    """GRU N=8 H=128: one block holds its 192 KB of weights but not beside 8 staged rows and the
+    partial sums, so the forwards' persistent loops take 2 blocks (rnn.persistent_blocks says so),
+    not launches a step; with 1 block asked for, no retry: launches."""
+    sizes = dict(input_size=128, hidden_size=128, batch_size=8, target=H100, tuning_logs=False, cache=False)
+    rnn = tvmrnn.build("gru", options=BuildOptions(**STEPS), **sizes)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward"].blocks_used == 2
+    assert rnn.persistent_blocks == 2
+    one = tvmrnn.build("gru", options=BuildOptions(persistent_blocks=1, **STEPS), **sizes)
+    assert not one.programs["forward"].uses_persistent_loops and one.persistent_blocks is None
 
 
 def test_launch_flags_keep_dynamic_shared_memory_last():

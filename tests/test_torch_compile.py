@@ -115,3 +115,26 @@ def test_an_op_outliving_its_module_says_so():
     gc.collect()
     with pytest.raises(RuntimeError, match="no longer exists"):
         torch.ops.tvmrnn.forward(handle, -1, torch.randn(2, N, I), torch.zeros(1, N, H), None, None, False, [])
+
+
+class ProjModel(Model):
+    def __init__(self, rnn):
+        torch.nn.Module.__init__(self)
+        self.rnn = rnn
+        self.head = torch.nn.Linear(rnn.proj_size * (2 if rnn.bidirectional else 1), 3)
+
+
+@pytest.mark.parametrize("allow_rnn", [False, True])
+def test_compiled_model_with_projections_trains_like_torch(allow_rnn):
+    """``proj_size`` under torch.compile: each layer runs eagerly (a graph break around it, so
+    not under ``fullgraph``); losses and every gradient as torch.nn's in float64, at two batch sizes."""
+    torch.manual_seed(0)
+    model = ProjModel(tt.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True))
+    ref = ProjModel(torch.nn.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True))
+    ref.load_state_dict(model.state_dict())
+    ref = ref.double()
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(allow_rnn=allow_rnn):
+        compiled = torch.compile(model, backend="aot_eager")
+        for n in (3, 2):
+            _check_step(model, ref, compiled, torch.randn(6, n, 5))

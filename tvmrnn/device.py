@@ -160,6 +160,27 @@ def persistent_blocks(target: tvm.target.Target, options: BuildOptions, config=N
     return small or sms
 
 
+def persistent_block_caps(target: tvm.target.Target, options: BuildOptions, config=None,
+                          directions: int | None = None) -> tuple[int, ...] | None:
+    """The block counts a persistent time loop tries, in order, until its step's schedule
+    qualifies (its weights on chip, its grid within the count): :func:`persistent_blocks` first;
+    where that is :func:`small_step_blocks`'s choice, then twice it, four times... and one per SM.
+    The rule counts the weights alone, and a block also stages the step's hidden state and the
+    partial sums of its split reduction, which grow with the rows: at GRU N=8 H=128 on the H100
+    one block cannot keep the weights on chip, 2 can. ``options.persistent_blocks``: that count
+    alone. None where :func:`persistent_blocks` is."""
+    first = persistent_blocks(target, options, config, directions)
+    if first is None:
+        return None
+    sms = multiprocessors(target)
+    if options.persistent_blocks or first >= sms:
+        return (first,)
+    caps = [first]
+    while 2 * caps[-1] < sms:
+        caps.append(2 * caps[-1])
+    return (*caps, sms)
+
+
 def dependent_launch(target, options: BuildOptions) -> bool | str:
     """How GPU passes launch their kernels: programmatic dependent launch (PDL, sm_90+) lets the
     GPU start a kernel's blocks before the kernel before it has retired; each waits at its start

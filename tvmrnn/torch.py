@@ -24,7 +24,8 @@ of its graphs unless ``torch._dynamo.config.allow_rnn`` is set, so by default th
 breaks around the module, which runs eagerly as a whole (as ``torch.nn.LSTM`` does; never step by
 step). With ``allow_rnn`` the passes join the graph as the custom ops ``tvmrnn::forward``,
 ``tvmrnn::forward_train`` and ``tvmrnn::backward`` (``fullgraph=True`` works; one compiled graph
-serves every batch size, the op choosing the build at run time). tvmrnn never sets that switch
+serves every batch size, the op choosing the build at run time; a module with ``proj_size`` runs each
+layer eagerly, a graph break, so not under ``fullgraph``). tvmrnn never sets that switch
 itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules too.
 """
 from __future__ import annotations

@@ -585,7 +585,8 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
     return prog
 
 
-def all_programs(config: Config, schedule, target=None, persistent_blocks: int | None = None) -> tuple[Program, ...]:
+def all_programs(config: Config, schedule, target=None,
+                 persistent_blocks: int | tuple[int, ...] | None = None) -> tuple[Program, ...]:
     """The passes a build compiles for ``target`` (a ``tvm.target.Target``, or None: CPU):
     inference forward, training forward, backward and weight packing, with the target's chunk
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes

@@ -728,7 +728,8 @@ def _substituted(node, mapping: list):
 class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
-    def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc], persistent_blocks: int | None = None,
+    def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc],
+                 persistent_blocks: int | tuple[int, ...] | None = None,
                  one_region: bool = False, barrier_param: bool = True, view_pointers: bool = False,
                  options: BuildOptions | None = None, subroutines: Subroutines | None = None):
         options = options if options is not None else BuildOptions()
@@ -738,8 +739,13 @@ class Program:
         self.barrier_param = barrier_param
         self.schedule = schedule
         # GPU only: the most thread blocks that are surely resident at once; with it, each time
-        # loop of one kernel runs as one persistent launch (see `loop`)
-        self.persistent_blocks = persistent_blocks
+        # loop of one kernel runs as one persistent launch (see `loop`). A tuple: the counts a
+        # loop's step tries in order until its schedule qualifies (device.persistent_block_caps),
+        # the last the most
+        caps = (persistent_blocks,) if isinstance(persistent_blocks, int) else persistent_blocks
+        self.persistent_caps: tuple[int, ...] | None = tuple(caps) if caps else None
+        self.persistent_blocks = max(caps) if caps else None
+        self._persistent_choice: dict[str, Kernel | None] = {}  # step kernel -> its persistent form, or None
         self._persistent: list | None = None  # the calls of the persistent time loop being emitted
         # with it, only kernels whose schedule keeps their weights in shared memory run
         # persistent (``options.persistent == "auto"``); the others' loops stay per-step
@@ -750,12 +756,12 @@ class Program:
         self.check_resident = True
         # time loops of two-direction kernels too (``options.persist_stacked``)
         self.persist_stacked = persistent_blocks is not None and options.persist_stacked
-        self._not_persistent: set[str] = set()  # persistent kernels `call` turned down (and why there)
         # CPU only: each time loop as one parallel region, a barrier between steps (`_region_loop`)
         self.one_region = one_region
         self._region: list | None = None  # the calls of that time loop being emitted
         self._barrier: SequenceTensor | None = None  # the grid barriers' counter (loops of 2 or more blocks)
         self._persistent_loops = 0
+        self.blocks_used = 0  # the largest block count of a persistent step it took
         self.params: list[SequenceTensor] = []
         self._scheduled: dict[str, tirx.PrimFunc] = {}
         self._stack: list[list] = [[]]
@@ -855,24 +861,9 @@ class Program:
         if self._persistent is not None and kernel.batch and not self.persist_stacked:
             self._persistent = None  # this time loop stays a host loop of launches
         if self._persistent is not None:
-            persistent = kernels.persistent(kernel, self.persistent_blocks)
-            if persistent.name not in self._scheduled and persistent.name not in self._not_persistent:
-                scheduled = None
-                # "auto" in the backward: only steps of row tiles (many rows); its split-K steps (a
-                # few rows) were faster as per-step launches (notes v10, v34)
-                if not (self.persistent_if_on_chip and self.name == "backward" and not _row_tiles(persistent)):
-                    scheduled = self.schedule(persistent)
-                    if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
-                        scheduled = None  # its weights would be read from L2 every step: slower
-                    elif self.check_resident and (_grid_blocks(scheduled) or 0) > self.persistent_blocks:
-                        scheduled = None  # more blocks than are surely resident (a tile that did not fit)
-                if scheduled is None:
-                    self._not_persistent.add(persistent.name)
-                else:
-                    self._scheduled[persistent.name] = scheduled
-                    self.kernels[persistent.name] = persistent
-            if persistent.name in self._not_persistent:
-                self._persistent = None
+            persistent = self._persistent_form(kernel)
+            if persistent is None:
+                self._persistent = None  # this time loop stays a host loop of launches
             else:
                 kernel = persistent
         if kernel.name not in self._scheduled:
@@ -984,6 +975,32 @@ class Program:
         return [tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
                          tirx.SeqStmt(steps) if len(steps) > 1 else steps[0],
                          annotations={"pragma_parallel_launch_point": 1})]
+
+    def _persistent_form(self, kernel: Kernel) -> Kernel | None:
+        """The persistent form of a step kernel (:func:`tvmrnn.kernels.persistent`) at the first of
+        :attr:`persistent_caps` whose schedule qualifies, scheduled; None where none does (its
+        time loop then runs one launch a step). Decided once per kernel."""
+        if kernel.name in self._persistent_choice:
+            return self._persistent_choice[kernel.name]
+        chosen = None
+        # "auto" in the backward: only steps of row tiles (many rows); its split-K steps (a few
+        # rows) were faster as per-step launches (notes v10, v34)
+        if not (self.persistent_if_on_chip and self.name == "backward"
+                and not _row_tiles(kernels.persistent(kernel, self.persistent_caps[0]))):
+            for cap in self.persistent_caps:
+                persistent = kernels.persistent(kernel, cap)
+                scheduled = self.schedule(persistent)
+                if self.persistent_if_on_chip and not keeps_weights_on_chip(scheduled, persistent):
+                    continue  # its weights would be read from L2 every step: slower
+                if self.check_resident and (_grid_blocks(scheduled) or 0) > cap:
+                    continue  # more blocks than are surely resident (a tile that did not fit)
+                self._scheduled[persistent.name] = scheduled
+                self.kernels[persistent.name] = persistent
+                self.blocks_used = max(self.blocks_used, cap)
+                chosen = persistent
+                break
+        self._persistent_choice[kernel.name] = chosen
+        return chosen
 
     def _persistent_loop(self, var, extent, calls) -> list | None:
         """A time loop of one kernel as one launch: the loop moves inside the kernel.

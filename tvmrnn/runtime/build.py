@@ -133,7 +133,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 
 def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
     schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
-    blocks = targets.persistent_blocks(target, options, config, launch_directions(config, target))
+    blocks = targets.persistent_block_caps(target, options, config, launch_directions(config, target))
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
     with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
               dynamic_ncols=True) as bar:
@@ -159,7 +159,8 @@ def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options
     rnn.records = picked  # kernel name -> the record it took (workload key, where, its JSON)
     rnn.allow_tf32 = allow_tf32 and is_gpu(target)
     rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
-    rnn.persistent_blocks = blocks if any(p.uses_persistent_loops for p in programs) else None
+    # the most blocks a persistent loop took (a package's load checks the GPU has that many SMs)
+    rnn.persistent_blocks = max((p.blocks_used for p in programs if p.uses_persistent_loops), default=None)
     return rnn
 
 
