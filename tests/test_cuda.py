@@ -496,6 +496,33 @@ def test_variable_lengths_match_torch_packed_on_cuda(cell, num_layers, bidirecti
     assert VARIABLE.variable_lengths
 
 
+@pytest.mark.parametrize("packed", [False, True])
+def test_projections_match_torch_on_cuda(packed):
+    """``proj_size`` in the drop-in on the GPU (tvmrnn.torch.LSTM's layer-by-layer reformulation on
+    CUDA builds): outputs, states and every gradient against torch.nn on the CPU in float64,
+    2 layers, bidirectional, packed with unsorted lengths or not."""
+    import tvmrnn.torch as tt
+    from torch.nn.utils.rnn import pack_padded_sequence
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(13, 37, proj_size=11, num_layers=2, bidirectional=True).double()
+    ours = tt.LSTM(13, 37, proj_size=11, num_layers=2, bidirectional=True)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    ours = ours.cuda()
+    x, h0, c0 = torch.randn(9, 4, 13), torch.randn(4, 4, 11), torch.randn(4, 4, 37)
+    lengths = torch.tensor([3, 9, 1, 6])
+    results = []
+    for module, device, dtype in ((ours, "cuda", torch.float32), (ref, "cpu", torch.float64)):
+        xs, hs, cs = (t.to(device, dtype).requires_grad_() for t in (x, h0, c0))
+        inp = pack_padded_sequence(xs, lengths, enforce_sorted=False) if packed else xs
+        out, (hy, cy) = module(inp, (hs, cs))
+        y = out.data if packed else out
+        (y.sin().sum() + (hy * hy).sum() + cy.sum()).backward()
+        results.append([t.detach().cpu() for t in (y, hy, cy, xs.grad, hs.grad, cs.grad)]
+                       + [p.grad.cpu() for _, p in sorted(module.named_parameters())])
+    for a, b in zip(*results):
+        assert float((a.double() - b).norm() / b.norm()) < 1e-5
+
+
 @pytest.mark.parametrize("hidden", [H, 256])
 @pytest.mark.parametrize("cell", ["lstm", "gru", "rnn_tanh", "rnn_relu"])
 def test_nan_and_inf_propagate_as_in_torch_on_cuda(cell, hidden):
