@@ -400,24 +400,19 @@ class _Mixin:
         ``W_hh W_hr`` (4H x H) and ``r`` as its state (zero before the first step); each
         direction's ``W_hh h0`` enters its first step through the input projection (the input
         widened by D x P features, ``h0`` at the direction's first step of each row and zeros
-        elsewhere, ``W_hh`` beside ``W_ih``); then ``y = r W_hr^T`` and ``hy = r_last W_hr^T``.
+        elsewhere, ``W_hh`` beside ``W_ih``; ``h0`` None, the caller gave none: zeros, and the
+        input as it is); then ``y = r W_hr^T`` and ``hy = r_last W_hr^T``.
         Gradients reach ``W_ih``, ``W_hh``, ``W_hr``, the biases, ``h0`` and ``c0`` through
         PyTorch's autograd around the fused passes. Not the fused LSTMP step: each step multiplies
         by 4H x H recurrent weights instead of 4H x P and P x H (H / P times the recurrent work)."""
         D, P, H = (2 if self.bidirectional else 1), self.proj_size, self.hidden_size
         time_axis = 1 if self.batch_first else 0
         T, N = x.shape[time_axis], x.shape[1 - time_axis]
-        extra = x.new_zeros((T, N, D * P))
-        extra[0, :, :P] = h0[0]
-        if D == 2:  # the reverse direction starts at each row's own last step
-            last = (lengths.to(x.device).long() - 1) if lengths is not None else \
-                torch.full((N,), T - 1, dtype=torch.long, device=x.device)
-            rows = torch.arange(N, device=x.device)
-            extra = extra.index_put((last, rows), torch.nn.functional.pad(h0[1], (P, 0)), accumulate=True)
-        if self.batch_first:
-            extra = extra.transpose(0, 1)
-        widened = torch.cat([x, extra], dim=2).contiguous()
-        rnn = self._rnn_for(N, x.device, layer=k, ragged=lengths is not None, input_size=x.shape[2] + D * P)
+        if h0 is None:  # zero initial states: nothing to add to the first steps' gates
+            widened, extra_size = x, 0
+        else:
+            widened, extra_size = self._with_initial_states(x, h0, lengths, T, N), D * P
+        rnn = self._rnn_for(N, x.device, layer=k, ragged=lengths is not None, input_size=x.shape[2] + extra_size)
         own, projections = {}, []
         for d in range(D):
             suffix = f"_l{k}" + ("_reverse" if d else "")
@@ -430,8 +425,8 @@ class _Mixin:
                 bias_ih = bias_hh = w_hh.new_zeros(4 * H)
             bias_ih, bias_hh = bias_ih.float(), bias_hh.float()
             end = "_l0" + ("_reverse" if d else "")  # the one-layer build's names
-            own.update({"weight_ih" + end: torch.cat([w_ih, *beside], dim=1), "weight_hh" + end: w_hh @ w_hr,
-                        "bias_ih" + end: bias_ih, "bias_hh" + end: bias_hh})
+            own.update({"weight_ih" + end: torch.cat([w_ih, *beside], dim=1) if extra_size else w_ih,
+                        "weight_hh" + end: w_hh @ w_hr, "bias_ih" + end: bias_ih, "bias_hh" + end: bias_hh})
             projections.append(w_hr)
         names = rnn.config.layout.names
         params = [own[name] for name in names]
@@ -440,6 +435,21 @@ class _Mixin:
         y = torch.cat([r[..., d * H:(d + 1) * H] @ projections[d].t() for d in range(D)], dim=2)
         hy = torch.stack([r_last[d] @ projections[d].t() for d in range(D)])
         return y, hy, cy
+
+    def _with_initial_states(self, x, h0, lengths, T: int, N: int):
+        """``x`` widened by D x P features: each direction's h0 at its first step of each row
+        (for the reverse direction, the row's own last time), zeros elsewhere."""
+        D, P = (2 if self.bidirectional else 1), self.proj_size
+        extra = x.new_zeros((T, N, D * P))
+        extra[0, :, :P] = h0[0]
+        if D == 2:  # the reverse direction starts at each row's own last step
+            last = (lengths.to(x.device).long() - 1) if lengths is not None else \
+                torch.full((N,), T - 1, dtype=torch.long, device=x.device)
+            rows = torch.arange(N, device=x.device)
+            extra = extra.index_put((last, rows), torch.nn.functional.pad(h0[1], (P, 0)), accumulate=True)
+        if self.batch_first:
+            extra = extra.transpose(0, 1)
+        return torch.cat([x, extra], dim=2).contiguous()
 
     def _forward(self, input, hx, lengths=None):
         unbatched = input.dim() == 2
@@ -464,12 +474,13 @@ class _Mixin:
                                      f"{'proj_size' if name == 'h0' else 'hidden_size'}), got {tuple(t.shape)}")
         if self.proj_size:
             # (eager under torch.compile: _projected_layer is never traced, see _register)
+            given_h0 = hx is not None  # else zeros: no widened input for them
             y, hys, cys = input.contiguous(), [], []
             for k in range(self.num_layers):
                 if k and self.dropout and self.training:
                     y = torch.nn.functional.dropout(y, self.dropout, training=True)
                 states = slice(k * D, (k + 1) * D)
-                y, hy_k, cy_k = self._projected_layer(k, lengths, y, h0[states], c0[states])
+                y, hy_k, cy_k = self._projected_layer(k, lengths, y, h0[states] if given_h0 else None, c0[states])
                 hys.append(hy_k)
                 cys.append(cy_k)
             out = (y, torch.cat(hys), torch.cat(cys))
