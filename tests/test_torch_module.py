@@ -128,6 +128,25 @@ def test_projections_with_dropout_and_default_states_match_torch():
     assert rel_error(y, yr) < 1e-5 and rel_error(h, hr) < 1e-5 and rel_error(c, cr) < 1e-5
 
 
+@pytest.mark.parametrize("where", ["x", "h0", "c0"])
+def test_projections_propagate_nan_and_inf_as_torch(where):
+    """A NaN or Inf in x, h0 or c0 of a bidirectional LSTM with projections reaches the same
+    outputs and states as in torch.nn (an Inf in h0 runs torch.nn's own path: the reformulation's
+    other direction would turn 0 x Inf into NaN)."""
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True)
+    ours = tt.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True)
+    ours.load_state_dict(ref.state_dict())
+    for bad in (float("nan"), float("inf")):
+        x, h0, c0 = torch.randn(6, 3, 5), torch.randn(4, 3, 3), torch.randn(4, 3, 8)
+        {"x": x[2, 1], "h0": h0[1, 2], "c0": c0[0, 0]}[where][0] = bad
+        (y, (h, c)), (yr, (hr, cr)) = ours(x, (h0, c0)), ref(x, (h0, c0))
+        for a, b in ((y, yr), (h, hr), (c, cr)):
+            assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.isinf(), b.isinf()), (where, bad)
+            finite = a.isfinite()
+            assert rel_error(a[finite], b[finite]) < 1e-5
+
+
 def test_bad_projection_inputs_are_refused_and_the_module_stays_usable():
     with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size"):  # torch.nn's own check
         tt.LSTM(5, 7, proj_size=7)

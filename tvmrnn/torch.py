@@ -341,6 +341,11 @@ class _Mixin:
         return self._zero_biases[key]
 
     def forward(self, input, hx=None):
+        if self.proj_size and self.bidirectional and hx is not None and isinstance(hx, tuple) \
+                and isinstance(hx[0], torch.Tensor) and not bool(torch.isfinite(hx[0]).all()):
+            # an Inf or NaN in h0: the projections' reformulation would meet 0 x Inf in the other
+            # direction's widened input (_projected_layer); torch.nn's own LSTM, as torch.nn does it
+            return torch.nn.LSTM.forward(self, input, hx)
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx)
         if not isinstance(input, torch.Tensor):
