@@ -423,14 +423,16 @@ class _Mixin:
             suffix = f"_l{k}" + ("_reverse" if d else "")
             # in fp32, as the kernels run (half parameters after module.half(): gradients flow back cast)
             w_ih, w_hh, w_hr = (getattr(self, f"{n}{suffix}").float() for n in ("weight_ih", "weight_hh", "weight_hr"))
-            beside = [w_hh.new_zeros(4 * H, P)] * D
-            beside[d] = w_hh
+            if extra_size:  # W_hh beside W_ih, under this direction's h0 features
+                beside = [w_hh.new_zeros(4 * H, P)] * D
+                beside[d] = w_hh
+                w_ih = torch.cat([w_ih, *beside], dim=1)
             bias_ih, bias_hh = (getattr(self, f"{n}{suffix}", None) for n in ("bias_ih", "bias_hh"))
             if bias_ih is None:  # bias=False
                 bias_ih = bias_hh = w_hh.new_zeros(4 * H)
             bias_ih, bias_hh = bias_ih.float(), bias_hh.float()
             end = "_l0" + ("_reverse" if d else "")  # the one-layer build's names
-            own.update({"weight_ih" + end: torch.cat([w_ih, *beside], dim=1) if extra_size else w_ih,
+            own.update({"weight_ih" + end: w_ih,
                         "weight_hh" + end: w_hh @ w_hr, "bias_ih" + end: bias_ih, "bias_hh" + end: bias_hh})
             projections.append(w_hr)
         names = rnn.config.layout.names
@@ -477,27 +479,21 @@ class _Mixin:
                 if tuple(t.shape) != shape:
                     raise ValueError(f"{name}: expected shape {shape} (layers x directions, batch, "
                                      f"{'proj_size' if name == 'h0' else 'hidden_size'}), got {tuple(t.shape)}")
-        if self.proj_size:
-            # (eager under torch.compile: _projected_layer is never traced, see _register)
-            given_h0 = hx is not None  # else zeros: no widened input for them
+        dropout = self.dropout and self.training
+        if self.proj_size or (dropout and self.num_layers > 1):
+            # layer by layer: projections always (_projected_layer: eager under torch.compile, see
+            # _register); dropout between layers as torch.nn does in training (one build for the
+            # first layer, one shared by the others; eval runs the fused stack)
             y, hys, cys = input.contiguous(), [], []
             for k in range(self.num_layers):
-                if k and self.dropout and self.training:
+                if k and dropout:
                     y = torch.nn.functional.dropout(y, self.dropout, training=True)
                 states = slice(k * D, (k + 1) * D)
-                y, hy_k, cy_k = self._projected_layer(k, lengths, y, h0[states] if given_h0 else None, c0[states])
-                hys.append(hy_k)
-                cys.append(cy_k)
-            out = (y, torch.cat(hys), torch.cat(cys))
-        elif self.dropout and self.training and self.num_layers > 1:
-            # dropout between layers, as torch.nn does in training: the stack runs layer by layer
-            # (one build for the first layer, one shared by the others); eval runs the fused stack
-            y, hys, cys = input.contiguous(), [], []
-            for k in range(self.num_layers):
-                if k:
-                    y = torch.nn.functional.dropout(y, self.dropout, training=True)
-                states = slice(k * D, (k + 1) * D)
-                out = self._run(k, lengths, y, h0[states].contiguous(), c0[states].contiguous() if has_c else None)
+                if self.proj_size:  # given no initial states, zeros: no widened input for them
+                    out = self._projected_layer(k, lengths, y, h0[states] if hx is not None else None, c0[states])
+                else:
+                    out = self._run(k, lengths, y, h0[states].contiguous(),
+                                    c0[states].contiguous() if has_c else None)
                 y = out[0]
                 hys.append(out[1])
                 if has_c:

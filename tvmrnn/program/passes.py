@@ -41,7 +41,7 @@ from ..options import BuildOptions
 from ..schedules.cpu import gradient_panel, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
-from ..device import dependent_launch, shared_kernels
+from ..device import dependent_launch, persistent_block_caps, shared_kernels
 from .sequence import Program, Stacked, Subroutines
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
@@ -181,9 +181,12 @@ def packed_weight_gradients(target=None) -> bool:
     return target is None or not is_gpu(target)
 
 
-def launch_directions(config: Config, target) -> int:
-    """The directions one launch of a layer's time loop runs: both where they are stacked."""
-    return config.num_directions if stack_directions(target, config.options) else 1
+def loop_block_caps(config: Config, target) -> tuple[int, ...] | None:
+    """The block counts ``config``'s persistent time loops try on ``target``
+    (:func:`tvmrnn.device.persistent_block_caps`), for the directions one launch runs: both
+    where they are stacked (:func:`stack_directions`). None: no persistent loops."""
+    directions = config.num_directions if stack_directions(target, config.options) else 1
+    return persistent_block_caps(target, config.options, config, directions)
 
 
 def stack_directions(target, options: BuildOptions) -> bool:

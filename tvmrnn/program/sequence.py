@@ -191,12 +191,14 @@ def _same_view(a: tirx.DeclBuffer, b: tirx.DeclBuffer) -> bool:
                                                             (list(a.buffer.strides), list(b.buffer.strides))))
 
 
-def _thread_extent(stmt) -> int | None:
-    """The extent of the first ``threadIdx.x`` loop in ``stmt`` (a kernel's threads per block)."""
+def _bound_extent(stmt, tag: str) -> int | None:
+    """The constant extent of the first loop in ``stmt`` bound to the thread tag ``tag``
+    (``"threadIdx.x"``, ``"blockIdx.x"``), or None."""
     found = []
 
     def visit(loop, mutator):
-        if loop.thread_binding is not None and loop.thread_binding.thread_tag == "threadIdx.x" and not found:
+        if not found and loop.thread_binding is not None and loop.thread_binding.thread_tag == tag \
+                and isinstance(loop.extent, tirx.IntImm):
             found.append(int(loop.extent))
         # a callback's result is not descended into: the loops inside, until one is found (the
         # first thread loop may sit in an unrolled loop of one, as at H = 37)
@@ -204,6 +206,11 @@ def _thread_extent(stmt) -> int | None:
 
     tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
     return found[0] if found else None
+
+
+def _thread_extent(stmt) -> int | None:
+    """The extent of the first ``threadIdx.x`` loop in ``stmt`` (a kernel's threads per block)."""
+    return _bound_extent(stmt, "threadIdx.x")
 
 
 def _seq(stmts: list):
@@ -263,16 +270,7 @@ def _sblocks(stmt) -> list:
 
 def _grid_blocks(func) -> int | None:
     """The ``blockIdx.x`` extent of a scheduled GPU kernel (its first such loop), if constant."""
-    found = []
-
-    def visit(loop, mutator):
-        if not found and loop.thread_binding is not None and loop.thread_binding.thread_tag == "blockIdx.x" \
-                and isinstance(loop.extent, tirx.IntImm):
-            found.append(int(loop.extent))
-        return mutator.default_mutate(loop) if not found else loop
-
-    tvm_ffi.structural_mutate(func.body, [(tirx.For, visit)])
-    return found[0] if found else None
+    return _bound_extent(func.body, "blockIdx.x")
 
 
 def _row_tiles(kernel: Kernel) -> bool:

@@ -15,7 +15,7 @@ from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
 from ..options import as_options, use_cpu_threads
 from ..schedules.common import is_gpu
-from ..program.passes import Config, all_programs, launch_directions
+from ..program.passes import Config, all_programs, loop_block_caps
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import report_untuned, scheduler, tuned_options
 
@@ -122,7 +122,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
     try:
         return _compile_once(config, target, tuning_logs, allow_tf32, options, device_index)
     except SharedMemoryError as err:
-        if not targets.persistent_blocks(target, options, config, launch_directions(config, target)):
+        if not targets.persistent_blocks(target, options):
             raise
         warnings.warn(f"tvmrnn: a persistent kernel does not fit this GPU ({err}); building without persistent "
                       f"kernels (options.persistent='off')", RuntimeWarning, stacklevel=3)
@@ -133,7 +133,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 
 def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
     schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
-    blocks = targets.persistent_block_caps(target, options, config, launch_directions(config, target))
+    blocks = loop_block_caps(config, target)
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
     with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
               dynamic_ncols=True) as bar:

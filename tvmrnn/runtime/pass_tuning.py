@@ -39,9 +39,9 @@ import warnings
 
 import tvm
 
-from ..device import SMALL_STEP_BATCH, multiprocessors, persistent_blocks
+from ..device import SMALL_STEP_BATCH, multiprocessors
 from ..options import TUNED_FIELDS, left_to_target
-from ..program.passes import launch_directions, stack_directions
+from ..program.passes import loop_block_caps, stack_directions
 from ..schedules.common import is_gpu
 from ..tune import records
 from ..tune.pass_checks import ALL_RECORDS, FILE_NAME, PassChecks, config_key, describe
@@ -280,7 +280,8 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     # and twice it, and one a SM; a step of many rows has the work for every SM
     if gpu and config.batch_size <= SMALL_STEP_BATCH:
         sms = multiprocessors(target)
-        chosen = persistent_blocks(target, config.options, config, launch_directions(config, target))
+        caps = loop_block_caps(config, target)
+        chosen = caps[0] if caps else None
         if sms and chosen:
             found += [("persistent_blocks", blocks) for blocks in sorted({max(1, chosen // 2), min(sms, 2 * chosen), sms})
                       if blocks != chosen]

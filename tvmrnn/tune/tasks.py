@@ -10,8 +10,7 @@ from ..schedules import default_schedule
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..kernels import Kernel
-from ..program.passes import all_programs, launch_directions
-from ..device import persistent_block_caps
+from ..program.passes import all_programs, loop_block_caps
 
 from .records import best_latency_us, workload
 
@@ -80,7 +79,7 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[
         return default_schedule(kernel, target) if persistent_blocks(kernel.func) else kernel.func
 
     for config in configs:
-        blocks = persistent_block_caps(target, config.options, config, launch_directions(config, target)) if target is not None and is_gpu(target) else None
+        blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
         for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
                 task = tasks.setdefault(name, Task(program.kernels[name], 0))
