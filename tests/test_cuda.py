@@ -576,3 +576,32 @@ def test_torch_compile_with_inductor_on_cuda(cell):
             model.zero_grad()
             ref.zero_grad()
     assert len(ours._built) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_autocast_returns_what_cudnn_returns(dtype):
+    """Under CUDA autocast the drop-ins run their fp32 kernels and return what torch.nn's cuDNN
+    RNNs return there (the autocast dtype, for every cell, padded or packed), the values the fp32
+    ones rounded; gradients reach the fp32 parameters in fp32."""
+    import tvmrnn.torch as tt
+    from torch.nn.utils.rnn import pack_padded_sequence
+    torch.manual_seed(0)
+    for theirs, kwargs in ((torch.nn.LSTM, {}), (torch.nn.GRU, {"bidirectional": True}), (torch.nn.RNN, {}),
+                           (torch.nn.LSTM, {"proj_size": 3})):
+        ref = theirs(5, 8, **kwargs).cuda()
+        ours = getattr(tt, theirs.__name__)(5, 8, **kwargs).cuda()
+        ours.load_state_dict(ref.state_dict())
+        x = torch.randn(6, 3, 5, device="cuda")
+        y32 = ref(x)[0]
+        with torch.autocast("cuda", dtype=dtype):
+            for inp in (x, pack_padded_sequence(x, torch.tensor([6, 2, 4]), enforce_sorted=False)):
+                (y, states), (yr, states_r) = ours(inp), ref(inp)
+                packed = not isinstance(inp, torch.Tensor)
+                y, yr = (y.data, yr.data) if packed else (y, yr)
+                states = states if isinstance(states, tuple) else (states,)
+                states_r = states_r if isinstance(states_r, tuple) else (states_r,)
+                assert [t.dtype for t in (y, *states)] == [t.dtype for t in (yr, *states_r)] == [dtype] * (1 + len(states))
+                if not packed:
+                    assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
+                    y.float().sum().backward()
+                    assert all(p.grad.dtype == torch.float32 for p in ours.parameters())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.nn.utils.rnn import pack_padded_sequence
 
 import tvmrnn
 import tvmrnn.torch as tt
@@ -286,31 +287,72 @@ def test_smaller_batches_reuse_a_build_and_larger_ones_build_once():
         fixed(torch.randn(3, 5, 5))
 
 
-def test_autocast_runs_in_float32():
+@pytest.mark.parametrize("theirs,kwargs", [(torch.nn.LSTM, {}), (torch.nn.GRU, {}), (torch.nn.RNN, {}),
+                                           (torch.nn.LSTM, {"proj_size": 3})])
+def test_autocast_and_half_modules_return_what_torch_nn_returns(theirs, kwargs):
     """Under torch.autocast the drop-in runs its fp32 kernels (a half input is widened) and returns
-    fp32, never fails (half-precision kernels are another issue's)."""
+    the dtype torch.nn's module returns there (PyTorch's CPU autocast casts the padded LSTM and
+    Elman RNNs and the padded LSTM to bf16, not the GRU nor a packed LSTM), so the layers after it get what they would
+    get; a module made half (``module.bfloat16()``) returns half, with gradients back to its half
+    parameters. The values are the fp32 ones, rounded."""
     torch.manual_seed(0)
-    ref = torch.nn.GRU(5, 8)
-    ours = tt.GRU(5, 8)
+    ref = theirs(5, 8, **kwargs)
+    ours = getattr(tt, theirs.__name__)(5, 8, **kwargs)
     ours.load_state_dict(ref.state_dict())
     x = torch.randn(4, 3, 5)
+    y32 = ref(x)[0]
+    packed = pack_padded_sequence(x, [4, 2, 3], enforce_sorted=False)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        y, h = ours(x.bfloat16())
-        y2, _ = ours(x)
-    assert y.dtype == torch.float32 and y2.dtype == torch.float32
-    assert rel_error(y2, ref(x)[0]) < 1e-5
-    assert rel_error(y, ref(x.bfloat16().float())[0]) < 1e-5
-    # with projections too, and half parameters (module.bfloat16()): fp32 kernels, gradients back
-    # to the half parameters
-    proj = tt.LSTM(5, 8, proj_size=3)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        yp, (hp, cp) = proj(x.bfloat16())
-    assert yp.dtype == hp.dtype == cp.dtype == torch.float32
-    half = proj.bfloat16()
-    yh, _ = half(x.bfloat16())
-    yh.sum().backward()
-    assert yh.dtype == torch.float32 and half.weight_hr_l0.grad.dtype == torch.bfloat16
-    assert rel_error(yh, yp) < 2e-2  # bf16 parameters against fp32 ones
+        for inp in (x, x.bfloat16(), packed):
+            if theirs is torch.nn.GRU and inp is not packed and inp.dtype == torch.bfloat16:
+                continue  # torch.nn's GRU is not autocast on CPUs: a bf16 input meets fp32 weights (an error)
+            y, states = ours(inp)
+            yr, states_r = ref(inp)
+            y, yr = (y.data, yr.data) if inp is packed else (y, yr)
+            assert y.dtype == yr.dtype, (inp is packed, inp.dtype if inp is not packed else None)
+            for s, sr in zip(states if isinstance(states, tuple) else (states,),
+                             states_r if isinstance(states_r, tuple) else (states_r,)):
+                assert s.dtype == sr.dtype
+            if inp is x:
+                assert rel_error(y.float(), y32) < 1e-2  # fp32 kernels, the result rounded (bf16: 2^-9)
+    half, half_ref = ours.bfloat16(), ref.bfloat16()
+    yh = half(x.bfloat16())[0]
+    assert yh.dtype == half_ref(x.bfloat16())[0].dtype == torch.bfloat16
+    yh.float().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.bfloat16 for p in half.parameters())
+    assert rel_error(yh.float(), y32) < 3e-2  # bf16 parameters against fp32 ones
+
+
+@pytest.mark.parametrize("theirs", [torch.nn.LSTM, torch.nn.GRU])
+def test_float64_modules_and_empty_batches_behave_as_torch_nn(theirs):
+    """What the fp32 kernels do not run goes to torch.nn's own implementation: a float64 module
+    (exact, gradients too) and a batch of no rows (empty outputs, a backward that works); a
+    custom cell's module, which has no torch.nn implementation, returns empty outputs and
+    refuses float64 with a TypeError."""
+    torch.manual_seed(0)
+    ref = theirs(5, 8, num_layers=2).double()
+    ours = getattr(tt, theirs.__name__)(5, 8, num_layers=2).double()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 3, 5, dtype=torch.float64, requires_grad=True)
+    y, yr = ours(x)[0], ref(x)[0]
+    assert y.dtype == torch.float64 and torch.equal(y, yr)
+    (gx,) = torch.autograd.grad(y.sum(), x)
+    (gr,) = torch.autograd.grad(yr.sum(), x)
+    assert torch.equal(gx, gr)
+    ours.float()
+    empty = torch.randn(0, 6, 5, requires_grad=True)
+    ours.batch_first = ref.batch_first = True
+    y, states = ours(empty)
+    yr, states_r = ref.float()(empty)
+    assert y.shape == yr.shape == (0, 6, 8)
+    assert (states[0] if isinstance(states, tuple) else states).shape == (2, 0, 8)
+    y.sum().backward()
+    assert empty.grad.shape == empty.shape
+    custom = tt.CustomRNN("gru", 5, 8)
+    ye, he = custom(torch.randn(6, 0, 5))
+    assert ye.shape == (6, 0, 8) and he.shape == (1, 0, 8)
+    with pytest.raises(TypeError, match="runs in float32.*module.float"):
+        custom.double()(torch.randn(6, 2, 5, dtype=torch.float64))
 
 
 def test_deepcopy_and_pickle(tmp_path):

@@ -341,6 +341,14 @@ class _Mixin:
         return self._zero_biases[key]
 
     def forward(self, input, hx=None):
+        data = input.data if isinstance(input, PackedSequence) else input
+        if isinstance(data, torch.Tensor):
+            param = next(self.parameters(), None)
+            if data.dtype == torch.float64 or (param is not None and param.dtype == torch.float64):
+                return self._torch_nn_forward(input, hx, "float64")
+            if data.dim() == 3 and data.shape[0 if self.batch_first else 1] == 0 and data.shape[
+                    1 if self.batch_first else 0] > 0:
+                return self._torch_nn_forward(input, hx, "an empty batch")
         if self.proj_size and self.bidirectional and hx is not None and isinstance(hx, tuple) \
                 and isinstance(hx[0], torch.Tensor) and not bool(torch.isfinite(hx[0]).all()):
             # an Inf or NaN in h0: the projections' reformulation would meet 0 x Inf in the other
@@ -354,20 +362,66 @@ class _Mixin:
             raise ValueError(f"input: expected a 2-d (unbatched) or 3-d tensor, got shape {tuple(input.shape)}")
         return self._forward_fp32(input, hx)
 
-    def _forward_fp32(self, input, hx, lengths=None):
-        """:meth:`_forward` in fp32: tvmrnn's kernels are fp32, so under torch.autocast they run in
-        fp32 and return fp32 (a half input is widened), where torch.nn's cuDNN path would run in
-        half precision."""
+    def _torch_nn_forward(self, input, hx, why: str):
+        """What tvmrnn's fp32 kernels do not run, by torch.nn's own implementation of this module
+        (float64 modules or inputs, empty batches; a module of a custom cell has none)."""
+        base = next((c for c in type(self).__mro__ if c.__module__.startswith("torch.nn.")
+                     and issubclass(c, torch.nn.RNNBase) and c is not torch.nn.RNNBase), None)
+        if base is None:
+            if why == "float64":
+                raise TypeError(f"input: a {type(self).__name__} runs in float32 (float16 and bfloat16 "
+                                "through it), not float64; call module.float()")
+            return self._empty_batch(input, hx)
+        return base.forward(self, input, hx)
+
+    def _empty_batch(self, input, hx):
+        """Outputs of a batch of no rows (a custom cell's module; torch.nn's do the same)."""
+        D = 2 if self.bidirectional else 1
+        unbatched_T = input.shape[1 if self.batch_first else 0]
+        y = input.new_zeros((0, unbatched_T, D * self.hidden_size) if self.batch_first
+                            else (unbatched_T, 0, D * self.hidden_size))
+        h = input.new_zeros((self.num_layers * D, 0, self.hidden_size))
+        return (y, (h, h.clone())) if self._has_cell_state else (y, h)
+
+    def _result_dtypes(self, input, packed: bool) -> tuple[torch.dtype, torch.dtype]:
+        """The dtypes of torch.nn's outputs for ``input`` (of ``y`` and ``h``, then of ``c``): where
+        autocast is on for the input's device, as PyTorch 2.13 casts RNNs there (on CUDA every
+        cuDNN RNN, in the autocast dtype; on CPUs the Elman RNNs and the padded LSTM, an LSTM
+        with projections's ``y`` and ``h`` but not its ``c``, neither the GRU nor a packed LSTM);
+        else the input's own. Custom cells follow the LSTM."""
+        kind, own = input.device.type, input.dtype
+        if not (input.is_floating_point() and torch.is_autocast_enabled(kind)):
+            return own, own
+        low = torch.get_autocast_dtype(kind)
+        if kind != "cpu":
+            return low, low
+        if isinstance(self, torch.nn.GRU):
+            return own, own
+        if isinstance(self, torch.nn.LSTM) and self.proj_size:
+            return low, own
+        if isinstance(self, torch.nn.LSTM) and packed:
+            return own, own
+        return low, low
+
+    def _forward_fp32(self, input, hx, lengths=None, packed: bool = False):
+        """:meth:`_forward` in fp32: tvmrnn's kernels are fp32, so a half input (or module) and
+        torch.autocast's half precision run in fp32; the results come back in the dtype
+        torch.nn's module would return (:meth:`_result_dtypes`), so the layers after it see what
+        they would see after torch.nn's."""
+        dtype, c_dtype = self._result_dtypes(input, packed)
         with torch.autocast(input.device.type, enabled=False):
-            return self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input, hx,
-                                 lengths=lengths)
+            y, states = self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input,
+                                      hx, lengths=lengths)
+        if isinstance(states, tuple):
+            return y.to(dtype), (states[0].to(dtype), states[1].to(c_dtype))
+        return y.to(dtype), states.to(dtype)
 
     def _forward_packed(self, packed, hx):
         """A ``PackedSequence`` in, one out (with the input's batch order), as torch.nn: the rows run
         padded to the longest with their lengths (a variable-lengths build), states in the
         caller's row order."""
         padded, lengths = pad_packed_sequence(packed, batch_first=self.batch_first)  # rows in the caller's order
-        y, states = self._forward_fp32(padded, hx, lengths=lengths)
+        y, states = self._forward_fp32(padded, hx, lengths=lengths, packed=True)
         axis = 0 if self.batch_first else 1
         if packed.sorted_indices is not None:  # pack in the input's (sorted) order, as it was
             y = y.index_select(axis, packed.sorted_indices)
