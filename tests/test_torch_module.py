@@ -381,3 +381,15 @@ def test_deepcopy_and_pickle(tmp_path):
     buffer.seek(0)
     back = torch.load(buffer, weights_only=False)
     assert back._package.package_path == path and torch.equal(back(x)[0], y)
+
+
+def test_bad_states_are_a_clear_error():
+    """hx of the wrong kind (a tensor for an LSTM, a tuple for a GRU) is a TypeError naming hx, and
+    the module runs afterwards."""
+    lstm, gru = tt.LSTM(5, 8), tt.GRU(5, 8)
+    x, h = torch.randn(4, 3, 5), torch.zeros(1, 3, 8)
+    with pytest.raises(TypeError, match=r"hx: expected a tuple \(h0, c0\)"):
+        lstm(x, h)
+    with pytest.raises(TypeError, match="hx: expected a tensor h0"):
+        gru(x, (h,))
+    assert lstm(x, (h, h))[0].shape == gru(x, h)[0].shape == (4, 3, 8)

@@ -517,6 +517,12 @@ class _Mixin:
         if unbatched:
             input = input.unsqueeze(1 if not self.batch_first else 0)
         has_c = self._has_cell_state
+        if has_c and hx is not None and not (isinstance(hx, (tuple, list)) and len(hx) == 2
+                                             and all(isinstance(t, torch.Tensor) for t in hx)):
+            raise TypeError(f"hx: expected a tuple (h0, c0) of tensors for a cell with a cell state, "
+                            f"got {type(hx).__name__}")
+        if not has_c and hx is not None and not isinstance(hx, torch.Tensor):
+            raise TypeError(f"hx: expected a tensor h0 (this cell has no cell state), got {type(hx).__name__}")
         h0, c0 = (hx if hx is not None else (None, None)) if has_c else (hx, None)
         if unbatched:
             h0 = h0.unsqueeze(1) if h0 is not None else None
