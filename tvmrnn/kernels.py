@@ -152,21 +152,75 @@ def _panel_suffix(panel: int) -> str:
     return f"_p{panel}" if panel else ""
 
 
-def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0) -> Kernel:
+def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16: bool = False) -> Kernel:
     """``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]`` for a chunk of steps (``w`` in
     column panels of ``panel`` units if given, :func:`weight_shape`; ``b`` and ``gx`` then
-    gate-blocked, :func:`gate_shape`)."""
+    gate-blocked, :func:`gate_shape`).
+
+    ``bf16`` (CPUs with AVX512-BF16, ``BuildOptions.bf16_projections``; panels required): the same
+    fp32 buffers, the products of ``x`` and ``w`` rounded to bf16 first (nearest even) and summed in
+    fp32, as ``vdpbf16ps`` does. Two stages hold the rounded operands, a pair of consecutive k in
+    one 32-bit word (:func:`bf16_pair`: the instruction's operand layout; an odd K gets a zero):
+    ``xb[t, n, k2]`` and ``wb[p, k2, g, u]``; the GEMM sums ``dot2`` over the pairs
+    (:func:`tvmrnn.schedules.bf16.cpu_gemm_bf16` computes them per task and tensorizes)."""
     x = te.placeholder((steps, batch, in_size), F32, "x")
     w = te.placeholder(weight_shape(in_size, hidden, gates, panel), F32, "w")
     b = te.placeholder(gate_shape(hidden, gates, panel), F32, "b")
-    k = te.reduce_axis((0, in_size), "k")
-    mm = _gates_compute((steps, batch), hidden, gates, panel,
-                        lambda t, n, col: te.sum(x[t, n, k] * _weight_at(w, (), k, col, panel), axis=k), "matmul",
-                        ("t", "n"))
+    name = f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_panel_suffix(panel)}"
+    if bf16:
+        if not panel:
+            raise ValueError("bf16 projections need the CPU weight panels (BuildOptions.weight_panels)")
+        pairs, last = (in_size + 1) // 2, in_size - 1
+
+        def at(load, k):  # the k-th operand, 0 past the end (an odd K's pair)
+            return tirx.if_then_else(k < in_size, load(tirx.min(k, last)), tirx.const(0, F32)) if in_size % 2 \
+                else load(k)
+        xb = te.compute((steps, batch, pairs), lambda t, n, k2: bf16_pair(
+            at(lambda k: x[t, n, k], 2 * k2), at(lambda k: x[t, n, k], 2 * k2 + 1)), name="xb")
+        wb = te.compute((hidden // panel, pairs, gates, panel), lambda p, k2, g, u: bf16_pair(
+            at(lambda k: w[p, k, g, u], 2 * k2), at(lambda k: w[p, k, g, u], 2 * k2 + 1)), name="wb")
+        k2 = te.reduce_axis((0, pairs), "k2")
+        mm = _gates_compute((steps, batch), hidden, gates, panel,
+                            lambda t, n, col: te.sum(dot2(xb[t, n, k2], wb[(col[0], k2, *col[1:])]), axis=k2),
+                            "matmul", ("t", "n"))
+        name += "_bf16"
+    else:
+        k = te.reduce_axis((0, in_size), "k")
+        mm = _gates_compute((steps, batch), hidden, gates, panel,
+                            lambda t, n, col: te.sum(x[t, n, k] * _weight_at(w, (), k, col, panel), axis=k), "matmul",
+                            ("t", "n"))
     gx = _gates_compute((steps, batch), hidden, gates, panel, lambda t, n, col: mm[(t, n, *col)] + b[col], "gx",
                         ("t", "n"))
-    return _make(f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_panel_suffix(panel)}",
-                 {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
+    return _make(name, {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
+
+
+_U32 = "uint32"
+
+
+def bf16_bits(v):
+    """An fp32 value's nearest bf16 (ties to even), as its 16 bits in the low half of a uint32; a
+    NaN becomes bf16's quiet NaN (rounding its bits could carry it into Inf or -0)."""
+    u = tirx.reinterpret(_U32, v)
+    rounded = (u + tirx.const(0x7FFF, _U32) + ((u >> tirx.const(16, _U32)) & tirx.const(1, _U32))) \
+        >> tirx.const(16, _U32)
+    is_nan = (u & tirx.const(0x7FFFFFFF, _U32)) > tirx.const(0x7F800000, _U32)
+    return tirx.Select(is_nan, tirx.const(0x7FC0, _U32), rounded)
+
+
+def bf16_pair(lo, hi):
+    """Two fp32 values rounded to bf16 and packed in one uint32, ``lo`` in the low half: the
+    k-pair that ``vdpbf16ps`` multiplies."""
+    return bf16_bits(lo) | (bf16_bits(hi) << tirx.const(16, _U32))
+
+
+def dot2(a, b):
+    """``a.lo * b.lo + a.hi * b.hi`` of two :func:`bf16_pair` words, each product exact in fp32."""
+    def lo(w):
+        return tirx.reinterpret(F32, w << tirx.const(16, _U32))
+
+    def hi(w):
+        return tirx.reinterpret(F32, w & tirx.const(0xFFFF0000, _U32))
+    return lo(a) * lo(b) + hi(a) * hi(b)
 
 
 def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0,

@@ -227,6 +227,21 @@ def _bind(group, views_of):
     return {role: Stacked(tuple(v[role] for v in per_direction)) for role in per_direction[0]}
 
 
+def _check_bf16_projections(target, config: Config, panel: int) -> None:
+    """A clear error at build where ``options.bf16_projections`` cannot apply."""
+    from ..device import host_target
+    from ..schedules import bf16
+    target = target if target is not None else host_target()
+    if is_gpu(target):
+        raise ValueError("options.bf16_projections: CPUs only (a GPU build puts its all-steps GEMMs on TF32 "
+                         "tensor cores with allow_tf32=True)")
+    bf16.check_target(target)
+    if not panel or panel % 16:
+        raise ValueError(f"options.bf16_projections: needs the weights in panels of 16 units (AVX-512), so "
+                         f"hidden_size a multiple of 16 and weight_panels on; got hidden_size "
+                         f"{config.hidden_size}, weight_panels={config.options.weight_panels}")
+
+
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
@@ -302,7 +317,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
             def project(start, size, _group=group, _l=l, _in=in_size):
                 for gd, d in enumerate(_group):
-                    k = kernels.input_projection(size, N, _in, H, G, panel=panel)
+                    k = kernels.input_projection(size, N, _in, H, G, panel=panel, bf16=config.options.bf16_projections)
                     t0 = base(d, start, size) if interleave else start
                     prog.call(k, x=layer_in(t0, size), w=w.piece(layout.slot(_l, d, "weight_ih").offset),
                               b=w.piece(layout.slot(_l, d, "bias_ih").offset),
@@ -608,6 +623,8 @@ def all_programs(config: Config, schedule, target=None,
     how = dict(chunks=chunk_steps(target, options), stacked=stack_directions(target, options),
                one_region=one_region, view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
+    if options.bf16_projections:
+        _check_bf16_projections(target, config, panel)
 
     def panel_of(k_size):  # the backward's data GEMMs: their tile runs along K, one "gate"
         return weight_panel(target, 1, k_size, options.weight_panels)

@@ -542,6 +542,35 @@ def merge_identical_kernels(mod, _ctx):
 _CALL_KERNEL = tvm.ir.Op.get("tirx.call_ffi_kernel")
 
 
+@tvm.transform.module_pass(opt_level=0, name="tvmrnn.CpuLocalsOnStack")
+def cpu_locals_on_stack(mod, _ctx):
+    """Keep a CPU kernel's ``local`` buffers on the stack, whatever their size.
+
+    TVM allocates a CPU buffer over 1 KB from its workspace pool (``TVMBackendAllocWorkspace``),
+    which needs the device the function runs on, and the kernels the passes call as functions
+    (:class:`Subroutines`) have none (TVM: "Unknown device id in current IR"). The bf16
+    projections keep a task's rounded weights and inputs in such buffers (tens of KB,
+    :func:`tvmrnn.schedules.bf16.cpu_gemm_bf16`); a worker thread's stack (8 MB) holds them.
+    ``disable_lower_builtin`` is TVM's own mark for an allocation ``LowerTVMBuiltin`` leaves as is."""
+    def mark(node, mutator):
+        node = mutator.default_mutate(node)
+        if node.buffer.scope() == "local" and not node.annotations.get("disable_lower_builtin"):
+            return tirx.AllocBuffer(node.buffer, {**node.annotations, "disable_lower_builtin": tvm.tirx.IntImm("bool", 1)}, node.span)
+        return node
+
+    updates = {}
+    for gvar, func in mod.functions.items():
+        target = func.attrs.get("target") if isinstance(func, tirx.PrimFunc) and func.attrs is not None else None
+        if target is None or target.kind.name != "llvm":
+            continue
+        body = tvm_ffi.structural_mutate(func.body, [(tirx.AllocBuffer, mark)])
+        if not body.same_as(func.body):
+            updates[gvar] = func.with_body(body)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
 def _tvmrnn_pipeline():
     """TVM's default TIR pipeline, then :func:`cooperative_grid_barriers` and
     :func:`merge_identical_kernels` (``tvm.compile(..., tir_pipeline="tvmrnn")``)."""
@@ -553,7 +582,8 @@ def _tvmrnn_pipeline():
     def device_passes():
         lower_warp = [tirx.transform.LowerWarpMemory() for _ in range(WARP_ALLOCATIONS - 1)]
         return tvm.transform.Sequential([*lower_warp, finalize_device(), check_shared_memory], name="tvmrnn_device")
-    return (tvm.transform.Sequential([base, cooperative_grid_barriers, merge_identical_kernels], name="tvmrnn"),
+    return (tvm.transform.Sequential([base, cooperative_grid_barriers, merge_identical_kernels, cpu_locals_on_stack],
+                                     name="tvmrnn"),
             finalize_host, device_passes)
 
 

@@ -41,6 +41,7 @@ from tvm import s_tir
 from ..device import device_model
 from ..kernels import Kernel
 
+from . import bf16
 from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_kind, _writes_param, is_gpu, uses_tf32
 from .cpu import cpu_column_tile, cpu_gemm, gradient_panel, l1_blocks, weight_panel
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
@@ -94,7 +95,10 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     ``sch``'s primitives, so its trace replays the default schedule: tuning measures it as a
     candidate like any other (:func:`tvmrnn.tune.tuner.tune`)."""
     if kernel.gemm is not None and not is_gpu(target):
-        cpu_gemm(sch, kernel, target, **tiles)
+        if bf16.is_bf16_gemm(sch):
+            bf16.cpu_gemm_bf16(sch, kernel, target)
+        else:
+            cpu_gemm(sch, kernel, target, **tiles)
         return
     blocks = persistent_blocks(sch.mod["main"])
     if blocks:  # a block keeps its slice of the weights in as much shared memory as the device gives
