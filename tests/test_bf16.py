@@ -108,3 +108,91 @@ def test_amx_tiles_compile_for_the_xeon_and_match_float64_where_it_runs(rng):
     if not (_cpu_has("amx_bf16") and bf16.request_amx()):
         pytest.skip("this CPU (or OS) offers no AMX-BF16: compiled only")
     _check_against_float64(lib, M, N, K, rng)
+
+
+# ---- bf16 input projections (BuildOptions.bf16_projections) -----------------------------------
+ZEN4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+needs_bf16 = pytest.mark.skipif(not _cpu_has("avx512_bf16"), reason="this CPU has no AVX512-BF16 (avx512_bf16)")
+
+
+def _rounded(a: np.ndarray) -> np.ndarray:
+    """float32 -> its nearest bf16 (ties to even), as float64."""
+    return (_bits(a).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+@needs_bf16
+@pytest.mark.parametrize("steps,batch,K,H,G", [(4, 1, 13, 32, 4), (3, 7, 40, 48, 3), (2, 5, 9, 128, 1),
+                                               (16, 3, 64, 32, 4)])
+def test_bf16_projection_kernel_matches_float64(steps, batch, K, H, G, rng):
+    """The bf16 projection kernel (its default schedule, tensorized) against float64 products of
+    the same bf16-rounded operands, at odd K (a zero-padded last pair), one row, 16-unit and
+    64-unit panels; a NaN in one input row makes that row's outputs NaN and no other's."""
+    from tvmrnn import kernels
+    from tvmrnn.schedules import default_schedule, weight_panel
+    target = tvm.target.Target(ZEN4)
+    panel = weight_panel(target, G, H)
+    assert panel and panel % 16 == 0
+    kernel = kernels.input_projection(steps, batch, K, H, G, panel=panel, bf16=True)
+    lib = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}), target=target).jit()
+    assert "vdpbf16ps" in lib.inspect_source("asm")
+    x = rng.standard_normal((steps, batch, K)).astype(np.float32)
+    w = rng.standard_normal(kernels.weight_shape(K, H, G, panel)).astype(np.float32)
+    b = rng.standard_normal(kernels.gate_shape(H, G, panel)).astype(np.float32)
+    x[-1, -1, K // 2] = np.nan
+    dev = tvm.cpu(0)
+    out = tvm.runtime.tensor(np.zeros((steps, batch, *kernels.gate_shape(H, G, panel)), np.float32), dev)
+    lib["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b)), out)
+    expected = np.einsum("tnk,pkgu->tnpgu", _rounded(x), _rounded(w)) + b
+    got = out.numpy()
+    assert np.isnan(got[-1, -1]).all() and not np.isnan(got.reshape(steps * batch, -1)[:-1]).any()
+    got, expected = got.reshape(steps * batch, -1)[:-1], expected.reshape(steps * batch, -1)[:-1]
+    assert np.abs(got - expected).max() <= 1e-6 * K * np.abs(expected).max()
+
+
+@needs_bf16
+@pytest.mark.parametrize("cell,num_layers,bidirectional", [("lstm", 2, True), ("gru", 1, False)])
+def test_bf16_projection_builds_match_torch(cell, num_layers, bidirectional, rng):
+    """A build with ``bf16_projections`` uses the bf16 kernels for its projections and matches
+    torch.nn in float64 to bf16's rounding (about 1e-3; fp32 builds: 1e-7): outputs, states and,
+    through the fp32 backward, every gradient."""
+    import torch
+    import tvmrnn
+    torch.manual_seed(0)
+    I, H, N, T = 21, 32, 3, 11
+    ref = getattr(torch.nn, cell.upper())(I, H, num_layers=num_layers, bidirectional=bidirectional).double()
+    rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=num_layers, bidirectional=bidirectional,
+                       batch_size=N, options=tvmrnn.BuildOptions(bf16_projections=True), cache=False)
+    assert any(name.endswith("_bf16") for name in rnn.schedules)
+    w = rnn.pack_weights({k: v.float().numpy() for k, v in ref.state_dict().items()})
+    x = rng.standard_normal((T, N, I)).astype(np.float32)
+    y, hy, *_ = rnn.forward(w, x)
+    xr = torch.from_numpy(x).double().requires_grad_()
+    yr, hr = ref(xr)
+    hr = hr[0] if isinstance(hr, tuple) else hr
+    error = float(np.linalg.norm(y - yr.detach().numpy()) / np.linalg.norm(yr.detach().numpy()))
+    assert 1e-5 < error < 1e-2  # bf16's rounding shows, within its bounds
+    assert np.linalg.norm(hy - hr.detach().numpy()) / np.linalg.norm(hr.detach().numpy()) < 1e-2
+    y2, _, *rest = rnn.forward_train(w, x)
+    np.testing.assert_array_equal(y2, y)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    grads = rnn.backward(w, rest[-1], dy=dy)
+    yr.backward(torch.from_numpy(dy).double())
+    assert np.linalg.norm(grads["x"] - xr.grad.numpy()) / np.linalg.norm(xr.grad.numpy()) < 2e-2
+    for name, p in ref.named_parameters():
+        assert np.linalg.norm(grads[name] - p.grad.numpy()) / np.linalg.norm(p.grad.numpy()) < 2e-2, name
+
+
+def test_bf16_projections_refused_where_they_cannot_run():
+    """A clear ValueError at build, before compiling: a CPU without AVX512-BF16, a GPU, a hidden
+    size without 16-unit weight panels; and the option itself is a bool."""
+    import tvmrnn
+    on = tvmrnn.BuildOptions(bf16_projections=True)
+    sizes = dict(input_size=8, hidden_size=32, batch_size=2, options=on, cache=False)
+    with pytest.raises(ValueError, match="AVX512-BF16 .avx512bf16.; 'znver3' has none"):
+        tvmrnn.build("lstm", target={"kind": "llvm", "mcpu": "znver3"}, **sizes)
+    with pytest.raises(ValueError, match="bf16_projections: CPUs only"):
+        tvmrnn.build("lstm", target="nvidia/nvidia-h100", **sizes)
+    with pytest.raises(ValueError, match="hidden_size a multiple of 16.*got hidden_size 37"):
+        tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=37))
+    with pytest.raises(TypeError, match="options.bf16_projections: expected True or False"):
+        tvmrnn.BuildOptions(bf16_projections="yes")

@@ -96,7 +96,8 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     candidate like any other (:func:`tvmrnn.tune.tuner.tune`)."""
     if kernel.gemm is not None and not is_gpu(target):
         if bf16.is_bf16_gemm(sch):
-            bf16.cpu_gemm_bf16(sch, kernel, target)
+            bf16.cpu_gemm_bf16(sch, kernel, target, **{k: v for k, v in tiles.items()
+                                                       if k in ("accumulators", "tasks_per_core")})
         else:
             cpu_gemm(sch, kernel, target, **tiles)
         return

@@ -226,14 +226,15 @@ def is_bf16_gemm(sch) -> bool:
     return {"xb", "wb"} <= names
 
 
-def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24) -> None:
+def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: int = 2) -> None:
     """The bf16 projection's schedule: a task per (panel, block of row tiles), run in parallel.
     A task rounds its panel of the weights once (``wb``, local), then for each register tile of
-    ``rows`` rows (of the batch, or of several steps where the batch is smaller) rounds the tile's
-    inputs (``xb``) and sums over the k-pairs ``rows x G x u / 16`` vectors of 16 columns (at most
-    ``accumulators`` registers) with one ``vdpbf16ps`` each (:data:`DOT_PAIR_WORDS`), then adds the bias. Row tiles are grouped into
-    about two tasks per core over the panels, so that each panel is rounded a few times a call,
-    not once a tile (that cost more than the products). On a 2-core Zen 4, a 16-step chunk at
+    rows (of the batch, or of several steps where the batch is smaller) rounds the tile's inputs
+    (``xb``) and sums over the k-pairs ``rows x G x u / 16`` vectors of 16 columns (at most
+    ``accumulators`` registers) with one ``vdpbf16ps`` each (:data:`DOT_PAIR_WORDS`), then adds
+    the bias. Row tiles are grouped into about ``tasks_per_core`` tasks per core over the panels,
+    so that each panel is rounded a few times a call, not once a tile (that cost more than the
+    products). Both are tuning knobs (:mod:`.knobs`). On a 2-core Zen 4, a 16-step chunk at
     N=160 K=256 H=384 took 6.2 ms against the fp32 default's 11.1; at N=20 K=H=800, 4.7 against 7.7."""
     from .common import _divisor, vector_lanes
     if vector_lanes(target) != 16:
@@ -253,7 +254,7 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     sch.reorder(p, t_out, n_out, k2, t_in, n_in, g, u_out, u)
     tiles = sch.fuse(t_out, n_out)
     cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
-    blocks = _divisor(int(sch.get(tiles).extent), max(1, -(-2 * cores // panels)))
+    blocks = _divisor(int(sch.get(tiles).extent), max(1, -(-tasks_per_core * cores // panels)))
     block, tile = sch.split(tiles, [blocks, None])
     task = sch.fuse(p, block)
     sch.parallel(task)
