@@ -262,7 +262,7 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: i
     sch.compute_at(xb, tile)
     for stage in (wb, xb):
         sch.set_scope(stage, 0, "local")
-        sch.vectorize(sch.get_loops(stage)[-1])
+    sch.vectorize(sch.get_loops(wb)[-1])  # (xb's pairs are strided loads: scalar was faster)
     sch.reverse_compute_at(gx, tile, preserve_unit_loops=True)
     sch.vectorize(sch.get_loops(gx)[-1])
     init = sch.decompose_reduction(mm, k2)
