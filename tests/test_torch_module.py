@@ -393,3 +393,26 @@ def test_bad_states_are_a_clear_error():
     with pytest.raises(TypeError, match="hx: expected a tensor h0"):
         gru(x, (h,))
     assert lstm(x, (h, h))[0].shape == gru(x, h)[0].shape == (4, 3, 8)
+
+
+def test_cpu_bf16_autocast_runs_bf16_projections_where_the_cpu_has_them():
+    """Where torch.nn computes an LSTM in bf16 on a CPU (autocast, or a bf16 module), the drop-in
+    takes a build with bf16 input projections if this CPU has AVX512-BF16 (and the hidden size
+    16-unit panels), else its fp32 build; the GRU, which CPU autocast leaves in fp32, keeps fp32.
+    Either way the result is within bf16's rounding of torch.nn's fp32 one."""
+    from tvmrnn.torch import _cpu_bf16_projections
+    torch.manual_seed(0)
+    for theirs, H in ((torch.nn.LSTM, 32), (torch.nn.GRU, 32), (torch.nn.LSTM, 20)):
+        ref = theirs(12, H)
+        ours = getattr(tt, theirs.__name__)(12, H)
+        ours.load_state_dict(ref.state_dict())
+        x = torch.randn(7, 3, 12)
+        y32 = ref(x)[0]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = ours(x)[0]
+        expected = theirs is torch.nn.LSTM and _cpu_bf16_projections(4, H)
+        assert [k[5] for k in ours._built] == [expected], (theirs.__name__, H)
+        assert rel_error(y.float(), y32) < 1e-2
+        y.float().sum().backward()  # training through it: the fp32 backward
+        assert ours.weight_ih_l0.grad is not None
+        assert rel_error(ours(x)[0], y32) < 1e-5  # outside autocast: the fp32 build

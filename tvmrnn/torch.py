@@ -31,6 +31,7 @@ itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules 
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import math
 import numbers
@@ -196,6 +197,18 @@ def _backward(ctx, dy, dhy, dcy, _packed, _workspace):
 _forward_train_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+@functools.lru_cache(maxsize=None)
+def _cpu_bf16_projections(gates: int, hidden_size: int) -> bool:
+    """Whether this machine's CPU builds can take bf16 input projections for a cell of ``gates``
+    gates at this hidden size (``BuildOptions.bf16_projections``: AVX512-BF16, weight panels of a
+    multiple of 16 units)."""
+    from .device import host_target
+    from .schedules import bf16, weight_panel
+    target = host_target()
+    panel = weight_panel(target, gates, hidden_size)
+    return bf16.supports(target) and bool(panel) and panel % 16 == 0
+
+
 class _Mixin:
     """What the drop-ins share: checks, the builds they run on and ``forward``."""
 
@@ -210,7 +223,8 @@ class _Mixin:
         if not isinstance(rebuild, bool):
             raise TypeError(f"rebuild: expected bool, got {type(rebuild).__name__}")
         self._package, self._target, self._rebuild = package, target, rebuild and package is None
-        self._built = {}  # (input_size, num_layers, batch size, device, variable lengths) -> tvmrnn RNN
+        self._built = {}  # (input_size, num_layers, batch size, device, variable lengths, bf16) -> tvmrnn RNN
+        self._bf16_projections = False  # during an eager forward where torch.nn computes in bf16 (a CPU)
         self._zero_biases = {}  # (name, device) -> zeros, for bias=False
         # what torch.compile's path needs without a build (the custom ops above): a handle for the
         # ops, the whole stack's parameter layout and a one-layer build's parameter names
@@ -270,13 +284,16 @@ class _Mixin:
         _MODULES[self._handle] = self
 
     def _rnn_for(self, batch_size: int, device: torch.device, layer: int | None = None,
-                 ragged: bool = False, input_size: int | None = None) -> _FusedRNN:
+                 ragged: bool = False, input_size: int | None = None, bf16: bool | None = None) -> _FusedRNN:
         """The build to run ``batch_size`` rows on: the smallest one made so far that takes that many
         (a build runs any smaller batch, padded), else a new one for this batch (from the build cache
         when an earlier process made it). ``layer``: a one-layer build for that layer alone (dropout
         between layers runs the stack layer by layer). ``ragged``: a build for rows of different
         lengths (``PackedSequence`` input). ``input_size``: the layer's, where it is not the
-        module's own (:meth:`_projected_layer`)."""
+        module's own (:meth:`_projected_layer`). ``bf16``: a build with bf16 input projections
+        (None: :attr:`_bf16_projections`, set by :meth:`_forward_fp32` where torch.nn would
+        compute in bf16 on this CPU)."""
+        bf16 = getattr(self, "_bf16_projections", False) if bf16 is None else bf16
         D = 2 if self.bidirectional else 1
         if input_size is None:
             input_size = self.input_size if not layer else D * self.hidden_size
@@ -300,12 +317,12 @@ class _Mixin:
                 raise ValueError("input: a PackedSequence needs a package built with "
                                  "options=tvmrnn.BuildOptions(variable_lengths=True)")
             return self._package
-        fits = [(n, rnn) for (i, l, n, d, r), rnn in self._built.items()
-                if (i, l, d, r) == (input_size, num_layers, str(device), ragged) and n >= batch_size]
+        fits = [(n, rnn) for (i, l, n, d, r, h), rnn in self._built.items()
+                if (i, l, d, r, h) == (input_size, num_layers, str(device), ragged, bf16) and n >= batch_size]
         if fits:
             return min(fits, key=lambda f: f[0])[1]
-        if not self._rebuild and any((i, l, r) == (input_size, num_layers, ragged) for i, l, _, _, r in self._built):
-            largest = max(n for i, l, n, _, r in self._built if (i, l, r) == (input_size, num_layers, ragged))
+        if not self._rebuild and any((i, l, r) == (input_size, num_layers, ragged) for i, l, _, _, r, _ in self._built):
+            largest = max(n for i, l, n, _, r, _ in self._built if (i, l, r) == (input_size, num_layers, ragged))
             raise ValueError(f"input: a batch of {batch_size} rows; this module was built for at most {largest} "
                              f"and rebuild=False")
         if self._target is not None:
@@ -315,8 +332,8 @@ class _Mixin:
                 if device.type == "cuda" else None
         rnn = build(self._cell, input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
                     bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first,
-                    target=target, options=BuildOptions(variable_lengths=True) if ragged else None)
-        self._built[(input_size, num_layers, batch_size, str(device), ragged)] = rnn
+                    target=target, options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16))
+        self._built[(input_size, num_layers, batch_size, str(device), ragged, bf16)] = rnn
         return rnn
 
     def _parameters_of(self, names, layer: int | None):
@@ -409,9 +426,16 @@ class _Mixin:
         torch.nn's module would return (:meth:`_result_dtypes`), so the layers after it see what
         they would see after torch.nn's."""
         dtype, c_dtype = self._result_dtypes(input, packed)
-        with torch.autocast(input.device.type, enabled=False):
-            y, states = self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input,
-                                      hx, lengths=lengths)
+        bf16 = (dtype == torch.bfloat16 and input.device.type == "cpu" and self._package is None
+                and not torch.compiler.is_compiling()
+                and _cpu_bf16_projections(get_cell(self._cell).num_gates, self.hidden_size))
+        self._bf16_projections = bf16
+        try:
+            with torch.autocast(input.device.type, enabled=False):
+                y, states = self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input,
+                                          hx, lengths=lengths)
+        finally:
+            self._bf16_projections = False
         if isinstance(states, tuple):
             return y.to(dtype), (states[0].to(dtype), states[1].to(c_dtype))
         return y.to(dtype), states.to(dtype)
