@@ -64,6 +64,9 @@ def parse(argv=None):
                    help="untimed calls of the same side before each timed one (0: the sides back to back, "
                         "each slowed by the threads the other leaves spinning)")
     p.add_argument("--no-train", action="store_true")
+    p.add_argument("--options", type=json.loads, default=None, metavar="JSON",
+                   help='tvmrnn.BuildOptions fields for tvmrnn\'s builds, e.g. \'{"bf16_projections": true}\' '
+                   "(PyTorch's side is unchanged)")
     p.add_argument("--tf32", action="store_true", help="CUDA: TF32 allowed on both sides (tvmrnn's allow_tf32, "
                    "PyTorch's allow_tf32 switches) instead of fp32 against fp32 and cuDNN TF32")
     p.add_argument("--tuning-logs", default=None)
@@ -181,7 +184,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     t0 = time.perf_counter()
     if a.tf32 and a.device != "cuda":
         raise SystemExit("--tf32 is for --device cuda")
-    package = None if a.tf32 else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
+    package = None if a.tf32 or a.options else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
                            input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
     if package:
         if a.profile:
@@ -189,7 +192,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         rnn = tvmrnn.load(package, device=a.device)
     else:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
-                           target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32,
+                           target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32, options=a.options,
                            cache=False if a.profile else None)  # a cached build has no per-kernel programs
     build_s = time.perf_counter() - t0
     schedules = rnn.schedules  # a package made before v28 does not know them
@@ -198,7 +201,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     x = torch.randn(T, N, I, device=dev)
     dy = torch.randn(T, N, H * (2 if bidir else 1), device=dev)
     row = dict(cell=cell, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, device=a.device,
-               build_s=round(build_s, 1), tuned_kernels=tuned, package=package)
+               build_s=round(build_s, 1), tuned_kernels=tuned, package=package, options=a.options)
     results = []
     if a.profile:
         from tvmrnn.runtime.profile import GROUPS, profile
