@@ -224,7 +224,7 @@ def dot2(a, b):
 
 
 def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0,
-                   masked: bool = False) -> Kernel:
+                   masked: bool = False, bf16: bool = False) -> Kernel:
     """The recurrent GEMM fused with the cell's gate math, for one step.
 
     Outputs h_t twice (into the state and into the layer output), c_t, and for training the
@@ -234,14 +234,24 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     column panels (:func:`weight_shape`). ``masked``: an input ``mask`` (one value per row, 1 where
     the row's sequence runs at this step, else 0); a row whose mask is 0 keeps its state (h and c
     are h_{t-1} and c_{t-1}, and so is the output: the caller zeroes outputs past each row's
-    length, :mod:`tvmrnn.runtime.rnn`).
+    length, :mod:`tvmrnn.runtime.rnn`). ``bf16`` (CPUs with AVX512-BF16,
+    ``BuildOptions.bf16_projections``; panels required): the recurrent projection on bf16
+    operands summed in fp32, as the input projection's (:func:`input_projection`): ``w`` holds the
+    weights already rounded, k-pairs packed one to a word, ``(H / panel, H / 2, G, panel)`` words
+    (:func:`bf16_weight_pairs`: the first half of the fp32 panels' place), and a stage ``hb``
+    rounds ``h_prev`` the same way.
     """
     d = derivation(cell)
     G = cell.num_gates
     lead = _lead(directions)
     gx = te.placeholder(lead + (batch,) + gate_shape(hidden, G, panel), F32, "gx")
     h_prev = te.placeholder(lead + (batch, hidden), F32, "h_prev")
-    w = te.placeholder(lead + weight_shape(hidden, hidden, G, panel), F32, "w")
+    if bf16:
+        if not panel or hidden % 2:
+            raise ValueError("bf16 projections need the CPU weight panels (BuildOptions.weight_panels)")
+        w = te.placeholder(lead + (hidden // panel, hidden // 2, G, panel), F32, "w")
+    else:
+        w = te.placeholder(lead + weight_shape(hidden, hidden, G, panel), F32, "w")
     b = te.placeholder(lead + gate_shape(hidden, G, panel), F32, "b")
     inputs = {"gx": gx, "h_prev": h_prev, "w": w, "b": b}
     if cell.has_cell_state:
@@ -250,11 +260,21 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
         inputs["unit"] = te.placeholder(lead + (len(cell.unit_params), hidden), F32, "unit")
     if masked:
         inputs["mask"] = te.placeholder(lead + (batch,), F32, "mask")
-    k = te.reduce_axis((0, hidden), "k")
+    if bf16:
+        hb = te.compute(lead + (batch, hidden // 2),
+                        lambda *i: bf16_pair(h_prev[(*i[:-1], 2 * i[-1])], h_prev[(*i[:-1], 2 * i[-1] + 1)]), name="hb")
+        k2 = te.reduce_axis((0, hidden // 2), "k2")
 
-    def projection(*i):
-        *s, n, col = i  # s: the direction, if any
-        return te.sum(h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, col, panel), axis=k)
+        def projection(*i):
+            *s, n, col = i
+            word = tirx.reinterpret(_U32, w[(*s, col[0], k2, *col[1:])])
+            return te.sum(dot2(hb[(*s, n, k2)], word), axis=k2)
+    else:
+        k = te.reduce_axis((0, hidden), "k")
+
+        def projection(*i):
+            *s, n, col = i  # s: the direction, if any
+            return te.sum(h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, col, panel), axis=k)
     gh = _gates_compute(lead + (batch,), hidden, G, panel, projection, "recurrent_projection",
                         _axis_names(lead, "n"))
 
@@ -287,9 +307,10 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
     kernel = _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}"
-                   f"{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                   f"{_lead_suffix(directions)}{_MASKED if masked else ''}{'_bf16' if bf16 else ''}",
                    inputs, outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
-    return _with_unmasked(kernel, masked, lambda: recurrent_step(cell, batch, hidden, train, directions, panel))
+    return _with_unmasked(kernel, masked,
+                          lambda: recurrent_step(cell, batch, hidden, train, directions, panel, bf16=bf16))
 
 
 # A masked step's mask value for the row (1: the row's sequence runs at this step, 0: it has ended,
@@ -631,6 +652,17 @@ def gate_transpose(gates, hidden, in_size, panel: int = 0) -> Kernel:
     else:
         dst = te.compute((in_size, hidden, gates), lambda k, j, g: src[g, j, k], name="dst")
     return _make(f"gate_transpose_g{gates}_h{hidden}_k{in_size}{_panel_suffix(panel)}", {"src": src}, {"dst": dst})
+
+
+def bf16_weight_pairs(gates, hidden, in_size, panel: int) -> Kernel:
+    """Weight packing for bf16 recurrent projections: PyTorch's ``(G, H, K)`` -> the weights
+    rounded to bf16, k-pairs one to a word (:func:`bf16_pair`), in the panels of
+    :func:`weight_shape` with K halved: ``(H / panel, K / 2, G, panel)`` words, held as float32
+    (:func:`recurrent_step` with ``bf16`` reinterprets them)."""
+    src = te.placeholder((gates, hidden, in_size), F32, "src")
+    dst = te.compute((hidden // panel, in_size // 2, gates, panel), lambda p, k2, g, u: tirx.reinterpret(
+        F32, bf16_pair(src[g, p * panel + u, 2 * k2], src[g, p * panel + u, 2 * k2 + 1])), name="dst")
+    return _make(f"bf16_weight_pairs_g{gates}_h{hidden}_k{in_size}{_panel_suffix(panel)}", {"src": src}, {"dst": dst})
 
 
 def weight_panels(gates, hidden, in_size, panel: int) -> Kernel:

@@ -310,7 +310,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         def h_row(d, row, _l=l):
             return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
-            step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel, masked=masked)
+            step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel, masked=masked,
+                                          bf16=config.options.bf16_projections)
 
             def base(d, start, size):  # with interleave: the first time step of a chunk (direction d's order)
                 return start if d == 0 else T - start - size
@@ -595,6 +596,8 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
         gates = 1 if slot.kind in layout.unit_params else G  # a per-unit parameter: a 1-gate bias, copied
         # weights and biases in the forward kernels' layout (a per-unit parameter as it is)
         kernel = kernels.gate_transpose(gates, H, k_size, panel=panel if gates == G else 0)
+        if slot.kind == "weight_hh" and config.options.bf16_projections:  # rounded, in pairs (kernels.recurrent_step)
+            kernel = kernels.bf16_weight_pairs(G, H, k_size, panel)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2:
             back = prog.backward_weight_panels[k_size] = panel_of(k_size)

@@ -243,7 +243,8 @@ class RNN:
             raise TypeError(f"w: expected the result of pack_weights, got {type(w).__name__}")
         mine, theirs = self.config, w.owner.config  # the build options matter where they change the layout
         if (dataclasses.replace(theirs, options=mine.options) != mine
-                or theirs.options.weight_panels != mine.options.weight_panels):
+                or theirs.options.weight_panels != mine.options.weight_panels
+                or theirs.options.bf16_projections != mine.options.bf16_projections):
             raise ValueError("w: these weights were packed for a different configuration")
         return w.flat
 

@@ -207,6 +207,93 @@ def _dot_pair_words_impl(A: T.Buffer((1,), "uint32", offset_factor=1, scope="loc
                                                          C.vload([0], dtype="float32x16"), a, b)
 
 
+DOT_PAIR_WORDS_PACKED = "tvmrnn_dot_pair_words_packed_bf16"
+
+
+@T.prim_func(s_tir=True)
+def _dot_packed_desc(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
+                     B: T.Buffer((16,), "float32", offset_factor=1, align=4),
+                     C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:1], B[0:16])
+        T.writes(C[0:16])
+        for i in T.serial(16):
+            with T.sblock("update"):
+                vi = T.axis.spatial(16, i)
+                C[vi] = C[vi] + (T.reinterpret("float32", T.shift_left(A[0], T.uint32(16)))
+                                 * T.reinterpret("float32", T.shift_left(T.reinterpret("uint32", B[vi]), T.uint32(16)))
+                                 + T.reinterpret("float32", T.bitwise_and(A[0], T.uint32(0xFFFF0000)))
+                                 * T.reinterpret("float32", T.bitwise_and(T.reinterpret("uint32", B[vi]),
+                                                                          T.uint32(0xFFFF0000))))
+
+
+@T.prim_func(s_tir=True)
+def _dot_packed_impl(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
+                     B: T.Buffer((16,), "float32", offset_factor=1, align=4),
+                     C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:1], B[0:16])
+        T.writes(C[0:16])
+        with T.attr(0, "pragma_import_llvm", _LLVM_IR):
+            a = T.reinterpret(T.broadcast(A[0], 16), dtype="int16x32")
+            b = T.reinterpret(B.vload([0], dtype="float32x16"), dtype="int16x32")
+            C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
+                                                         C.vload([0], dtype="float32x16"), a, b)
+
+
+def register_pair_words_packed() -> str:
+    """Register :data:`DOT_PAIR_WORDS_PACKED` (once) and return its name: as
+    :data:`DOT_PAIR_WORDS`, with B the packed weights themselves (a kernel parameter holding the
+    words as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`)."""
+    from tvm.s_tir import TensorIntrin
+    try:
+        TensorIntrin.get(DOT_PAIR_WORDS_PACKED)
+    except Exception:  # noqa: BLE001 - not registered yet
+        TensorIntrin.register(DOT_PAIR_WORDS_PACKED, _dot_packed_desc, _dot_packed_impl)
+    return DOT_PAIR_WORDS_PACKED
+
+
+def is_bf16_step(sch) -> bool:
+    """Whether the kernel held by ``sch`` is a bf16 recurrent step (its ``hb`` stage)."""
+    return "hb" in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+
+
+def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
+    """The bf16 recurrent step's schedule (:func:`tvmrnn.kernels.recurrent_step` with ``bf16``):
+    ``hb`` (the state rounded, pairs in words) first, once a step; then, as the fp32 step
+    (:func:`tvmrnn.schedules.cpu._tile_from_outputs`), a task per (panel of units, tile of rows)
+    runs the GEMM for its tile, ``rows x G x u / 16`` vectors summed over the k-pairs with one
+    ``vdpbf16ps`` each straight from the packed weights (:data:`DOT_PAIR_WORDS_PACKED`), then the
+    gate math on the tile."""
+    from .common import _divisor, _gemm_axes, _vectorize, vector_lanes
+    lanes = vector_lanes(target)
+    if lanes != 16:
+        raise ValueError("bf16 projections need 16-lane (AVX-512) vectors")
+    gemm = sch.get_sblock(kernel.gemm)
+    output = sch.get_consumers(gemm)[0]
+    spatial, _ = _gemm_axes(sch, gemm)
+    gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
+    sch.set_scope(sch.get_sblock("hb"), 0, "local")
+    *lead, n, j = sch.get_loops(output)
+    batch = int(sch.get(n).extent)
+    rows = _divisor(batch, max(1, accumulators // (gates * units // 16)))
+    j_outer, j_inner = sch.split(j, [None, units])
+    n_outer, n_inner = sch.split(n, [None, rows])
+    sch.reorder(j_outer, *lead, n_outer, n_inner, j_inner)
+    tile = sch.fuse(j_outer, *lead, n_outer)
+    sch.parallel(tile)
+    sch.compute_at(gemm, tile, preserve_unit_loops=True)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    gn, gp, gg, gu = spatial[len(lead):]
+    sch.reorder(*reduction, gn, gp, gg, gu)
+    u_out, u_in = sch.split(gu, [None, 16])
+    sch.decompose_reduction(gemm, reduction[0])
+    sch.tensorize(u_in, register_pair_words_packed())
+    for loop in (gn, gg, u_out):
+        sch.unroll(loop)
+    _vectorize(sch, j_inner, lanes)
+
+
 def register_pair_words() -> str:
     """Register :data:`DOT_PAIR_WORDS` (once) and return its name: ``C[16] += dot2(A, B[16])`` for
     k-pairs packed one to a uint32 (:func:`tvmrnn.kernels.bf16_pair`), A's broadcast, in local

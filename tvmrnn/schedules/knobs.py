@@ -24,7 +24,7 @@ from tvm import s_tir
 from ..device import device_model
 from ..kernels import Kernel
 
-from .bf16 import is_bf16_gemm
+from .bf16 import is_bf16_gemm, is_bf16_step
 from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, vector_lanes
 from .cuda import GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, matmul_extents, matmul_shape, slice_variants
 from .split_k import PERSISTENT_TILES, persistent_blocks
@@ -51,7 +51,8 @@ class Knob:
 def family(kernel: Kernel, target: tvm.target.Target) -> str:
     """Which template :func:`tvmrnn.schedules.apply` gives ``kernel`` on ``target``."""
     if kernel.gemm is not None and not is_gpu(target):
-        return "cpu_gemm_bf16" if is_bf16_gemm(s_tir.Schedule(s_tir.renew_defs(kernel.func))) else "cpu_gemm"
+        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+        return "cpu_step_bf16" if is_bf16_step(sch) else "cpu_gemm_bf16" if is_bf16_gemm(sch) else "cpu_gemm"
     if not is_gpu(target):
         return "cpu_pointwise"
     if kernel.gemm is not None:
@@ -87,6 +88,8 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
             found += (Knob("row_block", (AUTO, 1, 2, 4, 8, 16), AUTO),
                       Knob("red_block", (AUTO, 16, 32, 64, 128, 256), AUTO))
         return found
+    if kind == "cpu_step_bf16":
+        return (Knob("accumulators", (8, 12, 16, 24, 28), 24),)
     if kind == "cpu_gemm_bf16":
         return (Knob("accumulators", (8, 12, 16, 24, 28), 24), Knob("tasks_per_core", (1, 2, 4, 8), 2))
     if kind == "cpu_pointwise":
