@@ -150,29 +150,40 @@ def test_bf16_projection_kernel_matches_float64(steps, batch, K, H, G, rng):
 
 
 @needs_bf16
-@pytest.mark.parametrize("cell,num_layers,bidirectional", [("lstm", 2, True), ("gru", 1, False)])
-def test_bf16_projection_builds_match_torch(cell, num_layers, bidirectional, rng):
-    """A build with ``bf16_projections`` uses the bf16 kernels for its projections and matches
-    torch.nn in float64 to bf16's rounding (about 1e-3; fp32 builds: 1e-7): outputs, states and,
-    through the fp32 backward, every gradient."""
+@pytest.mark.parametrize("cell,num_layers,bidirectional,options", [
+    ("lstm", 2, True, {}), ("lstm", 1, True, {"stack_directions": True}), ("gru", 1, False, {}),
+    ("rnn_tanh", 1, False, {"variable_lengths": True})])
+def test_bf16_projection_builds_match_torch(cell, num_layers, bidirectional, options, rng):
+    """A build with ``bf16_projections`` runs its input projections and every step's recurrent
+    projection on the bf16 kernels and matches torch.nn in float64 to bf16's rounding (about 1e-3;
+    fp32 builds: 1e-7): outputs, states and, through the fp32 backward, every gradient; both
+    directions in one step (a leading axis), variable lengths (masked steps) too."""
     import torch
     import tvmrnn
     torch.manual_seed(0)
-    I, H, N, T = 21, 32, 3, 11
-    ref = getattr(torch.nn, cell.upper())(I, H, num_layers=num_layers, bidirectional=bidirectional).double()
+    I, H, N, T = 21, 32 if cell != "rnn_tanh" else 128, 3, 11
+    ref = getattr(torch.nn, cell.split("_")[0].upper())(I, H, num_layers=num_layers,
+                                                        bidirectional=bidirectional).double()
     rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=num_layers, bidirectional=bidirectional,
-                       batch_size=N, options=tvmrnn.BuildOptions(bf16_projections=True), cache=False)
-    assert any(name.endswith("_bf16") for name in rnn.schedules)
+                       batch_size=N, options=tvmrnn.BuildOptions(bf16_projections=True, **options), cache=False)
+    for family in ("input_projection_", "recurrent_step_"):
+        assert any(n.startswith(family) and n.endswith("_bf16") for n in rnn.schedules), rnn.schedules
     w = rnn.pack_weights({k: v.float().numpy() for k, v in ref.state_dict().items()})
     x = rng.standard_normal((T, N, I)).astype(np.float32)
-    y, hy, *_ = rnn.forward(w, x)
+    lengths = [T, 4, 7] if options.get("variable_lengths") else None
+    y, hy, *_ = rnn.forward(w, x, lengths=lengths)
     xr = torch.from_numpy(x).double().requires_grad_()
-    yr, hr = ref(xr)
+    if lengths:
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+        out, hr = ref(pack_padded_sequence(xr, lengths, enforce_sorted=False))
+        yr = pad_packed_sequence(out, total_length=T)[0]
+    else:
+        yr, hr = ref(xr)
     hr = hr[0] if isinstance(hr, tuple) else hr
     error = float(np.linalg.norm(y - yr.detach().numpy()) / np.linalg.norm(yr.detach().numpy()))
     assert 1e-5 < error < 1e-2  # bf16's rounding shows, within its bounds
     assert np.linalg.norm(hy - hr.detach().numpy()) / np.linalg.norm(hr.detach().numpy()) < 1e-2
-    y2, _, *rest = rnn.forward_train(w, x)
+    y2, _, *rest = rnn.forward_train(w, x, lengths=lengths)
     np.testing.assert_array_equal(y2, y)
     dy = rng.standard_normal(y.shape).astype(np.float32)
     grads = rnn.backward(w, rest[-1], dy=dy)
@@ -180,6 +191,22 @@ def test_bf16_projection_builds_match_torch(cell, num_layers, bidirectional, rng
     assert np.linalg.norm(grads["x"] - xr.grad.numpy()) / np.linalg.norm(xr.grad.numpy()) < 2e-2
     for name, p in ref.named_parameters():
         assert np.linalg.norm(grads[name] - p.grad.numpy()) / np.linalg.norm(p.grad.numpy()) < 2e-2, name
+
+
+@needs_bf16
+def test_weights_packed_for_fp32_are_refused_by_a_bf16_build(rng):
+    """The bf16 build packs its recurrent weights rounded, in pairs: weights packed by an fp32
+    build of the same sizes (or the other way round) are a ValueError, not wrong numbers."""
+    import torch
+    import tvmrnn
+    params = {k: v.numpy() for k, v in torch.nn.GRU(8, 32).state_dict().items()}
+    builds = [tvmrnn.build("gru", input_size=8, hidden_size=32, batch_size=2,
+                           options=tvmrnn.BuildOptions(bf16_projections=on), cache=False) for on in (False, True)]
+    x = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    for a, b in (builds, builds[::-1]):
+        with pytest.raises(ValueError, match="w: these weights were packed for a different configuration"):
+            b.forward(a.pack_weights(params), x)
+        assert b.forward(b.pack_weights(params), x)[0].shape == (3, 2, 32)
 
 
 def test_bf16_projections_refused_where_they_cannot_run():
