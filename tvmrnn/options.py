@@ -91,12 +91,14 @@ class BuildOptions:
         physical cores (TVM alone would take half the logical CPUs). TVM's thread pool reads this
         once, at the first parallel kernel of the process, so the first CPU build decides it.
     bf16_projections : bool
-        CPUs with AVX512-BF16 (Zen 4 and later, Sapphire Rapids and later): the forwards' input
-        projections (about half of a forward's FLOPs where I = H) multiply bf16-rounded inputs and
-        weights (``vdpbf16ps``), summing in fp32: 1.5-3.5x faster projections, errors ~1e-3 as
-        with TF32. Everything else stays fp32, the backward included. Off by default (fp32
-        throughout); a target without the instruction, a GPU, or a hidden size that is not a
-        multiple of 16 is a ValueError at build.
+        CPUs with AVX512-BF16 (Zen 4 and later, Sapphire Rapids and later): the forwards' GEMMs,
+        the input projections and every step's recurrent projection, multiply bf16-rounded
+        operands (``vdpbf16ps``) and sum in fp32; relative errors ~2e-3 (fp32: ~2e-7). The weights
+        are packed rounded (so packed weights serve only builds with the same choice); the state,
+        the gate math and the backward stay fp32. Forwards 1.5-2x faster on a 2-core Zen 4
+        (notes v40). Off by default; a target without the instruction, a GPU, or a hidden size
+        without 16-unit weight panels is a ValueError at build. The PyTorch drop-ins use it where
+        torch.nn computes in bf16 (CPU autocast's LSTM and Elman RNNs, bf16 modules).
     variable_lengths : bool
         Rows of different lengths in one batch (``lengths=`` of the passes; ``PackedSequence`` in
         the PyTorch drop-ins): each step takes a mask of the rows still running, and a finished

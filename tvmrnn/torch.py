@@ -199,7 +199,7 @@ _forward_train_op.register_autograd(_backward, setup_context=_setup_context)
 
 @functools.lru_cache(maxsize=None)
 def _cpu_bf16_projections(gates: int, hidden_size: int) -> bool:
-    """Whether this machine's CPU builds can take bf16 input projections for a cell of ``gates``
+    """Whether this machine's CPU builds can take bf16 projections for a cell of ``gates``
     gates at this hidden size (``BuildOptions.bf16_projections``: AVX512-BF16, weight panels of a
     multiple of 16 units)."""
     from .device import host_target
@@ -290,7 +290,7 @@ class _Mixin:
         when an earlier process made it). ``layer``: a one-layer build for that layer alone (dropout
         between layers runs the stack layer by layer). ``ragged``: a build for rows of different
         lengths (``PackedSequence`` input). ``input_size``: the layer's, where it is not the
-        module's own (:meth:`_projected_layer`). ``bf16``: a build with bf16 input projections
+        module's own (:meth:`_projected_layer`). ``bf16``: a build with bf16 projections
         (None: :attr:`_bf16_projections`, set by :meth:`_forward_fp32` where torch.nn would
         compute in bf16 on this CPU)."""
         bf16 = getattr(self, "_bf16_projections", False) if bf16 is None else bf16

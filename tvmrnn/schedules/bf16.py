@@ -1,7 +1,8 @@
 """bf16 dot products on x86 CPUs, with AVX512-BF16 (``vdpbf16ps``) and AMX (``tdpbf16ps``):
-building blocks of the half-precision issue. ``build`` uses them in one place so far: the CPU
-input projections of a build with ``BuildOptions.bf16_projections`` (:func:`cpu_gemm_bf16`, the
-word-pair intrinsic :data:`DOT_PAIR_WORDS`).
+building blocks of the half-precision issue. ``build`` uses them for the CPU forwards' GEMMs of a
+build with ``BuildOptions.bf16_projections``: the input projections (:func:`cpu_gemm_bf16`, the
+word-pair intrinsic :data:`DOT_PAIR_WORDS`) and the recurrent steps (:func:`cpu_step_bf16`,
+:data:`DOT_PAIR_WORDS_PACKED` on weights packed rounded).
 
 ``vdpbf16ps`` multiplies pairs of bf16 values and adds both products to an fp32 accumulator, 16
 lanes at a time: ``c[i] += a[2i] b[2i] + a[2i+1] b[2i+1]``, twice the multiply-adds of an fp32 FMA
