@@ -98,7 +98,8 @@ class BuildOptions:
         the gate math and the backward stay fp32. Forwards 1.5-2x faster on a 2-core Zen 4
         (notes v40). Off by default; a target without the instruction, a GPU, or a hidden size
         without 16-unit weight panels is a ValueError at build. The PyTorch drop-ins use it where
-        torch.nn computes in bf16 (CPU autocast's LSTM and Elman RNNs, bf16 modules).
+        torch.nn computes in bf16 (under CPU bf16 autocast, which runs every RNN's GEMMs in bf16,
+        and for bf16 modules).
     variable_lengths : bool
         Rows of different lengths in one batch (``lengths=`` of the passes; ``PackedSequence`` in
         the PyTorch drop-ins): each step takes a mask of the rows still running, and a finished

@@ -426,8 +426,12 @@ class _Mixin:
         torch.nn's module would return (:meth:`_result_dtypes`), so the layers after it see what
         they would see after torch.nn's."""
         dtype, c_dtype = self._result_dtypes(input, packed)
-        bf16 = (dtype == torch.bfloat16 and input.device.type == "cpu" and self._package is None
-                and not torch.compiler.is_compiling()
+        # where torch.nn computes in bf16 on a CPU: a bf16 input (module), or bf16 autocast (which
+        # runs every RNN's GEMMs in bf16 there, also where it returns fp32: the GRU, packed input)
+        kind = input.device.type
+        in_bf16 = input.dtype == torch.bfloat16 or (input.is_floating_point() and torch.is_autocast_enabled(kind)
+                                                    and torch.get_autocast_dtype(kind) == torch.bfloat16)
+        bf16 = (in_bf16 and kind == "cpu" and self._package is None and not torch.compiler.is_compiling()
                 and _cpu_bf16_projections(get_cell(self._cell).num_gates, self.hidden_size))
         self._bf16_projections = bf16
         try:
