@@ -104,3 +104,11 @@ def test_bench_without_its_optional_packages_says_what_to_install(module, args):
     code = (f"import sys; sys.modules[{module!r}] = None; from tvmrnn.cli.bench import main; main({args!r})")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1 and f"pip install {module}" in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def test_bench_dtype_bfloat16_is_for_cpus():
+    """``--dtype bfloat16`` compares tvmrnn's bf16 projections with PyTorch's bf16 autocast on CPUs;
+    elsewhere it says so (before building anything)."""
+    done = subprocess.run([*cli("tvmrnn-bench"), "lstm", "--device", "cuda", "--dtype", "bfloat16"],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "--dtype bfloat16: CPUs only" in done.stderr + done.stdout

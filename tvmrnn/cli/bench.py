@@ -17,7 +17,10 @@ On CUDA: cuDNN with TF32 off on both sides, plus rows (inference, training) with
 in plain fp32 either way). With --tf32, TF32 is allowed on both sides instead: tvmrnn built with
 ``allow_tf32=True`` (its all-steps GEMMs on tensor cores), cuDNN and cuBLAS with PyTorch's TF32 switches on; the
 rows say "(TF32 both)" and their errors are against PyTorch's TF32 result. On the CPU: PyTorch's CPU path; both
-sides use --threads threads.
+sides use --threads threads. With --dtype bfloat16 (CPUs with AVX512-BF16): tvmrnn's ``bf16_projections``
+build against PyTorch under ``torch.autocast("cpu", torch.bfloat16)`` (rows "(bf16 both)"), and against
+PyTorch's fp32 (rows "(bf16 vs PyTorch fp32)"); errors against PyTorch's fp32 result. ``--options``:
+BuildOptions fields for tvmrnn's builds.
 
 With --custom CELL (an example cell of tvmrnn.cells.examples), each configuration instead times that
 cell through tvmrnn beside the built-in LSTM through tvmrnn at the same sizes (same fusion: the
@@ -64,6 +67,9 @@ def parse(argv=None):
                    help="untimed calls of the same side before each timed one (0: the sides back to back, "
                         "each slowed by the threads the other leaves spinning)")
     p.add_argument("--no-train", action="store_true")
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="bfloat16 (CPUs with AVX512-BF16): tvmrnn's bf16_projections build against PyTorch under "
+                   "torch.autocast(bfloat16), plus rows against PyTorch's fp32; errors against PyTorch's fp32")
     p.add_argument("--options", type=json.loads, default=None, metavar="JSON",
                    help='tvmrnn.BuildOptions fields for tvmrnn\'s builds, e.g. \'{"bf16_projections": true}\' '
                    "(PyTorch's side is unchanged)")
@@ -184,7 +190,9 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     t0 = time.perf_counter()
     if a.tf32 and a.device != "cuda":
         raise SystemExit("--tf32 is for --device cuda")
-    package = None if a.tf32 or a.options else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
+    half = a.dtype == "bfloat16"
+    options = dict(a.options or {}, bf16_projections=True) if half else a.options
+    package = None if a.tf32 or options else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
                            input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
     if package:
         if a.profile:
@@ -192,7 +200,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         rnn = tvmrnn.load(package, device=a.device)
     else:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
-                           target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32, options=a.options,
+                           target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32, options=options,
                            cache=False if a.profile else None)  # a cached build has no per-kernel programs
     build_s = time.perf_counter() - t0
     schedules = rnn.schedules  # a package made before v28 does not know them
@@ -201,7 +209,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     x = torch.randn(T, N, I, device=dev)
     dy = torch.randn(T, N, H * (2 if bidir else 1), device=dev)
     row = dict(cell=cell, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, device=a.device,
-               build_s=round(build_s, 1), tuned_kernels=tuned, package=package, options=a.options)
+               build_s=round(build_s, 1), tuned_kernels=tuned, package=package, options=options, dtype=a.dtype)
     results = []
     if a.profile:
         from tvmrnn.runtime.profile import GROUPS, profile
@@ -223,14 +231,23 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         print(f"{cell:8s} L={L} {'bi ' if bidir else 'uni'} {name:16s} tvmrnn {N / ts:9.1f}  torch {N / rs:9.1f} "
               f"samples/s  ratio {rs / ts:5.2f}x  rel err {agree:.1e}", flush=True)
 
-    both = " (TF32 both)" if a.tf32 else ""  # --tf32: every row with TF32 on both sides
+    both = " (TF32 both)" if a.tf32 else " (bf16 both)" if half else ""  # every row with TF32 / bf16 on both sides
+
+    def precision():  # PyTorch's side: bf16 autocast with --dtype bfloat16
+        return torch.autocast("cpu", dtype=torch.bfloat16) if half else contextlib.nullcontext()
     # inference
     with torch.no_grad(), cudnn_tf32(torch, a.tf32):
-        y_ref = ref(x)[0]
+        y_ref = ref(x)[0]  # fp32: what the errors are measured against
         y = rnn.forward(w, x)[0]
         agree = rel(y, y_ref)
-        ours, theirs = interleaved(lambda: rnn.forward(w, x), lambda: ref(x), sync, a.reps, 2 * a.max_seconds,
+
+        def theirs_infer():
+            with precision():
+                return ref(x)
+        ours, theirs = interleaved(lambda: rnn.forward(w, x), theirs_infer, sync, a.reps, 2 * a.max_seconds,
                                    a.lead_in)
+        if half:  # the extra row: ours in bf16 against PyTorch's fp32
+            record("inference (bf16 vs PyTorch fp32)", ours, timed(lambda: ref(x), sync, a.reps, a.max_seconds), agree)
     with torch.no_grad():
         for tf32 in ([False, True] if a.device == "cuda" and not a.tf32 else [a.tf32]):
             with cudnn_tf32(torch, tf32):
@@ -251,6 +268,13 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     def theirs_train():
         ref.zero_grad(set_to_none=True)
         xr.grad = None
+        with precision():
+            y = ref(xr)[0]
+        y.float().backward(dy)
+
+    def theirs_train_fp32():
+        ref.zero_grad(set_to_none=True)
+        xr.grad = None
         ref(xr)[0].backward(dy)
 
     g = ours_train()
@@ -259,9 +283,11 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         return max(rel(g["x"], xr.grad), rel(g["weight_hh_l0"], ref.weight_hh_l0.grad))
 
     with cudnn_tf32(torch, a.tf32):
-        theirs_train()
+        (theirs_train_fp32 if half else theirs_train)()
         agree = agreement()
         ours, theirs = interleaved(ours_train, theirs_train, sync, a.reps, 2 * a.max_seconds, a.lead_in)
+    if half:
+        record("training (bf16 vs PyTorch fp32)", ours, timed(theirs_train_fp32, sync, a.reps, a.max_seconds), agree)
     record("training" + both, ours, theirs, agree)
     # memory: what the training forward keeps for the backward, and (CUDA) the peak a training step
     # allocates beyond what was allocated before it, both sides through PyTorch's allocator
@@ -455,6 +481,10 @@ def sweep(a) -> list[dict]:
     passthrough += ["--target", a.target] if a.target else []
     passthrough += ["--tuning-logs", a.tuning_logs] if a.tuning_logs else []
     passthrough += ["--no-train"] if a.no_train else []
+    passthrough += ["--options", json.dumps(a.options)] if a.options else []
+    passthrough += ["--tf32"] if a.tf32 else []
+    passthrough += ["--dtype", a.dtype]
+    main_row = " (TF32 both)" if a.tf32 else " (bf16 both)" if a.dtype == "bfloat16" else ""
     results, rows = [], []
     for shape in shapes:
         for cell in [shape["cell"]] if isinstance(shape["cell"], str) else shape["cell"]:
@@ -471,9 +501,9 @@ def sweep(a) -> list[dict]:
             name = (f"{cell} T={T} N={shape['batch_size']} I={shape['input_size']} H={shape['hidden_size']} "
                     f"L={shape.get('num_layers', 1)}{' bi' if shape.get('bidirectional') else ''}")
             error = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
-            rows.append((name, ratios.get("inference"), ratios.get("training"), error))
-            print(f"{name:44s} inference {_x(ratios.get('inference'))}  training {_x(ratios.get('training'))}  {error}",
-                  flush=True)
+            inference, training = ratios.get("inference" + main_row), ratios.get("training" + main_row)
+            rows.append((name, inference, training, error))
+            print(f"{name:44s} inference {_x(inference)}  training {_x(training)}  {error}", flush=True)
             results += found
     print(f"\n{'shape':44s} {'inference':>9s} {'training':>9s}")
     for name, inf, train, error in rows:
@@ -492,6 +522,8 @@ def _x(ratio) -> str:
 
 def main(argv=None):
     a = parse(argv)
+    if a.dtype == "bfloat16" and (a.device != "cpu" or a.tf32):
+        raise SystemExit("--dtype bfloat16: CPUs only so far (tvmrnn's bf16_projections), without --tf32")
     if a.plot:
         return plot(a.plot)
     if _missing("torch"):  # the other side of every comparison (imported later: see below)
