@@ -223,3 +223,23 @@ def test_bf16_projections_refused_where_they_cannot_run():
         tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=37))
     with pytest.raises(TypeError, match="options.bf16_projections: expected True or False"):
         tvmrnn.BuildOptions(bf16_projections="yes")
+
+
+@needs_bf16
+def test_bf16_build_exports_and_loads_with_its_choice(rng, tmp_path):
+    """A package of a bf16 build records the choice (its options), packs its own weights rounded,
+    and gives the build's results bit for bit; weights packed by an fp32 build are refused."""
+    import torch
+    import tvmrnn
+    params = {k: v.numpy() for k, v in torch.nn.LSTM(10, 32).state_dict().items()}
+    rnn = tvmrnn.build("lstm", input_size=10, hidden_size=32, batch_size=2,
+                       options=tvmrnn.BuildOptions(bf16_projections=True), cache=False)
+    path = rnn.export(tmp_path / "lstm_bf16.so")
+    loaded = tvmrnn.load(path)
+    assert loaded.config.options.bf16_projections
+    x = rng.standard_normal((5, 2, 10)).astype(np.float32)
+    np.testing.assert_array_equal(loaded.forward(loaded.pack_weights(params), x)[0],
+                                  rnn.forward(rnn.pack_weights(params), x)[0])
+    fp32 = tvmrnn.build("lstm", input_size=10, hidden_size=32, batch_size=2, cache=False)
+    with pytest.raises(ValueError, match="packed for a different configuration"):
+        loaded.forward(fp32.pack_weights(params), x)
