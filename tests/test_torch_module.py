@@ -416,3 +416,43 @@ def test_cpu_bf16_autocast_runs_bf16_projections_where_the_cpu_has_them():
         y.float().sum().backward()  # training through it: the fp32 backward
         assert ours.weight_ih_l0.grad is not None
         assert rel_error(ours(x)[0], y32) < 1e-5  # outside autocast: the fp32 build
+
+
+def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
+    """The drop-in's choice of a bf16 build is per call and thread: a thread running under bf16
+    autocast never hands another thread's fp32 call a bf16 build; with ``rebuild=False`` an fp32
+    build that fits serves an autocast call; a module's own CPU ``target=`` without AVX512-BF16
+    keeps fp32 builds under autocast (no error)."""
+    import threading
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(8, 32)
+    ours = tt.LSTM(8, 32)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(5, 3, 8)
+    y32 = ref(x)[0].detach()
+    errors = []
+
+    def fp32_calls():
+        for _ in range(40):
+            with torch.no_grad():
+                if rel_error(ours(x)[0], y32) > 1e-5:
+                    errors.append("fp32 call got a bf16 result")
+
+    def bf16_calls():
+        for _ in range(40):
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                ours(x)
+    threads = [threading.Thread(target=fp32_calls), threading.Thread(target=bf16_calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    fixed = tt.GRU(8, 32, rebuild=False)
+    fixed(torch.randn(5, 4, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fixed(torch.randn(5, 2, 8))[0].shape == (5, 2, 32)
+    other = tt.GRU(8, 32, target={"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        other(torch.randn(5, 2, 8))
+    assert [k[5] for k in other._built] == [False]

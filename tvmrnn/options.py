@@ -156,6 +156,8 @@ class BuildOptions:
     def to_dict(self) -> dict:
         """JSON-ready fields (for package metadata and records)."""
         out = dataclasses.asdict(self)
+        if not out["bf16_projections"]:  # (left out at its default: packages and cache keys as before it)
+            del out["bf16_projections"]
         if out["chunk_steps"] is not None:
             out["chunk_steps"] = list(out["chunk_steps"])
         return out

@@ -33,9 +33,11 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import json
 import math
 import numbers
 import re
+import threading
 import weakref
 from typing import Optional
 
@@ -94,7 +96,7 @@ def _module(handle: int) -> "_Mixin":
 def _op_rnn(handle: int, x: torch.Tensor, layer: int, ragged: bool) -> _FusedRNN:
     module = _module(handle)
     return module._rnn_for(x.shape[0 if module.batch_first else 1], x.device, layer=None if layer < 0 else layer,
-                           ragged=ragged)
+                           ragged=ragged, bf16=False)  # (compiled graphs run fp32 builds)
 
 
 def _workspace_views(rnn: _FusedRNN, T: int, flat: torch.Tensor) -> dict:
@@ -198,15 +200,37 @@ _forward_train_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu_bf16_projections(gates: int, hidden_size: int) -> bool:
-    """Whether this machine's CPU builds can take bf16 projections for a cell of ``gates``
-    gates at this hidden size (``BuildOptions.bf16_projections``: AVX512-BF16, weight panels of a
-    multiple of 16 units)."""
-    from .device import host_target
+def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
+    """Whether CPU builds for ``target`` (a module's ``target=``; None: this machine) can take bf16
+    projections for a cell of ``gates`` gates at this hidden size (``BuildOptions.bf16_projections``:
+    AVX512-BF16, weight panels of a multiple of 16 units); for this machine, also whether its CPU
+    reports the instruction (a VM may hide it from a CPU LLVM knows to have it)."""
+    from .device import host_target, resolve
     from .schedules import bf16, weight_panel
-    target = host_target()
+    if target is None:
+        target = host_target()
+        try:
+            with open("/proc/cpuinfo") as f:
+                if "avx512_bf16" not in f.read().split():
+                    return False
+        except OSError:
+            return False
+    else:
+        target = resolve(json.loads(target) if isinstance(target, str) and target.startswith("{") else target)
+        if target.kind.name != "llvm":
+            return False
     panel = weight_panel(target, gates, hidden_size)
     return bf16.supports(target) and bool(panel) and panel % 16 == 0
+
+
+# Whether the drop-in forward running in this thread asks for bf16 builds (set by
+# _Mixin._forward_fp32 for its duration: per thread, as several threads may call one module)
+_PRECISION = threading.local()
+
+
+def _hashable(target):
+    """A module's ``target=`` as a cache key (a dict as its JSON)."""
+    return json.dumps(target, sort_keys=True) if isinstance(target, dict) else target
 
 
 class _Mixin:
@@ -224,7 +248,6 @@ class _Mixin:
             raise TypeError(f"rebuild: expected bool, got {type(rebuild).__name__}")
         self._package, self._target, self._rebuild = package, target, rebuild and package is None
         self._built = {}  # (input_size, num_layers, batch size, device, variable lengths, bf16) -> tvmrnn RNN
-        self._bf16_projections = False  # during an eager forward where torch.nn computes in bf16 (a CPU)
         self._zero_biases = {}  # (name, device) -> zeros, for bias=False
         # what torch.compile's path needs without a build (the custom ops above): a handle for the
         # ops, the whole stack's parameter layout and a one-layer build's parameter names
@@ -290,10 +313,10 @@ class _Mixin:
         when an earlier process made it). ``layer``: a one-layer build for that layer alone (dropout
         between layers runs the stack layer by layer). ``ragged``: a build for rows of different
         lengths (``PackedSequence`` input). ``input_size``: the layer's, where it is not the
-        module's own (:meth:`_projected_layer`). ``bf16``: a build with bf16 projections
-        (None: :attr:`_bf16_projections`, set by :meth:`_forward_fp32` where torch.nn would
-        compute in bf16 on this CPU)."""
-        bf16 = getattr(self, "_bf16_projections", False) if bf16 is None else bf16
+        module's own (:meth:`_projected_layer`). ``bf16``: a build with bf16 projections (None:
+        what :meth:`_forward_fp32` asked for in this thread, where torch.nn would compute in bf16
+        on this CPU; a preference: with ``rebuild=False`` an fp32 build that fits serves)."""
+        bf16 = bool(getattr(_PRECISION, "bf16", False)) if bf16 is None else bf16
         D = 2 if self.bidirectional else 1
         if input_size is None:
             input_size = self.input_size if not layer else D * self.hidden_size
@@ -317,8 +340,10 @@ class _Mixin:
                 raise ValueError("input: a PackedSequence needs a package built with "
                                  "options=tvmrnn.BuildOptions(variable_lengths=True)")
             return self._package
-        fits = [(n, rnn) for (i, l, n, d, r, h), rnn in self._built.items()
-                if (i, l, d, r, h) == (input_size, num_layers, str(device), ragged, bf16) and n >= batch_size]
+        def fitting(precision):
+            return [(n, rnn) for (i, l, n, d, r, h), rnn in self._built.items()
+                    if (i, l, d, r, h) == (input_size, num_layers, str(device), ragged, precision) and n >= batch_size]
+        fits = fitting(bf16) or (fitting(False) if bf16 and not self._rebuild else [])  # bf16 is a preference
         if fits:
             return min(fits, key=lambda f: f[0])[1]
         if not self._rebuild and any((i, l, r) == (input_size, num_layers, ragged) for i, l, _, _, r, _ in self._built):
@@ -432,14 +457,21 @@ class _Mixin:
         in_bf16 = input.dtype == torch.bfloat16 or (input.is_floating_point() and torch.is_autocast_enabled(kind)
                                                     and torch.get_autocast_dtype(kind) == torch.bfloat16)
         bf16 = (in_bf16 and kind == "cpu" and self._package is None and not torch.compiler.is_compiling()
-                and _cpu_bf16_projections(get_cell(self._cell).num_gates, self.hidden_size))
-        self._bf16_projections = bf16
+                and _cpu_bf16_projections(get_cell(self._cell).num_gates, self.hidden_size,
+                                          _hashable(self._target)))
+        if bf16:
+            from .schedules import bf16 as kernels_bf16
+            batch = input.shape[0 if self.batch_first else 1] if input.dim() == 3 else 1
+            bf16 = kernels_bf16.step_state_bytes(2 if self.bidirectional else 1, batch,
+                                                 self.hidden_size) <= kernels_bf16.STEP_STATE_BYTES
+        previous = getattr(_PRECISION, "bf16", False)
+        _PRECISION.bf16 = bf16
         try:
             with torch.autocast(input.device.type, enabled=False):
                 y, states = self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input,
                                           hx, lengths=lengths)
         finally:
-            self._bf16_projections = False
+            _PRECISION.bf16 = previous
         if isinstance(states, tuple):
             return y.to(dtype), (states[0].to(dtype), states[1].to(c_dtype))
         return y.to(dtype), states.to(dtype)

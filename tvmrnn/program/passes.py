@@ -237,9 +237,15 @@ def _check_bf16_projections(target, config: Config, panel: int) -> None:
                          "tensor cores with allow_tf32=True)")
     bf16.check_target(target)
     if not panel or panel % 16:
-        raise ValueError(f"options.bf16_projections: needs the weights in panels of 16 units (AVX-512), so "
-                         f"hidden_size a multiple of 16 and weight_panels on; got hidden_size "
-                         f"{config.hidden_size}, weight_panels={config.options.weight_panels}")
+        raise ValueError(f"options.bf16_projections: needs the weights in column panels of a multiple of 16 units "
+                         f"(AVX-512), smaller than the hidden size: hidden_size {config.hidden_size} of a "
+                         f"{config.cell.num_gates}-gate cell gets {'no panels' if not panel else f'{panel}-unit panels'}"
+                         f" (weight_panels={config.options.weight_panels})")
+    state = bf16.step_state_bytes(config.num_directions, config.batch_size, config.hidden_size)
+    if state > bf16.STEP_STATE_BYTES:
+        raise ValueError(f"options.bf16_projections: batch_size x hidden_size too large: the step's rounded "
+                         f"state would take {state} bytes of the stack (at most {bf16.STEP_STATE_BYTES}); "
+                         f"use a smaller batch or fp32")
 
 
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,

@@ -254,6 +254,17 @@ def register_pair_words_packed() -> str:
     return DOT_PAIR_WORDS_PACKED
 
 
+# The recurrent step's rounded state (``hb``, ``D x N x H / 2`` words) sits on the calling thread's
+# stack (:func:`tvmrnn.program.sequence.cpu_locals_on_stack`); builds whose state would take more
+# than this are refused (``passes._check_bf16_projections``) rather than overflow an 8 MB stack.
+STEP_STATE_BYTES = 1 << 20
+
+
+def step_state_bytes(directions: int, batch: int, hidden: int) -> int:
+    """Bytes of a bf16 step's rounded state (:data:`STEP_STATE_BYTES` bounds it)."""
+    return directions * batch * (hidden // 2) * 4
+
+
 def is_bf16_step(sch) -> bool:
     """Whether the kernel held by ``sch`` is a bf16 recurrent step (its ``hb`` stage)."""
     return "hb" in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
@@ -358,3 +369,9 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: i
     sch.tensorize(u, register_pair_words())
     for loop in (t_in, n_in, g, u_out):
         sch.unroll(loop)
+
+
+# Registered at import: ``build`` replays tuning records of bf16 kernels, whose traces name these
+# intrinsics, before any default schedule would have registered them.
+register_pair_words()
+register_pair_words_packed()
