@@ -205,16 +205,12 @@ def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
     projections for a cell of ``gates`` gates at this hidden size (``BuildOptions.bf16_projections``:
     AVX512-BF16, weight panels of a multiple of 16 units); for this machine, also whether its CPU
     reports the instruction (a VM may hide it from a CPU LLVM knows to have it)."""
-    from .device import host_target, resolve
+    from .device import _cpu_flags, host_target, resolve
     from .schedules import bf16, weight_panel
     if target is None:
-        target = host_target()
-        try:
-            with open("/proc/cpuinfo") as f:
-                if "avx512_bf16" not in f.read().split():
-                    return False
-        except OSError:
+        if "avx512_bf16" not in _cpu_flags():
             return False
+        target = host_target()
     else:
         target = resolve(json.loads(target) if isinstance(target, str) and target.startswith("{") else target)
         if target.kind.name != "llvm":
@@ -395,7 +391,7 @@ class _Mixin:
                 and isinstance(hx[0], torch.Tensor) and not bool(torch.isfinite(hx[0]).all()):
             # an Inf or NaN in h0: the projections' reformulation would meet 0 x Inf in the other
             # direction's widened input (_projected_layer); torch.nn's own LSTM, as torch.nn does it
-            return torch.nn.LSTM.forward(self, input, hx)
+            return self._torch_nn_forward(input, hx, "a non-finite h0")
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx)
         if not isinstance(input, torch.Tensor):
@@ -406,7 +402,8 @@ class _Mixin:
 
     def _torch_nn_forward(self, input, hx, why: str):
         """What tvmrnn's fp32 kernels do not run, by torch.nn's own implementation of this module
-        (float64 modules or inputs, empty batches; a module of a custom cell has none)."""
+        (float64 modules or inputs, empty batches, a projected LSTM's non-finite bidirectional h0;
+        a module of a custom cell has none)."""
         base = next((c for c in type(self).__mro__ if c.__module__.startswith("torch.nn.")
                      and issubclass(c, torch.nn.RNNBase) and c is not torch.nn.RNNBase), None)
         if base is None:
@@ -419,9 +416,8 @@ class _Mixin:
     def _empty_batch(self, input, hx):
         """Outputs of a batch of no rows (a custom cell's module; torch.nn's do the same)."""
         D = 2 if self.bidirectional else 1
-        unbatched_T = input.shape[1 if self.batch_first else 0]
-        y = input.new_zeros((0, unbatched_T, D * self.hidden_size) if self.batch_first
-                            else (unbatched_T, 0, D * self.hidden_size))
+        T = input.shape[1 if self.batch_first else 0]
+        y = input.new_zeros((0, T, D * self.hidden_size) if self.batch_first else (T, 0, D * self.hidden_size))
         h = input.new_zeros((self.num_layers * D, 0, self.hidden_size))
         return (y, (h, h.clone())) if self._has_cell_state else (y, h)
 

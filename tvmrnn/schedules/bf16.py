@@ -167,91 +167,71 @@ def _dot_16x2_impl(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((16
 
 def register() -> str:
     """Register :data:`DOT_16X2` with TVM (once) and return its name, for ``sch.tensorize``."""
-    from tvm.s_tir import TensorIntrin
-    try:
-        TensorIntrin.get(DOT_16X2)
-    except Exception:  # noqa: BLE001 - not registered yet
-        TensorIntrin.register(DOT_16X2, _dot_16x2_desc, _dot_16x2_impl)
-    return DOT_16X2
+    return _register(DOT_16X2, lambda: (_dot_16x2_desc, _dot_16x2_impl))
 
 
 DOT_PAIR_WORDS = "tvmrnn_dot_pair_words_bf16"
-
-
-@T.prim_func(s_tir=True)
-def _dot_pair_words_desc(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
-                         B: T.Buffer((16,), "uint32", offset_factor=1, scope="local", align=4),
-                         C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:1], B[0:16])
-        T.writes(C[0:16])
-        for i in T.serial(16):
-            with T.sblock("update"):
-                vi = T.axis.spatial(16, i)
-                C[vi] = C[vi] + (T.reinterpret("float32", T.shift_left(A[0], T.uint32(16)))
-                                 * T.reinterpret("float32", T.shift_left(B[vi], T.uint32(16)))
-                                 + T.reinterpret("float32", T.bitwise_and(A[0], T.uint32(0xFFFF0000)))
-                                 * T.reinterpret("float32", T.bitwise_and(B[vi], T.uint32(0xFFFF0000))))
-
-
-@T.prim_func(s_tir=True)
-def _dot_pair_words_impl(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
-                         B: T.Buffer((16,), "uint32", offset_factor=1, scope="local", align=4),
-                         C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:1], B[0:16])
-        T.writes(C[0:16])
-        with T.attr(0, "pragma_import_llvm", _LLVM_IR):
-            a = T.reinterpret(T.broadcast(A[0], 16), dtype="int16x32")
-            b = T.reinterpret(B.vload([0], dtype="uint32x16"), dtype="int16x32")
-            C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
-                                                         C.vload([0], dtype="float32x16"), a, b)
-
-
 DOT_PAIR_WORDS_PACKED = "tvmrnn_dot_pair_words_packed_bf16"
 
 
-@T.prim_func(s_tir=True)
-def _dot_packed_desc(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
-                     B: T.Buffer((16,), "float32", offset_factor=1, align=4),
-                     C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:1], B[0:16])
-        T.writes(C[0:16])
-        for i in T.serial(16):
-            with T.sblock("update"):
-                vi = T.axis.spatial(16, i)
-                C[vi] = C[vi] + (T.reinterpret("float32", T.shift_left(A[0], T.uint32(16)))
-                                 * T.reinterpret("float32", T.shift_left(T.reinterpret("uint32", B[vi]), T.uint32(16)))
-                                 + T.reinterpret("float32", T.bitwise_and(A[0], T.uint32(0xFFFF0000)))
-                                 * T.reinterpret("float32", T.bitwise_and(T.reinterpret("uint32", B[vi]),
-                                                                          T.uint32(0xFFFF0000))))
+def _pair_words_intrinsic(b_dtype: str, b_scope: str):
+    """``C[16] += dot2(A, B[16])`` (:func:`tvmrnn.kernels.dot2`) for k-pairs packed one to a
+    32-bit word, A's broadcast: its description and implementation, with B's words held as
+    ``b_dtype`` in ``b_scope`` (a task's rounded operand, uint32 in a local buffer; or the packed
+    weights themselves, a kernel parameter holding the words as float32). A uint32 B's
+    ``reinterpret`` to uint32 is B itself, so one description serves both."""
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
+             B: T.Buffer((16,), b_dtype, offset_factor=1, scope=b_scope, align=4),
+             C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:1], B[0:16])
+            T.writes(C[0:16])
+            for i in T.serial(16):
+                with T.sblock("update"):
+                    vi = T.axis.spatial(16, i)
+                    C[vi] = C[vi] + (T.reinterpret("float32", T.shift_left(A[0], T.uint32(16)))
+                                     * T.reinterpret("float32", T.shift_left(T.reinterpret("uint32", B[vi]),
+                                                                             T.uint32(16)))
+                                     + T.reinterpret("float32", T.bitwise_and(A[0], T.uint32(0xFFFF0000)))
+                                     * T.reinterpret("float32", T.bitwise_and(T.reinterpret("uint32", B[vi]),
+                                                                              T.uint32(0xFFFF0000))))
+
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
+             B: T.Buffer((16,), b_dtype, offset_factor=1, scope=b_scope, align=4),
+             C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:1], B[0:16])
+            T.writes(C[0:16])
+            with T.attr(0, "pragma_import_llvm", _LLVM_IR):
+                a = T.reinterpret(T.broadcast(A[0], 16), dtype="int16x32")
+                b = T.reinterpret(B.vload([0], dtype=b_dtype + "x16"), dtype="int16x32")
+                C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
+                                                             C.vload([0], dtype="float32x16"), a, b)
+    return desc, impl
 
 
-@T.prim_func(s_tir=True)
-def _dot_packed_impl(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
-                     B: T.Buffer((16,), "float32", offset_factor=1, align=4),
-                     C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:1], B[0:16])
-        T.writes(C[0:16])
-        with T.attr(0, "pragma_import_llvm", _LLVM_IR):
-            a = T.reinterpret(T.broadcast(A[0], 16), dtype="int16x32")
-            b = T.reinterpret(B.vload([0], dtype="float32x16"), dtype="int16x32")
-            C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
-                                                         C.vload([0], dtype="float32x16"), a, b)
+def _register(name: str, make) -> str:
+    """Register the tensor intrinsic ``name`` (``make()``: its description and implementation)
+    with TVM once, and return the name, for ``sch.tensorize``."""
+    from tvm.s_tir import TensorIntrin
+    try:
+        TensorIntrin.get(name)
+    except Exception:  # noqa: BLE001 - not registered yet
+        TensorIntrin.register(name, *make())
+    return name
+
+
+def register_pair_words() -> str:
+    """:data:`DOT_PAIR_WORDS`: B a task's rounded operand (uint32 words in a local buffer)."""
+    return _register(DOT_PAIR_WORDS, lambda: _pair_words_intrinsic("uint32", "local"))
 
 
 def register_pair_words_packed() -> str:
-    """Register :data:`DOT_PAIR_WORDS_PACKED` (once) and return its name: as
-    :data:`DOT_PAIR_WORDS`, with B the packed weights themselves (a kernel parameter holding the
-    words as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`)."""
-    from tvm.s_tir import TensorIntrin
-    try:
-        TensorIntrin.get(DOT_PAIR_WORDS_PACKED)
-    except Exception:  # noqa: BLE001 - not registered yet
-        TensorIntrin.register(DOT_PAIR_WORDS_PACKED, _dot_packed_desc, _dot_packed_impl)
-    return DOT_PAIR_WORDS_PACKED
+    """:data:`DOT_PAIR_WORDS_PACKED`: B the packed weights themselves (a kernel parameter holding
+    the words as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`)."""
+    return _register(DOT_PAIR_WORDS_PACKED, lambda: _pair_words_intrinsic("float32", "global"))
 
 
 # The recurrent step's rounded state (``hb``, ``D x N x H / 2`` words) sits on the calling thread's
@@ -273,11 +253,12 @@ def is_bf16_step(sch) -> bool:
 def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     """The bf16 recurrent step's schedule (:func:`tvmrnn.kernels.recurrent_step` with ``bf16``):
     ``hb`` (the state rounded, pairs in words) first, once a step; then, as the fp32 step
-    (:func:`tvmrnn.schedules.cpu._tile_from_outputs`), a task per (panel of units, tile of rows)
+    (:func:`tvmrnn.schedules.cpu.output_tiles`), a task per (panel of units, tile of rows)
     runs the GEMM for its tile, ``rows x G x u / 16`` vectors summed over the k-pairs with one
     ``vdpbf16ps`` each straight from the packed weights (:data:`DOT_PAIR_WORDS_PACKED`), then the
     gate math on the tile."""
     from .common import _divisor, _gemm_axes, _vectorize, vector_lanes
+    from .cpu import output_tiles
     lanes = vector_lanes(target)
     if lanes != 16:
         raise ValueError("bf16 projections need 16-lane (AVX-512) vectors")
@@ -286,15 +267,9 @@ def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     spatial, _ = _gemm_axes(sch, gemm)
     gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
     sch.set_scope(sch.get_sblock("hb"), 0, "local")
-    *lead, n, j = sch.get_loops(output)
-    batch = int(sch.get(n).extent)
+    batch = int(sch.get(sch.get_loops(output)[-2]).extent)
     rows = _divisor(batch, max(1, accumulators // (gates * units // 16)))
-    j_outer, j_inner = sch.split(j, [None, units])
-    n_outer, n_inner = sch.split(n, [None, rows])
-    sch.reorder(j_outer, *lead, n_outer, n_inner, j_inner)
-    tile = sch.fuse(j_outer, *lead, n_outer)
-    sch.parallel(tile)
-    sch.compute_at(gemm, tile, preserve_unit_loops=True)
+    _, lead, j_inner = output_tiles(sch, gemm, output, units, rows)
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gp, gg, gu = spatial[len(lead):]
     sch.reorder(*reduction, gn, gp, gg, gu)
@@ -304,18 +279,6 @@ def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     for loop in (gn, gg, u_out):
         sch.unroll(loop)
     _vectorize(sch, j_inner, lanes)
-
-
-def register_pair_words() -> str:
-    """Register :data:`DOT_PAIR_WORDS` (once) and return its name: ``C[16] += dot2(A, B[16])`` for
-    k-pairs packed one to a uint32 (:func:`tvmrnn.kernels.bf16_pair`), A's broadcast, in local
-    buffers (a task's rounded operands)."""
-    from tvm.s_tir import TensorIntrin
-    try:
-        TensorIntrin.get(DOT_PAIR_WORDS)
-    except Exception:  # noqa: BLE001 - not registered yet
-        TensorIntrin.register(DOT_PAIR_WORDS, _dot_pair_words_desc, _dot_pair_words_impl)
-    return DOT_PAIR_WORDS
 
 
 def is_bf16_gemm(sch) -> bool:

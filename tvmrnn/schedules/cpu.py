@@ -186,11 +186,13 @@ def l1_blocks(kernel: Kernel) -> tuple[int | None, int | None]:
     return None, None
 
 
-def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
+def output_tiles(sch, gemm, output, unit_tile, rows):
     """A fused epilogue: the outputs are ``(n, j)``, several sibling blocks in one nest (the gate
     math and its backward), and the forward step's read all gates of a unit (``gemm[n, j, 0:G]``),
-    which ``reverse_compute_at`` cannot place; so the tile is made on the output nest and the GEMM
-    computed under it (``compute_at``) instead, the siblings staying in one loop body."""
+    which ``reverse_compute_at`` cannot place; so the tile (``rows`` x ``unit_tile`` units, a
+    parallel task each) is made on the output nest and the GEMM computed under it
+    (``compute_at``) instead, the siblings staying in one loop body. Returns the tiles' loop, the
+    leading (direction) loops and the tile's loop over its units."""
     *lead, n, j = sch.get_loops(output)  # lead: a direction axis (kernels.recurrent_step), if any
     j_outer, j_inner = sch.split(j, [None, unit_tile])
     n_outer, n_inner = sch.split(n, [None, rows])
@@ -198,6 +200,12 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
     tile = sch.fuse(j_outer, *lead, n_outer)
     sch.parallel(tile)
     sch.compute_at(gemm, tile, preserve_unit_loops=True)
+    return tile, lead, j_inner
+
+
+def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
+    """:func:`output_tiles`, the GEMM's register tile under each (rows unrolled, columns vectorised)."""
+    _, lead, j_inner = output_tiles(sch, gemm, output, unit_tile, rows)
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gj, *trailing = spatial[len(lead):]
     sch.reorder(*reduction, gn, gj, *trailing)
