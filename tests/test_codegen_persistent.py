@@ -426,3 +426,23 @@ def test_cuda_kernels_refused_at_build_when_their_shared_memory_would_be_refused
     build(10240, 1280)  # 45 KB in all
     build(1280, 15360)  # 60 KB dynamic: TVM opts it in
     assert shared_memory_bytes(_kernel_with_shared(256, 512)) == (1024, 2048)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell,batch,hidden,bidirectional,independent", [
+    ("gru", 128, 128, False, True), ("lstm", 256, 64, False, True), ("lstm", 131, 57, True, True),
+    ("rnn_tanh", 129, 200, False, True), ("lstm", 128, 128, False, False)])
+def test_cuda_row_groups_meet_without_a_grid_barrier(cell, batch, hidden, bidirectional, independent):
+    """Persistent row tiles whose blocks each own all units of their rows (the direction's weights
+    fit a block: GRU H=128's 192 KB, not the LSTM's 256 KB) read only what their own block wrote:
+    their time loops meet at ``__syncthreads`` alone (no counter to wait on, no cooperative
+    launch, no reset), every pass. Where a block holds part of the units, the grid barrier stays."""
+    rnn = tvmrnn.build(cell, input_size=hidden, hidden_size=hidden, batch_size=batch, bidirectional=bidirectional,
+                       target=H100, tuning_logs=False, options=BuildOptions(**STEPS))
+    assert all(rnn.programs[name].uses_persistent_loops for name in ("forward", "forward_train"))
+    source = rnn.executable.mod.imports[0].inspect_source()
+    loops = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
+    assert loops
+    for kernel in loops:
+        assert ("wait_until" in kernel) != independent and ("grid_barrier" in kernel) != independent
+        assert "__syncthreads" in kernel

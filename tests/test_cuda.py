@@ -440,6 +440,23 @@ def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirect
                input_size=hidden, batch=batch, rows=rows, tol=1e-4)
 
 
+@pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional", [
+    ("gru", 128, 128, 1, False), ("lstm", 256, 64, 1, False), ("lstm", 131, 57, 2, True), ("rnn_tanh", 129, 200, 1, False),
+    ("lstm", 128, 100, 1, False)])
+def test_row_groups_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rng):
+    """Many rows whose direction's weights fit one block: each block owns a group of rows and all
+    of their units (``row_tiles.INDEPENDENT_BLOCKS``), so the persistent loops meet at
+    ``__syncthreads`` with no grid barrier. Prime rows, units padded to the block's threads (57 of
+    64, 100 of 128, 200 of 256), two layers and directions; forward, training forward and every
+    gradient against torch.nn in float64, at T = 1 and 9 (each block runs every step alone)."""
+    for T in (1, 9):
+        _check(cell, num_layers, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=hidden, batch=batch, tol=1e-4)
+    rnn = built(cell, num_layers, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
+                target="cuda")
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_hidden_state_staged_in_phases_matches_torch_on_cuda(cell, rng):
     """A one-direction persistent step whose hidden state (64 rows x 1,024 units, 256 KB) fits whole
@@ -581,8 +598,9 @@ def test_torch_compile_with_inductor_on_cuda(cell):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_autocast_returns_what_cudnn_returns(dtype):
     """Under CUDA autocast the drop-ins run their fp32 kernels and return what torch.nn's cuDNN
-    RNNs return there (the autocast dtype, for every cell, padded or packed), the values the fp32
-    ones rounded; gradients reach the fp32 parameters in fp32."""
+    RNNs return there (float16 for every cell, padded or packed, under fp16 and bf16 autocast
+    alike: cuDNN's autocast wrapper casts to half), the values the fp32 ones rounded; gradients
+    reach the fp32 parameters in fp32."""
     import tvmrnn.torch as tt
     from torch.nn.utils.rnn import pack_padded_sequence
     torch.manual_seed(0)
@@ -600,7 +618,7 @@ def test_autocast_returns_what_cudnn_returns(dtype):
                 y, yr = (y.data, yr.data) if packed else (y, yr)
                 states = states if isinstance(states, tuple) else (states,)
                 states_r = states_r if isinstance(states_r, tuple) else (states_r,)
-                assert [t.dtype for t in (y, *states)] == [t.dtype for t in (yr, *states_r)] == [dtype] * (1 + len(states))
+                assert [t.dtype for t in (y, *states)] == [t.dtype for t in (yr, *states_r)] == [torch.float16] * (1 + len(states))
                 if not packed:
                     assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
                     y.float().sum().backward()

@@ -424,13 +424,17 @@ class _Mixin:
     def _result_dtypes(self, input, packed: bool) -> tuple[torch.dtype, torch.dtype]:
         """The dtypes of torch.nn's outputs for ``input`` (of ``y`` and ``h``, then of ``c``): where
         autocast is on for the input's device, as PyTorch 2.13 casts RNNs there (on CUDA every
-        cuDNN RNN, in the autocast dtype; on CPUs the Elman RNNs and the padded LSTM, an LSTM
+        cuDNN RNN in float16, whatever the autocast dtype: its autocast wrapper,
+        ``aten/src/ATen/cudnn/AutocastRNN.cpp``, casts to half, so bf16 autocast returns float16;
+        without cuDNN the autocast dtype; on CPUs the Elman RNNs and the padded LSTM, an LSTM
         with projections's ``y`` and ``h`` but not its ``c``, neither the GRU nor a packed LSTM);
         else the input's own. Custom cells follow the LSTM."""
         kind, own = input.device.type, input.dtype
         if not (input.is_floating_point() and torch.is_autocast_enabled(kind)):
             return own, own
         low = torch.get_autocast_dtype(kind)
+        if kind == "cuda" and torch.backends.cudnn.is_available() and torch.backends.cudnn.enabled:
+            return torch.float16, torch.float16
         if kind != "cpu":
             return low, low
         if isinstance(self, torch.nn.GRU):

@@ -24,6 +24,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 from .. import kernels
 from ..kernels import Kernel
 from ..schedules.common import _gpu_kind, is_gpu
+from ..schedules.row_tiles import INDEPENDENT_BLOCKS, independent_blocks
 from ..schedules.split_k import keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
 from ..options import BuildOptions
@@ -1057,7 +1058,10 @@ class Program:
             return None
         blocks = int(grid.extent)
         self._persistent_loops += 1
-        if blocks > 1:
+        # blocks that each own all units of their rows (row groups) read nothing another wrote:
+        # they meet at __syncthreads only, as one block does (no counter, atomic, polling, reset)
+        annotations = {k: v for k, v in grid.annotations.items() if k != INDEPENDENT_BLOCKS}
+        if blocks > 1 and not independent_blocks(grid):
             if self._barrier is None:
                 if self.barrier_param:
                     self._barrier = self.tensor("grid_barrier", (1,), ("i",))
@@ -1071,7 +1075,7 @@ class Program:
             sync = grid_barrier(counter, (var + 1) * blocks, threads)
             declare = [tirx.DeclBuffer(counter, data=tirx.buffer_data(self._barrier.buffer))]
         else:
-            # one block: no counter, no atomic, no polling, no reset launch
+            # one block, or independent ones: no counter, no atomic, no polling, no reset launch
             reset, declare = [], []
             sync = grid_barrier(None, None, threads)
         outer_decls, step_decls, hoisted, per_step = hoist_invariant_copies(decls, grid.body, var)
@@ -1079,7 +1083,7 @@ class Program:
                          tirx.SeqStmt(step_decls + per_step + [sync]))
         new_grid = tirx.For(grid.loop_var, grid.min, grid.extent, grid.kind,
                             _seq(declare + outer_decls + hoisted + [steps]),
-                            grid.thread_binding, grid.annotations)
+                            grid.thread_binding, annotations)
 
         def swap(loop, mutator):
             return new_grid if loop.same_as(grid) else loop

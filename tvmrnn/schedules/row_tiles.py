@@ -11,6 +11,16 @@ from .common import _divisor, _extent, _gemm_axes, _vectorize
 from .split_k import _copy_by_threads
 
 
+# The annotation of a persistent step's block loop whose blocks each own all of a problem's units
+# for their rows: no block reads what another wrote, so its time loop needs no grid barrier.
+INDEPENDENT_BLOCKS = "tvmrnn.independent_blocks"
+
+
+def independent_blocks(loop) -> bool:
+    """Whether a scheduled kernel's ``blockIdx`` loop carries :data:`INDEPENDENT_BLOCKS`."""
+    return bool(int(loop.annotations.get(INDEPENDENT_BLOCKS, 0)))
+
+
 def default_row_tiles(rows: int, units: int, inner: int, problems: int = 1, sms: int = 132,
                       thread_rows: int | None = None, thread_units: int | None = None, row_threads: int | None = None,
                       unit_threads: int | None = None) -> tuple[int, int, int, int]:
@@ -61,7 +71,15 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     5.9, 8.3 (2 units a thread). At N = H = 128 (GRU and LSTM) 1 row a thread and 128 blocks of
     128 or 64 threads were best (2.5-2.9 us), and fewer blocks slower (2 rows, 32 blocks: 3.5).
     Two units a thread were slower at every size measured, so a thread keeps one unit. Given
-    values (a tuning candidate's knobs) are kept: the rule chooses the rest."""
+    values (a tuning candidate's knobs) are kept: the rule chooses the rest.
+
+    First of all, a tile whose block owns *all* of a problem's units (its rows' every column:
+    :func:`independent_blocks`) where the direction's weights fit a block's shared memory (LSTM
+    H <= ~110, GRU H <= ~128, an Elman RNN H <= ~230, fp32): such blocks need no other block's
+    results, so their time loop meets at ``__syncthreads`` only, with no grid-wide barrier and no
+    broadcast of the state through L2 a step (:meth:`tvmrnn.program.sequence.Program._persistent_loop`;
+    the one-block loops of small batches, notes/performance.md v39, are the case of one row group).
+    A block's threads then span up to 256 units (the next power of two at or above the units)."""
     given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
     found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256, given)
     # (a prime row count may leave no tile of at most 256 threads within the blocks)
@@ -79,18 +97,20 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
             for rt in candidates("rt", (1, 2, 4, 8, 16, 32)):
                 if rt > -(-rows // tr) and not given["rt"]:
                     continue
-                for ut in candidates("ut", (16, 32, 64)):
+                for ut in candidates("ut", (16, 32, 64, 128, 256)):
                     threads = rt * ut
+                    # up to 64 threads within the units (16 past them), or the fewest that span them all
+                    spans = ut * tu >= units > ut // 2 * tu
                     if threads > 1024 or not (given["rt"] or given["ut"] or 64 <= threads <= most_threads) \
-                            or (ut * tu > units and ut != 16 and not given["ut"]):
+                            or not (given["ut"] or spans or (ut <= 64 and (ut * tu <= units or ut == 16))):
                         continue
                     row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // (ut * tu))
                     blocks = problems * row_blocks * unit_blocks
-                    staged = 4 * reduction * (ut * tu * inner + rt * tr)
+                    staged = 4 * reduction * (min(ut * tu, units) * inner + rt * tr)
                     if blocks > max_blocks or staged > budget:
                         continue
                     padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
-                    score = (blocks, threads >= 128, tr, -padding, ut == 32, -threads)
+                    score = (unit_blocks == 1, blocks, threads >= 128, tr, -padding, ut == 32, -threads)
                     if best_score is None or score > best_score:
                         best, best_score = (tr, tu, rt, ut), score
     return best
@@ -157,6 +177,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     thread = sch.fuse(r_thread, u_thread)
     sch.bind(block, "blockIdx.x")
     sch.bind(thread, "threadIdx.x")
+    if stationary and -(-units // (ut * tu)) == 1:
+        sch.annotate(block, INDEPENDENT_BLOCKS, 1)
     for loop in (r_in, u_in):
         sch.unroll(loop)
 
