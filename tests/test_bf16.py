@@ -9,6 +9,7 @@ import pytest
 import tvm
 from tvm import te
 
+import tvmrnn
 from tvmrnn.schedules import bf16
 
 
@@ -245,3 +246,14 @@ def test_bf16_build_exports_and_loads_with_its_choice(rng, tmp_path):
     fp32 = tvmrnn.build("lstm", input_size=10, hidden_size=32, batch_size=2, cache=False)
     with pytest.raises(ValueError, match="packed for a different configuration"):
         loaded.forward(fp32.pack_weights(params), x)
+
+
+@pytest.mark.parametrize("cores", [16, 64])
+def test_bf16_builds_for_many_cores(cores):
+    """The bf16 projection's tasks split the batch's row tiles, then the steps', one axis at a
+    time: a split of the two fused left bindings that tensorize could not take (an Emerald Rapids
+    Xeon's 16 cores at LSTM N=160 I=256 H=384, v41). Builds only (the target need not be this CPU)."""
+    target = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": cores}
+    for cell, N, I, H in (("lstm", 160, 256, 384), ("gru", 20, 800, 800), ("lstm", 1, 48, 64), ("rnn_tanh", 7, 33, 256)):
+        tvmrnn.build(cell, input_size=I, hidden_size=H, batch_size=N, target=target, tuning_logs=False,
+                     options=tvmrnn.BuildOptions(bf16_projections=True))

@@ -1,6 +1,8 @@
 """tvmrnn.torch.LSTM/GRU/RNN: drop-ins for torch.nn's, trained side by side with them."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
@@ -452,6 +454,11 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
     fixed(torch.randn(5, 4, 8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert fixed(torch.randn(5, 2, 8))[0].shape == (5, 2, 32)
+    # AVX512-BF16 without the gain (Intel's Xeons: the dot products no faster than fp32 FMAs, so
+    # the rounding makes the bf16 build slower) keeps fp32; AMD's Zen 4 and later take bf16
+    from tvmrnn.torch import _cpu_bf16_projections
+    assert not _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}))
+    assert _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "znver4", "num-cores": 16}))
     other = tt.GRU(8, 32, target={"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     with torch.autocast("cpu", dtype=torch.bfloat16):
         other(torch.randn(5, 2, 8))

@@ -78,6 +78,12 @@ class DeviceModel:
     shared_bytes_per_block: int = SHARED_BYTES_WITHOUT_OPT_IN
     cores: int | None = None
     vector_lanes: int | None = None  # float32 lanes of the widest vectors
+    # whether AVX512-BF16's dot products (vdpbf16ps, 32 products an instruction) outrun fp32 FMAs
+    # (16): on AMD's Zen 4 and 5 they issue as FMAs do, twice the products (bf16 projections,
+    # 1.3-1.7x the fp32 build's inference, notes/performance.md v40); on Intel's Xeons one port
+    # takes them, as many products a cycle as the two FMA ports, and the rounding costs the rest
+    # (an Emerald Rapids Xeon, 16 cores: LSTM DS2 inference 0.45x its fp32 build, v41)
+    bf16_dot_pays: bool = False
 
 
 def device_model(target: tvm.target.Target, device_index: int = 0) -> DeviceModel:
@@ -87,7 +93,10 @@ def device_model(target: tvm.target.Target, device_index: int = 0) -> DeviceMode
     if target.kind.name != "cuda":
         lanes = 16 if tvm.target.codegen.llvm_cpu_has_features("avx512f", target) else 8
         cores = target.attrs.get("num-cores")
-        return DeviceModel("cpu", cores=int(cores) if cores else None, vector_lanes=lanes)
+        mcpu = str(target.attrs.get("mcpu", ""))
+        return DeviceModel("cpu", cores=int(cores) if cores else None, vector_lanes=lanes,
+                           bf16_dot_pays=mcpu.startswith("znver") and mcpu[len("znver"):].isdigit()
+                           and int(mcpu[len("znver"):]) >= 4)
     arch = str(target.attrs.get("arch", "")).rstrip("a")
     facts = dict(GPU_FACTS.get(arch, {}))
     dev = tvm.cuda(device_index)

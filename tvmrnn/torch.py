@@ -201,11 +201,13 @@ _forward_train_op.register_autograd(_backward, setup_context=_setup_context)
 
 @functools.lru_cache(maxsize=None)
 def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
-    """Whether CPU builds for ``target`` (a module's ``target=``; None: this machine) can take bf16
+    """Whether CPU builds for ``target`` (a module's ``target=``; None: this machine) take bf16
     projections for a cell of ``gates`` gates at this hidden size (``BuildOptions.bf16_projections``:
-    AVX512-BF16, weight panels of a multiple of 16 units); for this machine, also whether its CPU
-    reports the instruction (a VM may hide it from a CPU LLVM knows to have it)."""
-    from .device import _cpu_flags, host_target, resolve
+    AVX512-BF16, weight panels of a multiple of 16 units), where they are faster than the fp32
+    build (``DeviceModel.bf16_dot_pays``: AMD's Zen 4 and later, not Intel's Xeons); for this
+    machine, also whether its CPU reports the instruction (a VM may hide it from a CPU LLVM
+    knows to have it)."""
+    from .device import _cpu_flags, device_model, host_target, resolve
     from .schedules import bf16, weight_panel
     if target is None:
         if "avx512_bf16" not in _cpu_flags():
@@ -216,7 +218,7 @@ def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
         if target.kind.name != "llvm":
             return False
     panel = weight_panel(target, gates, hidden_size)
-    return bf16.supports(target) and bool(panel) and panel % 16 == 0
+    return (bf16.supports(target) and device_model(target).bf16_dot_pays and bool(panel) and panel % 16 == 0)
 
 
 # Whether the drop-in forward running in this thread asks for bf16 builds (set by
