@@ -119,7 +119,7 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
 def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_units: int | None = None,
                   row_threads: int | None = None, unit_threads: int | None = None, k_tile: int = 16,
                   unroll: int = 4, stage: bool = True, sms: int = 132, max_blocks: int | None = None,
-                  stationary_bytes: int = 0) -> None:
+                  stationary_bytes: int = 0, prefetch: bool = True) -> None:
     """A per-step GEMM with many rows and its fused epilogue (the gate math, or the backward's
     pointwise): a block of ``row_threads x unit_threads`` threads owns a tile of rows x units (every
     unit with all its columns: the G gates), each thread ``thread_rows x thread_units`` of it in
@@ -141,7 +141,11 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     step), and the hidden state's copy stays in the step. Split-K's persistent form gives every
     block all the rows; here a block reads only its own, so many rows cost no more L2 traffic.
     Where no such tile fits, the kernel gets its one-launch-a-step tile, which no time loop runs
-    persistent (:meth:`tvmrnn.program.sequence.Program.call`)."""
+    persistent (:meth:`tvmrnn.program.sequence.Program.call`).
+
+    ``prefetch``: the epilogue's own inputs from memory (the step's input projection, the bias,
+    the carried cell state, the mask) are loaded into the thread's registers before its GEMM,
+    so that their latency passes during the GEMM instead of after it (:func:`_prefetch_epilogue_inputs`)."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
@@ -185,6 +189,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     # the GEMM: a thread's tile in registers, its reduction outermost
     sch.compute_at(gemm, thread, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "local")
+    if prefetch:
+        _prefetch_epilogue_inputs(sch, consumer, thread)
     _, g_reduction = _gemm_axes(sch, gemm)
     # the reduction tiled along its first axis (the backward's (j, g): whole units, every gate of
     # each, so that a tile's operands are boxes in memory)
@@ -223,6 +229,26 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         sch.bind(t, "threadIdx.x")
         sch.unroll(outer)  # a thread's loads of the tile all in flight at once (a loop waits for each)
     _operands_to_registers(sch, gemm, k_unrolled, "shared")
+
+
+def _prefetch_epilogue_inputs(sch, consumer, thread) -> None:
+    """Each global input that the epilogue ``consumer`` reads and does not write, copied into
+    registers as the first statement of the thread's body (before its GEMM): the loads are issued
+    then and waited on only in the epilogue, after the reduction (a step's input projection comes
+    from L2 or memory, hundreds of cycles, which otherwise follow the GEMM every step)."""
+    params = sch.mod["main"].params
+    block = sch.get(consumer)
+    written = [w.source for w in block.writes]
+    for index in reversed(range(len(block.reads))):
+        source = sch.get(consumer).reads[index].source
+        if source.scope() != "global" or not any(source.same_as(p) for p in params) \
+                or any(source.same_as(w) for w in written):
+            continue
+        copy = sch.cache_read(consumer, index, "local", consumer_blocks=[consumer])
+        sch.compute_at(copy, thread, preserve_unit_loops=True, index=0)
+        at = next(i for i, l in enumerate(sch.get_loops(copy)) if sch.get(l).same_as(sch.get(thread)))
+        for loop in sch.get_loops(copy)[at + 1:]:
+            sch.unroll(loop)
 
 
 def _stage_for_the_time_loop(sch, kernel: Kernel, gemm, block, threads: int) -> bool:

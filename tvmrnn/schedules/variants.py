@@ -54,7 +54,8 @@ PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epil
 # block shapes, reduction tiles, and the operands read from L2 instead of staged.
 ROW_TILE_VARIANTS = ({}, dict(thread_rows=1), dict(thread_rows=2), dict(thread_rows=4), dict(thread_rows=8),
                      dict(thread_units=2), dict(thread_units=4), dict(unit_threads=16), dict(unit_threads=64),
-                     dict(row_threads=4), dict(row_threads=8), dict(k_tile=32), dict(k_tile=8), dict(stage=False))
+                     dict(row_threads=4), dict(row_threads=8), dict(k_tile=32), dict(k_tile=8), dict(stage=False),
+                     dict(prefetch=False))
 
 
 def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
