@@ -73,13 +73,15 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     Two units a thread were slower at every size measured, so a thread keeps one unit. Given
     values (a tuning candidate's knobs) are kept: the rule chooses the rest.
 
-    First of all, a tile whose block owns *all* of a problem's units (its rows' every column:
+    Before those, a tile whose block owns *all* of a problem's units (its rows' every column:
     :func:`independent_blocks`) where the direction's weights fit a block's shared memory (LSTM
     H <= ~110, GRU H <= ~128, an Elman RNN H <= ~230, fp32): such blocks need no other block's
     results, so their time loop meets at ``__syncthreads`` only, with no grid-wide barrier and no
     broadcast of the state through L2 a step (:meth:`tvmrnn.program.sequence.Program._persistent_loop`;
     the one-block loops of small batches, notes/performance.md v39, are the case of one row group).
-    A block's threads then span up to 256 units (the next power of two at or above the units)."""
+    A block's threads then span up to 256 units (the next power of two at or above the units).
+    It is taken unless it reads more shared memory a step than the best tile with a grid barrier
+    (:func:`_shared_wavefronts`)."""
     given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
     found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256, given)
     # (a prime row count may leave no tile of at most 256 threads within the blocks)
@@ -89,7 +91,7 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
 def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads, given):
     def candidates(name, values):
         return (given[name],) if given[name] else values
-    best, best_score = None, None
+    best, best_score = {}, {}  # by whether the tile's blocks are independent (own all the units)
     for tr in candidates("tr", (1, 2, 4, 8, 16)):
         for tu in candidates("tu", (1,)):
             if rows % tr or units % tu or tr * tu * inner > (32 if given["tr"] or given["tu"] else 16):
@@ -110,10 +112,25 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
                     if blocks > max_blocks or staged > budget:
                         continue
                     padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
-                    score = (unit_blocks == 1, blocks, threads >= 128, tr, -padding, ut == 32, -threads)
-                    if best_score is None or score > best_score:
-                        best, best_score = (tr, tu, rt, ut), score
-    return best
+                    score = (blocks, threads >= 128, tr, -padding, ut == 32, -threads)
+                    kind = unit_blocks == 1
+                    if kind not in best_score or score > best_score[kind]:
+                        best[kind], best_score[kind] = (tr, tu, rt, ut), score
+    if True in best and (False not in best
+                         or _shared_wavefronts(*best[True], inner, reduction)
+                         <= _shared_wavefronts(*best[False], inner, reduction)):
+        return best[True]
+    return best.get(False)
+
+
+def _shared_wavefronts(tr, tu, rt, ut, inner, reduction) -> int:
+    """A block's shared-memory wavefronts a step (a model): each warp, at each reduction index,
+    loads its threads' weights (``inner x tu`` contiguous floats a thread: that many wavefronts)
+    and each of its ``tr`` rows of the hidden state (one broadcast each). A step of a row-group
+    tile is bound by this (H200, GRU N = H = 128: the shared pipe 60% busy, 1.08 wavefronts a
+    load, notes/performance.md v41), so independent blocks are taken where they read no more
+    than the best tile with a grid barrier (an Elman RNN at H = 200 would read 4/3 as much)."""
+    return -(-rt * ut // 32) * reduction * (inner * tu + tr)
 
 
 def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_units: int | None = None,
@@ -190,7 +207,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     sch.compute_at(gemm, thread, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "local")
     if prefetch:
-        _prefetch_epilogue_inputs(sch, consumer, thread)
+        _prefetch_epilogue_inputs(sch, kernel, consumer, thread)
     _, g_reduction = _gemm_axes(sch, gemm)
     # the reduction tiled along its first axis (the backward's (j, g): whole units, every gate of
     # each, so that a tile's operands are boxes in memory)
@@ -231,18 +248,25 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     _operands_to_registers(sch, gemm, k_unrolled, "shared")
 
 
-def _prefetch_epilogue_inputs(sch, consumer, thread) -> None:
-    """Each global input that the epilogue ``consumer`` reads and does not write, copied into
-    registers as the first statement of the thread's body (before its GEMM): the loads are issued
-    then and waited on only in the epilogue, after the reduction (a step's input projection comes
-    from L2 or memory, hundreds of cycles, which otherwise follow the GEMM every step)."""
+# Inputs the same at every step (the bias, per-unit parameters): cached on chip after the first
+# step, so not worth registers a step (and a time loop should not read its weights' buffer a step)
+_STEP_INVARIANT_ROLES = ("w", "b", "unit")
+
+
+def _prefetch_epilogue_inputs(sch, kernel: Kernel, consumer, thread) -> None:
+    """Each global input that the epilogue ``consumer`` reads and does not write, and that moves
+    with the step (:data:`_STEP_INVARIANT_ROLES` stay), copied into registers as the first
+    statement of the thread's body (before its GEMM): the loads are issued then and waited on only
+    in the epilogue, after the reduction (a step's input projection comes from L2 or memory,
+    hundreds of cycles, which otherwise follow the GEMM every step)."""
     params = sch.mod["main"].params
+    invariant = [params[i] for i, role in enumerate(kernel.roles) if role in _STEP_INVARIANT_ROLES]
     block = sch.get(consumer)
     written = [w.source for w in block.writes]
     for index in reversed(range(len(block.reads))):
         source = sch.get(consumer).reads[index].source
         if source.scope() != "global" or not any(source.same_as(p) for p in params) \
-                or any(source.same_as(w) for w in written):
+                or any(source.same_as(w) for w in written) or any(source.same_as(p) for p in invariant):
             continue
         copy = sch.cache_read(consumer, index, "local", consumer_blocks=[consumer])
         sch.compute_at(copy, thread, preserve_unit_loops=True, index=0)
