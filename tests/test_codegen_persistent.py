@@ -446,3 +446,33 @@ def test_cuda_row_groups_meet_without_a_grid_barrier(cell, batch, hidden, bidire
     for kernel in loops:
         assert ("wait_until" in kernel) != independent and ("grid_barrier" in kernel) != independent
         assert "__syncthreads" in kernel
+
+
+def test_row_group_tiles_where_they_read_no_more_shared_memory():
+    """The persistent row-tile rule (no GPU needed): a tile whose blocks own all the units of their
+    rows where the direction's weights fit a block and it reads no more shared memory a step than
+    the best tile with a grid barrier (`_shared_wavefronts`); else the barrier tile. Given knob
+    values are kept."""
+    from tvmrnn.device import GPU_FACTS
+    from tvmrnn.schedules.row_tiles import _shared_wavefronts, persistent_row_tiles
+    budget = GPU_FACTS["sm_90"]["shared_bytes_per_block"]
+
+    def tile(rows, units, inner, problems=1, **given):
+        return persistent_row_tiles(rows, units, inner, units, problems, 132, budget, **given)
+
+    for rows, units, inner in ((128, 128, 3), (256, 64, 4), (131, 57, 4), (128, 100, 4), (192, 96, 3)):
+        for problems in (1, 2):
+            tr, tu, rt, ut = tile(rows, units, inner, problems)
+            assert ut * tu >= units and rt * ut <= 1024, (rows, units, inner, problems)  # all the units
+            assert problems * -(-rows // (tr * rt)) <= 132
+            assert 4 * units * (units * inner + tr * rt) <= budget
+    # the LSTM's 256 KB at H=128 fit no block: units split over blocks, with a barrier
+    tr, tu, rt, ut = tile(128, 128, 4)
+    assert ut * tu < 128
+    # an Elman RNN at H=200: its independent tile (256 threads, one row) would read 4/3 as much as
+    # a barrier tile with two rows a thread, so the barrier tile
+    chosen = tile(128, 200, 1)
+    assert chosen[3] * chosen[1] < 200
+    assert _shared_wavefronts(*chosen, 1, 200) < _shared_wavefronts(1, 1, 1, 256, 1, 200)
+    given = tile(128, 128, 3, thread_rows=2, unit_threads=32)  # a tuning candidate's knobs are kept
+    assert given[0] == 2 and given[3] == 32
