@@ -317,8 +317,11 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: i
     # axis: a split of the two fused left bindings that tensorize could not blockize, at 16 cores)
     cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
     wanted = max(1, -(-tasks_per_core * cores // panels))
-    n_blocks = _divisor(int(sch.get(n_out).extent), wanted)
-    t_blocks = _divisor(int(sch.get(t_out).extent), max(1, wanted // n_blocks))
+    n_tiles, t_tiles = int(sch.get(n_out).extent), int(sch.get(t_out).extent)
+    # the most blocks up to ``wanted`` as a divisor of each axis (batch tiles first on a tie)
+    n_blocks, t_blocks = max(((nb, tb) for nb in range(1, min(n_tiles, wanted) + 1) if n_tiles % nb == 0
+                              for tb in range(1, min(t_tiles, wanted // nb) + 1) if t_tiles % tb == 0),
+                             key=lambda p: (p[0] * p[1], p[0]))
     t_block, t_out = sch.split(t_out, [t_blocks, None])
     n_block, n_out = sch.split(n_out, [n_blocks, None])
     sch.reorder(p, t_block, n_block, t_out, n_out, k2, t_in, n_in, g, u_out, u)

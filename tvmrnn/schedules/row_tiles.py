@@ -207,7 +207,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     sch.compute_at(gemm, thread, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "local")
     if prefetch:
-        _prefetch_epilogue_inputs(sch, kernel, consumer, thread)
+        _prefetch_epilogue_inputs(sch, kernel, sch.get_consumers(gemm), thread)
     _, g_reduction = _gemm_axes(sch, gemm)
     # the reduction tiled along its first axis (the backward's (j, g): whole units, every gate of
     # each, so that a tile's operands are boxes in memory)
@@ -253,22 +253,25 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
 _STEP_INVARIANT_ROLES = ("w", "b", "unit")
 
 
-def _prefetch_epilogue_inputs(sch, kernel: Kernel, consumer, thread) -> None:
-    """Each global input that the epilogue ``consumer`` reads and does not write, and that moves
-    with the step (:data:`_STEP_INVARIANT_ROLES` stay), copied into registers as the first
-    statement of the thread's body (before its GEMM): the loads are issued then and waited on only
+def _prefetch_epilogue_inputs(sch, kernel: Kernel, consumers, thread) -> None:
+    """Each global input that the epilogue's blocks ``consumers`` (its sibling outputs: h, y, c,
+    the saved values...) read and do not write, and that moves with the step
+    (:data:`_STEP_INVARIANT_ROLES` stay), copied once into registers as the first statement of the
+    thread's body (before its GEMM) for all of them: the loads are issued then and waited on only
     in the epilogue, after the reduction (a step's input projection comes from L2 or memory,
-    hundreds of cycles, which otherwise follow the GEMM every step)."""
+    hundreds of cycles, which otherwise follow the GEMM every step). Inputs are taken by
+    parameter, not by position in a block's reads (a masked kernel's lists differ)."""
     params = sch.mod["main"].params
     invariant = [params[i] for i, role in enumerate(kernel.roles) if role in _STEP_INVARIANT_ROLES]
-    block = sch.get(consumer)
-    written = [w.source for w in block.writes]
-    for index in reversed(range(len(block.reads))):
-        source = sch.get(consumer).reads[index].source
-        if source.scope() != "global" or not any(source.same_as(p) for p in params) \
-                or any(source.same_as(w) for w in written) or any(source.same_as(p) for p in invariant):
+    written = [w.source for c in consumers for w in sch.get(c).writes]
+    for param in params:
+        if any(param.same_as(p) for p in invariant) or any(param.same_as(w) for w in written):
             continue
-        copy = sch.cache_read(consumer, index, "local", consumer_blocks=[consumer])
+        readers = [c for c in consumers if any(r.source.same_as(param) for r in sch.get(c).reads)]
+        if not readers:
+            continue
+        index = next(i for i, r in enumerate(sch.get(readers[0]).reads) if r.source.same_as(param))
+        copy = sch.cache_read(readers[0], index, "local", consumer_blocks=readers)
         sch.compute_at(copy, thread, preserve_unit_loops=True, index=0)
         at = next(i for i, l in enumerate(sch.get_loops(copy)) if sch.get(l).same_as(sch.get(thread)))
         for loop in sch.get_loops(copy)[at + 1:]:
