@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 
 import tvm
@@ -93,10 +94,9 @@ def device_model(target: tvm.target.Target, device_index: int = 0) -> DeviceMode
     if target.kind.name != "cuda":
         lanes = 16 if tvm.target.codegen.llvm_cpu_has_features("avx512f", target) else 8
         cores = target.attrs.get("num-cores")
-        mcpu = str(target.attrs.get("mcpu", ""))
+        zen = re.fullmatch(r"znver(\d+)", str(target.attrs.get("mcpu", "")))
         return DeviceModel("cpu", cores=int(cores) if cores else None, vector_lanes=lanes,
-                           bf16_dot_pays=mcpu.startswith("znver") and mcpu[len("znver"):].isdigit()
-                           and int(mcpu[len("znver"):]) >= 4)
+                           bf16_dot_pays=zen is not None and int(zen.group(1)) >= 4)
     arch = str(target.attrs.get("arch", "")).rstrip("a")
     facts = dict(GPU_FACTS.get(arch, {}))
     dev = tvm.cuda(device_index)

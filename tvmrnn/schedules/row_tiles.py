@@ -160,8 +160,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     Where no such tile fits, the kernel gets its one-launch-a-step tile, which no time loop runs
     persistent (:meth:`tvmrnn.program.sequence.Program.call`).
 
-    ``prefetch``: the epilogue's own inputs from memory (the step's input projection, the bias,
-    the carried cell state, the mask) are loaded into the thread's registers before its GEMM,
+    ``prefetch``: the epilogue's per-step inputs from memory (the step's input projection, the
+    carried cell state, the mask) are loaded into the thread's registers before its GEMM,
     so that their latency passes during the GEMM instead of after it (:func:`_prefetch_epilogue_inputs`)."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
