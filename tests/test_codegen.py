@@ -655,3 +655,48 @@ def test_persistent_row_tiles_fit_the_device():
     assert persistent_row_tiles(256, 256, 4, 256, 1, 132, 227 * 1024) == (4, 1, 4, 32)  # 5.4 us on the H200 (v34)
     # an LSTM backward step at H = 384: 1,536-long rows beside a block's weights do not fit
     assert persistent_row_tiles(160, 384, 1, 1536, 1, 132, 227 * 1024) is None
+
+
+def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
+    """A step of 128 rows or more past row tiles' units, with 2^19 outputs or more (not persistent),
+    takes the tiled GEMM into a
+    buffer of its own and its epilogue as a second kernel (``schedules.common._gpu_kind``): two
+    kernels, the first with the GEMM's 128-bit shared-memory loads and no gate math, compiled
+    without spills; the template's space holds the default, and its listed variants build. Fewer
+    rows, or a persistent step, keep their templates."""
+    import re
+    import tvm
+    import tvm_ffi
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules import apply, default_schedule, knobs
+    from tvmrnn.schedules.variants import variants
+    from tvmrnn.tune import spaces
+    from tvmrnn.tune.records import workload
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    for kernel in (kernels.recurrent_step(CELLS["lstm"], 256, 1024, train=True),
+                   kernels.recurrent_step(CELLS["gru"], 130, 700, train=False, directions=2, masked=True),
+                   kernels.backward_step(CELLS["gru"], 512, 1030)):
+        assert knobs.family(kernel, target) == "matmul", kernel.name
+        source = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}),
+                             target=target).mod.imports[0].inspect_source()
+        names = sorted(set(re.findall(r"__launch_bounds__\(\d+\) (\w+)\(", source)))
+        assert len(names) == 2, names
+        gemm = source.split(names[0] + "(", 2)[2].split('extern "C"')[0]
+        assert "float4" in gemm and "tanhf" not in gemm and "__expf" not in gemm and "expf" not in gemm
+        report = _ptxas(source, tmp_path)
+        assert " 0 bytes spill stores" in report, report
+        shapes = variants(kernel, target)
+        assert len(shapes) > 3 and not any("k_slices" in v.get("matmul", {}) for v in shapes)
+        for tiles in shapes[1:4]:
+            default_schedule(kernel, target, **tiles)
+        mod = workload(kernel)
+        direct = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
+        apply(direct, kernel, target)
+        found = spaces.knob_schedule(mod, kernel, target, knobs.seeded_settings(kernel, target)[0])
+        assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
+    assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 127, 1024, train=False), target) == "split_k"
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 256, 1024), target) == "split_k"  # 2^18 outputs
+    assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 256, 512, train=False), target) == "row_tiles"
+    persistent = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 256, 1024, train=False), 132)
+    assert knobs.family(persistent, target) == "persistent"

@@ -457,6 +457,32 @@ def test_row_groups_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirec
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
 
 
+@pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,persistent", [
+    ("lstm", 130, 520, 1, True, "off"), ("gru", 200, 1000, 2, False, "off"), ("rnn_tanh", 520, 1040, 1, False, "auto"),
+    ("lstm", 257, 1040, 1, False, "auto")])
+def test_large_steps_take_the_tiled_gemm_on_cuda(cell, batch, hidden, num_layers, bidirectional, persistent, rng):
+    """Steps of 128 rows or more past row tiles' units with 2^19 outputs or more (forward: rows x
+    gates x units, backward: rows x units) take the tiled GEMM into a buffer, then the epilogue as
+    a kernel of its own, and their loops stay launches even where the weights would fit on chip.
+    Odd rows and units (padded tiles), stacked directions, two layers; forward, training forward
+    and every gradient against torch.nn in float64."""
+    from tvmrnn.schedules import knobs
+    from tvmrnn.schedules.common import GPU_STEP_MATMUL_OUTPUTS
+    options = BuildOptions(persistent=persistent)
+    for T in (1, 6):
+        _check(cell, num_layers, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=hidden, batch=batch, tol=1e-4, options=options)
+    rnn = built(cell, num_layers, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
+                target="cuda", options=options)
+    families = {k.name: knobs.family(k, rnn.target) for p in rnn.programs.values() for k in p.kernels.values()
+                if k.name.startswith(("recurrent_step_", "backward_step_"))}
+    assert {f for name, f in families.items() if name.startswith("recurrent_step_")} == {"matmul"}, families
+    D = 2 if bidirectional else 1
+    backward = "matmul" if D * batch * hidden >= GPU_STEP_MATMUL_OUTPUTS else "split_k"
+    assert {f for name, f in families.items() if name.startswith("backward_step_")} == {backward}, families
+    assert not any(p.uses_persistent_loops for p in rnn.programs.values())
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_hidden_state_staged_in_phases_matches_torch_on_cuda(cell, rng):
     """A one-direction persistent step whose hidden state (64 rows x 1,024 units, 256 KB) fits whole

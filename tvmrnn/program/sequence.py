@@ -279,6 +279,12 @@ def _row_tiles(kernel: Kernel) -> bool:
     return kernel.gemm is not None and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles"
 
 
+def _tiled_gemm(kernel: Kernel) -> bool:
+    """Whether a GPU step kernel's launches take the tiled GEMM and a second kernel for the
+    epilogue (a large step: :data:`tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS`)."""
+    return kernel.gemm is not None and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "matmul"
+
+
 def hoist_invariant_copies(decls, grid_body, var):
     """Split a persistent kernel's per-block body into what runs once and what runs every step.
 
@@ -1013,9 +1019,12 @@ class Program:
             return self._persistent_choice[kernel.name]
         chosen = None
         # "auto" in the backward: only steps of row tiles (many rows); its split-K steps (a few
-        # rows) were faster as per-step launches (notes v10, v34)
-        if not (self.persistent_if_on_chip and self.name == "backward"
-                and not _row_tiles(kernels.persistent(kernel, self.persistent_caps[0]))):
+        # rows) were faster as per-step launches (notes v10, v34). Nor, in any pass, a large step
+        # whose launches take the tiled GEMM: the LSTM's persistent forward at N = 256, H = 1024
+        # (split-K, every block all 256 rows) took 58.7 ms on the H200, its launches 8.1 (v42)
+        declined = self.persistent_if_on_chip and (_tiled_gemm(kernel) or (
+            self.name == "backward" and not _row_tiles(kernels.persistent(kernel, self.persistent_caps[0]))))
+        if not declined:
             for cap in self.persistent_caps:
                 persistent = kernels.persistent(kernel, cap)
                 scheduled = self.schedule(persistent)

@@ -35,6 +35,21 @@ GPU_ROW_TILE_WORK = 1 << 24
 GPU_ROW_TILE_UNITS = 512
 
 
+# Past row tiles' units (more than GPU_ROW_TILE_UNITS), a per-step GEMM of GPU_ROW_TILE_ROWS rows
+# or more is a large GEMM (N = 256, H = 2048: 256 x 6144 x 2048 a GRU step), and neither fused
+# template's register tile reads its operands as sparingly as the tiled SIMT GEMM's 8 x 8: split-K
+# ran the GRU's T = 50 N = 256 H = 2048 forward at 0.39x cuDNN on the H200 (notes/performance.md
+# v42). Such a step (not persistent: its weights do not fit on chip) takes the tiled GEMM into a
+# buffer in global memory (L2 holds it) and its epilogue as a second kernel, one thread per output
+# element (:func:`tvmrnn.schedules.cuda.gpu_matmul`): a launch and a round trip of the GEMM's result
+# through L2 a step, against a GEMM of tens of microseconds. From GPU_STEP_MATMUL_OUTPUTS outputs:
+# the tiled GEMM has no split of the reduction for a fused epilogue, and with fewer outputs it
+# leaves SMs idle (the LSTM's backward step at N = 128, H = 1024, 128 x 1024 outputs: training
+# 13.1 ms with split-K, 17.2 with the tiled GEMM; its forward steps' 128 x 4096 and the GRU's
+# 128 x 6144 at H = 2048: 20.8 -> 11.0 ms inference).
+GPU_STEP_MATMUL_OUTPUTS = 1 << 19
+
+
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
 
 
@@ -94,20 +109,33 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
     rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
     consumers = sch.get_consumers(gemm)
     # a fused epilogue (several sibling outputs, or outputs reading whole gate groups): split-K for
-    # few rows, else row tiles (the tiled GEMM cannot place the epilogue); in a persistent kernel
-    # row tiles from GPU_ROW_TILE_ROWS rows a problem (direction), whatever the work
-    fused_epilogue = len(consumers) > 1 or len(sch.get_loops(consumers[0])) < len(spatial)
-    if fused_epilogue:
+    # few rows, else row tiles, and past row tiles' units the tiled GEMM with the epilogue as a
+    # second kernel; in a persistent kernel row tiles from GPU_ROW_TILE_ROWS rows a problem
+    # (direction), whatever the work
+    if fused_epilogue(sch, kernel):
         attrs = sch.mod["main"].attrs
         persistent = attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None
         work = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:]) * math.prod(_extent(sch, l) for l in reduction)
         units = _extent(sch, spatial[n_rows])
+        own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
-            own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
             return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
+        outputs = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:])
+        if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and outputs >= GPU_STEP_MATMUL_OUTPUTS:
+            return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
         return "row tiles" if many else "split-K"
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
+
+
+def fused_epilogue(sch, kernel: Kernel) -> bool:
+    """Whether the GEMM of the kernel held by ``sch`` feeds an epilogue that reads whole gate
+    groups or writes several sibling outputs (a step's gate math): one that the tiled GEMM cannot
+    inline into its register tile."""
+    gemm = sch.get_sblock(kernel.gemm)
+    spatial, _ = _gemm_axes(sch, gemm)
+    consumers = sch.get_consumers(gemm)
+    return len(consumers) > 1 or (bool(consumers) and len(sch.get_loops(consumers[0])) < len(spatial))
 
 
 def _uses(expr, var) -> bool:

@@ -11,7 +11,8 @@ from tvm.s_tir import dlight
 from . import tensor_cores
 from ..kernels import Kernel
 
-from .common import _divisor, _extent, _gemm_axes, _gpu_kind, _uses, is_gpu, sum_slices_per_output
+from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param, fused_epilogue, is_gpu,
+                     sum_slices_per_output)
 from .split_k import persistent_blocks
 
 
@@ -21,7 +22,8 @@ def tf32_applies(kernel: Kernel, target) -> bool:
     per-step GEMMs (split-K, fused with the gate math) and every CPU kernel stay fp32."""
     if kernel.gemm is None or not is_gpu(target) or persistent_blocks(kernel.func):
         return False
-    return _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "matmul"
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    return _gpu_kind(sch, kernel) == "matmul" and not fused_epilogue(sch, kernel)
 
 
 def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:
@@ -136,6 +138,9 @@ def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10)) -> list[int]:
     """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM: none for a
     GEMM whose default tiles give every SM :data:`GPU_MATMUL_FILL_THREADS` threads, else every
     count of ``counts`` that cuts the reduction into whole 16-long tiles."""
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    if fused_epilogue(sch, kernel):  # its epilogue reads whole sums (gpu_matmul)
+        return []
     rows, cols, reduction = matmul_extents(kernel)
     (vi, ti, mi), (vj, tj, mj) = matmul_shape(rows, cols)
     threads = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj)) * ti * tj
@@ -248,6 +253,30 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
     return main, totals, k_inner, k_slices
 
 
+def _epilogue_kernel(sch, threads: int = GPU_THREADS) -> None:
+    """Every loop nest left at the root without threads (a step's gate math, after its GEMM was
+    tiled into a buffer of its own) as a kernel of one thread per output element: each nest's
+    loops fused and spread over ``threads``-thread blocks (a step's sibling outputs share one)."""
+    root = sch.get_sblock("root")
+
+    def unbound():
+        return [b for b in sch.get_child_blocks(root)
+                if not any(sch.get(l).thread_binding is not None for l in sch.get_loops(b))]
+    pending = unbound()
+    while pending:
+        loops = sch.get_loops(pending[0])
+        if not loops:
+            raise s_tir.ScheduleError(f"{sch.get(pending[0]).name_hint}: an epilogue without loops")
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        block_loop, thread_loop = sch.split(fused, [None, min(threads, _extent(sch, fused))])
+        sch.bind(block_loop, "blockIdx.x")
+        sch.bind(thread_loop, "threadIdx.x")
+        left = unbound()
+        if len(left) >= len(pending):
+            raise s_tir.ScheduleError("the epilogue's loop nests could not be bound")
+        pending = left
+
+
 # TF32 tensor-core tiles (tensor_cores.tf32_tiles) for the all-steps GEMMs of a build with
 # ``allow_tf32``: (warps, 16 x 16 fragments per warp) along (rows, cols), and the reduction steps
 # per shared-memory tile. The larger tile where it gives the GPU at least a wave of blocks.
@@ -314,12 +343,23 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     default): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
     second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`). ``sms``:
     the GPU's SMs (:func:`tvmrnn.device.device_model`), whose waves the default shapes fill.
+
+    A large per-step GEMM with a fused epilogue (a step's gate math reading whole gate groups,
+    several sibling outputs: :data:`tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS`) keeps its
+    result in a buffer in global memory, and the epilogue runs as a second kernel, one thread per
+    output element (:func:`_epilogue_kernel`); its reduction is not split.
     """
     if tf32:  # a tiling of its own: ``tf32`` may be a dict overriding the tile (:data:`TF32_TILES`)
         gpu_matmul_tf32(sch, kernel, k_slices=k_slices, tile=tf32 if isinstance(tf32, dict) else None, sms=sms)
         return
 
+    epilogue = fused_epilogue(sch, kernel)
+    if epilogue and k_slices not in (None, 1):
+        raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is not split over blocks")
+
     def slices(m_total, n_total, k_total):
+        if epilogue:
+            return 1
         shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
         return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms) if k_slices is None else k_slices
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile)
@@ -374,6 +414,14 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
             if not copies:
                 break
             sch.reverse_compute_inline(copies[0])
+    elif epilogue:  # the tile goes to the GEMM's buffer; the epilogue is a kernel of its own
+        params = sch.mod["main"].params
+        while True:  # the copies out of the padded and reindexed layouts, not the epilogue's outputs
+            copies = [c for c in sch.get_consumers(accumulate) if not _writes_param(sch, c, params)]
+            if not copies:
+                break
+            sch.reverse_compute_inline(copies[0])
+        _epilogue_kernel(sch)
     else:
         dlight.gpu.matmul.auto_inline_consumer_chain(sch, accumulate)
     sch.decompose_reduction(main, ko)
