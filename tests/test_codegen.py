@@ -658,7 +658,7 @@ def test_persistent_row_tiles_fit_the_device():
 
 
 def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
-    """A step of 128 rows or more past row tiles' units, with 2^19 outputs or more (not persistent),
+    """A step of 128 rows or more past row tiles' units, with 2^18 outputs or more (not persistent),
     takes the tiled GEMM into a
     buffer of its own and its epilogue as a second kernel (``schedules.common._gpu_kind``): two
     kernels, the first with the GEMM's 128-bit shared-memory loads and no gate math, compiled
@@ -696,7 +696,18 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
         found = spaces.knob_schedule(mod, kernel, target, knobs.seeded_settings(kernel, target)[0])
         assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 127, 1024, train=False), target) == "split_k"
-    assert knobs.family(kernels.backward_step(CELLS["lstm"], 256, 1024), target) == "split_k"  # 2^18 outputs
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 200, 1024), target) == "split_k"  # < 2^18 outputs
+    # split-K at a prime row count: one row a thread, at most 1,024 threads a block (2,056 were refused at launch)
+    prime = kernels.backward_step(CELLS["lstm"], 257, 1000)
+    assert knobs.family(prime, target) == "split_k"
+    source = tvm.compile(tvm.IRModule({"main": default_schedule(prime, target)}), target=target).mod.imports[0].inspect_source()
+    assert max(int(t) for t in re.findall(r"__launch_bounds__\((\d+)\)", source)) <= 1024
+    # a large step's loop persistent (split-K's form) below GPU_PERSISTENT_SPLIT_K_ROWS rows, launches from them
+    import tvmrnn
+    fewer = tvmrnn.build("gru", input_size=8, hidden_size=1024, batch_size=128, target=target, cache=False)
+    more = tvmrnn.build("lstm", input_size=8, hidden_size=768, batch_size=192, target=target, cache=False)
+    assert fewer.programs["forward"].uses_persistent_loops and not more.programs["forward"].uses_persistent_loops
+    assert knobs.family(more.programs["forward"].kernels["recurrent_step_lstm_infer_n192_h768"], target) == "matmul"
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 256, 512, train=False), target) == "row_tiles"
     persistent = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 256, 1024, train=False), 132)
     assert knobs.family(persistent, target) == "persistent"

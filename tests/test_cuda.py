@@ -461,7 +461,7 @@ def test_row_groups_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirec
     ("lstm", 130, 520, 1, True, "off"), ("gru", 200, 1000, 2, False, "off"), ("rnn_tanh", 520, 1040, 1, False, "auto"),
     ("lstm", 257, 1040, 1, False, "auto")])
 def test_large_steps_take_the_tiled_gemm_on_cuda(cell, batch, hidden, num_layers, bidirectional, persistent, rng):
-    """Steps of 128 rows or more past row tiles' units with 2^19 outputs or more (forward: rows x
+    """Steps of 128 rows or more past row tiles' units with 2^18 outputs or more (forward: rows x
     gates x units, backward: rows x units) take the tiled GEMM into a buffer, then the epilogue as
     a kernel of its own, and their loops stay launches even where the weights would fit on chip.
     Odd rows and units (padded tiles), stacked directions, two layers; forward, training forward

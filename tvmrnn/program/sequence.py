@@ -23,7 +23,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from .. import kernels
 from ..kernels import Kernel
-from ..schedules.common import _gpu_kind, is_gpu
+from ..schedules.common import _gpu_kind, is_gpu, launches_beat_persistence
 from ..schedules.row_tiles import INDEPENDENT_BLOCKS, independent_blocks
 from ..schedules.split_k import keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
@@ -278,11 +278,6 @@ def _row_tiles(kernel: Kernel) -> bool:
     """Whether a GPU step kernel's GEMM takes row tiles (:func:`tvmrnn.schedules.common._gpu_kind`)."""
     return kernel.gemm is not None and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles"
 
-
-def _tiled_gemm(kernel: Kernel) -> bool:
-    """Whether a GPU step kernel's launches take the tiled GEMM and a second kernel for the
-    epilogue (a large step: :data:`tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS`)."""
-    return kernel.gemm is not None and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "matmul"
 
 
 def hoist_invariant_copies(decls, grid_body, var):
@@ -1020,9 +1015,10 @@ class Program:
         chosen = None
         # "auto" in the backward: only steps of row tiles (many rows); its split-K steps (a few
         # rows) were faster as per-step launches (notes v10, v34). Nor, in any pass, a large step
-        # whose launches take the tiled GEMM: the LSTM's persistent forward at N = 256, H = 1024
-        # (split-K, every block all 256 rows) took 58.7 ms on the H200, its launches 8.1 (v42)
-        declined = self.persistent_if_on_chip and (_tiled_gemm(kernel) or (
+        # of many rows, whose launches take the tiled GEMM: the LSTM's persistent forward at
+        # N = 256, H = 1024 (split-K, every block all 256 rows) took 58.7 ms on the H200, its
+        # launches 7.8 (v42; common.launches_beat_persistence)
+        declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel) or (
             self.name == "backward" and not _row_tiles(kernels.persistent(kernel, self.persistent_caps[0]))))
         if not declined:
             for cap in self.persistent_caps:

@@ -44,10 +44,19 @@ GPU_ROW_TILE_UNITS = 512
 # element (:func:`tvmrnn.schedules.cuda.gpu_matmul`): a launch and a round trip of the GEMM's result
 # through L2 a step, against a GEMM of tens of microseconds. From GPU_STEP_MATMUL_OUTPUTS outputs:
 # the tiled GEMM has no split of the reduction for a fused epilogue, and with fewer outputs it
-# leaves SMs idle (the LSTM's backward step at N = 128, H = 1024, 128 x 1024 outputs: training
-# 13.1 ms with split-K, 17.2 with the tiled GEMM; its forward steps' 128 x 4096 and the GRU's
-# 128 x 6144 at H = 2048: 20.8 -> 11.0 ms inference).
-GPU_STEP_MATMUL_OUTPUTS = 1 << 19
+# leaves SMs idle (H200, T = 50: the LSTM's backward step at N = 128, H = 1024, 128 x 1024
+# outputs, training 13.1 ms with split-K, 17.2 with the tiled GEMM; at N = 256, 256 x 1024,
+# 36.8 ms with split-K, 26.3 with the tiled GEMM; the GRU's forward at N = 128, H = 2048, 128 x
+# 6144, 20.8 -> 11.0 ms inference).
+GPU_STEP_MATMUL_OUTPUTS = 1 << 18
+
+
+# Such a large step's loop may still run persistent, split-K's form (each block all the rows, its
+# slice of the weights on chip), below this many rows a direction: on the H200 at T = 50, the
+# GRU at N = 128, H = 1024 took 0.79x cuDNN's inference time persistent, 0.46x as launches of
+# the tiled GEMM; the LSTM at N = 192, H = 768 0.64x persistent, 0.88x as launches; at N = 256,
+# H = 1024 58.7 ms persistent, 7.8 as launches (notes/performance.md v42).
+GPU_PERSISTENT_SPLIT_K_ROWS = 160
 
 
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
@@ -126,6 +135,20 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
         return "row tiles" if many else "split-K"
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
+
+
+def launches_beat_persistence(kernel: Kernel) -> bool:
+    """Whether a step kernel is a large step (:data:`GPU_STEP_MATMUL_OUTPUTS`: its launches take
+    the tiled GEMM) of :data:`GPU_PERSISTENT_SPLIT_K_ROWS` rows a direction or more, whose time
+    loop runs faster as launches than as a persistent kernel."""
+    if kernel.gemm is None:
+        return False
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    if _gpu_kind(sch, kernel) != "matmul" or not fused_epilogue(sch, kernel):
+        return False
+    spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
+    n_rows = len(spatial) - len(kernel.columns)
+    return math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows]) >= GPU_PERSISTENT_SPLIT_K_ROWS
 
 
 def fused_epilogue(sch, kernel: Kernel) -> bool:

@@ -243,7 +243,9 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     col_block, col_unit = sch.split(out_loops[n_rows], [None, units])
     sch.reorder(*out_loops[:nb], col_block, *out_loops[nb:n_rows], col_unit)
     element = sch.fuse(*out_loops[nb:n_rows], col_unit)
-    total_threads = slices * column_threads * row_groups
+    # (a prime row count leaves one row a thread: 257 rows x 8 column threads would be 2,056
+    # threads, past a block's 1,024, refused at launch; the threads then take several elements)
+    total_threads = min(slices * column_threads * row_groups, 1024)
     if nb:  # each block works on one problem (its own weights)
         col_block = sch.fuse(*out_loops[:nb], col_block)
     sch.bind(col_block, "blockIdx.x")
