@@ -448,13 +448,12 @@ def test_cuda_row_groups_meet_without_a_grid_barrier(cell, batch, hidden, bidire
         assert "__syncthreads" in kernel
 
 
-def test_row_group_tiles_where_they_read_no_more_shared_memory():
+def test_row_group_tiles_wherever_the_weights_fit():
     """The persistent row-tile rule (no GPU needed): a tile whose blocks own all the units of their
-    rows where the direction's weights fit a block and it reads no more shared memory a step than
-    the best tile with a grid barrier (`_shared_wavefronts`); else the barrier tile. Given knob
+    rows wherever the direction's weights fit a block, else a tile with a grid barrier. Given knob
     values are kept."""
     from tvmrnn.device import GPU_FACTS
-    from tvmrnn.schedules.row_tiles import _shared_wavefronts, persistent_row_tiles
+    from tvmrnn.schedules.row_tiles import persistent_row_tiles
     budget = GPU_FACTS["sm_90"]["shared_bytes_per_block"]
 
     def tile(rows, units, inner, problems=1, **given):
@@ -469,10 +468,9 @@ def test_row_group_tiles_where_they_read_no_more_shared_memory():
     # the LSTM's 256 KB at H=128 fit no block: units split over blocks, with a barrier
     tr, tu, rt, ut = tile(128, 128, 4)
     assert ut * tu < 128
-    # an Elman RNN at H=200: its independent tile (256 threads, one row) would read 4/3 as much as
-    # a barrier tile with two rows a thread, so the barrier tile
+    # an Elman RNN at H=200: its independent tile (256 threads, one row), though it reads 4/3 the
+    # shared memory a step of a barrier tile with two rows a thread (0.47 against 0.61 ms on the H200)
     chosen = tile(128, 200, 1)
-    assert chosen[3] * chosen[1] < 200
-    assert _shared_wavefronts(*chosen, 1, 200) < _shared_wavefronts(1, 1, 1, 256, 1, 200)
+    assert chosen[3] * chosen[1] >= 200
     given = tile(128, 128, 3, thread_rows=2, unit_threads=32)  # a tuning candidate's knobs are kept
     assert given[0] == 2 and given[3] == 32

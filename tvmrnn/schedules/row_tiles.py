@@ -80,8 +80,8 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     broadcast of the state through L2 a step (:meth:`tvmrnn.program.sequence.Program._persistent_loop`;
     the one-block loops of small batches, notes/performance.md v39, are the case of one row group).
     A block's threads then span up to 256 units (the next power of two at or above the units).
-    It is taken unless it reads more shared memory a step than the best tile with a grid barrier
-    (:func:`_shared_wavefronts`)."""
+    It is taken wherever it fits, even where it reads more shared memory a step than a tile with
+    a grid barrier (the barrier cost more, notes/performance.md v42)."""
     given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
     found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256, given)
     # (a prime row count may leave no tile of at most 256 threads within the blocks)
@@ -116,21 +116,10 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
                     kind = unit_blocks == 1
                     if kind not in best_score or score > best_score[kind]:
                         best[kind], best_score[kind] = (tr, tu, rt, ut), score
-    if True in best and (False not in best
-                         or _shared_wavefronts(*best[True], inner, reduction)
-                         <= _shared_wavefronts(*best[False], inner, reduction)):
-        return best[True]
-    return best.get(False)
-
-
-def _shared_wavefronts(tr, tu, rt, ut, inner, reduction) -> int:
-    """A block's shared-memory wavefronts a step (a model): each warp, at each reduction index,
-    loads its threads' weights (``inner x tu`` contiguous floats a thread: that many wavefronts)
-    and each of its ``tr`` rows of the hidden state (one broadcast each). A step of a row-group
-    tile is bound by this (H200, GRU N = H = 128: the shared pipe 60% busy, 1.08 wavefronts a
-    load, notes/performance.md v41), so independent blocks are taken where they read no more
-    than the best tile with a grid barrier (an Elman RNN at H = 200 would read 4/3 as much)."""
-    return -(-rt * ut // 32) * reduction * (inner * tu + tr)
+    # independent blocks wherever they fit: an Elman RNN at N = 128, H = 200, whose independent
+    # tile reads 4/3 the shared memory a step of the best barrier tile, still ran its inference in
+    # 0.47 ms independent and 0.61 ms with the barrier (H200, notes/performance.md v41, v42)
+    return best.get(True, best.get(False))
 
 
 def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_units: int | None = None,
