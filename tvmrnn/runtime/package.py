@@ -76,7 +76,9 @@ def metadata(rnn: RNN) -> dict:
     host = t.host if t.kind.name == "cuda" else t
     meta["cpu"] = {"mcpu": str(host.attrs.get("mcpu", "")),
                    "features": [f for f in _CPU_FEATURES if tvm.target.codegen.llvm_cpu_has_features(f, host)]
-                   + (["avx512_bf16"] if c.options.bf16_projections else [])}  # (/proc/cpuinfo's name)
+                   + (["avx512_bf16"] if c.options.bf16_projections else [])  # (/proc/cpuinfo's names)
+                   + (["amx_bf16", "amx_tile"] if c.options.bf16_projections and host.kind.name == "llvm"
+                      and tvm.target.codegen.llvm_cpu_has_features("amx-bf16", host) else [])}
     if t.kind.name == "cuda":
         meta["cuda_arch"] = str(t.attrs["arch"])
         meta["persistent_blocks"] = rnn.persistent_blocks

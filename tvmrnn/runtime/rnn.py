@@ -104,6 +104,17 @@ def _unshared(arrays: dict, name: str) -> bool:
         return False
 
 
+def _allow_amx(config: Config, target) -> None:
+    """A bf16 build for a CPU with AMX runs tile instructions, which Linux lets a process use
+    only after it asks (:func:`tvmrnn.schedules.bf16.request_amx`): ask, or say why it cannot run."""
+    from ..schedules import bf16
+    if target.kind.name != "llvm" or not config.options.bf16_projections or not bf16.supports_amx(target):
+        return
+    if not bf16.request_amx():
+        raise RuntimeError("tvmrnn: this bf16 build uses AMX tiles (its target has amx-bf16), and the OS refused this "
+                           "process their use (arch_prctl ARCH_REQ_XCOMP_PERM); build for a target without AMX")
+
+
 class RNN:
     """A built (or loaded) RNN. Arrays are float32, seq-first ``(T, N, ·)`` unless ``batch_first``.
 
@@ -137,6 +148,7 @@ class RNN:
         self.allow_tf32 = False  # GEMMs over all steps on TF32 tensor cores (build's allow_tf32)
         self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.device_index = device_index if self.device_kind == "cuda" else 0
+        _allow_amx(config, target)
 
     def __repr__(self):
         c = self.config

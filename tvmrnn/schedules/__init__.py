@@ -95,7 +95,9 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     ``sch``'s primitives, so its trace replays the default schedule: tuning measures it as a
     candidate like any other (:func:`tvmrnn.tune.tuner.tune`)."""
     if kernel.gemm is not None and not is_gpu(target):
-        if bf16.is_bf16_step(sch):
+        if bf16.is_bf16_step(sch) and tiles.get("amx", 1) and bf16.step_amx_applies(sch, kernel, target):
+            bf16.cpu_step_amx(sch, kernel, target)
+        elif bf16.is_bf16_step(sch):
             bf16.cpu_step_bf16(sch, kernel, target, **{k: v for k, v in tiles.items() if k == "accumulators"})
         elif bf16.is_bf16_gemm(sch):
             bf16.cpu_gemm_bf16(sch, kernel, target, **{k: v for k, v in tiles.items()

@@ -31,6 +31,9 @@ asks (:func:`request_amx`). Compiled here for the Xeon's target; run only on a C
 """
 from __future__ import annotations
 
+import json
+import re
+
 import tvm
 from tvm.script import tirx as T
 
@@ -53,54 +56,114 @@ attributes #0 = { alwaysinline "target-features"="+avx512f,+avx512bw,+avx512vl,+
 
 AMX_FEATURE = "amx-bf16"
 
-AMX_TILE_IR = r"""
-define linkonce_odr void @tvmrnn_amx_bf16_16x16(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb, i64 %chunks) #0 {
-entry:
-  %cfg = alloca [64 x i8], align 64
-  call void @llvm.memset.p0.i64(ptr align 64 %cfg, i8 0, i64 64, i1 false)
-  store i8 1, ptr %cfg
-  %cols0 = getelementptr inbounds i8, ptr %cfg, i64 16
-  store i16 64, ptr %cols0
-  %cols1 = getelementptr inbounds i8, ptr %cfg, i64 18
-  store i16 64, ptr %cols1
-  %cols2 = getelementptr inbounds i8, ptr %cfg, i64 20
-  store i16 64, ptr %cols2
-  %rows0 = getelementptr inbounds i8, ptr %cfg, i64 48
-  store i8 16, ptr %rows0
-  %rows1 = getelementptr inbounds i8, ptr %cfg, i64 49
-  store i8 16, ptr %rows1
-  %rows2 = getelementptr inbounds i8, ptr %cfg, i64 50
-  store i8 16, ptr %rows2
-  call void @llvm.x86.ldtilecfg(ptr %cfg)
-  call void @llvm.x86.tileloadd64(i8 0, ptr %c, i64 %ldc)
-  %none = icmp sle i64 %chunks, 0
-  br i1 %none, label %done, label %loop
-loop:
-  %k = phi i64 [ 0, %entry ], [ %k1, %loop ]
-  %aoff = mul i64 %k, 64
-  %ap = getelementptr inbounds i8, ptr %a, i64 %aoff
-  %brows = mul i64 %k, 16
-  %boff = mul i64 %brows, %ldb
-  %bp = getelementptr inbounds i8, ptr %b, i64 %boff
-  call void @llvm.x86.tileloadd64(i8 1, ptr %ap, i64 %lda)
-  call void @llvm.x86.tileloadd64(i8 2, ptr %bp, i64 %ldb)
-  call void @llvm.x86.tdpbf16ps(i8 0, i8 1, i8 2)
-  %k1 = add i64 %k, 1
-  %more = icmp slt i64 %k1, %chunks
-  br i1 %more, label %loop, label %done
-done:
-  call void @llvm.x86.tilestored64(i8 0, ptr %c, i64 %ldc)
-  call void @llvm.x86.tilerelease()
-  ret void
-}
-declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
-declare void @llvm.x86.ldtilecfg(ptr)
-declare void @llvm.x86.tileloadd64(i8, ptr, i64)
-declare void @llvm.x86.tdpbf16ps(i8, i8, i8)
-declare void @llvm.x86.tilestored64(i8, ptr, i64)
-declare void @llvm.x86.tilerelease()
-attributes #0 = { "target-features"="+amx-tile,+amx-bf16" }
-"""
+# Tile registers: C's column tiles, one A tile, at least one B tile (the rest cycle through B)
+AMX_MAX_COLUMN_TILES = 6
+
+
+def amx_gemm_ir(col_tiles: int) -> str:
+    """LLVM IR of ``tvmrnn_amx_bf16_n{col_tiles}(c, ldc, a, lda, b, ldb, m, k2)``: the AMX GEMM
+    microkernel. ``C[m, 16 col_tiles] += A[m, 2 k2] . B``, strides in bytes: C fp32, rows ``ldc``
+    apart; A bf16, rows ``lda`` apart (k-pairs one to a 32-bit word, :func:`tvmrnn.kernels.bf16_pair`:
+    a row of words is a row of bf16); B ``k2`` rows of ``16 col_tiles`` k-pair words (AMX's B
+    layout, VNNI's), rows ``ldb`` apart. Any ``m`` (16-row tiles, the last shorter) and ``k2``
+    (chunks of 16 pairs, the last shorter: its own tile configuration). Tile registers: C's
+    ``col_tiles`` tiles stay loaded over the whole reduction; one A tile; the rest take B tiles
+    in turn. Tile numbers are immediates of LLVM's ``*64`` tile intrinsics (no ``x86_amx`` values
+    cross TVM's legalization)."""
+    nt = col_tiles
+    if not 1 <= nt <= AMX_MAX_COLUMN_TILES:
+        raise ValueError(f"AMX microkernel: 1 to {AMX_MAX_COLUMN_TILES} column tiles, not {nt}")
+    a_tile, b_tiles = nt, list(range(nt + 1, 8))
+    lines = []
+    e = lines.append
+
+    def config(tag, a_colsb, b_rows):
+        e("  call void @llvm.memset.p0.i64(ptr align 64 %cfg, i8 0, i64 64, i1 false)")
+        e("  store i8 1, ptr %cfg")  # palette 1
+        for t in range(8):
+            colsb, rows = ("i16 64", "i8 %h8") if t < nt else (f"i16 {a_colsb}", "i8 %h8") if t == a_tile \
+                else ("i16 64", f"i8 {b_rows}")
+            e(f"  %{tag}c{t} = getelementptr inbounds i8, ptr %cfg, i64 {16 + 2 * t}")
+            e(f"  store {colsb}, ptr %{tag}c{t}")
+            e(f"  %{tag}r{t} = getelementptr inbounds i8, ptr %cfg, i64 {48 + t}")
+            e(f"  store {rows}, ptr %{tag}r{t}")
+        e("  call void @llvm.x86.ldtilecfg(ptr %cfg)")
+
+    def c_tiles(op, tag):
+        for j in range(nt):
+            e(f"  %{tag}{j} = getelementptr inbounds i8, ptr %cr, i64 {64 * j}")
+            e(f"  call void @llvm.x86.{op}(i8 {j}, ptr %{tag}{j}, i64 %ldc)")
+
+    def products(tag, a_off, b_row):
+        e(f"  %{tag}ap = getelementptr inbounds i8, ptr %ar, i64 {a_off}")
+        e(f"  call void @llvm.x86.tileloadd64(i8 {a_tile}, ptr %{tag}ap, i64 %lda)")
+        e(f"  %{tag}boff = mul i64 {b_row}, %ldb")
+        e(f"  %{tag}bk = getelementptr inbounds i8, ptr %b, i64 %{tag}boff")
+        for j in range(nt):
+            bt = b_tiles[j % len(b_tiles)]
+            e(f"  %{tag}bp{j} = getelementptr inbounds i8, ptr %{tag}bk, i64 {64 * j}")
+            e(f"  call void @llvm.x86.tileloadd64(i8 {bt}, ptr %{tag}bp{j}, i64 %ldb)")
+            e(f"  call void @llvm.x86.tdpbf16ps(i8 {j}, i8 {a_tile}, i8 {bt})")
+
+    e(f"define linkonce_odr void @tvmrnn_amx_bf16_n{nt}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb, "
+      "i64 %m, i64 %k2) #0 {")
+    e("entry:")
+    e("  %cfg = alloca [64 x i8], align 64")
+    e("  %full = udiv i64 %k2, 16")
+    e("  %tail = urem i64 %k2, 16")
+    e("  %tailb = mul i64 %tail, 4")
+    e("  %tailb16 = trunc i64 %tailb to i16")
+    e("  %tail8 = trunc i64 %tail to i8")
+    e("  %any = icmp sgt i64 %m, 0")
+    e("  br i1 %any, label %rows, label %end")
+    e("rows:")
+    e("  %r = phi i64 [ 0, %entry ], [ %r1, %store ]")
+    e("  %left = sub i64 %m, %r")
+    e("  %short = icmp slt i64 %left, 16")
+    e("  %h = select i1 %short, i64 %left, i64 16")
+    e("  %h8 = trunc i64 %h to i8")
+    e("  %croff = mul i64 %r, %ldc")
+    e("  %cr = getelementptr inbounds i8, ptr %c, i64 %croff")
+    e("  %aroff = mul i64 %r, %lda")
+    e("  %ar = getelementptr inbounds i8, ptr %a, i64 %aroff")
+    config("f", "64", "16")
+    c_tiles("tileloadd64", "lc")
+    e("  %anyfull = icmp sgt i64 %full, 0")
+    e("  br i1 %anyfull, label %kloop, label %kdone")
+    e("kloop:")
+    e("  %k = phi i64 [ 0, %rows ], [ %k1, %kloop ]")
+    e("  %kaoff = mul i64 %k, 64")
+    e("  %kbrow = mul i64 %k, 16")
+    products("s", "%kaoff", "%kbrow")
+    e("  %k1 = add i64 %k, 1")
+    e("  %more = icmp slt i64 %k1, %full")
+    e("  br i1 %more, label %kloop, label %kdone")
+    e("kdone:")
+    e("  %anytail = icmp sgt i64 %tail, 0")
+    e("  br i1 %anytail, label %ktail, label %store")
+    e("ktail:")  # the last, shorter chunk: C out, the tiles reconfigured, C back in
+    c_tiles("tilestored64", "tsc")
+    config("t", "%tailb16", "%tail8")
+    c_tiles("tileloadd64", "tlc")
+    e("  %taoff = mul i64 %full, 64")
+    e("  %tbrow = mul i64 %full, 16")
+    products("t", "%taoff", "%tbrow")
+    e("  br label %store")
+    e("store:")
+    c_tiles("tilestored64", "sc")
+    e("  %r1 = add i64 %r, 16")
+    e("  %morerows = icmp slt i64 %r1, %m")
+    e("  br i1 %morerows, label %rows, label %end")
+    e("end:")
+    e("  call void @llvm.x86.tilerelease()")
+    e("  ret void")
+    e("}")
+    for decl in ("void @llvm.memset.p0.i64(ptr, i8, i64, i1)", "void @llvm.x86.ldtilecfg(ptr)",
+                 "void @llvm.x86.tileloadd64(i8, ptr, i64)", "void @llvm.x86.tdpbf16ps(i8, i8, i8)",
+                 "void @llvm.x86.tilestored64(i8, ptr, i64)", "void @llvm.x86.tilerelease()"):
+        e(f"declare {decl}")
+    e('attributes #0 = { "target-features"="+amx-tile,+amx-bf16" }')
+    return "\n".join(lines) + "\n"
 
 
 def supports_amx(target) -> bool:
@@ -340,6 +403,161 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: i
     sch.tensorize(u, register_pair_words())
     for loop in (t_in, n_in, g, u_out):
         sch.unroll(loop)
+
+
+# ---- AMX (tdpbf16ps): the GEMMs of bf16 builds on CPUs with AMX-BF16 ---------------------------
+# A tensor intrinsic per shape of the tensorized subtree, named by it (:func:`amx_intrinsic`):
+# ``tvmrnn_amx_{b}_l{lead}_r{rows}_p{unit}_g{G}_u{units}_k{pairs}``. Its description is the bf16
+# GEMM's block as the schedules leave it (rows, an optional unit loop of the weight panel, gates,
+# units, k-pairs); its implementation one call of the microkernel (:func:`amx_gemm_ir`) for the
+# whole reduction. Records name these intrinsics in their traces: :func:`register_from_trace`.
+_AMX_NAME = re.compile(r"tvmrnn_amx_(f32|u32)_l(\d)_r([\dx]+)_p(\d)_g(\d+)_u(\d+)_k(\d+)")
+
+
+def amx_intrinsic(b_dtype: str, lead: int, rows: tuple, unit_loop: bool, gates: int, units: int, pairs: int) -> str:
+    """Register (once) and return the AMX intrinsic ``C[rows, G, units] += A[rows, pairs] .
+    B[pairs, G, units]``: ``rows`` the extents of the tensorized row loops (a batch tile, or
+    steps x batch rows: stored one after another, the row strides checked), ``lead`` leading
+    unit axes of every operand (a direction), ``unit_loop`` a loop of extent 1 after the rows (the
+    weight panel's, where the GEMM is computed under its task), B's words as ``b_dtype``
+    ("float32": the packed recurrent weights, reinterpreted; "uint32": a rounded panel)."""
+    name = (f"tvmrnn_amx_{'f32' if b_dtype == 'float32' else 'u32'}_l{lead}_r{'x'.join(map(str, rows))}"
+            f"_p{int(unit_loop)}_g{gates}_u{units}_k{pairs}")
+    return _register(name, lambda: _amx_functions(b_dtype, lead, tuple(rows), unit_loop, gates, units, pairs))
+
+
+def register_from_trace(trace_json) -> None:
+    """Register the AMX intrinsics a record's trace names (before it is replayed)."""
+    for m in _AMX_NAME.finditer(json.dumps(trace_json) if not isinstance(trace_json, str) else trace_json):
+        b, lead, rows, unit, gates, units, pairs = m.groups()
+        amx_intrinsic("float32" if b == "f32" else "uint32", int(lead), tuple(int(r) for r in rows.split("x")),
+                      unit == "1", int(gates), int(units), int(pairs))
+
+
+def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
+    """The description and implementation of :func:`amx_intrinsic`, as TVMScript text: the row
+    loops of extent 1 have no block axis (as the scheduled block has none), so the text is made
+    for each shape."""
+    col_tiles = gates * units // 16
+    z = ["0"] * lead
+    row_vars = [f"vr{i}" for i, r in enumerate(rows) if r > 1]
+    row_idx = [f"vr{i}" if r > 1 else "0" for i, r in enumerate(rows)]
+    c_shape = (*([1] * lead), *rows, 1, gates, units)
+    a_shape = (*([1] * lead), *rows, pairs)
+    b_shape = (*([1] * lead), 1, pairs, gates, units)
+    c_at = ", ".join([*z, *row_idx, "0", "vg", "vu"])
+    a_at = ", ".join([*z, *row_idx, "vk"])
+    b_at = ", ".join([*z, "0", "vk", "vg", "vu"])
+    full = lambda shape: ", ".join(f"0:{d}" if d > 1 else "0" for d in shape)  # noqa: E731
+    loops = [*(f"r{i}" for i in range(len(rows))), *(["p"] if unit_loop else []), "g", "u", "k"]
+    extents = [*rows, *([1] if unit_loop else []), gates, units, pairs]
+    spatial = [f"r{i}" for i, r in enumerate(rows) if r > 1]
+    word = "B[{b}]" if b_dtype == "uint32" else 'T.reinterpret("uint32", B[{b}])'
+    word = word.format(b=b_at)
+    body = (f"C[{c_at}] = C[{c_at}] + (T.reinterpret(\"float32\", A[{a_at}] << T.uint32(16)) * "
+            f"T.reinterpret(\"float32\", {word} << T.uint32(16)) + T.reinterpret(\"float32\", A[{a_at}] & "
+            f"T.uint32(4294901760)) * T.reinterpret(\"float32\", {word} & T.uint32(4294901760)))")
+    regions = f"C[{full(c_shape)}], A[{full(a_shape)}], B[{full(b_shape)}]"
+    # strides: the rows' (each row dimension's stride that of the rows after it times their extent)
+    n_rows = len(rows)
+    c_strides = [f"sc{i}" for i in range(lead + n_rows + 1)] + [str(units), "1"]
+    a_strides = [f"sa{i}" for i in range(lead + n_rows)] + ["1"]
+    b_strides = [f"sb{i}" for i in range(lead + 2)] + [str(units), "1"]
+    last_c, last_a, b_row = f"sc{lead + n_rows - 1}", f"sa{lead + n_rows - 1}", f"sb{lead + 1}"
+    checks = []
+    for i in range(n_rows - 1):
+        inner = 1
+        for r in rows[i + 1:]:
+            inner *= r
+        if rows[i] > 1:
+            checks += [f"        assert sc{lead + i} == {inner} * {last_c}, \"AMX rows: C's rows not evenly spaced\"",
+                       f"        assert sa{lead + i} == {inner} * {last_a}, \"AMX rows: A's rows not evenly spaced\""]
+    declare = "\n".join(f"    {v} = T.int32()" for v in (*c_strides, *a_strides, *b_strides) if v[0] == "s")
+    m = 1
+    for r in rows:
+        m *= r
+    remap = f'{", ".join([*row_vars, "vg", "vu", "vk"])} = T.axis.remap("{"S" * len(row_vars)}SSR", [{", ".join([*spatial, "g", "u", "k"])}])'
+    src_desc = f"""
+@T.prim_func(s_tir=True)
+def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+    A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4)
+    B = T.match_buffer(b, {b_shape}, "{b_dtype}", offset_factor=1, align=4)
+    C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, align=4)
+    with T.sblock("root"):
+        T.reads({regions})
+        T.writes(C[{full(c_shape)}])
+        for {", ".join(loops)} in T.grid({", ".join(map(str, extents))}):
+            with T.sblock("update"):
+                {remap}
+                {body}
+"""
+    src_impl = f"""
+@T.prim_func(s_tir=True)
+def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+{declare}
+    A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4, strides=[{", ".join(a_strides)}])
+    B = T.match_buffer(b, {b_shape}, "{b_dtype}", offset_factor=1, align=4, strides=[{", ".join(b_strides)}])
+    C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, align=4, strides=[{", ".join(c_strides)}])
+    with T.sblock("root"):
+        T.reads({regions})
+        T.writes(C[{full(c_shape)}])
+{chr(10).join(checks)}
+        with T.attr(0, "pragma_import_llvm", IR):
+            T.evaluate(T.call_extern("void", "tvmrnn_amx_bf16_n{col_tiles}", C.access_ptr("rw"), T.int64({last_c}) * 4,
+                                     A.access_ptr("r"), T.int64({last_a}) * 4, B.access_ptr("r"), T.int64({b_row}) * 4,
+                                     T.int64({m}), T.int64({pairs})))
+"""
+    from tvm.script import from_source
+    desc = from_source(src_desc)
+    impl = from_source(src_impl.replace("IR)", repr(amx_gemm_ir(col_tiles)) + ")"))
+    return desc, impl
+
+
+def amx_applies(target, gates: int, units: int, rows: int) -> bool:
+    """Whether the AMX microkernel serves a bf16 GEMM: a target with AMX-BF16, the panel's
+    columns in whole tiles that fit the tile registers, and more than one row (a single row
+    would use 1/16 of each tile product: AVX512-BF16's dot products do as well)."""
+    return supports_amx(target) and units % 16 == 0 and 1 <= gates * units // 16 <= AMX_MAX_COLUMN_TILES \
+        and rows > 1
+
+
+def step_amx_applies(sch, kernel, target) -> bool:
+    """Whether :func:`cpu_step_amx` serves the bf16 step held by ``sch`` on ``target``."""
+    from .common import _gemm_axes
+    gemm = sch.get_sblock(kernel.gemm)
+    spatial, _ = _gemm_axes(sch, gemm)
+    gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
+    batch = int(sch.get(sch.get_loops(sch.get_consumers(gemm)[0])[-2]).extent)
+    return amx_applies(target, gates, units, batch)
+
+
+# rows of a recurrent step's AMX task (a divisor of the batch): 2 tiles of 16
+AMX_STEP_ROWS = 32
+
+
+def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
+    """The bf16 recurrent step on AMX: as :func:`cpu_step_bf16` (``hb`` once a step, a task per
+    (panel of units, tile of rows), the gate math on the tile), the task's GEMM one call of the
+    AMX microkernel over the whole reduction (:func:`amx_intrinsic`), straight from the packed
+    weights (a panel's k-pair words are AMX's B layout)."""
+    from .common import _divisor, _gemm_axes, _vectorize, vector_lanes
+    from .cpu import output_tiles
+    gemm = sch.get_sblock(kernel.gemm)
+    output = sch.get_consumers(gemm)[0]
+    spatial, reduction = _gemm_axes(sch, gemm)
+    gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
+    pairs = int(sch.get(reduction[0]).extent)
+    sch.set_scope(sch.get_sblock("hb"), 0, "local")
+    batch = int(sch.get(sch.get_loops(output)[-2]).extent)
+    tile_rows = _divisor(batch, rows)
+    _, lead, j_inner = output_tiles(sch, gemm, output, units, tile_rows)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    gn, gp, gg, gu = spatial[len(lead):]
+    sch.reorder(gn, gp, gg, gu, *reduction)
+    init = sch.decompose_reduction(gemm, gn)
+    _vectorize(sch, sch.fuse(*sch.get_loops(init)[-2:]), vector_lanes(target))
+    sch.tensorize(gn, amx_intrinsic("float32", len(lead), (tile_rows,), True, gates, units, pairs))
+    _vectorize(sch, j_inner, vector_lanes(target))
 
 
 # Registered at import: ``build`` replays tuning records of bf16 kernels, whose traces name these

@@ -24,7 +24,7 @@ from tvm import s_tir
 from ..device import device_model
 from ..kernels import Kernel
 
-from .bf16 import is_bf16_gemm, is_bf16_step
+from .bf16 import is_bf16_gemm, is_bf16_step, supports_amx
 from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, vector_lanes
 from .cuda import GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, matmul_extents, matmul_shape, slice_variants
 from .split_k import PERSISTENT_TILES, persistent_blocks
@@ -88,8 +88,9 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
             found += (Knob("row_block", (AUTO, 1, 2, 4, 8, 16), AUTO),
                       Knob("red_block", (AUTO, 16, 32, 64, 128, 256), AUTO))
         return found
-    if kind == "cpu_step_bf16":
-        return (Knob("accumulators", (8, 12, 16, 24, 28), 24),)
+    if kind == "cpu_step_bf16":  # amx: the AMX microkernel (where the target has it) or vdpbf16ps
+        amx = (Knob("amx", (0, 1), 1),) if supports_amx(target) else ()
+        return (Knob("accumulators", (8, 12, 16, 24, 28), 24), *amx)
     if kind == "cpu_gemm_bf16":
         return (Knob("accumulators", (8, 12, 16, 24, 28), 24), Knob("tasks_per_core", (1, 2, 4, 8), 2))
     if kind == "cpu_pointwise":

@@ -430,6 +430,8 @@ def record_from_json(record_json, logged: ms.database.Workload) -> ms.database.T
     statements: a template-space trace (its decisions annotated on the root block) left the loops
     it made there, and every later record of that workload failed to replay."""
     trace_json, run_secs, target, args = record_json
+    from ..schedules import bf16
+    bf16.register_from_trace(trace_json)  # the AMX intrinsics it names (one per shape)
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(logged.mod["main"])}))
     Trace.apply_json_to_schedule(trace_json, sch)
     return ms.database.TuningRecord(sch.trace, logged, [float(x) for x in run_secs] if run_secs is not None else None,
