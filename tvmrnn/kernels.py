@@ -157,31 +157,30 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16:
     column panels of ``panel`` units if given, :func:`weight_shape`; ``b`` and ``gx`` then
     gate-blocked, :func:`gate_shape`).
 
-    ``bf16`` (CPUs with AVX512-BF16, ``BuildOptions.bf16_projections``; panels required): the same
-    fp32 buffers, the products of ``x`` and ``w`` rounded to bf16 first (nearest even) and summed in
-    fp32, as ``vdpbf16ps`` does. Two stages hold the rounded operands, a pair of consecutive k in
-    one 32-bit word (:func:`bf16_pair`: the instruction's operand layout; an odd K gets a zero):
-    ``xb[t, n, k2]`` and ``wb[p, k2, g, u]``; the GEMM sums ``dot2`` over the pairs
-    (:func:`tvmrnn.schedules.bf16.cpu_gemm_bf16` computes them per task and tensorizes)."""
+    ``bf16`` (CPUs with AVX512-BF16, ``BuildOptions.bf16_projections``; panels required): the
+    products of ``x`` and ``w`` rounded to bf16 first (nearest even) and summed in fp32, as
+    ``vdpbf16ps`` and AMX's ``tdpbf16ps`` do. Operands hold a pair of consecutive k in one 32-bit
+    word (:func:`bf16_pair`: the instructions' operand layout; an odd K gets a zero): ``w`` the
+    weights packed so, ``(H / panel, ceil(K / 2), G, panel)`` words held as float32
+    (:func:`bf16_weight_pairs`, at weight packing), and a stage ``xb[t, n, k2]`` the inputs; the
+    GEMM sums ``dot2`` over the pairs (:func:`tvmrnn.schedules.bf16.cpu_gemm_bf16` rounds ``xb``
+    per task and tensorizes)."""
     x = te.placeholder((steps, batch, in_size), F32, "x")
-    w = te.placeholder(weight_shape(in_size, hidden, gates, panel), F32, "w")
+    pairs = (in_size + 1) // 2
+    w = te.placeholder((hidden // panel, pairs, gates, panel) if bf16 and panel else
+                       weight_shape(in_size, hidden, gates, panel), F32, "w")
     b = te.placeholder(gate_shape(hidden, gates, panel), F32, "b")
     name = f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_panel_suffix(panel)}"
     if bf16:
         if not panel:
             raise ValueError("bf16 projections need the CPU weight panels (BuildOptions.weight_panels)")
-        pairs, last = (in_size + 1) // 2, in_size - 1
-
-        def at(load, k):  # the k-th operand, 0 past the end (an odd K's pair)
-            return tirx.if_then_else(k < in_size, load(tirx.min(k, last)), tirx.const(0, F32)) if in_size % 2 \
-                else load(k)
         xb = te.compute((steps, batch, pairs), lambda t, n, k2: bf16_pair(
-            at(lambda k: x[t, n, k], 2 * k2), at(lambda k: x[t, n, k], 2 * k2 + 1)), name="xb")
-        wb = te.compute((hidden // panel, pairs, gates, panel), lambda p, k2, g, u: bf16_pair(
-            at(lambda k: w[p, k, g, u], 2 * k2), at(lambda k: w[p, k, g, u], 2 * k2 + 1)), name="wb")
+            _operand(lambda k: x[t, n, k], 2 * k2, in_size), _operand(lambda k: x[t, n, k], 2 * k2 + 1, in_size)),
+            name="xb")
         k2 = te.reduce_axis((0, pairs), "k2")
         mm = _gates_compute((steps, batch), hidden, gates, panel,
-                            lambda t, n, col: te.sum(dot2(xb[t, n, k2], wb[(col[0], k2, *col[1:])]), axis=k2),
+                            lambda t, n, col: te.sum(dot2(xb[t, n, k2], tirx.reinterpret(_U32, w[(col[0], k2, *col[1:])])),
+                                                     axis=k2),
                             "matmul", ("t", "n"))
         name += "_bf16"
     else:
@@ -195,6 +194,11 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16:
 
 
 _U32 = "uint32"
+
+
+def _operand(load, k, size: int):
+    """``load(k)``, 0 past ``size`` (an odd K's last pair)."""
+    return tirx.if_then_else(k < size, load(tirx.min(k, size - 1)), tirx.const(0, F32)) if size % 2 else load(k)
 
 
 def bf16_bits(v):
@@ -655,13 +659,15 @@ def gate_transpose(gates, hidden, in_size, panel: int = 0) -> Kernel:
 
 
 def bf16_weight_pairs(gates, hidden, in_size, panel: int) -> Kernel:
-    """Weight packing for bf16 recurrent projections: PyTorch's ``(G, H, K)`` -> the weights
-    rounded to bf16, k-pairs one to a word (:func:`bf16_pair`), in the panels of
-    :func:`weight_shape` with K halved: ``(H / panel, K / 2, G, panel)`` words, held as float32
-    (:func:`recurrent_step` with ``bf16`` reinterprets them)."""
+    """Weight packing for bf16 projections (input and recurrent): PyTorch's ``(G, H, K)`` -> the
+    weights rounded to bf16, k-pairs one to a word (:func:`bf16_pair`, an odd K's last pair with
+    a zero), in the panels of :func:`weight_shape` with K halved: ``(H / panel, ceil(K / 2), G,
+    panel)`` words, held as float32 (:func:`input_projection` and :func:`recurrent_step` with
+    ``bf16`` reinterpret them)."""
     src = te.placeholder((gates, hidden, in_size), F32, "src")
-    dst = te.compute((hidden // panel, in_size // 2, gates, panel), lambda p, k2, g, u: tirx.reinterpret(
-        F32, bf16_pair(src[g, p * panel + u, 2 * k2], src[g, p * panel + u, 2 * k2 + 1])), name="dst")
+    dst = te.compute((hidden // panel, (in_size + 1) // 2, gates, panel), lambda p, k2, g, u: tirx.reinterpret(
+        F32, bf16_pair(_operand(lambda k: src[g, p * panel + u, k], 2 * k2, in_size),
+                       _operand(lambda k: src[g, p * panel + u, k], 2 * k2 + 1, in_size))), name="dst")
     return _make(f"bf16_weight_pairs_g{gates}_h{hidden}_k{in_size}{_panel_suffix(panel)}", {"src": src}, {"dst": dst})
 
 

@@ -602,7 +602,7 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
         gates = 1 if slot.kind in layout.unit_params else G  # a per-unit parameter: a 1-gate bias, copied
         # weights and biases in the forward kernels' layout (a per-unit parameter as it is)
         kernel = kernels.gate_transpose(gates, H, k_size, panel=panel if gates == G else 0)
-        if slot.kind == "weight_hh" and config.options.bf16_projections:  # rounded, in pairs (kernels.recurrent_step)
+        if slot.kind in ("weight_ih", "weight_hh") and config.options.bf16_projections:  # rounded, in pairs
             kernel = kernels.bf16_weight_pairs(G, H, k_size, panel)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2:

@@ -99,6 +99,9 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
             bf16.cpu_step_amx(sch, kernel, target)
         elif bf16.is_bf16_step(sch):
             bf16.cpu_step_bf16(sch, kernel, target, **{k: v for k, v in tiles.items() if k == "accumulators"})
+        elif bf16.is_bf16_gemm(sch) and tiles.get("amx", 1) and bf16.projection_amx_applies(sch, kernel, target):
+            bf16.cpu_gemm_amx(sch, kernel, target, **{k: v for k, v in tiles.items()
+                                                      if k in ("tasks_per_core", "panel_blocks")})
         elif bf16.is_bf16_gemm(sch):
             bf16.cpu_gemm_bf16(sch, kernel, target, **{k: v for k, v in tiles.items()
                                                        if k in ("accumulators", "tasks_per_core")})

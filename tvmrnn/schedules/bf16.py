@@ -345,62 +345,77 @@ def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
 
 
 def is_bf16_gemm(sch) -> bool:
-    """Whether the kernel held by ``sch`` has the rounded-operand stages of a bf16 projection
+    """Whether the kernel held by ``sch`` has the rounded-input stage of a bf16 projection
     (:func:`tvmrnn.kernels.input_projection` with ``bf16``)."""
-    names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
-    return {"xb", "wb"} <= names
+    return "xb" in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+
+
+def _projection_tiles(sch, kernel, target, tile_rows: int, tasks_per_core: int, panel_blocks: int = 0):
+    """The bf16 projection's loops: row tiles of about ``tile_rows`` rows (of the batch, or of
+    several steps where the batch is fewer), grouped into about ``tasks_per_core`` tasks a core
+    (``panel_blocks`` > 0: that many blocks of panels, each task a (block of panels, block of row
+    tiles); 0: a task per panel). Returns (task, tile, panel loop inside the task or None, t_in,
+    n_in, g, u, k2) with ``xb`` rounded once a tile, local."""
+    from .common import _divisor
+    mm, gx, xb = sch.get_sblock(kernel.gemm), sch.get_sblock("gx"), sch.get_sblock("xb")
+    t, n, p, g, u, k2 = sch.get_loops(mm)
+    steps, batch, panels = (int(sch.get(l).extent) for l in (t, n, p))
+    per_n = _divisor(batch, tile_rows)
+    per_t = _divisor(steps, max(1, tile_rows // per_n)) if per_n < tile_rows else 1
+    t_out, t_in = sch.split(t, [None, per_t])
+    n_out, n_in = sch.split(n, [None, per_n])
+    cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
+    p_tasks = panel_blocks or panels
+    wanted = max(1, -(-tasks_per_core * cores // p_tasks))
+    n_tiles, t_tiles = int(sch.get(n_out).extent), int(sch.get(t_out).extent)
+    # the most blocks up to ``wanted`` as a divisor of each axis (batch tiles first on a tie); each
+    # split on its own axis (a split of the two fused left bindings that tensorize could not blockize)
+    n_blocks, t_blocks = max(((nb, tb) for nb in range(1, min(n_tiles, wanted) + 1) if n_tiles % nb == 0
+                              for tb in range(1, min(t_tiles, wanted // nb) + 1) if t_tiles % tb == 0),
+                             key=lambda q: (q[0] * q[1], q[0]))
+    t_block, t_out = sch.split(t_out, [t_blocks, None])
+    n_block, n_out = sch.split(n_out, [n_blocks, None])
+    if panel_blocks:
+        p_block, p_in = sch.split(p, [panel_blocks, None])
+        sch.reorder(p_block, t_block, n_block, t_out, n_out, p_in, t_in, n_in, g, u, k2)
+        task = sch.fuse(p_block, t_block, n_block)
+    else:
+        p_in = None
+        sch.reorder(p, t_block, n_block, t_out, n_out, k2, t_in, n_in, g, u)
+        task = sch.fuse(p, t_block, n_block)
+    tile = sch.fuse(t_out, n_out)
+    sch.parallel(task)
+    sch.compute_at(xb, tile)
+    sch.set_scope(xb, 0, "local")
+    return task, tile, p_in, t_in, n_in, g, u, k2, mm, gx
 
 
 def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: int = 2) -> None:
     """The bf16 projection's schedule: a task per (panel, block of row tiles), run in parallel.
-    A task rounds its panel of the weights once (``wb``, local), then for each register tile of
-    rows (of the batch, or of several steps where the batch is smaller) rounds the tile's inputs
-    (``xb``) and sums over the k-pairs ``rows x G x u / 16`` vectors of 16 columns (at most
-    ``accumulators`` registers) with one ``vdpbf16ps`` each (:data:`DOT_PAIR_WORDS`), then adds
-    the bias. Row tiles are grouped into about ``tasks_per_core`` tasks per core over the panels,
-    so that each panel is rounded a few times a call, not once a tile (that cost more than the
-    products). Both are tuning knobs (:mod:`.knobs`). On a 2-core Zen 4, a 16-step chunk at
-    N=160 K=256 H=384 took 6.2 ms against the fp32 default's 11.1; at N=20 K=H=800, 4.7 against 7.7."""
-    from .common import _divisor, vector_lanes
+    For each register tile of rows (of the batch, or of several steps where the batch is smaller)
+    a task rounds the tile's inputs (``xb``) and sums over the k-pairs ``rows x G x u / 16``
+    vectors of 16 columns (at most ``accumulators`` registers) with one ``vdpbf16ps`` each,
+    straight from the packed weights (:data:`DOT_PAIR_WORDS_PACKED`), then adds the bias. Row
+    tiles are grouped into about ``tasks_per_core`` tasks per core over the panels. Both are
+    tuning knobs (:mod:`.knobs`). On a 2-core Zen 4, a 16-step chunk at N=160 K=256 H=384 took
+    6.2 ms against the fp32 default's 11.1; at N=20 K=H=800, 4.7 against 7.7 (v40, the weights
+    then rounded by each task)."""
+    from .common import vector_lanes
     if vector_lanes(target) != 16:
         raise ValueError("bf16 projections need 16-lane (AVX-512) vectors")
-    mm, gx = sch.get_sblock(kernel.gemm), sch.get_sblock("gx")
-    xb, wb = sch.get_sblock("xb"), sch.get_sblock("wb")
-    t, n, p, g, u, k2 = sch.get_loops(mm)
-    steps, batch, panels, gates, units = (int(sch.get(l).extent) for l in (t, n, p, g, u))
+    t, n, p, g, u, k2 = sch.get_loops(sch.get_sblock(kernel.gemm))
+    gates, units = (int(sch.get(l).extent) for l in (g, u))
     if units % 16:
         raise ValueError(f"{kernel.name}: bf16 projections need panels of a multiple of 16 units")
-    u_out, u = sch.split(u, [None, 16])
     rows = max(1, accumulators // (gates * units // 16))
-    per_n = _divisor(batch, rows)
-    per_t = _divisor(steps, max(1, rows // per_n)) if per_n < rows else 1
-    t_out, t_in = sch.split(t, [None, per_t])
-    n_out, n_in = sch.split(n, [None, per_n])
-    # the row tiles' blocks: the batch's tiles split first, then the steps' (each split on its own
-    # axis: a split of the two fused left bindings that tensorize could not blockize, at 16 cores)
-    cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
-    wanted = max(1, -(-tasks_per_core * cores // panels))
-    n_tiles, t_tiles = int(sch.get(n_out).extent), int(sch.get(t_out).extent)
-    # the most blocks up to ``wanted`` as a divisor of each axis (batch tiles first on a tie)
-    n_blocks, t_blocks = max(((nb, tb) for nb in range(1, min(n_tiles, wanted) + 1) if n_tiles % nb == 0
-                              for tb in range(1, min(t_tiles, wanted // nb) + 1) if t_tiles % tb == 0),
-                             key=lambda p: (p[0] * p[1], p[0]))
-    t_block, t_out = sch.split(t_out, [t_blocks, None])
-    n_block, n_out = sch.split(n_out, [n_blocks, None])
-    sch.reorder(p, t_block, n_block, t_out, n_out, k2, t_in, n_in, g, u_out, u)
-    tile = sch.fuse(t_out, n_out)
-    task = sch.fuse(p, t_block, n_block)
-    sch.parallel(task)
-    sch.compute_at(wb, task)
-    sch.compute_at(xb, tile)
-    for stage in (wb, xb):
-        sch.set_scope(stage, 0, "local")
-    sch.vectorize(sch.get_loops(wb)[-1])  # (xb's pairs are strided loads: scalar was faster)
+    _, tile, _, t_in, n_in, g, u, k2, mm, gx = _projection_tiles(sch, kernel, target, rows, tasks_per_core)
+    u_out, u = sch.split(u, [None, 16])
+    sch.reorder(k2, t_in, n_in, g, u_out, u)
     sch.reverse_compute_at(gx, tile, preserve_unit_loops=True)
     sch.vectorize(sch.get_loops(gx)[-1])
     init = sch.decompose_reduction(mm, k2)
     sch.vectorize(sch.get_loops(init)[-1])
-    sch.tensorize(u, register_pair_words())
+    sch.tensorize(u, register_pair_words_packed())
     for loop in (t_in, n_in, g, u_out):
         sch.unroll(loop)
 
@@ -445,9 +460,10 @@ def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
     c_shape = (*([1] * lead), *rows, 1, gates, units)
     a_shape = (*([1] * lead), *rows, pairs)
     b_shape = (*([1] * lead), 1, pairs, gates, units)
-    c_at = ", ".join([*z, *row_idx, "0", "vg", "vu"])
+    vg = "vg" if gates > 1 else "0"  # (a loop of extent 1 has no block axis)
+    c_at = ", ".join([*z, *row_idx, "0", vg, "vu"])
     a_at = ", ".join([*z, *row_idx, "vk"])
-    b_at = ", ".join([*z, "0", "vk", "vg", "vu"])
+    b_at = ", ".join([*z, "0", "vk", vg, "vu"])
     full = lambda shape: ", ".join(f"0:{d}" if d > 1 else "0" for d in shape)  # noqa: E731
     loops = [*(f"r{i}" for i in range(len(rows))), *(["p"] if unit_loop else []), "g", "u", "k"]
     extents = [*rows, *([1] if unit_loop else []), gates, units, pairs]
@@ -476,7 +492,9 @@ def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
     m = 1
     for r in rows:
         m *= r
-    remap = f'{", ".join([*row_vars, "vg", "vu", "vk"])} = T.axis.remap("{"S" * len(row_vars)}SSR", [{", ".join([*spatial, "g", "u", "k"])}])'
+    g_var, g_loop = (["vg"], ["g"]) if gates > 1 else ([], [])
+    remap = (f'{", ".join([*row_vars, *g_var, "vu", "vk"])} = T.axis.remap("{"S" * (len(row_vars) + len(g_var))}SR", '
+             f'[{", ".join([*spatial, *g_loop, "u", "k"])}])')
     src_desc = f"""
 @T.prim_func(s_tir=True)
 def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
@@ -558,6 +576,39 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     _vectorize(sch, sch.fuse(*sch.get_loops(init)[-2:]), vector_lanes(target))
     sch.tensorize(gn, amx_intrinsic("float32", len(lead), (tile_rows,), True, gates, units, pairs))
     _vectorize(sch, j_inner, vector_lanes(target))
+
+
+def projection_amx_applies(sch, kernel, target) -> bool:
+    """Whether :func:`cpu_gemm_amx` serves the bf16 projection held by ``sch`` on ``target``."""
+    t, n, p, g, u, k2 = sch.get_loops(sch.get_sblock(kernel.gemm))
+    steps, batch, gates, units = (int(sch.get(l).extent) for l in (t, n, g, u))
+    return amx_applies(target, gates, units, steps * batch)
+
+
+# rows of a projection's AMX call (steps x batch): 4 tiles of 16
+AMX_PROJECTION_ROWS = 64
+
+
+def cpu_gemm_amx(sch, kernel, target, tasks_per_core: int = 2, panel_blocks: int = 0) -> None:
+    """The bf16 projection on AMX: a task per (block of panels, block of row tiles) rounds each
+    row tile's inputs once (``xb``, shared by its panels), then per panel one call of the AMX
+    microkernel over the whole reduction (:func:`amx_intrinsic`: rows of several steps stored one
+    after another), straight from the packed weights, and the bias. ``panel_blocks`` (0: about
+    one per core, at most the panels)."""
+    from .common import _divisor, _vectorize, vector_lanes
+    t, n, p, g, u, k2 = sch.get_loops(sch.get_sblock(kernel.gemm))
+    panels, gates, units = (int(sch.get(l).extent) for l in (p, g, u))
+    pairs = int(sch.get(k2).extent)
+    cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
+    blocks = _divisor(panels, panel_blocks or cores)
+    _, tile, p_in, t_in, n_in, g, u, k2, mm, gx = _projection_tiles(sch, kernel, target, AMX_PROJECTION_ROWS,
+                                                                     tasks_per_core, blocks)
+    tr, nr = int(sch.get(t_in).extent), int(sch.get(n_in).extent)
+    sch.reverse_compute_at(gx, p_in, preserve_unit_loops=True)
+    _vectorize(sch, sch.get_loops(gx)[-1], vector_lanes(target))
+    init = sch.decompose_reduction(mm, t_in)
+    _vectorize(sch, sch.get_loops(init)[-1], vector_lanes(target))
+    sch.tensorize(t_in, amx_intrinsic("float32", 0, (tr, nr), False, gates, units, pairs))
 
 
 # Registered at import: ``build`` replays tuning records of bf16 kernels, whose traces name these

@@ -91,8 +91,9 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
     if kind == "cpu_step_bf16":  # amx: the AMX microkernel (where the target has it) or vdpbf16ps
         amx = (Knob("amx", (0, 1), 1),) if supports_amx(target) else ()
         return (Knob("accumulators", (8, 12, 16, 24, 28), 24), *amx)
-    if kind == "cpu_gemm_bf16":
-        return (Knob("accumulators", (8, 12, 16, 24, 28), 24), Knob("tasks_per_core", (1, 2, 4, 8), 2))
+    if kind == "cpu_gemm_bf16":  # amx: as the step's; panel_blocks (AMX): AUTO about one a core
+        amx = (Knob("amx", (0, 1), 1), Knob("panel_blocks", (AUTO, 1, 2, 4, 8), AUTO)) if supports_amx(target) else ()
+        return (Knob("accumulators", (8, 12, 16, 24, 28), 24), Knob("tasks_per_core", (1, 2, 4, 8), 2), *amx)
     if kind == "cpu_pointwise":
         return (Knob("tasks_per_core", (1, 2, 4, 8), 4),)
     if kind == "gpu_pointwise":
