@@ -77,42 +77,47 @@ def test_bf16_needs_the_instruction():
         bf16.check_target(tvm.target.Target({"kind": "llvm", "mcpu": "znver3"}))
 
 
-def _amx_gemm(M, N, K):
-    """C (M, N) = A (M, K) . B (K/2, N, 2) in 16 x 16 tiles of the AMX microkernel (M, N multiples
-    of 16, K of 32), for the Xeon's target."""
+def _amx_gemm(M, col_tiles, K):
+    """C (M, 16 col_tiles) = A (M, K) . B (K/2, N, 2): one call of the AMX microkernel (any M and
+    even K: a short last row tile and k-chunk), for the Xeon's target."""
     from tvm.script import tirx as T
+    N, K2 = 16 * col_tiles, K // 2
 
     @T.prim_func(s_tir=True)
-    def gemm(A: T.Buffer((M, K), "uint16"), B: T.Buffer((K // 2, N, 2), "uint16"), C: T.Buffer((M, N), "float32")):
+    def gemm(A: T.Buffer((M, K), "uint16"), B: T.Buffer((K2, N, 2), "uint16"), C: T.Buffer((M, N), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
-        with T.attr(0, "pragma_import_llvm", bf16.AMX_TILE_IR):
-            for i, j in T.grid(M // 16, N // 16):
-                for ii, jj in T.grid(16, 16):
-                    C[i * 16 + ii, j * 16 + jj] = T.float32(0)
-                T.evaluate(T.call_extern("void", "tvmrnn_amx_bf16_16x16",
-                                         T.address_of(C[i * 16, j * 16]), T.int64(N * 4),
-                                         T.address_of(A[i * 16, 0]), T.int64(K * 2),
-                                         T.address_of(B[0, j * 16, 0]), T.int64(N * 4), T.int64(K // 32)))
+        with T.attr(0, "pragma_import_llvm", bf16.amx_gemm_ir(col_tiles)):
+            for i, j in T.grid(M, N):
+                C[i, j] = T.float32(0)
+            T.evaluate(T.call_extern("void", f"tvmrnn_amx_bf16_n{col_tiles}", T.address_of(C[0, 0]), T.int64(N * 4),
+                                     T.address_of(A[0, 0]), T.int64(K * 2), T.address_of(B[0, 0, 0]), T.int64(N * 4),
+                                     T.int64(M), T.int64(K2)))
 
     return tvm.compile(tvm.IRModule({"main": gemm}), target=tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}))
 
 
-def test_amx_tiles_compile_for_the_xeon_and_match_float64_where_it_runs(rng):
+def _amx_runs() -> bool:
+    return _cpu_has("amx_bf16") and bf16.request_amx()
+
+
+@pytest.mark.parametrize("M,col_tiles,K", [(32, 3, 96), (37, 4, 830), (1, 1, 2), (16, 6, 64)])
+def test_amx_microkernel_compiles_for_the_xeon_and_matches_float64_where_it_runs(M, col_tiles, K, rng):
     """The AMX microkernel compiles to tile instructions for Sapphire Rapids anywhere; on a CPU with
-    AMX-BF16 (the GPU machine's Xeon) it runs and matches float64."""
-    M, N, K = 32, 48, 96
-    lib = _amx_gemm(M, N, K).jit()
+    AMX-BF16 it runs and matches float64: rows past a whole tile, a last k-chunk of 15 pairs, one
+    row and one pair, six column tiles."""
+    lib = _amx_gemm(M, col_tiles, K).jit()
     asm = lib.inspect_source("asm")
     assert asm.count("tdpbf16ps") >= 1 and "ldtilecfg" in asm and "tilerelease" in asm
     assert bf16.supports_amx(tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}))
     assert not bf16.supports_amx(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}))
-    if not (_cpu_has("amx_bf16") and bf16.request_amx()):
+    if not _amx_runs():
         pytest.skip("this CPU (or OS) offers no AMX-BF16: compiled only")
-    _check_against_float64(lib, M, N, K, rng)
+    _check_against_float64(lib, M, 16 * col_tiles, K, rng)
 
 
 # ---- bf16 input projections (BuildOptions.bf16_projections) -----------------------------------
 ZEN4 = {"kind": "llvm", "mcpu": "znver4", "num-cores": 2}
+SPR = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
 needs_bf16 = pytest.mark.skipif(not _cpu_has("avx512_bf16"), reason="this CPU has no AVX512-BF16 (avx512_bf16)")
 
 
@@ -121,52 +126,69 @@ def _rounded(a: np.ndarray) -> np.ndarray:
     return (_bits(a).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-@needs_bf16
+@pytest.mark.parametrize("amx", [False, True], ids=["avx512bf16", "amx"])
 @pytest.mark.parametrize("steps,batch,K,H,G", [(4, 1, 13, 32, 4), (3, 7, 40, 48, 3), (2, 5, 9, 128, 1),
-                                               (16, 3, 64, 32, 4)])
-def test_bf16_projection_kernel_matches_float64(steps, batch, K, H, G, rng):
-    """The bf16 projection kernel (its default schedule, tensorized) against float64 products of
-    the same bf16-rounded operands, at odd K (a zero-padded last pair), one row, 16-unit and
-    64-unit panels; a NaN in one input row makes that row's outputs NaN and no other's."""
+                                               (16, 3, 64, 32, 4), (5, 33, 101, 64, 3)])
+def test_bf16_projection_kernel_matches_float64(steps, batch, K, H, G, amx, rng):
+    """The bf16 projection kernel (its default schedule, tensorized: AVX512-BF16 for Zen 4, AMX
+    for Sapphire Rapids), weights packed by the build's packing kernel, against float64 products
+    of the same bf16-rounded operands, at odd K (a zero-padded last pair), one row, 16-unit and
+    64-unit panels, rows of several steps in one AMX call; a NaN in one input row makes that
+    row's outputs NaN and no other's."""
     from tvmrnn import kernels
     from tvmrnn.schedules import default_schedule, weight_panel
-    target = tvm.target.Target(ZEN4)
+    if not amx and not _cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16)")
+    target = tvm.target.Target(SPR if amx else ZEN4)
     panel = weight_panel(target, G, H)
     assert panel and panel % 16 == 0
     kernel = kernels.input_projection(steps, batch, K, H, G, panel=panel, bf16=True)
     lib = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}), target=target).jit()
-    assert "vdpbf16ps" in lib.inspect_source("asm")
+    assert ("tdpbf16ps" if amx else "vdpbf16ps") in lib.inspect_source("asm")
     x = rng.standard_normal((steps, batch, K)).astype(np.float32)
-    w = rng.standard_normal(kernels.weight_shape(K, H, G, panel)).astype(np.float32)
+    w = rng.standard_normal((G, H, K)).astype(np.float32)  # PyTorch's layout, packed by the build's kernel
     b = rng.standard_normal(kernels.gate_shape(H, G, panel)).astype(np.float32)
     x[-1, -1, K // 2] = np.nan
+    if amx and not _amx_runs():
+        pytest.skip("this CPU (or OS) offers no AMX-BF16: compiled only")
     dev = tvm.cpu(0)
+    pack = tvm.compile(tvm.IRModule({"main": default_schedule(kernels.bf16_weight_pairs(G, H, K, panel), target)}),
+                       target=target).jit()
+    packed = tvm.runtime.tensor(np.zeros((H // panel, (K + 1) // 2, G, panel), np.float32), dev)
+    pack["main"](tvm.runtime.tensor(w, dev), packed)
     out = tvm.runtime.tensor(np.zeros((steps, batch, *kernels.gate_shape(H, G, panel)), np.float32), dev)
-    lib["main"](*(tvm.runtime.tensor(a, dev) for a in (x, w, b)), out)
-    expected = np.einsum("tnk,pkgu->tnpgu", _rounded(x), _rounded(w)) + b
+    lib["main"](tvm.runtime.tensor(x, dev), packed, tvm.runtime.tensor(b, dev), out)
+    expected = np.einsum("tnk,ghk->tnhg", _rounded(x), _rounded(w))
+    expected = expected.reshape(steps, batch, H // panel, panel, G).transpose(0, 1, 2, 4, 3) + b
     got = out.numpy()
     assert np.isnan(got[-1, -1]).all() and not np.isnan(got.reshape(steps * batch, -1)[:-1]).any()
     got, expected = got.reshape(steps * batch, -1)[:-1], expected.reshape(steps * batch, -1)[:-1]
     assert np.abs(got - expected).max() <= 1e-6 * K * np.abs(expected).max()
 
 
-@needs_bf16
+@pytest.mark.parametrize("target", ["host", "amx"])
 @pytest.mark.parametrize("cell,num_layers,bidirectional,options", [
     ("lstm", 2, True, {}), ("lstm", 1, True, {"stack_directions": True}), ("gru", 1, False, {}),
     ("rnn_tanh", 1, False, {"variable_lengths": True})])
-def test_bf16_projection_builds_match_torch(cell, num_layers, bidirectional, options, rng):
+def test_bf16_projection_builds_match_torch(cell, num_layers, bidirectional, options, target, rng):
     """A build with ``bf16_projections`` runs its input projections and every step's recurrent
-    projection on the bf16 kernels and matches torch.nn in float64 to bf16's rounding (about 1e-3;
-    fp32 builds: 1e-7): outputs, states and, through the fp32 backward, every gradient; both
-    directions in one step (a leading axis), variable lengths (masked steps) too."""
+    projection on the bf16 kernels (this CPU's; and AMX's tiles for Sapphire Rapids, where this
+    CPU has them) and matches torch.nn in float64 to bf16's rounding (about 1e-3; fp32 builds:
+    1e-7): outputs, states and, through the fp32 backward, every gradient; both directions in
+    one step (a leading axis), variable lengths (masked steps) too."""
     import torch
     import tvmrnn
+    if target == "amx" and not _amx_runs():
+        pytest.skip("this CPU (or OS) offers no AMX-BF16")
+    if target == "host" and not _cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16)")
     torch.manual_seed(0)
     I, H, N, T = 21, 32 if cell != "rnn_tanh" else 128, 3, 11
     ref = getattr(torch.nn, cell.split("_")[0].upper())(I, H, num_layers=num_layers,
                                                         bidirectional=bidirectional).double()
     rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=num_layers, bidirectional=bidirectional,
-                       batch_size=N, options=tvmrnn.BuildOptions(bf16_projections=True, **options), cache=False)
+                       batch_size=N, options=tvmrnn.BuildOptions(bf16_projections=True, **options), cache=False,
+                       target=SPR if target == "amx" else None)
     for family in ("input_projection_", "recurrent_step_"):
         assert any(n.startswith(family) and n.endswith("_bf16") for n in rnn.schedules), rnn.schedules
     w = rnn.pack_weights({k: v.float().numpy() for k, v in ref.state_dict().items()})
@@ -257,3 +279,17 @@ def test_bf16_builds_for_many_cores(cores):
     for cell, N, I, H in (("lstm", 160, 256, 384), ("gru", 20, 800, 800), ("lstm", 1, 48, 64), ("rnn_tanh", 7, 33, 256)):
         tvmrnn.build(cell, input_size=I, hidden_size=H, batch_size=N, target=target, tuning_logs=False,
                      options=tvmrnn.BuildOptions(bf16_projections=True))
+
+
+def test_host_target_follows_the_features_the_cpu_reports():
+    """A VM may report an older CPU model than its features (LLVM named a KVM guest with AMX
+    ``rocketlake``): the host target takes the oldest CPU LLVM knows with the bf16 features the
+    kernel reports, and drops AMX where LLVM's CPU has it and the kernel does not report it."""
+    from tvmrnn.device import _with_reported_features
+    amx = {"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
+    assert _with_reported_features("rocketlake", amx) == "sapphirerapids"
+    assert _with_reported_features("rocketlake", {"avx512f", "avx512_bf16"}) == "cooperlake"
+    assert _with_reported_features("sapphirerapids", {"avx512f", "avx512_bf16"}) == "cooperlake"
+    assert _with_reported_features("sapphirerapids", amx) == "sapphirerapids"
+    assert _with_reported_features("znver4", {"avx512f", "avx512_bf16"}) == "znver4"
+    assert _with_reported_features("skylake-avx512", {"avx512f"}) == "skylake-avx512"

@@ -32,7 +32,28 @@ def host_target() -> tvm.target.Target:
     flags = _cpu_flags()
     if flags and "avx512f" not in flags:
         cpu = "x86-64-v3" if "avx2" in flags else "x86-64"
+    elif flags:
+        cpu = _with_reported_features(cpu, flags)
     return tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": os.cpu_count() or 1})
+
+
+# A virtual machine can report a CPU model older than its features (a KVM guest with AMX-BF16 and
+# AVX512-BF16 that LLVM named ``rocketlake``, 2026-11-28): then the oldest CPU LLVM knows with
+# the feature. (/proc/cpuinfo's flag, LLVM's feature, the CPU)
+_FEATURE_CPUS = (("amx_bf16", "amx-bf16", "sapphirerapids"), ("avx512_bf16", "avx512bf16", "cooperlake"))
+
+
+def _with_reported_features(cpu: str, flags: set) -> str:
+    """``cpu``, or a CPU that has the bf16 features the kernel reports and LLVM's ``cpu`` lacks; or
+    one without AMX where LLVM's has it and the kernel does not report it (AMX code would not run)."""
+    def has(feature, name):
+        return bool(tvm.target.codegen.llvm_cpu_has_features(feature, tvm.target.Target({"kind": "llvm", "mcpu": name})))
+    for flag, feature, newer in _FEATURE_CPUS:
+        if flag in flags and not has(feature, cpu):
+            return newer
+    if "amx_bf16" not in flags and has("amx-bf16", cpu):
+        return "cooperlake" if "avx512_bf16" in flags else "icelake-server"
+    return cpu
 
 
 def cuda_target(device_index: int = 0) -> tvm.target.Target:
@@ -83,7 +104,9 @@ class DeviceModel:
     # (16): on AMD's Zen 4 and 5 they issue as FMAs do, twice the products (bf16 projections,
     # 1.3-1.7x the fp32 build's inference, notes/performance.md v40); on Intel's Xeons one port
     # takes them, as many products a cycle as the two FMA ports, and the rounding costs the rest
-    # (an Emerald Rapids Xeon, 16 cores: LSTM DS2 inference 0.45x its fp32 build, v41)
+    # (an Emerald Rapids Xeon, 16 cores: LSTM DS2 inference 0.45x its fp32 build, v41), unless
+    # they have AMX, whose tiles run the bf16 GEMMs (tvmrnn.schedules.bf16.cpu_step_amx; a 2-core
+    # Sapphire Rapids-class VM: LSTM DS2 bf16 inference 2.86x PyTorch's fp32, v43)
     bf16_dot_pays: bool = False
 
 
@@ -95,8 +118,9 @@ def device_model(target: tvm.target.Target, device_index: int = 0) -> DeviceMode
         lanes = 16 if tvm.target.codegen.llvm_cpu_has_features("avx512f", target) else 8
         cores = target.attrs.get("num-cores")
         zen = re.fullmatch(r"znver(\d+)", str(target.attrs.get("mcpu", "")))
+        amx = bool(tvm.target.codegen.llvm_cpu_has_features("amx-bf16", target))
         return DeviceModel("cpu", cores=int(cores) if cores else None, vector_lanes=lanes,
-                           bf16_dot_pays=zen is not None and int(zen.group(1)) >= 4)
+                           bf16_dot_pays=(zen is not None and int(zen.group(1)) >= 4) or amx)
     arch = str(target.attrs.get("arch", "")).rstrip("a")
     facts = dict(GPU_FACTS.get(arch, {}))
     dev = tvm.cuda(device_index)

@@ -204,7 +204,7 @@ def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
     """Whether CPU builds for ``target`` (a module's ``target=``; None: this machine) take bf16
     projections for a cell of ``gates`` gates at this hidden size (``BuildOptions.bf16_projections``:
     AVX512-BF16, weight panels of a multiple of 16 units), where they are faster than the fp32
-    build (``DeviceModel.bf16_dot_pays``: AMD's Zen 4 and later, not Intel's Xeons); for this
+    build (``DeviceModel.bf16_dot_pays``: AMD's Zen 4 and later, CPUs with AMX); for this
     machine, also whether its CPU reports the instruction (a VM may hide it from a CPU LLVM
     knows to have it)."""
     from .device import _cpu_flags, device_model, host_target, resolve
