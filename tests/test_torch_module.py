@@ -454,10 +454,12 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
     fixed(torch.randn(5, 4, 8))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert fixed(torch.randn(5, 2, 8))[0].shape == (5, 2, 32)
-    # AVX512-BF16 without the gain (Intel's Xeons: the dot products no faster than fp32 FMAs, so
-    # the rounding makes the bf16 build slower) keeps fp32; AMD's Zen 4 and later take bf16
+    # AVX512-BF16 without the gain (Intel's Xeons without AMX: the dot products no faster than fp32
+    # FMAs, so the rounding makes the bf16 build slower) keeps fp32; AMD's Zen 4 and later, and
+    # Xeons with AMX (whose tiles run the GEMMs), take bf16
     from tvmrnn.torch import _cpu_bf16_projections
-    assert not _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}))
+    assert not _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 16}))
+    assert _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}))
     assert _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "znver4", "num-cores": 16}))
     other = tt.GRU(8, 32, target={"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     with torch.autocast("cpu", dtype=torch.bfloat16):
