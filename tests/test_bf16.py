@@ -293,3 +293,23 @@ def test_host_target_follows_the_features_the_cpu_reports():
     assert _with_reported_features("sapphirerapids", amx) == "sapphirerapids"
     assert _with_reported_features("znver4", {"avx512f", "avx512_bf16"}) == "znver4"
     assert _with_reported_features("skylake-avx512", {"avx512f"}) == "skylake-avx512"
+
+
+@pytest.mark.parametrize("shared_kernels", [True, False])
+def test_amx_builds_at_a_prime_batch_match_torch(shared_kernels, rng):
+    """A prime batch takes one row a step in the AMX projection's tiles: its rows then run over
+    steps, the row stride the step's (a build at N=257 gave wrong outputs where the kernel's buffer
+    kept its full shape, v43); both with kernels called as functions and inline."""
+    import torch
+    import tvmrnn
+    if not _amx_runs():
+        pytest.skip("this CPU (or OS) offers no AMX-BF16")
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(24, 32).double()
+    rnn = tvmrnn.build("lstm", input_size=24, hidden_size=32, batch_size=257, target=SPR, cache=False,
+                       tuning_logs=False, options=tvmrnn.BuildOptions(bf16_projections=True,
+                                                                      shared_kernels=shared_kernels))
+    x = rng.standard_normal((6, 257, 24)).astype(np.float32)
+    y, hy, cy = rnn.forward(rnn.pack_weights({k: v.float().numpy() for k, v in ref.state_dict().items()}), x)
+    yr = ref(torch.from_numpy(x).double())[0].detach().numpy()
+    assert np.linalg.norm(y - yr) / np.linalg.norm(yr) < 1e-2

@@ -711,3 +711,24 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 256, 512, train=False), target) == "row_tiles"
     persistent = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 256, 1024, train=False), 132)
     assert knobs.family(persistent, target) == "persistent"
+
+
+def test_a_failed_check_in_a_called_kernel_stops_the_pass(monkeypatch, rng):
+    """CPU passes call their kernels as functions (``sequence.Subroutines``); a check that fails
+    inside one (TVM's buffer checks, the AMX intrinsic's strides) returns nonzero, and the pass
+    raises instead of going on with that kernel's outputs unwritten (it went on, v43)."""
+    import tvm
+    from tvmrnn.program import sequence
+    hoist = sequence._hoist_scratch
+
+    def failing(body, scratch):
+        check = tvm.tirx.AssertStmt(tvm.tirx.const(False, "bool"), tvm.ir.StringImm("RuntimeError"),
+                                    [tvm.ir.StringImm("injected")])
+        return tvm.tirx.SeqStmt([check, hoist(body, scratch)])
+    monkeypatch.setattr(sequence, "_hoist_scratch", failing)
+    rnn = tvmrnn.build("gru", input_size=6, hidden_size=8, batch_size=2, cache=False, tuning_logs=False,
+                       options=BuildOptions(shared_kernels=True))
+    import torch
+    params = {k: v.numpy() for k, v in torch.nn.GRU(6, 8).state_dict().items()}
+    with pytest.raises(RuntimeError, match="a check in kernel .* failed"):
+        rnn.pack_weights(params)  # (a pass too: its kernels are called)

@@ -699,7 +699,11 @@ class Subroutines:
         args += [x for (_, _, strides, _), same in zip(layouts, aliases) if same is None
                  for x in strides if not isinstance(x, tirx.IntImm)]
         args += program.scratch_pointers(scratch)
-        return tirx.Evaluate(tvm.ir.Call(gvar, args))
+        # the function returns nonzero where a check in the kernel failed (it has set the error):
+        # the pass stops there with an error, not on with the kernel's outputs unwritten
+        # (TVM 0.27's Python AssertStmt hands its arguments on in the FFI's order: condition first)
+        return tirx.AssertStmt(tvm.ir.Call(gvar, args, ret_ty=I32) == tirx.const(0, I32), tvm.ir.StringImm("RuntimeError"),
+                               [tvm.ir.StringImm(f"tvmrnn: a check in kernel {kernel.name} failed")])
 
     def _define(self, func, kernel: Kernel, signature, aliases, groups) -> tuple:
         func = s_tir.renew_defs(func)  # variables of its own

@@ -485,19 +485,33 @@ def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
     c_strides = [f"sc{i}" for i in range(lead + n_rows + 1)] + [str(units), "1"]
     a_strides = [f"sa{i}" for i in range(lead + n_rows)] + ["1"]
     b_strides = [f"sb{i}" for i in range(lead + 2)] + [str(units), "1"]
-    last_c, last_a, b_row = f"sc{lead + n_rows - 1}", f"sa{lead + n_rows - 1}", f"sb{lead + 1}"
-    checks = []
-    for i in range(n_rows - 1):
-        inner = 1
-        for r in rows[i + 1:]:
-            inner *= r
-        if rows[i] > 1:
-            checks += [f"        assert sc{lead + i} == {inner} * {last_c}, \"AMX rows: C's rows not evenly spaced\"",
-                       f"        assert sa{lead + i} == {inner} * {last_a}, \"AMX rows: A's rows not evenly spaced\""]
-    declare = "\n".join(f"    {v} = T.int32()" for v in (*c_strides, *a_strides, *b_strides) if v[0] == "s")
+    # the rows' strides: the microkernel takes rows evenly spaced; rows over several steps are where
+    # the batch's last row and the next step's first are as far apart as two rows of a step (else a
+    # call per step); a row axis of extent 1 has no say
+    long_rows = [i for i, r in enumerate(rows) if r > 1] or [n_rows - 1]
+    row_c, row_a = f"sc{lead + long_rows[-1]}", f"sa{lead + long_rows[-1]}"
+    b_row = f"sb{lead + 1}"
     m = 1
     for r in rows:
         m *= r
+    declare = "\n".join(f"    {v} = T.int32()" for v in (*c_strides, *a_strides, *b_strides) if v[0] == "s")
+
+    def call(c_off, a_off, rows_, indent):
+        return (f"{indent}T.evaluate(T.call_extern(\"void\", \"tvmrnn_amx_bf16_n{col_tiles}\", "
+                f"C.access_ptr(\"rw\", offset={c_off}), T.int64({row_c}) * 4, A.access_ptr(\"r\", offset={a_off}), "
+                f"T.int64({row_a}) * 4, B.access_ptr(\"r\"), T.int64({b_row}) * 4, T.int64({rows_}), T.int64({pairs})))")
+    if len(long_rows) == 1:
+        calls = call(0, 0, m, " " * 12)
+    else:  # (steps, batch) rows
+        outer, inner = long_rows
+        steps_, per_step = rows[outer], rows[inner]
+        sc_o, sa_o = f"sc{lead + outer}", f"sa{lead + outer}"
+        calls = "\n".join([
+            f"            if {sc_o} == {per_step} * {row_c} and {sa_o} == {per_step} * {row_a}:",
+            call(0, 0, m, " " * 16),
+            "            else:",
+            f"                for s in range({steps_}):",
+            call(f"s * {sc_o}", f"s * {sa_o}", per_step, " " * 20)])
     g_var, g_loop = (["vg"], ["g"]) if gates > 1 else ([], [])
     remap = (f'{", ".join([*row_vars, *g_var, "vu", "vk"])} = T.axis.remap("{"S" * (len(row_vars) + len(g_var))}SR", '
              f'[{", ".join([*spatial, *g_loop, "u", "k"])}])')
@@ -525,11 +539,8 @@ def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
     with T.sblock("root"):
         T.reads({regions})
         T.writes(C[{full(c_shape)}])
-{chr(10).join(checks)}
         with T.attr(0, "pragma_import_llvm", IR):
-            T.evaluate(T.call_extern("void", "tvmrnn_amx_bf16_n{col_tiles}", C.access_ptr("rw"), T.int64({last_c}) * 4,
-                                     A.access_ptr("r"), T.int64({last_a}) * 4, B.access_ptr("r"), T.int64({b_row}) * 4,
-                                     T.int64({m}), T.int64({pairs})))
+{calls}
 """
     from tvm.script import from_source
     desc = from_source(src_desc)
