@@ -357,12 +357,14 @@ def _row_tile(steps: int, batch: int, tile_rows: int) -> tuple[int, int]:
     return (_divisor(steps, max(1, tile_rows // per_n)) if per_n < tile_rows else 1), per_n
 
 
-def _projection_tiles(sch, kernel, target, tile_rows: int, tasks_per_core: int, panel_blocks: int = 0):
+def _projection_tiles(sch, kernel, target, tile_rows: int, tasks_per_core: int, panel_blocks: int = 0,
+                      xb_per_tile: bool = True):
     """The bf16 projection's loops: row tiles of about ``tile_rows`` rows (of the batch, or of
     several steps where the batch is fewer), grouped into about ``tasks_per_core`` tasks a core
     (``panel_blocks`` > 0: that many blocks of panels, each task a (block of panels, block of row
     tiles); 0: a task per panel). Returns (task, tile, panel loop inside the task or None, t_in,
-    n_in, g, u, k2) with ``xb`` rounded once a tile, local."""
+    n_in, g, u, k2, the GEMM block, the bias block) with ``xb`` local, rounded once a tile (or,
+    ``xb_per_tile=False``, once a call before the tasks, in parallel over the rows)."""
     from .common import _divisor
     mm, gx, xb = sch.get_sblock(kernel.gemm), sch.get_sblock("gx"), sch.get_sblock("xb")
     t, n, p, g, u, k2 = sch.get_loops(mm)
@@ -391,7 +393,10 @@ def _projection_tiles(sch, kernel, target, tile_rows: int, tasks_per_core: int, 
         task = sch.fuse(p, t_block, n_block)
     tile = sch.fuse(t_out, n_out)
     sch.parallel(task)
-    sch.compute_at(xb, tile)
+    if xb_per_tile:
+        sch.compute_at(xb, tile)
+    else:  # once a call, before the tasks, in parallel over the rows
+        sch.parallel(sch.fuse(*sch.get_loops(xb)[:2]))
     sch.set_scope(xb, 0, "local")
     return task, tile, p_in, t_in, n_in, g, u, k2, mm, gx
 
@@ -602,31 +607,35 @@ def projection_amx_applies(sch, kernel, target) -> bool:
     return amx_applies(target, gates, units, steps * batch)
 
 
-# rows of a projection's AMX call (steps x batch): 4 tiles of 16
-AMX_PROJECTION_ROWS = 64
+# rows of a projection's AMX call (steps x batch), at most: 10 tiles of 16
+AMX_PROJECTION_ROWS = 160
 
 
 def cpu_gemm_amx(sch, kernel, target, tasks_per_core: int = 2, panel_blocks: int = 0) -> None:
-    """The bf16 projection on AMX: a task per (block of panels, block of row tiles) rounds each
-    row tile's inputs once (``xb``, shared by its panels), then per panel one call of the AMX
-    microkernel over the whole reduction (:func:`amx_intrinsic`: rows of several steps stored one
-    after another), straight from the packed weights, and the bias. ``panel_blocks`` (0: the
-    fewest that make ``tasks_per_core`` tasks a core with the row tiles: each block rounds the
-    inputs again; on a 2-core SPR-class VM a DS2 LSTM chunk took 1.37 ms in one block, 1.59 in two)."""
-    from .common import _divisor, _vectorize, vector_lanes
+    """The bf16 projection on AMX. The inputs are rounded once a call (``xb``, in parallel over
+    the rows; where they would take more than :data:`STEP_STATE_BYTES` of the stack, once a row
+    tile by each task, for its block of panels); then a task per (block of panels, block of row
+    tiles) runs, per panel and row tile, one call of the AMX microkernel over the whole reduction
+    (:func:`amx_intrinsic`: rows of several steps stored one after another, up to
+    :data:`AMX_PROJECTION_ROWS`), straight from the packed weights, and adds the bias.
+    ``panel_blocks`` (0: the fewest that make ``tasks_per_core`` tasks a core with the row tiles).
+    On a 2-core SPR-class VM a DS2 LSTM chunk (16 x 20 rows, K = H = 800) took 1.48 ms in tiles
+    of 40 rows, 1.03 in tiles of 160 (v43)."""
+    from .common import _vectorize, vector_lanes
     t, n, p, g, u, k2 = sch.get_loops(sch.get_sblock(kernel.gemm))
-    panels, gates, units = (int(sch.get(l).extent) for l in (p, g, u))
+    steps, batch, panels, gates, units = (int(sch.get(l).extent) for l in (t, n, p, g, u))
     pairs = int(sch.get(k2).extent)
-    steps, batch = (int(sch.get(l).extent) for l in (t, n))
     cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
-    if not panel_blocks:  # the fewest blocks of panels (each rounds the inputs again) that make the tasks wanted
+    shared = steps * batch * pairs * 4 <= STEP_STATE_BYTES
+    if not panel_blocks:  # the fewest blocks of panels that make the tasks wanted
         per_t, per_n = _row_tile(steps, batch, AMX_PROJECTION_ROWS)
         row_tiles = (steps // per_t) * (batch // per_n)
         wanted = -(-tasks_per_core * cores // row_tiles)
         panel_blocks = next((d for d in range(wanted, panels + 1) if panels % d == 0), panels)
+    from .common import _divisor
     blocks = _divisor(panels, panel_blocks)
     _, tile, p_in, t_in, n_in, g, u, k2, mm, gx = _projection_tiles(sch, kernel, target, AMX_PROJECTION_ROWS,
-                                                                     tasks_per_core, blocks)
+                                                                     tasks_per_core, blocks, xb_per_tile=not shared)
     tr, nr = int(sch.get(t_in).extent), int(sch.get(n_in).extent)
     sch.reverse_compute_at(gx, p_in, preserve_unit_loops=True)
     _vectorize(sch, sch.get_loops(gx)[-1], vector_lanes(target))
