@@ -571,8 +571,11 @@ def step_amx_applies(sch, kernel, target) -> bool:
     return amx_applies(target, gates, units, batch)
 
 
-# rows of a recurrent step's AMX task (a divisor of the batch): 2 tiles of 16
+# rows of a recurrent step's AMX task (a divisor of the batch): 2 tiles of 16; where the batch has
+# no divisor of at least AMX_MIN_TILE_ROWS up to that, the whole batch (the microkernel takes any
+# rows; a row a task read every weight tile once a row)
 AMX_STEP_ROWS = 32
+AMX_MIN_TILE_ROWS = 8
 
 
 def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
@@ -580,7 +583,7 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     (panel of units, tile of rows), the gate math on the tile), the task's GEMM one call of the
     AMX microkernel over the whole reduction (:func:`amx_intrinsic`), straight from the packed
     weights (a panel's k-pair words are AMX's B layout)."""
-    from .common import _divisor, _gemm_axes, _vectorize, vector_lanes
+    from .common import _gemm_axes, _vectorize, vector_lanes
     from .cpu import output_tiles
     gemm = sch.get_sblock(kernel.gemm)
     output = sch.get_consumers(gemm)[0]
@@ -589,7 +592,12 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     pairs = int(sch.get(reduction[0]).extent)
     sch.set_scope(sch.get_sblock("hb"), 0, "local")
     batch = int(sch.get(sch.get_loops(output)[-2]).extent)
-    tile_rows = _divisor(batch, rows)
+    # the divisor of the batch up to ``rows`` that leaves the fewest 16-row AMX tiles (the most rows on
+    # a tie): a tile's products cost as much whatever its rows (at 48 rows, 16 a task: 3 tiles; 24: 4)
+    tile_rows = min((d for d in range(1, min(batch, rows) + 1) if batch % d == 0),
+                    key=lambda d: ((batch // d) * -(-d // 16), -d))
+    if tile_rows < AMX_MIN_TILE_ROWS:  # a batch without a fair divisor (a prime): all its rows in one tile
+        tile_rows = batch
     _, lead, j_inner = output_tiles(sch, gemm, output, units, tile_rows)
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gp, gg, gu = spatial[len(lead):]
