@@ -2,7 +2,7 @@
 import sys, time, json, numpy as np, torch, tvmrnn, warnings
 warnings.simplefilter("ignore")
 torch.set_num_threads(2)
-shapes = [("lstm", 100, 20, 800, 800), ("gru", 100, 32, 512, 512)]
+shapes = [("lstm", 100, 20, 800, 800), ("gru", 100, 32, 512, 512), ("lstm", 80, 160, 256, 384), ("lstm", 100, 1, 256, 256)]
 rows = []
 for cell, T, N, I, H in shapes:
     ref = getattr(torch.nn, cell.split("_")[0].upper())(I, H)
