@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 import pytest
 import torch
@@ -461,6 +462,12 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
     assert not _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 16}))
     assert _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}))
     assert _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "znver4", "num-cores": 16}))
+    # where the OS refuses AMX's tiles, the AMX target keeps fp32 (its bf16 build could not run)
+    from tvmrnn.schedules import bf16
+    refused = mock.patch.object(bf16, "request_amx", lambda: False)
+    with refused:
+        assert not _cpu_bf16_projections.__wrapped__(4, 32, json.dumps({"kind": "llvm", "mcpu": "sapphirerapids",
+                                                                         "num-cores": 16}))
     other = tt.GRU(8, 32, target={"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     with torch.autocast("cpu", dtype=torch.bfloat16):
         other(torch.randn(5, 2, 8))

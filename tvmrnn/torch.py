@@ -206,7 +206,8 @@ def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
     AVX512-BF16, weight panels of a multiple of 16 units), where they are faster than the fp32
     build (``DeviceModel.bf16_dot_pays``: AMD's Zen 4 and later, CPUs with AMX); for this
     machine, also whether its CPU reports the instruction (a VM may hide it from a CPU LLVM
-    knows to have it)."""
+    knows to have it); for a target with AMX, whether the OS lets this process use its tiles
+    (else fp32, rather than a build that cannot run)."""
     from .device import _cpu_flags, device_model, host_target, resolve
     from .schedules import bf16, weight_panel
     if target is None:
@@ -218,6 +219,8 @@ def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
         if target.kind.name != "llvm":
             return False
     panel = weight_panel(target, gates, hidden_size)
+    if bf16.supports_amx(target) and not bf16.request_amx():  # AMX code the OS would not let run: fp32
+        return False
     return (bf16.supports(target) and device_model(target).bf16_dot_pays and bool(panel) and panel % 16 == 0)
 
 
