@@ -525,7 +525,7 @@ def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
 def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
     A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4)
     B = T.match_buffer(b, {b_shape}, "{b_dtype}", offset_factor=1, align=4)
-    C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, align=4)
+    C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, scope="local", align=4)
     with T.sblock("root"):
         T.reads({regions})
         T.writes(C[{full(c_shape)}])
@@ -540,7 +540,7 @@ def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
 {declare}
     A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4, strides=[{", ".join(a_strides)}])
     B = T.match_buffer(b, {b_shape}, "{b_dtype}", offset_factor=1, align=4, strides=[{", ".join(b_strides)}])
-    C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, align=4, strides=[{", ".join(c_strides)}])
+    C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, scope="local", align=4, strides=[{", ".join(c_strides)}])
     with T.sblock("root"):
         T.reads({regions})
         T.writes(C[{full(c_shape)}])
@@ -602,6 +602,7 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gp, gg, gu = spatial[len(lead):]
     sch.reorder(gn, gp, gg, gu, *reduction)
+    sch.set_scope(gemm, 0, "local")  # the task's tile, on its stack (global: the whole step's, through memory)
     init = sch.decompose_reduction(gemm, gn)
     _vectorize(sch, sch.fuse(*sch.get_loops(init)[-2:]), vector_lanes(target))
     sch.tensorize(gn, amx_intrinsic("float32", len(lead), (tile_rows,), True, gates, units, pairs))
@@ -646,6 +647,7 @@ def cpu_gemm_amx(sch, kernel, target, tasks_per_core: int = 2, panel_blocks: int
                                                                      tasks_per_core, blocks, xb_per_tile=not shared)
     tr, nr = int(sch.get(t_in).extent), int(sch.get(n_in).extent)
     sch.reverse_compute_at(gx, p_in, preserve_unit_loops=True)
+    sch.set_scope(mm, 0, "local")  # the call's tile, on the task's stack
     _vectorize(sch, sch.get_loops(gx)[-1], vector_lanes(target))
     init = sch.decompose_reduction(mm, t_in)
     _vectorize(sch, sch.get_loops(init)[-1], vector_lanes(target))
