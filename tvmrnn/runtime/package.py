@@ -30,6 +30,7 @@ import tvm_ffi
 
 from .. import __version__
 from ..device import _cpu_flags, is_arch_of
+from ..schedules import bf16
 
 if TYPE_CHECKING:
     from .rnn import RNN
@@ -77,8 +78,7 @@ def metadata(rnn: RNN) -> dict:
     meta["cpu"] = {"mcpu": str(host.attrs.get("mcpu", "")),
                    "features": [f for f in _CPU_FEATURES if tvm.target.codegen.llvm_cpu_has_features(f, host)]
                    + (["avx512_bf16"] if c.options.bf16_projections else [])  # (/proc/cpuinfo's names)
-                   + (["amx_bf16", "amx_tile"] if c.options.bf16_projections and host.kind.name == "llvm"
-                      and tvm.target.codegen.llvm_cpu_has_features("amx-bf16", host) else [])}
+                   + (["amx_bf16", "amx_tile"] if c.options.bf16_projections and bf16.supports_amx(host) else [])}
     if t.kind.name == "cuda":
         meta["cuda_arch"] = str(t.attrs["arch"])
         meta["persistent_blocks"] = rnn.persistent_blocks

@@ -1,8 +1,8 @@
 """bf16 dot products on x86 CPUs, with AVX512-BF16 (``vdpbf16ps``) and AMX (``tdpbf16ps``):
 building blocks of the half-precision issue. ``build`` uses them for the CPU forwards' GEMMs of a
-build with ``BuildOptions.bf16_projections``: the input projections (:func:`cpu_gemm_bf16`, the
-word-pair intrinsic :data:`DOT_PAIR_WORDS`) and the recurrent steps (:func:`cpu_step_bf16`,
-:data:`DOT_PAIR_WORDS_PACKED` on weights packed rounded).
+build with ``BuildOptions.bf16_projections``: the input projections and the recurrent steps, on
+weights packed rounded (:func:`cpu_gemm_bf16` and :func:`cpu_step_bf16`, the word-pair intrinsic
+:data:`DOT_PAIR_WORDS_PACKED`; on CPUs with AMX, :func:`cpu_gemm_amx` and :func:`cpu_step_amx`).
 
 ``vdpbf16ps`` multiplies pairs of bf16 values and adds both products to an fp32 accumulator, 16
 lanes at a time: ``c[i] += a[2i] b[2i] + a[2i+1] b[2i+1]``, twice the multiply-adds of an fp32 FMA
@@ -23,11 +23,10 @@ On a 2-core AMD EPYC (Zen 4), a 120 x 512 x 512 GEMM tensorized with it, naively
 ran at 162 GFLOP/s against 110 for the same schedule in fp32 and 97 for bf16 widened to fp32
 FMAs (notes/performance.md v38); the products are exact in fp32 and summed in fp32.
 
-:data:`AMX_TILE_IR` is the same route to AMX: an LLVM IR function ``tvmrnn_amx_bf16_16x16(c, ldc, a,
-lda, b, ldb, chunks)`` (strides in bytes) that adds ``A[16, 32 chunks] . B`` to a 16 x 16 fp32 tile
-of C, B packed as above, with LLVM's tile intrinsics (their tile operands are immediates, so no
-typed vectors cross TVM's legalization). Linux lets a process use AMX's tile data only after it
-asks (:func:`request_amx`). Compiled here for the Xeon's target; run only on a CPU with AMX.
+:func:`amx_gemm_ir` is the same route to AMX: a GEMM microkernel as LLVM IR, B packed as above,
+with LLVM's tile intrinsics (their tile operands are immediates, so no typed vectors cross TVM's
+legalization), tensorized through an intrinsic made per shape (:func:`amx_intrinsic`). Linux lets
+a process use AMX's tile data only after it asks (:func:`request_amx`).
 """
 from __future__ import annotations
 
@@ -233,19 +232,16 @@ def register() -> str:
     return _register(DOT_16X2, lambda: (_dot_16x2_desc, _dot_16x2_impl))
 
 
-DOT_PAIR_WORDS = "tvmrnn_dot_pair_words_bf16"
 DOT_PAIR_WORDS_PACKED = "tvmrnn_dot_pair_words_packed_bf16"
 
 
-def _pair_words_intrinsic(b_dtype: str, b_scope: str):
+def _pair_words_intrinsic():
     """``C[16] += dot2(A, B[16])`` (:func:`tvmrnn.kernels.dot2`) for k-pairs packed one to a
-    32-bit word, A's broadcast: its description and implementation, with B's words held as
-    ``b_dtype`` in ``b_scope`` (a task's rounded operand, uint32 in a local buffer; or the packed
-    weights themselves, a kernel parameter holding the words as float32). A uint32 B's
-    ``reinterpret`` to uint32 is B itself, so one description serves both."""
+    32-bit word, A's broadcast: its description and implementation, B the packed weights
+    themselves (a kernel parameter holding the words as float32)."""
     @T.prim_func(s_tir=True)
     def desc(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
-             B: T.Buffer((16,), b_dtype, offset_factor=1, scope=b_scope, align=4),
+             B: T.Buffer((16,), "float32", offset_factor=1, align=4),
              C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:1], B[0:16])
@@ -262,14 +258,14 @@ def _pair_words_intrinsic(b_dtype: str, b_scope: str):
 
     @T.prim_func(s_tir=True)
     def impl(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
-             B: T.Buffer((16,), b_dtype, offset_factor=1, scope=b_scope, align=4),
+             B: T.Buffer((16,), "float32", offset_factor=1, align=4),
              C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:1], B[0:16])
             T.writes(C[0:16])
             with T.attr(0, "pragma_import_llvm", _LLVM_IR):
                 a = T.reinterpret(T.broadcast(A[0], 16), dtype="int16x32")
-                b = T.reinterpret(B.vload([0], dtype=b_dtype + "x16"), dtype="int16x32")
+                b = T.reinterpret(B.vload([0], dtype="float32x16"), dtype="int16x32")
                 C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
                                                              C.vload([0], dtype="float32x16"), a, b)
     return desc, impl
@@ -286,15 +282,10 @@ def _register(name: str, make) -> str:
     return name
 
 
-def register_pair_words() -> str:
-    """:data:`DOT_PAIR_WORDS`: B a task's rounded operand (uint32 words in a local buffer)."""
-    return _register(DOT_PAIR_WORDS, lambda: _pair_words_intrinsic("uint32", "local"))
-
-
 def register_pair_words_packed() -> str:
     """:data:`DOT_PAIR_WORDS_PACKED`: B the packed weights themselves (a kernel parameter holding
     the words as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`)."""
-    return _register(DOT_PAIR_WORDS_PACKED, lambda: _pair_words_intrinsic("float32", "global"))
+    return _register(DOT_PAIR_WORDS_PACKED, _pair_words_intrinsic)
 
 
 # The recurrent step's rounded state (``hb``, ``D x N x H / 2`` words) sits on the calling thread's
@@ -433,34 +424,32 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: i
 
 # ---- AMX (tdpbf16ps): the GEMMs of bf16 builds on CPUs with AMX-BF16 ---------------------------
 # A tensor intrinsic per shape of the tensorized subtree, named by it (:func:`amx_intrinsic`):
-# ``tvmrnn_amx_{b}_l{lead}_r{rows}_p{unit}_g{G}_u{units}_k{pairs}``. Its description is the bf16
+# ``tvmrnn_amx_l{lead}_r{rows}_p{unit}_g{G}_u{units}_k{pairs}``. Its description is the bf16
 # GEMM's block as the schedules leave it (rows, an optional unit loop of the weight panel, gates,
 # units, k-pairs); its implementation one call of the microkernel (:func:`amx_gemm_ir`) for the
 # whole reduction. Records name these intrinsics in their traces: :func:`register_from_trace`.
-_AMX_NAME = re.compile(r"tvmrnn_amx_(f32|u32)_l(\d)_r([\dx]+)_p(\d)_g(\d+)_u(\d+)_k(\d+)")
+_AMX_NAME = re.compile(r"tvmrnn_amx_l(\d)_r([\dx]+)_p(\d)_g(\d+)_u(\d+)_k(\d+)")
 
 
-def amx_intrinsic(b_dtype: str, lead: int, rows: tuple, unit_loop: bool, gates: int, units: int, pairs: int) -> str:
+def amx_intrinsic(lead: int, rows: tuple, unit_loop: bool, gates: int, units: int, pairs: int) -> str:
     """Register (once) and return the AMX intrinsic ``C[rows, G, units] += A[rows, pairs] .
     B[pairs, G, units]``: ``rows`` the extents of the tensorized row loops (a batch tile, or
-    steps x batch rows: stored one after another, the row strides checked), ``lead`` leading
-    unit axes of every operand (a direction), ``unit_loop`` a loop of extent 1 after the rows (the
-    weight panel's, where the GEMM is computed under its task), B's words as ``b_dtype``
-    ("float32": the packed recurrent weights, reinterpreted; "uint32": a rounded panel)."""
-    name = (f"tvmrnn_amx_{'f32' if b_dtype == 'float32' else 'u32'}_l{lead}_r{'x'.join(map(str, rows))}"
-            f"_p{int(unit_loop)}_g{gates}_u{units}_k{pairs}")
-    return _register(name, lambda: _amx_functions(b_dtype, lead, tuple(rows), unit_loop, gates, units, pairs))
+    steps x batch rows: one call where they are evenly spaced, else a call per step), ``lead``
+    leading unit axes of every operand (a direction), ``unit_loop`` a loop of extent 1 after the
+    rows (the weight panel's, where the GEMM is computed under its task); B the packed weights
+    (k-pair words held as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`)."""
+    name = f"tvmrnn_amx_l{lead}_r{'x'.join(map(str, rows))}_p{int(unit_loop)}_g{gates}_u{units}_k{pairs}"
+    return _register(name, lambda: _amx_functions(lead, tuple(rows), unit_loop, gates, units, pairs))
 
 
 def register_from_trace(trace_json) -> None:
     """Register the AMX intrinsics a record's trace names (before it is replayed)."""
     for m in _AMX_NAME.finditer(json.dumps(trace_json) if not isinstance(trace_json, str) else trace_json):
-        b, lead, rows, unit, gates, units, pairs = m.groups()
-        amx_intrinsic("float32" if b == "f32" else "uint32", int(lead), tuple(int(r) for r in rows.split("x")),
-                      unit == "1", int(gates), int(units), int(pairs))
+        lead, rows, unit, gates, units, pairs = m.groups()
+        amx_intrinsic(int(lead), tuple(int(r) for r in rows.split("x")), unit == "1", int(gates), int(units), int(pairs))
 
 
-def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
+def _amx_functions(lead, rows, unit_loop, gates, units, pairs):
     """The description and implementation of :func:`amx_intrinsic`, as TVMScript text: the row
     loops of extent 1 have no block axis (as the scheduled block has none), so the text is made
     for each shape."""
@@ -479,13 +468,11 @@ def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
     loops = [*(f"r{i}" for i in range(len(rows))), *(["p"] if unit_loop else []), "g", "u", "k"]
     extents = [*rows, *([1] if unit_loop else []), gates, units, pairs]
     spatial = [f"r{i}" for i, r in enumerate(rows) if r > 1]
-    word = "B[{b}]" if b_dtype == "uint32" else 'T.reinterpret("uint32", B[{b}])'
-    word = word.format(b=b_at)
+    word = f'T.reinterpret("uint32", B[{b_at}])'
     body = (f"C[{c_at}] = C[{c_at}] + (T.reinterpret(\"float32\", A[{a_at}] << T.uint32(16)) * "
             f"T.reinterpret(\"float32\", {word} << T.uint32(16)) + T.reinterpret(\"float32\", A[{a_at}] & "
             f"T.uint32(4294901760)) * T.reinterpret(\"float32\", {word} & T.uint32(4294901760)))")
     regions = f"C[{full(c_shape)}], A[{full(a_shape)}], B[{full(b_shape)}]"
-    # strides: the rows' (each row dimension's stride that of the rows after it times their extent)
     n_rows = len(rows)
     c_strides = [f"sc{i}" for i in range(lead + n_rows + 1)] + [str(units), "1"]
     a_strides = [f"sa{i}" for i in range(lead + n_rows)] + ["1"]
@@ -524,7 +511,7 @@ def _amx_functions(b_dtype, lead, rows, unit_loop, gates, units, pairs):
 @T.prim_func(s_tir=True)
 def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
     A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4)
-    B = T.match_buffer(b, {b_shape}, "{b_dtype}", offset_factor=1, align=4)
+    B = T.match_buffer(b, {b_shape}, "float32", offset_factor=1, align=4)
     C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, scope="local", align=4)
     with T.sblock("root"):
         T.reads({regions})
@@ -539,7 +526,7 @@ def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
 def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
 {declare}
     A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4, strides=[{", ".join(a_strides)}])
-    B = T.match_buffer(b, {b_shape}, "{b_dtype}", offset_factor=1, align=4, strides=[{", ".join(b_strides)}])
+    B = T.match_buffer(b, {b_shape}, "float32", offset_factor=1, align=4, strides=[{", ".join(b_strides)}])
     C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, scope="local", align=4, strides=[{", ".join(c_strides)}])
     with T.sblock("root"):
         T.reads({regions})
@@ -605,7 +592,7 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     sch.set_scope(gemm, 0, "local")  # the task's tile, on its stack (global: the whole step's, through memory)
     init = sch.decompose_reduction(gemm, gn)
     _vectorize(sch, sch.fuse(*sch.get_loops(init)[-2:]), vector_lanes(target))
-    sch.tensorize(gn, amx_intrinsic("float32", len(lead), (tile_rows,), True, gates, units, pairs))
+    sch.tensorize(gn, amx_intrinsic(len(lead), (tile_rows,), True, gates, units, pairs))
     _vectorize(sch, j_inner, vector_lanes(target))
 
 
@@ -651,10 +638,9 @@ def cpu_gemm_amx(sch, kernel, target, tasks_per_core: int = 2, panel_blocks: int
     _vectorize(sch, sch.get_loops(gx)[-1], vector_lanes(target))
     init = sch.decompose_reduction(mm, t_in)
     _vectorize(sch, sch.get_loops(init)[-1], vector_lanes(target))
-    sch.tensorize(t_in, amx_intrinsic("float32", 0, (tr, nr), False, gates, units, pairs))
+    sch.tensorize(t_in, amx_intrinsic(0, (tr, nr), False, gates, units, pairs))
 
 
 # Registered at import: ``build`` replays tuning records of bf16 kernels, whose traces name these
 # intrinsics, before any default schedule would have registered them.
-register_pair_words()
 register_pair_words_packed()

@@ -1,9 +1,12 @@
-"""tvmrnn fp32 / tvmrnn bf16_projections / torch fp32 / torch bf16 (CPU autocast): inference, interleaved."""
+"""tvmrnn fp32 / tvmrnn bf16_projections / torch fp32 / torch bf16 (CPU autocast): inference and training, interleaved."""
 import sys, time, json, numpy as np, torch, tvmrnn, warnings
 warnings.simplefilter("ignore")
-torch.set_num_threads(2)
+# arguments (all optional): the JSON output, the threads (both sides), the shapes as cell:T:N:I:H,...
+torch.set_num_threads(int(sys.argv[2]) if len(sys.argv) > 2 else 2)
 shapes = [("lstm", 100, 20, 800, 800), ("lstm", 80, 160, 256, 384), ("gru", 100, 32, 512, 512), ("lstm", 100, 1, 256, 256),
           ("rnn_tanh", 100, 20, 800, 800)]
+if len(sys.argv) > 3:
+    shapes = [(c, *map(int, rest)) for c, *rest in (s.split(":") for s in sys.argv[3].split(","))]
 rows = []
 for cell, T, N, I, H in shapes:
     ref = getattr(torch.nn, cell.split("_")[0].upper())(I, H)
