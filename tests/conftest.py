@@ -118,3 +118,54 @@ os.environ["TVMRNN_CACHE"] = "off"
 def rng():
     return np.random.default_rng(1234)
 
+
+
+def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, bound=(1e-2, 3e-2)):
+    """A ``dtype=`` half build takes and returns ``dtype`` tensors (the states and the input and
+    state gradients too) and fp32 weight gradients; against torch.nn in float64 on the same
+    half-rounded inputs and weights, its outputs are within ``bound[0]`` and its gradients within
+    ``bound[1]`` (relative norms), at a batch smaller than the build's."""
+    import torch
+    T, N, n = 6, 5, 4
+    half = getattr(torch, dtype)
+    torch.manual_seed(0)
+    kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(cell)
+    ref = (kind(I, H, num_layers=layers, bidirectional=bidirectional) if kind else
+           torch.nn.RNN(I, H, num_layers=layers, nonlinearity=cell.split("_")[1], bidirectional=bidirectional))
+    ref = ref.to(half).double()  # the reference's weights: half values, as the build packs them
+    rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=layers, bidirectional=bidirectional,
+                       batch_size=N, dtype=dtype, target=target, cache=False, tuning_logs=False)
+    assert rnn.dtype == dtype
+    w = rnn.pack_weights({k: v.float().to(device) for k, v in ref.state_dict().items()})  # fp32 master weights
+    D = 2 if bidirectional else 1
+    x = torch.randn(T, n, I).to(half)
+    h0 = torch.randn(layers * D, n, H).to(half)
+    c0 = torch.randn(layers * D, n, H).to(half) if cell == "lstm" else None
+    dy = torch.randn(T, n, D * H).to(half)
+    on = (lambda t: None if t is None else t.to(device))  # noqa: E731
+    y, hy, cy, ws = rnn.forward_train(w, on(x), on(h0), on(c0))
+    grads = rnn.backward(w, ws, on(dy))
+
+    xr = x.double().requires_grad_()
+    h0r = h0.double().requires_grad_()
+    states = (h0r, c0.double().requires_grad_()) if cell == "lstm" else h0r
+    yr, hr = ref(xr, states)
+    hyr = hr[0] if cell == "lstm" else hr
+    wanted = [xr, h0r] + ([states[1]] if cell == "lstm" else []) + list(ref.parameters())
+    gr = torch.autograd.grad(yr, wanted, dy.double())
+
+    def close(got, expected, limit, name):
+        err = float((got.detach().cpu().double() - expected.detach()).norm() / expected.detach().norm())
+        assert err < limit, f"{name}: relative error {err:.2e}"
+
+    assert y.dtype == hy.dtype == half and (cy is None or cy.dtype == half)
+    assert y.device.type == device
+    close(y, yr, bound[0], "y")
+    close(hy, hyr, bound[0], "hy")
+    assert grads["x"].dtype == grads["h0"].dtype == half
+    close(grads["x"], gr[0], bound[1], "dx")
+    close(grads["h0"], gr[1], bound[1], "dh0")
+    names = [name for name, _ in ref.named_parameters()]
+    for name, expected in zip(names, gr[-len(names):]):
+        assert grads[name].dtype == torch.float32, name
+        close(grads[name], expected, bound[1], name)

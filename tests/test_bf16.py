@@ -10,6 +10,7 @@ import tvm
 from tvm import te
 
 import tvmrnn
+from conftest import check_half_build
 from tvmrnn.schedules import bf16
 
 
@@ -357,3 +358,71 @@ def test_bf16_deep_relu_rnn_is_as_close_to_float64_as_torch_bf16(target, rng):
         theirs.append(rel(q.grad.numpy(), p.grad.numpy()))
     assert max(ours) < 0.2, ours
     assert all(o <= 3 * t + 1e-3 for o, t in zip(ours, theirs)), list(zip(ours, theirs))
+
+
+# ---- tvmrnn.build(dtype="bfloat16"): bf16 arrays in and out (issue 39, item 1) ------------------------------
+@pytest.mark.parametrize("cell,I,H,layers,bidirectional", [
+    ("lstm", 19, 48, 2, True),     # bf16 GEMMs (16-unit weight panels)
+    ("gru", 33, 64, 1, False),
+    ("rnn_relu", 13, 37, 1, True),  # no panels at H = 37: fp32 GEMMs on the rounded inputs and weights
+])
+def test_bfloat16_builds_match_torch_in_float64(cell, I, H, layers, bidirectional, rng):
+    """A ``dtype="bfloat16"`` build takes and returns bf16 tensors (the states and the input and
+    state gradients too), and fp32 weight gradients; against torch.nn in float64 on the same
+    bf16-rounded inputs and weights its errors are bf16's (a few 1e-3 relative), at a batch
+    smaller than the build's, forward and every gradient."""
+    import torch
+    if not _cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16)")
+    check_half_build(cell, I, H, layers, bidirectional, "bfloat16", target=None, device="cpu")
+
+
+def test_bfloat16_build_contract(tmp_path):
+    """What a bf16 build refuses, by name: other dtypes of input, NumPy arrays (NumPy has no
+    bfloat16), weights packed by an fp32 build, float16 on a CPU, an unknown dtype, a CPU without
+    AVX512-BF16, a dtype that disagrees with the options; and its package keeps the dtype."""
+    import torch
+    if not _cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16)")
+    rnn = tvmrnn.build("gru", input_size=8, hidden_size=32, batch_size=2, dtype=torch.bfloat16, cache=False,
+                       tuning_logs=False)
+    params = {k: v for k, v in torch.nn.GRU(8, 32).state_dict().items()}
+    w = rnn.pack_weights(params)
+    x = torch.randn(3, 2, 8)
+    with pytest.raises(TypeError, match="x: this RNN was built for dtype bfloat16 .* got float32"):
+        rnn.forward(w, x)
+    with pytest.raises(TypeError, match="NumPy has no bfloat16"):
+        rnn.forward(w, x.numpy())
+    with pytest.raises(TypeError, match="h0: this RNN was built for dtype bfloat16"):
+        rnn.forward(w, x.bfloat16(), h0=torch.zeros(1, 2, 32))
+    fp32 = tvmrnn.build("gru", input_size=8, hidden_size=32, batch_size=2, cache=False, tuning_logs=False)
+    with pytest.raises(ValueError, match="packed for a different configuration"):
+        rnn.forward(fp32.pack_weights(params), x.bfloat16())
+    y = rnn.forward(w, x.bfloat16())[0]  # still usable after the errors
+    loaded = tvmrnn.load(rnn.export(tmp_path / "gru_bf16.so"))
+    assert loaded.dtype == "bfloat16"
+    assert torch.equal(loaded.forward(loaded.pack_weights(params), x.bfloat16())[0], y)
+    with pytest.raises(ValueError, match="'float16' builds need a CUDA target"):
+        tvmrnn.build("gru", input_size=8, hidden_size=32, dtype="float16", cache=False)
+    with pytest.raises(ValueError, match="dtype: expected one of float32, bfloat16, float16; got 'int8'"):
+        tvmrnn.build("gru", input_size=8, hidden_size=32, dtype="int8", cache=False)
+    with pytest.raises(ValueError, match="dtype='bfloat16': target: bf16 dot products need .*'znver3' has none"):
+        tvmrnn.build("gru", input_size=8, hidden_size=32, dtype="bfloat16", cache=False,
+                     target={"kind": "llvm", "mcpu": "znver3"})
+    with pytest.raises(ValueError, match="disagrees with options.dtype='float16'"):
+        tvmrnn.build("gru", input_size=8, hidden_size=32, dtype="bfloat16", cache=False,
+                     options=tvmrnn.BuildOptions(dtype="float16"))
+    with pytest.raises(ValueError, match="options.dtype: expected one of"):
+        tvmrnn.BuildOptions(dtype="double")
+
+
+def test_round_to_bfloat16_matches_torch():
+    """Weights are packed rounded as torch rounds to bf16 (nearest even; NaN, Inf kept)."""
+    import torch
+    from tvmrnn.runtime.arrays import round_to
+    a = np.concatenate([np.random.default_rng(0).standard_normal(1000).astype(np.float32) * 1e3,
+                        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.00390625, 1.01171875, 3.4e38], np.float32)])
+    expected = torch.from_numpy(a).bfloat16().float().numpy()
+    np.testing.assert_array_equal(round_to("bfloat16", a), expected)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(round_to("float16", a), a.astype(np.float16).astype(np.float32))

@@ -40,6 +40,17 @@ def test_cuda_sm90_compiles(cell):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cuda_half_builds_put_the_all_steps_gemms_on_tensor_cores(dtype):
+    """A CUDA half build (``dtype=``) compiles with its all-steps GEMMs on tensor cores (``mma``)
+    and says so; run against float64 on the GPU machine (``test_half_builds_match_torch_on_cuda``)."""
+    rnn = tvmrnn.build("lstm", input_size=19, hidden_size=48, batch_size=5, dtype=dtype, target="nvidia/nvidia-h100",
+                       tuning_logs=False, cache=False)
+    assert rnn.dtype == dtype and rnn.allow_tf32 and "dtype=" in repr(rnn)
+    assert "mma.sync" in rnn.executable.mod.imports[0].inspect_source()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("sizes", [dict(input_size=13, hidden_size=37, batch_size=3),
                                    dict(input_size=13, hidden_size=37, batch_size=100),
                                    dict(input_size=800, hidden_size=800, batch_size=20)], ids=["odd", "batch100", "ds2"])

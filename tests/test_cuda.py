@@ -11,7 +11,7 @@ import torch
 import tvm
 
 import tvmrnn
-from conftest import H, I, N, built, torch_module
+from conftest import H, I, N, built, check_half_build, torch_module
 from tvmrnn import BuildOptions
 from test_rnn import CELLS, _check
 
@@ -649,3 +649,12 @@ def test_autocast_returns_what_cudnn_returns(dtype):
                     assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
                     y.float().sum().backward()
                     assert all(p.grad.dtype == torch.float32 for p in ours.parameters())
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cell,I,H,layers,bidirectional", [("lstm", 19, 48, 2, True), ("gru", 33, 37, 1, False),
+                                                            ("rnn_tanh", 13, 64, 1, True)])
+def test_half_builds_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectional):
+    """``tvmrnn.build(dtype="float16" | "bfloat16")`` on the GPU: half tensors in and out, fp32
+    weight gradients, errors of half precision against float64 (issue 39, item 1)."""
+    check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda")

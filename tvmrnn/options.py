@@ -27,6 +27,7 @@ PERSISTENT_PASSES = {"auto": ("forward", "forward_train", "backward"), "forward"
 # "train" meant both forwards, and as "auto" now also runs many-row backward loops persistent)
 _PERSISTENT_ALIASES = {"1": "all", "0": "off", "train": "auto"}
 DEPENDENT_LAUNCH = ("off", "wait", "early")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _persistent_default() -> str:
@@ -105,6 +106,17 @@ class BuildOptions:
         the PyTorch drop-ins): each step takes a mask of the rows still running, and a finished
         row keeps its state and outputs zeros, as ``torch.nn`` does for packed sequences. Off by
         default: the masked steps are other kernels (their own tuning records).
+    dtype : {"float32", "bfloat16", "float16"}
+        The dtype of the passes' inputs, outputs and states (``tvmrnn.build(dtype=...)`` sets it).
+        A half build takes ``x``, the states and the output gradients in that dtype and returns
+        ``y``, ``hy``, ``cy`` and the input and state gradients in it; the weights are packed
+        rounded to it (from fp32 or half parameters); the weight gradients come back fp32, for an
+        optimizer's master weights. Inside, sums are fp32 and so are the states between steps
+        (torch.nn and cuDNN round ``h`` to half at every step; tvmrnn does not, so its errors are
+        at most theirs). CPUs: ``bfloat16`` only, computed as ``bf16_projections`` (AMX or
+        AVX512-BF16). CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
+        ``allow_tf32``, exact on half operands), the steps' recurrent GEMMs and the backward in
+        fp32; fp16/bf16 ``mma`` tiles are not built yet (issue 39).
     """
 
     persistent: str = field(default_factory=_persistent_default)
@@ -121,6 +133,7 @@ class BuildOptions:
     threads: int | None = None
     variable_lengths: bool = False
     bf16_projections: bool = False
+    dtype: str = "float32"
 
     def __post_init__(self):
         persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent)
@@ -143,6 +156,8 @@ class BuildOptions:
                 raise ValueError(f"options.chunk_steps: expected distinct positive ints, largest first, ending in 1; "
                                  f"got {self.chunk_steps!r}")
             object.__setattr__(self, "chunk_steps", steps)
+        if self.dtype not in DTYPES:
+            raise ValueError(f"options.dtype: expected one of {', '.join(DTYPES)}; got {self.dtype!r}")
         for name in ("persistent_blocks", "threads"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
@@ -158,6 +173,8 @@ class BuildOptions:
         out = dataclasses.asdict(self)
         if not out["bf16_projections"]:  # (left out at its default: packages and cache keys as before it)
             del out["bf16_projections"]
+        if out["dtype"] == "float32":  # (the same)
+            del out["dtype"]
         if out["chunk_steps"] is not None:
             out["chunk_steps"] = list(out["chunk_steps"])
         return out

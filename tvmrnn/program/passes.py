@@ -227,25 +227,38 @@ def _bind(group, views_of):
     return {role: Stacked(tuple(v[role] for v in per_direction)) for role in per_direction[0]}
 
 
-def _check_bf16_projections(target, config: Config, panel: int) -> None:
-    """A clear error at build where ``options.bf16_projections`` cannot apply."""
+def bf16_projections_refused(target, config: Config, panel: int | None = None) -> str | None:
+    """Why ``options.bf16_projections`` cannot apply to ``config`` on ``target``, or None."""
     from ..device import host_target
-    from ..schedules import bf16
+    from ..schedules import bf16, weight_panel
     target = target if target is not None else host_target()
     if is_gpu(target):
-        raise ValueError("options.bf16_projections: CPUs only (a GPU build puts its all-steps GEMMs on TF32 "
-                         "tensor cores with allow_tf32=True)")
-    bf16.check_target(target)
+        return ("CPUs only (a GPU build puts its all-steps GEMMs on TF32 tensor cores with allow_tf32=True, and "
+                "so does dtype='bfloat16' there)")
+    try:
+        bf16.check_target(target)
+    except ValueError as err:
+        return str(err)
+    if panel is None:
+        panel = weight_panel(target, config.cell.num_gates, config.hidden_size, config.options.weight_panels)
     if not panel or panel % 16:
-        raise ValueError(f"options.bf16_projections: needs the weights in column panels of a multiple of 16 units "
-                         f"(AVX-512), smaller than the hidden size: hidden_size {config.hidden_size} of a "
-                         f"{config.cell.num_gates}-gate cell gets {'no panels' if not panel else f'{panel}-unit panels'}"
-                         f" (weight_panels={config.options.weight_panels})")
+        return (f"needs the weights in column panels of a multiple of 16 units (AVX-512), smaller than the hidden "
+                f"size: hidden_size {config.hidden_size} of a {config.cell.num_gates}-gate cell gets "
+                f"{'no panels' if not panel else f'{panel}-unit panels'} (weight_panels={config.options.weight_panels})")
     state = bf16.step_state_bytes(config.num_directions, config.batch_size, config.hidden_size)
     if state > bf16.STEP_STATE_BYTES:
-        raise ValueError(f"options.bf16_projections: batch_size x hidden_size too large: the step's rounded "
-                         f"state would take {state} bytes of the stack (at most {bf16.STEP_STATE_BYTES}); "
-                         f"use a smaller batch or fp32")
+        return (f"batch_size x hidden_size too large: the step's rounded state would take {state} bytes of the "
+                f"stack (at most {bf16.STEP_STATE_BYTES}); use a smaller batch or fp32")
+    return None
+
+
+def _check_bf16_projections(target, config: Config, panel: int) -> None:
+    """A clear error at build where ``options.bf16_projections`` cannot apply."""
+    reason = bf16_projections_refused(target, config, panel)
+    if reason and reason.startswith("target:"):
+        raise ValueError(reason)
+    if reason:
+        raise ValueError(f"options.bf16_projections: {reason}")
 
 
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,

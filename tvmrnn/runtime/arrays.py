@@ -176,6 +176,21 @@ class Frame:
             raise ValueError(f"{name}: expected a C-contiguous array (call .contiguous() / np.ascontiguousarray)")
 
 
+def round_to(dtype: str, a: np.ndarray) -> np.ndarray:
+    """float32 ``a`` with its values rounded to ``dtype`` (``"float32"``: as it is; ``"bfloat16"``:
+    to nearest even, as torch rounds, NaN kept NaN)."""
+    if dtype == "float32":
+        return a
+    if dtype == "float16":
+        with np.errstate(over="ignore"):  # beyond float16's range: inf, as torch casts
+            return a.astype(np.float16).astype(np.float32)
+    bits = np.ascontiguousarray(a, np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000))
+    nan = np.isnan(a)
+    rounded[nan] = (bits[nan] | np.uint32(0x00400000)) & np.uint32(0xFFFF0000)
+    return rounded.view(np.float32)
+
+
 def to_tvm(a):
     """Hand an array to TVM through DLPack, without a copy."""
     if isinstance(a, np.ndarray) and not a.flags["WRITEABLE"]:

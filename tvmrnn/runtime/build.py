@@ -13,9 +13,9 @@ from . import cache as build_cache
 from .loader import load
 from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
-from ..options import as_options, use_cpu_threads
+from ..options import DTYPES, as_options, use_cpu_threads
 from ..schedules.common import is_gpu
-from ..program.passes import Config, all_programs, loop_block_caps
+from ..program.passes import Config, all_programs, bf16_projections_refused, loop_block_caps
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import report_untuned, scheduler, tuned_options
 
@@ -27,9 +27,39 @@ def _check_options(name, value, kind, minimum=None):
         raise ValueError(f"{name}: expected >= {minimum}, got {value}")
 
 
+def dtype_name(dtype) -> str:
+    """``"float32"``, ``"bfloat16"`` or ``"float16"`` from a name or a NumPy or torch dtype."""
+    name = str(dtype).removeprefix("torch.")
+    name = {"float": "float32", "half": "float16", "bf16": "bfloat16"}.get(name, name)
+    if name not in DTYPES:
+        raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}; got {dtype!r}")
+    return name
+
+
+def _half_precision(config, options, target, allow_tf32: bool):
+    """The build choices a half ``options.dtype`` makes on ``target`` (``BuildOptions.dtype``):
+    bf16 GEMMs on CPUs, the all-steps GEMMs on tensor cores on GPUs; a target that cannot is a
+    ValueError here, not at the first call."""
+    if options.dtype == "float32":
+        return options, allow_tf32
+    if is_gpu(target):
+        return options, True
+    from ..schedules import bf16
+    if options.dtype != "bfloat16":
+        raise ValueError(f"dtype: {options.dtype!r} builds need a CUDA target; CPUs compute half precision "
+                         f"in bfloat16 (dtype='bfloat16')")
+    try:
+        bf16.check_target(target)
+    except ValueError as err:
+        raise ValueError(f"dtype='bfloat16': {err}") from None
+    # bf16 GEMMs where they apply; elsewhere (hidden sizes without 16-unit weight panels, a state
+    # too large for the stack) fp32 GEMMs on the bf16-rounded inputs and weights
+    return dataclasses.replace(options, bf16_projections=bf16_projections_refused(target, config) is None), allow_tf32
+
+
 def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
           batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None,
-          allow_tf32: bool = False, options=None, cache=None) -> RNN:
+          allow_tf32: bool = False, options=None, cache=None, dtype=None) -> RNN:
     """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
 
     Parameters
@@ -67,6 +97,11 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         measured this configuration's whole passes, its winning choices apply
         (:mod:`tvmrnn.runtime.pass_tuning`). Recorded in
         ``rnn.config.options`` and in exported packages.
+    dtype : None, str, numpy or torch dtype
+        ``"float32"`` (the default), ``"bfloat16"`` or ``"float16"``: the dtype of the passes'
+        inputs, outputs and states (:attr:`tvmrnn.BuildOptions.dtype`, which says what a half
+        build computes in which precision). CPUs take ``"bfloat16"`` where they have AVX512-BF16
+        or AMX-BF16; CUDA targets take both. None: ``options.dtype``.
     cache : None or bool
         Take the build from the on-disk build cache, or put it there (:mod:`tvmrnn.runtime.cache`:
         ``~/.cache/tvmrnn`` unless ``TVMRNN_CACHE_DIR`` says otherwise). None: on unless
@@ -88,11 +123,18 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         if not isinstance(value, bool):
             raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
     options = as_options(options)
+    if dtype is not None:
+        dtype = dtype_name(dtype)
+        if options.dtype not in ("float32", dtype):
+            raise ValueError(f"dtype: {dtype!r} disagrees with options.dtype={options.dtype!r}")
+        options = dataclasses.replace(options, dtype=dtype)
     config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options)
     device_index = targets.gpu_index(target)  # "cuda:1": the RNN runs on GPU 1
     target = targets.resolve(target)
     # the pass-level choices a whole-pass tuning measured for this configuration (tvmrnn-tune)
     options = tuned_options(config, target, tuning_logs, options)
+    config = dataclasses.replace(config, options=options)
+    options, allow_tf32 = _half_precision(config, options, target, allow_tf32)
     config = dataclasses.replace(config, options=options)
     if not is_gpu(target):
         use_cpu_threads(options)

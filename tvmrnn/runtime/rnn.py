@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 
 from . import package
-from .arrays import Frame, to_tvm
+from .arrays import Frame, round_to, to_tvm
 from ..program.passes import Config
 
 _INT32_MAX = 2**31 - 1
@@ -116,7 +116,8 @@ def _allow_amx(config: Config, target) -> None:
 
 
 class RNN:
-    """A built (or loaded) RNN. Arrays are float32, seq-first ``(T, N, ·)`` unless ``batch_first``.
+    """A built (or loaded) RNN. Arrays are float32 (a half build's: its ``dtype``, the weight
+    gradients float32), seq-first ``(T, N, ·)`` unless ``batch_first``.
 
     NumPy arrays in give NumPy arrays out; torch tensors (CPU or CUDA) give torch tensors on the
     same device, without copies.
@@ -155,7 +156,35 @@ class RNN:
         return (f"tvmrnn.RNN({c.cell.name!r}, input_size={c.input_size}, hidden_size={c.hidden_size}, "
                 f"num_layers={c.num_layers}, bidirectional={c.bidirectional}, batch_size={c.batch_size}, "
                 f"batch_first={c.batch_first}, target={self.target.kind.name!r}"
+                + (f", dtype={self.dtype!r}" if self.dtype != "float32" else "")
                 + (", allow_tf32=True)" if self.allow_tf32 else ")"))
+
+    @property
+    def dtype(self) -> str:
+        """The dtype of the passes' inputs, outputs and states (``BuildOptions.dtype``)."""
+        return self.config.options.dtype
+
+    # ---- a half build's boundary: its arrays in its dtype, the passes' in float32 -------------
+    def _in(self, name: str, a):
+        """``a`` (an input, state or output gradient of this build's dtype) as float32 for the
+        passes; None stays None. A float32 build takes its arrays as they are."""
+        if a is None or self.dtype == "float32":
+            return a
+        got = str(getattr(a, "dtype", type(a).__name__)).removeprefix("torch.")
+        if got != self.dtype:
+            hint = " (NumPy has no bfloat16: pass torch tensors)" if self.dtype == "bfloat16" and isinstance(a, np.ndarray) else ""
+            raise TypeError(f"{name}: this RNN was built for dtype {self.dtype} (tvmrnn.build(dtype=...)); "
+                            f"got {got}{hint}")
+        return a.astype(np.float32) if isinstance(a, np.ndarray) else a.float()
+
+    def _out(self, a):
+        """A float32 result of the passes in this build's dtype."""
+        if a is None or self.dtype == "float32":
+            return a
+        if isinstance(a, np.ndarray):
+            return a.astype(np.float16)
+        import torch
+        return a.to(getattr(torch, self.dtype))
 
     def export(self, path) -> str:
         """Write one shared library with every pass and its metadata (see :mod:`tvmrnn.runtime.package`)."""
@@ -236,11 +265,14 @@ class RNN:
         if on_device:
             import torch
             frame = Frame.of("params", values[0])
-            flat = torch.cat([v.detach().reshape(-1).to(torch.float32) for v in values])
+            half = None if self.dtype == "float32" else getattr(torch, self.dtype)  # a half build's rounding
+            flat = torch.cat([(v.detach().reshape(-1) if half is None else v.detach().reshape(-1).to(half))
+                              .to(torch.float32) for v in values])
         else:
             frame = Frame("numpy", None)
-            flat = np.concatenate([np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, np.float32).ravel()
-                                   for v in values])
+            flat = round_to(self.dtype, np.concatenate(
+                [np.asarray(v.detach().cpu().float() if hasattr(v, "detach") else v, np.float32).ravel()
+                 for v in values]))
             if self.device_kind == "cuda":
                 flat = tvm.runtime.tensor(flat, device=tvm.cuda(self.device_index))
                 packed = tvm.runtime.empty((layout.packed_total,), "float32", device=tvm.cuda(self.device_index))
@@ -256,7 +288,8 @@ class RNN:
         mine, theirs = self.config, w.owner.config  # the build options matter where they change the layout
         if (dataclasses.replace(theirs, options=mine.options) != mine
                 or theirs.options.weight_panels != mine.options.weight_panels
-                or theirs.options.bf16_projections != mine.options.bf16_projections):
+                or theirs.options.bf16_projections != mine.options.bf16_projections
+                or theirs.options.dtype != mine.options.dtype):
             raise ValueError("w: these weights were packed for a different configuration")
         return w.flat
 
@@ -372,6 +405,7 @@ class RNN:
         of its own: the PyTorch custom ops, :mod:`tvmrnn.torch`), instead of fresh or recycled ones."""
         c = self.config
         wflat = self._check_weights(w)
+        x, h0, c0 = self._in("x", x), self._in("h0", h0), self._in("c0", c0)
         frame, T, n = self._frame_and_length("x", x, c.input_size)
         mask, ragged = self._mask(frame, T, n, lengths)
         if n < c.batch_size:  # rows are independent: the build's batch, the padding's rows zero
@@ -399,6 +433,7 @@ class RNN:
         if n < c.batch_size:
             outputs = (frame.rows(outputs[0], self._batch_axis, n), frame.rows(outputs[1], 1, n),
                        None if outputs[2] is None else frame.rows(outputs[2], 1, n))
+        outputs = tuple(self._out(o) for o in outputs)
         if not train:
             return outputs
         kept = {k: arrays[k] for k in workspace}
@@ -438,6 +473,7 @@ class RNN:
         if not isinstance(ws, Workspace) or ws.owner is not self:
             raise TypeError("ws: expected the workspace returned by this RNN's forward_train")
         frame, T, n = ws.frame, ws.T, ws.batch
+        dy, dhy, dcy = self._in("dy", dy), self._in("dhy", dhy), self._in("dcy", dcy)
         frame.check("dy", dy, self._seq_shape(T, c.num_directions * c.hidden_size, n))
         if n < c.batch_size:  # the padding's rows get zero gradients: they add nothing to dw
             dy = frame.padded(dy, self._batch_axis, c.batch_size)
@@ -452,8 +488,10 @@ class RNN:
             self._state(frame, "dcy", dcy, needed=False)
         # dw: zeroed by the pass itself (its first kernel), not by a PyTorch op before it
         self._run("backward", frame, T, arrays, results={"dx", "dh0", "dc0", "dw"})
-        grads = {"x": frame.rows(arrays["dx"], self._batch_axis, n), "h0": frame.rows(arrays["dh0"], 1, n)}
+        # the input and state gradients in the build's dtype, the weights' in fp32 (master weights)
+        grads = {"x": self._out(frame.rows(arrays["dx"], self._batch_axis, n)),
+                 "h0": self._out(frame.rows(arrays["dh0"], 1, n))}
         if c.cell.has_cell_state:
-            grads["c0"] = frame.rows(arrays["dc0"], 1, n)
+            grads["c0"] = self._out(frame.rows(arrays["dc0"], 1, n))
         grads.update(c.layout.split(arrays["dw"]))
         return grads

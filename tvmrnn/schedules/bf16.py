@@ -299,6 +299,20 @@ def step_state_bytes(directions: int, batch: int, hidden: int) -> int:
     return directions * batch * (hidden // 2) * 4
 
 
+def round_state(sch, target) -> None:
+    """``hb``, the step's state rounded to bf16 pairs, in whole vectors: it runs on the calling
+    thread before the step's tasks, and as a scalar loop it took most of a DS2 LSTM step on 16
+    cores (v44)."""
+    from .common import _extent, vector_lanes
+    hb = sch.get_sblock("hb")
+    sch.set_scope(hb, 0, "local")
+    words = sch.fuse(*sch.get_loops(hb)[-2:])
+    lanes = vector_lanes(target)
+    width = next(w for w in (lanes, lanes // 2, lanes // 4, 1) if _extent(sch, words) % max(w, 1) == 0)
+    if width > 1:
+        sch.vectorize(sch.split(words, [None, width])[1])
+
+
 def is_bf16_step(sch) -> bool:
     """Whether the kernel held by ``sch`` is a bf16 recurrent step (its ``hb`` stage)."""
     return "hb" in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
@@ -320,7 +334,7 @@ def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     output = sch.get_consumers(gemm)[0]
     spatial, _ = _gemm_axes(sch, gemm)
     gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
-    sch.set_scope(sch.get_sblock("hb"), 0, "local")
+    round_state(sch, target)
     batch = int(sch.get(sch.get_loops(output)[-2]).extent)
     rows = _divisor(batch, max(1, accumulators // (gates * units // 16)))
     _, lead, j_inner = output_tiles(sch, gemm, output, units, rows)
@@ -577,7 +591,7 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     spatial, reduction = _gemm_axes(sch, gemm)
     gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
     pairs = int(sch.get(reduction[0]).extent)
-    sch.set_scope(sch.get_sblock("hb"), 0, "local")
+    round_state(sch, target)
     batch = int(sch.get(sch.get_loops(output)[-2]).extent)
     # the divisor of the batch up to ``rows`` that leaves the fewest 16-row AMX tiles (the most rows on
     # a tie): a tile's products cost as much whatever its rows (at 48 rows, 16 a task: 3 tiles; 24: 4)
