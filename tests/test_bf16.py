@@ -426,3 +426,19 @@ def test_round_to_bfloat16_matches_torch():
     np.testing.assert_array_equal(round_to("bfloat16", a), expected)
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(round_to("float16", a), a.astype(np.float16).astype(np.float32))
+
+
+def test_timing_an_amx_kernel_alone_asks_for_amx_first():
+    """``profile.time_kernel`` on an AMX kernel, in a process that built nothing: it asks the OS
+    for AMX first (a tile instruction before that is SIGILL, which killed the process)."""
+    import subprocess
+    import sys
+    if not _amx_runs():
+        pytest.skip("this CPU (or OS) offers no AMX-BF16")
+    code = ("import tvm\nfrom tvmrnn import kernels\nfrom tvmrnn.cells.definition import get_cell\n"
+            "from tvmrnn.schedules import default_schedule\nfrom tvmrnn.runtime.profile import time_kernel\n"
+            f"t = tvm.target.Target({SPR!r})\n"
+            "k = kernels.recurrent_step(get_cell('gru'), 20, 64, train=False, panel=16, bf16=True)\n"
+            "print('us', time_kernel(default_schedule(k, t), t, number=2, repeat=2))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "us " in done.stdout, done.stderr[-2000:]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
+from ..schedules import bf16
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..tune.step_loop import STEP_LOOP_STEPS, step_loop
@@ -128,6 +129,9 @@ def kernel_timer(func, target, number: int = 20, repeat: int = 5):
     ``time_evaluator`` over it (``number`` calls a result, ``repeat`` results) and its arguments,
     random values, the same at every call (:func:`random_tensors`)."""
     dev = _device(target)
+    if not is_gpu(target) and bf16.supports_amx(target) and not bf16.request_amx():
+        # (a tile instruction the OS has not allowed is SIGILL: the whole process, not an error)
+        raise RuntimeError("tvmrnn: timing a kernel for an AMX target, and the OS refused this process AMX tiles")
     lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
     args = random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
     return lib.jit().time_evaluator("main", dev, number=number, repeat=repeat), args
