@@ -623,10 +623,10 @@ def test_torch_compile_with_inductor_on_cuda(cell):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_autocast_returns_what_cudnn_returns(dtype):
-    """Under CUDA autocast the drop-ins run their fp32 kernels and return what torch.nn's cuDNN
-    RNNs return there (float16 for every cell, padded or packed, under fp16 and bf16 autocast
-    alike: cuDNN's autocast wrapper casts to half), the values the fp32 ones rounded; gradients
-    reach the fp32 parameters in fp32."""
+    """Under CUDA autocast the drop-ins run builds with TF32 all-steps GEMMs (v44; fp32 arrays)
+    and return what torch.nn's cuDNN RNNs return there (float16 for every cell, padded or packed,
+    under fp16 and bf16 autocast alike: cuDNN's autocast wrapper casts to half), within half's
+    errors; gradients reach the fp32 parameters in fp32."""
     import tvmrnn.torch as tt
     from torch.nn.utils.rnn import pack_padded_sequence
     torch.manual_seed(0)
@@ -649,6 +649,7 @@ def test_autocast_returns_what_cudnn_returns(dtype):
                     assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
                     y.float().sum().backward()
                     assert all(p.grad.dtype == torch.float32 for p in ours.parameters())
+        assert ours._built and all(rnn.allow_tf32 for rnn in ours._built.values())
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

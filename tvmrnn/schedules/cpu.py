@@ -168,7 +168,18 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     for consumer in epilogues:  # the epilogue on the tile, vectorised along its columns
         sch.reverse_compute_at(consumer, tile, preserve_unit_loops=True)
         _vectorize_trailing(sch, sch.get_loops(consumer)[1:], width, lanes)
+    if LOCAL_PROJECTION_TILE and kernel.name.startswith("input_projection") and width % lanes == 0:
+        # the task's tile on its stack: global, a kernel the passes call has the whole chunk's
+        # buffer hoisted to the caller and its partial sums go through memory (v44: LSTM T=80
+        # N=160 H=384 inference 8% faster on a 2-core SPR VM). Whole vectors only: a local tile of
+        # odd-width vectors (rnn_tanh H=37: 37 lanes) gave NaN in the 1-step chunk's kernel
+        # called as a function (LLVM's alloca of <37 x float>; not pinned down, v44)
+        sch.set_scope(gemm, 0, "local")
 
+
+# Whether the fp32 input projection's tile is the task's own (local scope; see ``cpu_gemm``): on
+# since v44 (a switch for A/B comparisons in one process, as notes/bench/v44/ab_local_tile.py makes)
+LOCAL_PROJECTION_TILE = True
 
 # L1 blocking (``cpu_gemm``'s ``row_block``, ``red_block``) for the kernels it was measured on.
 # The weight gradient in the packed layout (a 16-step chunk, DS2 LSTM), GFLOP/s on the GPU
