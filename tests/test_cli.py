@@ -1,9 +1,11 @@
 """The console commands a user runs: tvmrnn-tune, tvmrnn-export, tvmrnn-bench (help, and tiny configurations)."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -106,9 +108,24 @@ def test_bench_without_its_optional_packages_says_what_to_install(module, args):
     assert run.returncode == 1 and f"pip install {module}" in run.stderr and "Traceback" not in run.stderr, run.stderr
 
 
-def test_bench_dtype_bfloat16_is_for_cpus():
-    """``--dtype bfloat16`` compares tvmrnn's bf16 projections with PyTorch's bf16 autocast on CPUs;
-    elsewhere it says so (before building anything)."""
-    done = subprocess.run([*cli("tvmrnn-bench"), "lstm", "--device", "cuda", "--dtype", "bfloat16"],
-                          capture_output=True, text=True)
-    assert done.returncode != 0 and "--dtype bfloat16: CPUs only" in done.stderr + done.stdout
+def test_bench_dtype_refuses_what_no_build_takes():
+    """``--dtype`` times ``build(dtype=)`` against PyTorch in that dtype: float16 on a CPU, or a
+    half dtype with ``--tf32``, is refused by name before anything is built."""
+    for args, message in ((["--device", "cpu", "--dtype", "float16"], "--dtype float16: CUDA only"),
+                          (["--device", "cuda", "--dtype", "bfloat16", "--tf32"], "--dtype bfloat16: not with --tf32")):
+        done = subprocess.run([*cli("tvmrnn-bench"), "lstm", *args], capture_output=True, text=True)
+        assert done.returncode != 0 and message in done.stderr + done.stdout
+
+
+@pytest.mark.skipif("avx512_bf16" not in open("/proc/cpuinfo").read(), reason="this CPU has no AVX512-BF16")
+def test_bench_dtype_bfloat16_on_the_cpu(tmp_path):
+    """``--dtype bfloat16`` on a CPU: the rows against PyTorch's bf16 module and its fp32 one, with
+    bf16's errors."""
+    out = tmp_path / "r.json"
+    done = subprocess.run([*cli("tvmrnn-bench"), "gru", "--device", "cpu", "--threads", "1", "-T", "5", "-N", "3",
+                           "--input-size", "16", "--hidden-size", "32", "--reps", "2", "--dtype", "bfloat16",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["pass_"]: r for r in json.load(open(out))["results"]}
+    assert {"inference (bf16 both)", "inference (bf16 vs PyTorch fp32)", "training (bf16 both)"} <= set(rows)
+    assert all(r["rel_error"] < 3e-2 for r in rows.values() if "rel_error" in r)

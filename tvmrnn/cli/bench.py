@@ -17,9 +17,10 @@ On CUDA: cuDNN with TF32 off on both sides, plus rows (inference, training) with
 in plain fp32 either way). With --tf32, TF32 is allowed on both sides instead: tvmrnn built with
 ``allow_tf32=True`` (its all-steps GEMMs on tensor cores), cuDNN and cuBLAS with PyTorch's TF32 switches on; the
 rows say "(TF32 both)" and their errors are against PyTorch's TF32 result. On the CPU: PyTorch's CPU path; both
-sides use --threads threads. With --dtype bfloat16 (CPUs with AVX512-BF16): tvmrnn's ``bf16_projections``
-build against PyTorch under ``torch.autocast("cpu", torch.bfloat16)`` (rows "(bf16 both)"), and against
-PyTorch's fp32 (rows "(bf16 vs PyTorch fp32)"); errors against PyTorch's fp32 result. ``--options``:
+sides use --threads threads. With --dtype bfloat16 (CPUs with AVX512-BF16, CUDA) or float16 (CUDA): tvmrnn's
+``build(dtype=...)`` against PyTorch's module in that dtype (``module.to(dtype)``: cuDNN's, oneDNN's half
+paths; rows "(bf16 both)", "(fp16 both)"), and against PyTorch's fp32 (rows "(bf16 vs PyTorch fp32)"); errors
+against PyTorch's fp32 result. ``--options``:
 BuildOptions fields for tvmrnn's builds.
 
 With --custom CELL (an example cell of tvmrnn.cells.examples), each configuration instead times that
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import json
 import os
 import platform
@@ -67,9 +69,9 @@ def parse(argv=None):
                    help="untimed calls of the same side before each timed one (0: the sides back to back, "
                         "each slowed by the threads the other leaves spinning)")
     p.add_argument("--no-train", action="store_true")
-    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="bfloat16 (CPUs with AVX512-BF16): tvmrnn's bf16_projections build against PyTorch under "
-                   "torch.autocast(bfloat16), plus rows against PyTorch's fp32; errors against PyTorch's fp32")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32",
+                   help="bfloat16 (CPUs with AVX512-BF16, CUDA), float16 (CUDA): tvmrnn.build(dtype=) against "
+                   "PyTorch's module in that dtype, plus rows against PyTorch's fp32; errors against PyTorch's fp32")
     p.add_argument("--options", type=json.loads, default=None, metavar="JSON",
                    help='tvmrnn.BuildOptions fields for tvmrnn\'s builds, e.g. \'{"bf16_projections": true}\' '
                    "(PyTorch's side is unchanged)")
@@ -190,9 +192,10 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     t0 = time.perf_counter()
     if a.tf32 and a.device != "cuda":
         raise SystemExit("--tf32 is for --device cuda")
-    half = a.dtype == "bfloat16"
-    options = dict(a.options or {}, bf16_projections=True) if half else a.options
-    package = None if a.tf32 or options else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
+    half = a.dtype != "float32"
+    short = {"bfloat16": "bf16", "float16": "fp16"}.get(a.dtype)
+    options = a.options
+    package = None if a.tf32 or options or half else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
                            input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
     if package:
         if a.profile:
@@ -201,13 +204,17 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     else:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
                            target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32, options=options,
-                           cache=False if a.profile else None)  # a cached build has no per-kernel programs
+                           cache=False if a.profile else None, dtype=a.dtype)  # a cached build has no per-kernel programs
     build_s = time.perf_counter() - t0
     schedules = rnn.schedules  # a package made before v28 does not know them
     tuned = f"{sum(1 for v in schedules.values() if v == 'tuned')}/{len(schedules)}" if schedules else "package"
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     x = torch.randn(T, N, I, device=dev)
     dy = torch.randn(T, N, H * (2 if bidir else 1), device=dev)
+    # a half run: both sides take the same half inputs; PyTorch's module in that dtype
+    low = getattr(torch, a.dtype)
+    x_in, dy_in = (x.to(low), dy.to(low)) if half else (x, dy)
+    ref_in = copy.deepcopy(ref).to(low) if half else ref
     row = dict(cell=cell, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, device=a.device,
                build_s=round(build_s, 1), tuned_kernels=tuned, package=package, options=options, dtype=a.dtype)
     results = []
@@ -231,23 +238,17 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         print(f"{cell:8s} L={L} {'bi ' if bidir else 'uni'} {name:16s} tvmrnn {N / ts:9.1f}  torch {N / rs:9.1f} "
               f"samples/s  ratio {rs / ts:5.2f}x  rel err {agree:.1e}", flush=True)
 
-    both = " (TF32 both)" if a.tf32 else " (bf16 both)" if half else ""  # every row with TF32 / bf16 on both sides
-
-    def precision():  # PyTorch's side: bf16 autocast with --dtype bfloat16
-        return torch.autocast("cpu", dtype=torch.bfloat16) if half else contextlib.nullcontext()
+    both = " (TF32 both)" if a.tf32 else f" ({short} both)" if half else ""  # every row with TF32 / half on both sides
     # inference
     with torch.no_grad(), cudnn_tf32(torch, a.tf32):
         y_ref = ref(x)[0]  # fp32: what the errors are measured against
-        y = rnn.forward(w, x)[0]
+        y = rnn.forward(w, x_in)[0]
         agree = rel(y, y_ref)
-
-        def theirs_infer():
-            with precision():
-                return ref(x)
-        ours, theirs = interleaved(lambda: rnn.forward(w, x), theirs_infer, sync, a.reps, 2 * a.max_seconds,
-                                   a.lead_in)
-        if half:  # the extra row: ours in bf16 against PyTorch's fp32
-            record("inference (bf16 vs PyTorch fp32)", ours, timed(lambda: ref(x), sync, a.reps, a.max_seconds), agree)
+        ours, theirs = interleaved(lambda: rnn.forward(w, x_in), lambda: ref_in(x_in), sync, a.reps,
+                                   2 * a.max_seconds, a.lead_in)
+        if half:  # the extra row: ours in half against PyTorch's fp32
+            record(f"inference ({short} vs PyTorch fp32)", ours, timed(lambda: ref(x), sync, a.reps, a.max_seconds),
+                   agree)
     with torch.no_grad():
         for tf32 in ([False, True] if a.device == "cuda" and not a.tf32 else [a.tf32]):
             with cudnn_tf32(torch, tf32):
@@ -260,17 +261,16 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
 
     # training: forward keeping the workspace, backward with the same output gradient
     def ours_train():
-        y, hy, cy, ws = rnn.forward_train(w, x)
-        return rnn.backward(w, ws, dy)
+        y, hy, cy, ws = rnn.forward_train(w, x_in)
+        return rnn.backward(w, ws, dy_in)
 
     xr = x.clone().requires_grad_(True)
+    xr_in = x_in.clone().requires_grad_(True) if half else xr  # (fp32: one input, whose gradient is compared)
 
     def theirs_train():
-        ref.zero_grad(set_to_none=True)
-        xr.grad = None
-        with precision():
-            y = ref(xr)[0]
-        y.float().backward(dy)
+        ref_in.zero_grad(set_to_none=True)
+        xr_in.grad = None
+        ref_in(xr_in)[0].backward(dy_in)
 
     def theirs_train_fp32():
         ref.zero_grad(set_to_none=True)
@@ -287,11 +287,11 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
         agree = agreement()
         ours, theirs = interleaved(ours_train, theirs_train, sync, a.reps, 2 * a.max_seconds, a.lead_in)
     if half:
-        record("training (bf16 vs PyTorch fp32)", ours, timed(theirs_train_fp32, sync, a.reps, a.max_seconds), agree)
+        record(f"training ({short} vs PyTorch fp32)", ours, timed(theirs_train_fp32, sync, a.reps, a.max_seconds), agree)
     record("training" + both, ours, theirs, agree)
     # memory: what the training forward keeps for the backward, and (CUDA) the peak a training step
     # allocates beyond what was allocated before it, both sides through PyTorch's allocator
-    results[-1]["tvmrnn_workspace_mb"] = rnn.forward_train(w, x)[3].workspace_bytes / 2**20
+    results[-1]["tvmrnn_workspace_mb"] = rnn.forward_train(w, x_in)[3].workspace_bytes / 2**20
     memory = f"tvmrnn workspace {results[-1]['tvmrnn_workspace_mb']:.1f} MB"
     if a.device == "cuda":
         results[-1]["tvmrnn_peak_mb"] = peak_mb(torch, ours_train)
@@ -484,7 +484,7 @@ def sweep(a) -> list[dict]:
     passthrough += ["--options", json.dumps(a.options)] if a.options else []
     passthrough += ["--tf32"] if a.tf32 else []
     passthrough += ["--dtype", a.dtype]
-    main_row = " (TF32 both)" if a.tf32 else " (bf16 both)" if a.dtype == "bfloat16" else ""
+    main_row = " (TF32 both)" if a.tf32 else {"bfloat16": " (bf16 both)", "float16": " (fp16 both)"}.get(a.dtype, "")
     results, rows = [], []
     for shape in shapes:
         for cell in [shape["cell"]] if isinstance(shape["cell"], str) else shape["cell"]:
@@ -522,8 +522,10 @@ def _x(ratio) -> str:
 
 def main(argv=None):
     a = parse(argv)
-    if a.dtype == "bfloat16" and (a.device != "cpu" or a.tf32):
-        raise SystemExit("--dtype bfloat16: CPUs only so far (tvmrnn's bf16_projections), without --tf32")
+    if a.dtype != "float32" and a.tf32:
+        raise SystemExit(f"--dtype {a.dtype}: not with --tf32 (a half build's all-steps GEMMs are on tensor cores)")
+    if a.dtype == "float16" and a.device != "cuda":
+        raise SystemExit("--dtype float16: CUDA only (CPUs: bfloat16)")
     if a.plot:
         return plot(a.plot)
     if _missing("torch"):  # the other side of every comparison (imported later: see below)

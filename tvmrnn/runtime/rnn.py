@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 
 from . import package
-from .arrays import Frame, round_to, to_tvm
+from .arrays import Frame, cpu_cast, round_to, to_tvm
 from ..program.passes import Config
 
 _INT32_MAX = 2**31 - 1
@@ -175,7 +175,9 @@ class RNN:
             hint = " (NumPy has no bfloat16: pass torch tensors)" if self.dtype == "bfloat16" and isinstance(a, np.ndarray) else ""
             raise TypeError(f"{name}: this RNN was built for dtype {self.dtype} (tvmrnn.build(dtype=...)); "
                             f"got {got}{hint}")
-        return a.astype(np.float32) if isinstance(a, np.ndarray) else a.float()
+        if isinstance(a, np.ndarray):
+            return a.astype(np.float32)
+        return cpu_cast(a, "float32") if a.device.type == "cpu" else a.float()
 
     def _out(self, a):
         """A float32 result of the passes in this build's dtype."""
@@ -183,6 +185,8 @@ class RNN:
             return a
         if isinstance(a, np.ndarray):
             return a.astype(np.float16)
+        if a.device.type == "cpu":
+            return cpu_cast(a, self.dtype)
         import torch
         return a.to(getattr(torch, self.dtype))
 
