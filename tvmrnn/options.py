@@ -113,8 +113,10 @@ class BuildOptions:
         rounded to it (from fp32 or half parameters); the weight gradients come back fp32, for an
         optimizer's master weights. Inside, sums are fp32 and so are the states between steps
         (torch.nn and cuDNN round ``h`` to half at every step; tvmrnn does not, so its errors are
-        at most theirs). CPUs: ``bfloat16`` only, computed as ``bf16_projections`` (AMX or
-        AVX512-BF16). CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
+        at most theirs). CPUs: ``bfloat16`` only, its forward GEMMs those of ``bf16_projections``
+        (AMX or AVX512-BF16) where they apply, else fp32 GEMMs on the rounded values (a hidden
+        size without 16-unit weight panels, a state too large for the stack); the casts in and out
+        run on TVM's threads. CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
         ``allow_tf32``, exact on half operands), the steps' recurrent GEMMs and the backward in
         fp32; fp16/bf16 ``mma`` tiles are not built yet (issue 39).
     """
