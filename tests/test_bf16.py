@@ -442,3 +442,21 @@ def test_timing_an_amx_kernel_alone_asks_for_amx_first():
             "print('us', time_kernel(default_schedule(k, t), t, number=2, repeat=2))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "us " in done.stdout, done.stderr[-2000:]
+
+
+def test_packing_torch_cpu_parameters_matches_numpy():
+    """CPU torch parameters are packed through NumPy (no torch.cat: its OpenMP threads spin on the
+    passes' cores), half ones widened on TVM's threads: the same packed bits as NumPy's float32
+    parameters, for an fp32 build and (rounded) a bf16 one."""
+    import torch
+    ref = torch.nn.GRU(8, 32)
+    builds = [tvmrnn.build("gru", input_size=8, hidden_size=32, batch_size=2, cache=False, tuning_logs=False)]
+    if _cpu_has("avx512_bf16"):
+        builds.append(tvmrnn.build("gru", input_size=8, hidden_size=32, batch_size=2, dtype="bfloat16", cache=False,
+                                   tuning_logs=False))
+    for rnn in builds:
+        for params in (dict(ref.state_dict()), {k: v.bfloat16() for k, v in ref.state_dict().items()}):
+            as_numpy = {k: v.float().numpy() for k, v in params.items()}
+            got = rnn.pack_weights(params, zeroed=True).flat
+            expected = rnn.pack_weights(as_numpy, zeroed=True).flat
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(expected))

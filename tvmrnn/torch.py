@@ -49,8 +49,33 @@ from .options import BuildOptions
 from .cells.parameters import Layout
 from .runtime.rnn import RNN as _FusedRNN, PackedWeights, Workspace
 from .runtime.build import build
-from .runtime.arrays import Frame
+from .runtime.arrays import Frame, cpu_cast
 from .runtime.loader import load
+
+
+class _CpuCast(torch.autograd.Function):
+    """A CPU tensor cast on TVM's threads (:func:`tvmrnn.runtime.arrays.cpu_cast`), its gradient
+    cast back: PyTorch's own cast is a parallel op whose OpenMP threads then spin on the cores the
+    passes need (a bf16 module's casts in and out cost more than its LSTM forward, v44)."""
+    @staticmethod
+    def forward(ctx, a, dtype: str):
+        ctx.src = str(a.dtype).removeprefix("torch.")
+        return cpu_cast(a.contiguous(), dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        return cpu_cast(g.contiguous(), ctx.src), None
+
+
+def _cast(a, dtype: torch.dtype):
+    """``a.to(dtype)``, on TVM's threads for CPU casts between float32 and half outside compiled graphs."""
+    if a.dtype == dtype:
+        return a
+    half = (torch.float16, torch.bfloat16)
+    if (a.device.type == "cpu" and not torch.compiler.is_compiling()
+            and {a.dtype, dtype} <= {torch.float32, *half} and (a.dtype in half or dtype in half)):
+        return _CpuCast.apply(a, str(dtype).removeprefix("torch."))
+    return a.to(dtype)
 
 
 class _Fused(torch.autograd.Function):
@@ -481,13 +506,13 @@ class _Mixin:
         _PRECISION.bf16 = bf16 or half
         try:
             with torch.autocast(input.device.type, enabled=False):
-                y, states = self._forward(input.float() if input.dtype in (torch.float16, torch.bfloat16) else input,
-                                          hx, lengths=lengths)
+                y, states = self._forward(_cast(input, torch.float32) if input.dtype in (torch.float16, torch.bfloat16)
+                                          else input, hx, lengths=lengths)
         finally:
             _PRECISION.bf16 = previous
         if isinstance(states, tuple):
-            return y.to(dtype), (states[0].to(dtype), states[1].to(c_dtype))
-        return y.to(dtype), states.to(dtype)
+            return _cast(y, dtype), (_cast(states[0], dtype), _cast(states[1], c_dtype))
+        return _cast(y, dtype), _cast(states, dtype)
 
     def _forward_packed(self, packed, hx):
         """A ``PackedSequence`` in, one out (with the input's batch order), as torch.nn: the rows run
