@@ -71,9 +71,8 @@ def _cast(a, dtype: torch.dtype):
     """``a.to(dtype)``, on TVM's threads for CPU casts between float32 and half outside compiled graphs."""
     if a.dtype == dtype:
         return a
-    half = (torch.float16, torch.bfloat16)
     if (a.device.type == "cpu" and not torch.compiler.is_compiling()
-            and {a.dtype, dtype} <= {torch.float32, *half} and (a.dtype in half or dtype in half)):
+            and {a.dtype, dtype} <= {torch.float32, torch.float16, torch.bfloat16}):
         return _CpuCast.apply(a, str(dtype).removeprefix("torch."))
     return a.to(dtype)
 

@@ -228,17 +228,9 @@ def _bind(group, views_of):
 
 
 def bf16_projections_refused(target, config: Config, panel: int | None = None) -> str | None:
-    """Why ``options.bf16_projections`` cannot apply to ``config`` on ``target``, or None."""
-    from ..device import host_target
+    """Why ``options.bf16_projections`` cannot apply to ``config`` on ``target``, a CPU target
+    with bf16 dot products (:func:`tvmrnn.schedules.bf16.check_target`), or None."""
     from ..schedules import bf16, weight_panel
-    target = target if target is not None else host_target()
-    if is_gpu(target):
-        return ("CPUs only (a GPU build puts its all-steps GEMMs on TF32 tensor cores with allow_tf32=True, and "
-                "so does dtype='bfloat16' there)")
-    try:
-        bf16.check_target(target)
-    except ValueError as err:
-        return str(err)
     if panel is None:
         panel = weight_panel(target, config.cell.num_gates, config.hidden_size, config.options.weight_panels)
     if not panel or panel % 16:
@@ -254,9 +246,14 @@ def bf16_projections_refused(target, config: Config, panel: int | None = None) -
 
 def _check_bf16_projections(target, config: Config, panel: int) -> None:
     """A clear error at build where ``options.bf16_projections`` cannot apply."""
+    from ..device import host_target
+    from ..schedules import bf16
+    target = target if target is not None else host_target()
+    if is_gpu(target):
+        raise ValueError("options.bf16_projections: CPUs only (a GPU build puts its all-steps GEMMs on TF32 "
+                         "tensor cores with allow_tf32=True, and so does dtype='bfloat16' there)")
+    bf16.check_target(target)
     reason = bf16_projections_refused(target, config, panel)
-    if reason and reason.startswith("target:"):
-        raise ValueError(reason)
     if reason:
         raise ValueError(f"options.bf16_projections: {reason}")
 

@@ -265,13 +265,13 @@ class RNN:
         layout = self.config.layout
         layout.check(params)
         values = [params[name] for name in layout.names]
-        on_device = all(hasattr(v, "detach") for v in values) and self._accepts(Frame.of("params", values[0]))
-        if on_device and Frame.of("params", values[0]).device_kind == "cpu":
+        frame = Frame.of("params", values[0])
+        on_device = all(hasattr(v, "detach") for v in values) and self._accepts(frame)
+        if on_device and frame.device_kind == "cpu":
             # joined by NumPy on this thread: torch.cat is a parallel op whose OpenMP threads then
             # spin on the cores the passes need (a drop-in's per-call packing took 11 ms of a
             # 4 ms LSTM forward, v44); half parameters widened on TVM's threads
             import torch
-            frame = Frame.of("params", values[0])
             parts = []
             for v in values:
                 v = v.detach()
@@ -283,7 +283,6 @@ class RNN:
             flat = torch.from_numpy(round_to(self.dtype, np.concatenate(parts)))
         elif on_device:
             import torch
-            frame = Frame.of("params", values[0])
             half = None if self.dtype == "float32" else getattr(torch, self.dtype)  # a half build's rounding
             flat = torch.cat([(v.detach().reshape(-1) if half is None else v.detach().reshape(-1).to(half))
                               .to(torch.float32) for v in values])
