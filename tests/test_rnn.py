@@ -162,6 +162,40 @@ def test_interleaved_projections_match_projections_first():
         tvmrnn.BuildOptions(interleave_projections="auto")
 
 
+def test_overlapping_projection_tails_match(monkeypatch):
+    """GPU forwards cover the steps left after whole chunks of projections with one chunk of the
+    same size that overlaps steps done before (fewer launches; ``Program.chunked``'s
+    ``tail_waste``). Forced on here for a CPU build with the projections first: the same bits as
+    without, inference, training and the backward, 2 bidirectional LSTM layers, at lengths whose
+    tails overlap (21: chunks of 16 at 0 and 5 instead of 16, 4, 1; 30; 37: 16 at 0, 16, 21) and
+    do not (3, shorter than a chunk of 4 after none of 16; 16), and the launches counted."""
+    from tvmrnn.program import passes
+    options = tvmrnn.BuildOptions(stack_directions=True, interleave_projections=False)
+    plain = tvmrnn.build("lstm", input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N,
+                         options=options, tuning_logs=False)
+    monkeypatch.setattr(passes, "tail_flops", lambda target: 10**9)
+    tails = tvmrnn.build("lstm", input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=N,
+                         options=options, tuning_logs=False, cache=False)
+
+    def projections(rnn, T):
+        return sum(n for name, n in rnn.programs["forward"].calls(T).items() if name.startswith("input_projection"))
+    for T, before, after in ((21, 3, 2), (30, 6, 2), (37, 4, 3), (3, 3, 3), (16, 1, 1)):  # chunks
+        # (each chunk a launch a direction and layer)
+        assert (projections(plain, T), projections(tails, T)) == (4 * before, 4 * after), T
+        results = []
+        for rnn in (plain, tails):
+            local = np.random.default_rng(7)
+            w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
+                                  for slot in rnn.config.layout.slots})
+            x = local.standard_normal((T, N, I)).astype(np.float32)
+            y, hy, cy, ws = rnn.forward_train(w, x)
+            inference = rnn.forward(w, x)
+            grads = rnn.backward(w, ws, local.standard_normal(y.shape).astype(np.float32))
+            results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
+        for a, b in zip(*results):
+            assert (a is None and b is None) or np.array_equal(a, b), T
+
+
 # sizes with panels narrower than H on AVX2 and AVX-512 alike, forward (G gates) and backward (1)
 @pytest.mark.parametrize("cell, hidden", [("lstm", 80), ("gru", 96), ("rnn_relu", 80)])
 def test_weights_in_column_panels_match_torch(cell, hidden, rng):

@@ -55,6 +55,19 @@ from .sequence import Program, Stacked, Subroutines
 # in a 16-step one, dev machine); the DS2 LSTM backward took 336-337 ms instead of 348-356 so.
 CHUNK_STEPS = (16, 4, 1)
 GPU_CHUNK_STEPS = (256, 32, 4, 1)
+# GPU forwards cover the steps left after whole chunks with one more chunk of the same size,
+# overlapping steps done before (``Program.chunked``'s ``tail_waste``), where the steps it computes
+# twice hold at most this many multiply-adds (x2: FLOPs) in all: a few microseconds of work, about
+# what each launch it saves costs a small GEMM (3.3 us a 4-step chunk at LSTM N = 1, H = 96 on the
+# H200, notes/performance.md v45). At Deep Speech 2 sizes a step's projection is 51 M multiply-adds:
+# no tails.
+GPU_TAIL_FLOPS = 64 * 10**6
+
+
+def tail_flops(target) -> int:
+    """The FLOPs a forward's last chunk of projections may compute twice to save launches
+    (:data:`GPU_TAIL_FLOPS` on GPUs; none on CPUs, whose kernels are function calls)."""
+    return GPU_TAIL_FLOPS if target is not None and is_gpu(target) else 0
 
 
 def chunk_steps(target, options: BuildOptions) -> tuple[int, ...]:
@@ -261,12 +274,14 @@ def _check_bf16_projections(target, config: Config, panel: int) -> None:
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
-                    subroutines: Subroutines | None = None) -> Program:
+                    subroutines: Subroutines | None = None, tail_flops: int = 0) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
     into a buffer of one chunk, instead of every step's projection before the time loop (a loop
-    that is one persistent kernel keeps the latter)."""
+    that is one persistent kernel keeps the latter). ``tail_flops`` (:data:`GPU_TAIL_FLOPS`): with
+    the projections before the time loop, the FLOPs a chunk overlapping the steps before it may
+    spend again to save launches (``Program.chunked``'s ``tail_waste``)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
@@ -341,7 +356,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                               gx=gx.at("t", "n", *gate_axes, d=gd, t=0 if interleave else start))
 
             if not interleave:
-                prog.chunked(T, chunks, project)
+                step_flops = 2 * N * in_size * G * H * len(group)
+                prog.chunked(T, chunks, project, tail_waste=tail_flops // step_flops)
             for d in group:
                 ld = l * D + d
                 # State rows: training keeps all T+1 in time order (see the module docstring);
@@ -652,10 +668,11 @@ def all_programs(config: Config, schedule, target=None,
     def blocks(name):
         return persistent_blocks if name in passes else None
     interleave = interleaved_projections(target, options)
+    tails = tail_flops(target)
     programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
-                                interleave=interleave, **how),
+                                interleave=interleave, tail_flops=tails, **how),
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
-                                interleave=interleave, **how),
+                                interleave=interleave, tail_flops=tails, **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,

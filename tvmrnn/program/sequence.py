@@ -53,8 +53,13 @@ def evaluate(e, length: int) -> int:
         return length
     if isinstance(e, tirx.IntImm):
         return int(e.value)
+    if isinstance(e, tirx.Select):
+        return evaluate(e.true_value if evaluate(e.condition, length) else e.false_value, length)
     ops = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
-           tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b}
+           tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b,
+           tirx.LT: lambda a, b: int(a < b), tirx.LE: lambda a, b: int(a <= b),
+           tirx.GT: lambda a, b: int(a > b), tirx.GE: lambda a, b: int(a >= b),
+           tirx.And: lambda a, b: int(bool(a) and bool(b))}
     for kind, f in ops.items():
         if isinstance(e, kind):
             return f(evaluate(e.a, length), evaluate(e.b, length))
@@ -1099,20 +1104,36 @@ class Program:
 
         return reset + [tvm_ffi.structural_mutate(body, [(tirx.For, swap)])]
 
-    def chunked(self, length, sizes: tuple[int, ...], emit: Callable) -> None:
+    def chunked(self, length, sizes: tuple[int, ...], emit: Callable, tail_waste: int = 0) -> None:
         """Cover ``range(length)`` with chunks: as many of ``sizes[0]`` as fit, then ``sizes[1]``...
 
         ``emit(start, size)`` emits the calls for one chunk. ``sizes`` must end with 1, so that
         every length is covered while each kernel keeps a static chunk size.
+
+        ``tail_waste`` (for chunks whose calls may run twice over a step with the same result: the
+        GPU's all-steps input projections, each step's rows written from its own inputs alone):
+        where the steps left after a size's whole chunks would take more than one chunk of the
+        next size, one more chunk of this size ending at ``length`` covers them, recomputing at
+        most ``tail_waste`` steps that a chunk before it covered. At T = 60 with (256, 32, 4, 1)
+        that is 2 launches (0-32, 28-60) instead of 8 (one of 32, seven of 4): a small GEMM's
+        launch costs more than its work (LSTM N = 1, H = 96 on the H200: 3.3 us each, the eight
+        a third of the forward's kernel time, notes/performance.md v45).
         """
         if sizes[-1] != 1:
             raise AssertionError("chunk sizes must end with 1")
         start = _const(0)
-        for size in sizes:
+        for index, size in enumerate(sizes):
             count = tirx.floordiv(_const(length) - start, size) if size > 1 else _const(length) - start
             with self.loop(count, f"chunk{size}") as i:
                 emit(start + i * size, size)
             start = start + count * size
+            if tail_waste and size > 1:
+                rest = _const(length) - start  # < size
+                wanted = tirx.And(tirx.And(rest > sizes[index + 1], size - rest <= tail_waste),
+                                  _const(length) >= size)
+                with self.loop(tirx.Select(wanted, _const(1), _const(0)), f"tail{size}"):
+                    emit(_const(length) - size, size)
+                start = tirx.Select(wanted, _const(length), start)
 
     def calls(self, length: int) -> dict[str, int]:
         """How many times each kernel runs in one pass over a sequence of ``length`` steps."""
