@@ -120,13 +120,13 @@ def rng():
 
 
 
-def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, bound=(1e-2, 3e-2)):
+def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, bound=(1e-2, 3e-2), N=5, n=4):
     """A ``dtype=`` half build takes and returns ``dtype`` tensors (the states and the input and
     state gradients too) and fp32 weight gradients; against torch.nn in float64 on the same
     half-rounded inputs and weights, its outputs are within ``bound[0]`` and its gradients within
-    ``bound[1]`` (relative norms), at a batch smaller than the build's."""
+    ``bound[1]`` (relative norms), at a batch of ``n`` rows on a build for ``N``."""
     import torch
-    T, N, n = 6, 5, 4
+    T = 6
     half = getattr(torch, dtype)
     torch.manual_seed(0)
     kind = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(cell)

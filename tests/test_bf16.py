@@ -377,6 +377,41 @@ def test_bfloat16_builds_match_torch_in_float64(cell, I, H, layers, bidirectiona
     check_half_build(cell, I, H, layers, bidirectional, "bfloat16", target=None, device="cpu")
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_bfloat16_builds_at_batch_one_match_torch_in_float64(cell):
+    """A bf16 build for one row (the serving case), forward and every gradient."""
+    if not _cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16)")
+    check_half_build(cell, 11, 32, 1, True, "bfloat16", target=None, device="cpu", N=1, n=1)
+
+
+@pytest.mark.parametrize("place", ["x", "h0", "c0", "weight", "inf", "dy"])
+def test_nan_and_inf_through_a_bfloat16_build_reach_what_they_reach_in_torch(place):
+    """test_numerics' cases through a bf16 LSTM build (bf16 inputs, states and output gradient,
+    rounded from the fp32 case; weights packed rounded): NaN and Inf reach exactly the outputs,
+    states and gradients they reach in torch.nn (fp32), through the casts, the rounding and the
+    bf16 GEMMs."""
+    import torch
+    from test_numerics import _case, _nan_pattern_matches, _torch_side
+    if not _cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16)")
+    hidden = 32  # 16-unit panels: the bf16 GEMMs, not the fp32 fallback
+    ref, params, x, h0, c0, dy = _case("lstm", place, hidden)
+    want, want_grads = _torch_side("lstm", ref, params, x, h0, c0, dy)
+    rnn = tvmrnn.build("lstm", input_size=x.shape[2], hidden_size=hidden, bidirectional=True, batch_size=x.shape[1],
+                       dtype="bfloat16", cache=False, tuning_logs=False)
+
+    def bf16(a):
+        return torch.from_numpy(a).bfloat16()
+    w = rnn.pack_weights(params)
+    y, hy, cy = rnn.forward(w, bf16(x), bf16(h0), bf16(c0))
+    _nan_pattern_matches(place, {"y": y.float(), "hy": hy.float(), "cy": cy.float()}, want, "forward")
+    y, hy, cy, ws = rnn.forward_train(w, bf16(x), bf16(h0), bf16(c0))
+    _nan_pattern_matches(place, {"y": y.float(), "hy": hy.float(), "cy": cy.float()}, want, "forward_train")
+    grads = rnn.backward(w, ws, bf16(dy))
+    _nan_pattern_matches(place, {k: v.float() for k, v in grads.items()}, want_grads, "backward")
+
+
 def test_bfloat16_build_contract(tmp_path):
     """What a bf16 build refuses, by name: other dtypes of input, NumPy arrays (NumPy has no
     bfloat16), weights packed by an fp32 build, float16 on a CPU, an unknown dtype, a CPU without
