@@ -401,9 +401,10 @@ def test_bad_states_are_a_clear_error():
 def test_cpu_bf16_autocast_runs_bf16_projections_where_the_cpu_has_them():
     """Where torch.nn computes in bf16 on a CPU (under bf16 autocast every RNN's GEMMs, the GRU's
     too though it returns fp32; a bf16 module), the drop-in takes a build with bf16 projections
-    if this CPU has AVX512-BF16 (and the hidden size 16-unit panels), else its fp32 build. Either
-    way the result is within bf16's rounding of torch.nn's fp32 one."""
-    from tvmrnn.torch import _cpu_bf16_projections
+    if this CPU has AVX512-BF16 where it pays (and the hidden size 16-unit panels: the rule
+    ``build`` applies), else its fp32 build, which fp32 calls then share. Either way the result is
+    within bf16's rounding of torch.nn's fp32 one."""
+    from tvmrnn.torch import _cpu_bf16_pays
     torch.manual_seed(0)
     for theirs, H in ((torch.nn.LSTM, 32), (torch.nn.GRU, 32), (torch.nn.LSTM, 20)):
         ref = theirs(12, H)
@@ -413,12 +414,14 @@ def test_cpu_bf16_autocast_runs_bf16_projections_where_the_cpu_has_them():
         y32 = ref(x)[0]
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = ours(x)[0]
-        expected = _cpu_bf16_projections(4 if theirs is torch.nn.LSTM else 3, H)
+        expected = _cpu_bf16_pays() and H % 16 == 0
         assert [k[5] for k in ours._built] == [expected], (theirs.__name__, H)
+        assert [rnn.config.options.bf16_projections for rnn in ours._built.values()] == [expected]
         assert rel_error(y.float(), y32) < 1e-2
         y.float().sum().backward()  # training through it: the fp32 backward
         assert ours.weight_ih_l0.grad is not None
         assert rel_error(ours(x)[0], y32) < 1e-5  # outside autocast: the fp32 build
+        assert len(ours._built) == 1 + expected  # (refused: the one fp32 build served both)
 
 
 def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
@@ -458,16 +461,21 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
     # AVX512-BF16 without the gain (Intel's Xeons without AMX: the dot products no faster than fp32
     # FMAs, so the rounding makes the bf16 build slower) keeps fp32; AMD's Zen 4 and later, and
     # Xeons with AMX (whose tiles run the GEMMs), take bf16
-    from tvmrnn.torch import _cpu_bf16_projections
-    assert not _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 16}))
-    assert _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}))
-    assert _cpu_bf16_projections(4, 32, json.dumps({"kind": "llvm", "mcpu": "znver4", "num-cores": 16}))
+    from tvmrnn.torch import _bf16_refused, _cpu_bf16_pays
+    assert not _cpu_bf16_pays(json.dumps({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 16}))
+    spr = json.dumps({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
+    assert _cpu_bf16_pays(spr)
+    assert _cpu_bf16_pays(json.dumps({"kind": "llvm", "mcpu": "znver4", "num-cores": 16}))
     # where the OS refuses AMX's tiles, the AMX target keeps fp32 (its bf16 build could not run)
     from tvmrnn.schedules import bf16
     refused = mock.patch.object(bf16, "request_amx", lambda: False)
     with refused:
-        assert not _cpu_bf16_projections.__wrapped__(4, 32, json.dumps({"kind": "llvm", "mcpu": "sapphirerapids",
-                                                                         "num-cores": 16}))
+        assert not _cpu_bf16_pays.__wrapped__(spr)
+    # what a build of given sizes refuses, by build's own rule (panels; the step's stack state)
+    sizes = dict(input_size=8, num_layers=1, bidirectional=True, batch_first=False)
+    assert _bf16_refused("lstm", spr, hidden_size=32, batch_size=4, **sizes) is None
+    assert "column panels" in _bf16_refused("lstm", spr, hidden_size=20, batch_size=4, **sizes)
+    assert "too large" in _bf16_refused("lstm", spr, hidden_size=2048, batch_size=256, **sizes)
     other = tt.GRU(8, 32, target={"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     with torch.autocast("cpu", dtype=torch.bfloat16):
         other(torch.randn(5, 2, 8))

@@ -31,6 +31,7 @@ itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import itertools
 import json
@@ -224,16 +225,16 @@ _forward_train_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
-    """Whether CPU builds for ``target`` (a module's ``target=``; None: this machine) take bf16
-    projections for a cell of ``gates`` gates at this hidden size (``BuildOptions.bf16_projections``:
-    AVX512-BF16, weight panels of a multiple of 16 units), where they are faster than the fp32
-    build (``DeviceModel.bf16_dot_pays``: AMD's Zen 4 and later, CPUs with AMX); for this
-    machine, also whether its CPU reports the instruction (a VM may hide it from a CPU LLVM
-    knows to have it); for a target with AMX, whether the OS lets this process use its tiles
-    (else fp32, rather than a build that cannot run)."""
+def _cpu_bf16_pays(target=None) -> bool:
+    """Whether CPU builds for ``target`` (a module's ``target=``; None: this machine) should take
+    bf16 projections where a build can (``BuildOptions.bf16_projections``; what else each build
+    needs, :func:`tvmrnn.program.passes.bf16_projections_refused`, :meth:`_Mixin._rnn_for` asks):
+    AVX512-BF16 where it is faster than the fp32 build (``DeviceModel.bf16_dot_pays``: AMD's Zen 4
+    and later, CPUs with AMX); for this machine, also whether its CPU reports the instruction (a
+    VM may hide it from a CPU LLVM knows to have it); for a target with AMX, whether the OS lets
+    this process use its tiles (else fp32, rather than a build that cannot run)."""
     from .device import _cpu_flags, device_model, host_target, resolve
-    from .schedules import bf16, weight_panel
+    from .schedules import bf16
     if target is None:
         if "avx512_bf16" not in _cpu_flags():
             return False
@@ -242,10 +243,23 @@ def _cpu_bf16_projections(gates: int, hidden_size: int, target=None) -> bool:
         target = resolve(json.loads(target) if isinstance(target, str) and target.startswith("{") else target)
         if target.kind.name != "llvm":
             return False
-    panel = weight_panel(target, gates, hidden_size)
     if bf16.supports_amx(target) and not bf16.request_amx():  # AMX code the OS would not let run: fp32
         return False
-    return (bf16.supports(target) and device_model(target).bf16_dot_pays and bool(panel) and panel % 16 == 0)
+    return bf16.supports(target) and device_model(target).bf16_dot_pays
+
+
+@functools.lru_cache(maxsize=1024)
+def _bf16_refused(cell, target, input_size, hidden_size, num_layers, bidirectional, batch_size,
+                  batch_first) -> str | None:
+    """Why a CPU build of these sizes for ``target`` (a module's, as :func:`_hashable` keys it;
+    None: this machine) cannot take ``BuildOptions.bf16_projections``, or None: the rule ``build``
+    itself applies (:func:`tvmrnn.program.passes.bf16_projections_refused`)."""
+    from .device import host_target, resolve
+    from .program.passes import Config, bf16_projections_refused
+    config = Config(get_cell(cell), input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first,
+                    BuildOptions(bf16_projections=True))
+    target = host_target() if target is None else resolve(json.loads(target) if target.startswith("{") else target)
+    return bf16_projections_refused(target, config)
 
 
 # Whether the drop-in forward running in this thread asks for bf16 builds (set by
@@ -366,6 +380,19 @@ class _Mixin:
                 raise ValueError("input: a PackedSequence needs a package built with "
                                  "options=tvmrnn.BuildOptions(variable_lengths=True)")
             return self._package
+        if self._target is not None:
+            target = self._target
+        else:  # the input's GPU (DDP: each rank its own; the build cache holds one entry for all)
+            target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
+                if device.type == "cuda" else None
+        options = BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda")
+        sizes = dict(input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
+                     bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first)
+        if options.bf16_projections and _bf16_refused(self._cell, _hashable(target), **sizes):
+            # a build of these sizes cannot take them (no 16-unit panels, a state too large for the
+            # step): the fp32 build, which fp32 calls share
+            bf16, options = False, dataclasses.replace(options, bf16_projections=False)
+
         def fitting(precision):
             return [(n, rnn) for (i, l, n, d, r, h), rnn in self._built.items()
                     if (i, l, d, r, h) == (input_size, num_layers, str(device), ragged, precision) and n >= batch_size]
@@ -376,15 +403,7 @@ class _Mixin:
             largest = max(n for i, l, n, _, r, _ in self._built if (i, l, r) == (input_size, num_layers, ragged))
             raise ValueError(f"input: a batch of {batch_size} rows; this module was built for at most {largest} "
                              f"and rebuild=False")
-        if self._target is not None:
-            target = self._target
-        else:  # the input's GPU (DDP: each rank its own; the build cache holds one entry for all)
-            target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
-                if device.type == "cuda" else None
-        rnn = build(self._cell, input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
-                    bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first,
-                    target=target, allow_tf32=bf16 and device.type == "cuda",
-                    options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda"))
+        rnn = build(self._cell, **sizes, target=target, allow_tf32=bf16 and device.type == "cuda", options=options)
         self._built[(input_size, num_layers, batch_size, str(device), ragged, bf16)] = rnn
         return rnn
 
@@ -488,14 +507,9 @@ class _Mixin:
         kind = input.device.type
         in_bf16 = input.dtype == torch.bfloat16 or (input.is_floating_point() and torch.is_autocast_enabled(kind)
                                                     and torch.get_autocast_dtype(kind) == torch.bfloat16)
+        # (whether this batch's build can take them, _rnn_for decides: an fp32 build where not)
         bf16 = (in_bf16 and kind == "cpu" and self._package is None and not torch.compiler.is_compiling()
-                and _cpu_bf16_projections(get_cell(self._cell).num_gates, self.hidden_size,
-                                          _hashable(self._target)))
-        if bf16:
-            from .schedules import bf16 as kernels_bf16
-            batch = input.shape[0 if self.batch_first else 1] if input.dim() == 3 else 1
-            bf16 = kernels_bf16.step_state_bytes(2 if self.bidirectional else 1, batch,
-                                                 self.hidden_size) <= kernels_bf16.STEP_STATE_BYTES
+                and _cpu_bf16_pays(_hashable(self._target)))
         # where cuDNN computes in half (a half input or module, CUDA autocast): the all-steps GEMMs
         # on TF32 tensor cores (allow_tf32: errors ~1e-3, within half's; 8-24% faster at DS2, v44)
         half = (kind == "cuda" and self._package is None and not torch.compiler.is_compiling() and input.is_floating_point()
