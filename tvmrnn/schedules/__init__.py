@@ -43,7 +43,7 @@ from ..kernels import Kernel
 
 from . import bf16
 from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_kind, _writes_param, is_gpu, uses_tf32
-from .cpu import cpu_column_tile, cpu_gemm, gradient_panel, l1_blocks, weight_panel
+from .cpu import cpu_column_tile, cpu_gemm, cpu_transpose, gradient_panel, l1_blocks, weight_panel
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
                    matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
 from .row_tiles import default_row_tiles, gpu_row_tiles
@@ -90,6 +90,11 @@ def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.
     return sch.mod["main"]
 
 
+def _transposed(sch, kernel: Kernel, target) -> None:
+    if not cpu_transpose(sch, kernel, target):
+        raise s_tir.ScheduleError(f"{kernel.name}: not a transposition")
+
+
 def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     """Schedule the kernel held by ``sch`` (its ``main``) the default way. Everything goes through
     ``sch``'s primitives, so its trace replays the default schedule: tuning measures it as a
@@ -116,6 +121,8 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
         else:
             tiles = {**PERSISTENT_TILES, "stationary_bytes": budget, "max_blocks": blocks, **tiles}
     if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
+        return
+    if kernel.gemm is None and not is_gpu(target) and _copy_applied(sch, lambda s: _transposed(s, kernel, target)):
         return
     params = sch.mod["main"].params
     blocks = sch.get_child_blocks(sch.get_sblock("root"))
