@@ -22,6 +22,7 @@ import tvmrnn
 from tvmrnn.tune import records, tasks, tuner
 from tvmrnn.cells.definition import CELLS
 from tvmrnn.program.passes import Config
+from tvmrnn.schedules.common import is_gpu
 from conftest import rel_error, torch_module
 
 CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
@@ -565,9 +566,10 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     from tvmrnn.tune import spaces, tasks
     from tvmrnn.schedules import apply, knobs
     config = Config(CELLS["gru"], 5, 24, 1, False, 3, False)
+    wide = Config(CELLS["gru"], 256, 256, 1, False, 2, False)  # transpositions large enough to tile
     families = set()
     for target in (tvmrnn.device.host_target(), tvm.target.Target("nvidia/nvidia-h100")):
-        for task in tasks.extract_tasks([config], target=target):
+        for task in tasks.extract_tasks([config] if is_gpu(target) else [config, wide], target=target):
             kernel = task.kernel
             family = (knobs.family(kernel, target), "_t" in kernel.name and kernel.name.split("_t")[0])
             if family in families:  # one kernel of each template and kind (the test's time)
@@ -587,8 +589,8 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
                 mutated.apply_to_schedule(replayed, remove_postproc=True)
                 after = spaces.knob_values(replayed.trace)
                 assert sum(after[k] != settings[0][k] for k in after) == 1, kernel.name
-    assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "split_k", "matmul", "column_sum", "gpu_pointwise",
-                                        "persistent"}
+    assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "cpu_transpose", "split_k", "matmul", "column_sum",
+                                        "gpu_pointwise", "persistent"}
 
 
 def test_a_killed_tuning_run_loses_no_record_and_resumes(tmp_path):

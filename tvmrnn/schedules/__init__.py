@@ -90,8 +90,8 @@ def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.
     return sch.mod["main"]
 
 
-def _transposed(sch, kernel: Kernel, target) -> None:
-    if not cpu_transpose(sch, kernel, target):
+def _transposed(sch, kernel: Kernel, target, row_tile: int, column_tile: int) -> None:
+    if not cpu_transpose(sch, kernel, target, row_tile, column_tile):
         raise s_tir.ScheduleError(f"{kernel.name}: not a transposition")
 
 
@@ -122,7 +122,8 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
             tiles = {**PERSISTENT_TILES, "stationary_bytes": budget, "max_blocks": blocks, **tiles}
     if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
         return
-    if kernel.gemm is None and not is_gpu(target) and _copy_applied(sch, lambda s: _transposed(s, kernel, target)):
+    if kernel.gemm is None and not is_gpu(target) and tiles.get("transpose", 1) and _copy_applied(
+            sch, lambda s: _transposed(s, kernel, target, tiles.get("row_tile", 32), tiles.get("column_tile", 16))):
         return
     params = sch.mod["main"].params
     blocks = sch.get_child_blocks(sch.get_sblock("root"))

@@ -288,3 +288,14 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
     if first == n - 1 and column_tile % lanes == 0:
         _vectorize(sch, ci, lanes)
     return True
+
+
+def is_transposition(kernel: Kernel, target) -> bool:
+    """Whether :func:`cpu_transpose` schedules ``kernel`` (with its default tiles) on ``target``."""
+    from tvm import s_tir
+    if kernel.gemm is not None or is_gpu(target):
+        return False
+    try:
+        return cpu_transpose(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel, target)
+    except s_tir.ScheduleError:
+        return False
