@@ -450,6 +450,37 @@ def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
     assert np.abs(dw - want).max() / np.abs(want).max() < 1e-5
 
 
+def test_cpu_transpositions_in_tiles_are_exact():
+    """``cpu_transpose``: the weights' packing and the packed weight gradients' way back to
+    PyTorch's layout, large enough to be tiled (with and without panels, 3 and 4 gates, a 48-float
+    column of 16 units x 3 gates), move every element where NumPy's transposition puts it; tiny
+    ones and non-transpositions keep the pointwise rule; the tiles are knobs of their own family."""
+    import numpy as np
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.schedules import default_schedule, knobs
+    from tvmrnn.schedules.cpu import is_transposition
+    from tvmrnn.runtime.profile import time_kernel
+    from tvmrnn.device import host_target
+    target = host_target()
+    cases = [(kernels.gate_untranspose(3, 256, 96), lambda s: s.transpose(2, 1, 0)),
+             (kernels.gate_untranspose(4, 128, 160, panel=16),  # (H/u, K, u, G) -> (G, H, K)
+              lambda s: s.transpose(3, 0, 2, 1).reshape(4, 128, 160)),
+             (kernels.gate_transpose(3, 256, 96), lambda s: s.transpose(2, 1, 0)),
+             (kernels.gate_transpose(4, 128, 160, panel=16),  # (G, H, K) -> (H/u, K, G, u)
+              lambda s: s.reshape(4, 8, 16, 160).transpose(1, 3, 0, 2))]
+    for kernel, numpy_way in cases:
+        assert is_transposition(kernel, target) and knobs.family(kernel, target) == "cpu_transpose", kernel.name
+        for tiles in ({}, {"row_tile": 16, "column_tile": 32}):
+            results = []
+            time_kernel(default_schedule(kernel, target, **tiles), target, number=1, repeat=1, results=results)
+            src, dst = results
+            assert np.array_equal(dst, numpy_way(src)), (kernel.name, tiles)
+    assert not is_transposition(kernels.gate_untranspose(3, 24, 5), target)  # tiny: the pointwise rule
+    assert not is_transposition(kernels.copy(64, 1024), target)
+    assert not is_transposition(kernels.gate_transpose(3, 256, 96), tvm.target.Target("nvidia/nvidia-h100"))
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("mode", ["wait", "early", "off"])
 def test_cuda_programmatic_dependent_launch(mode):
