@@ -162,6 +162,44 @@ def test_interleaved_projections_match_projections_first():
         tvmrnn.BuildOptions(interleave_projections="auto")
 
 
+def test_packed_weights_are_recycled_once_nothing_refers_to_them():
+    """CPU packed weights go back to their RNN when their ``PackedWeights`` is gone (a drop-in packs
+    at every call: a fresh buffer's pages were first touched each time), and the next pack takes
+    them; never while anything else refers to the array. Results are those of fresh packs. NumPy
+    and torch parameters alike; the parameters' joined copy is each thread's own buffer."""
+    import gc
+    rnn = built("gru", 1, True)
+    local = np.random.default_rng(3)
+
+    def params():
+        return {slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) for slot in rnn.config.layout.slots}
+    x = local.standard_normal((7, N, I)).astype(np.float32)
+    first, second = params(), params()
+    want = [rnn.forward(rnn.pack_weights(p, zeroed=True), x)[0] for p in (first, second)]  # (zeroed: never pooled)
+
+    def address(w):
+        return w.flat.__array_interface__["data"][0]
+    w = rnn.pack_weights(first)
+    where = address(w)
+    assert np.array_equal(rnn.forward(w, x)[0], want[0])
+    del w
+    gc.collect()
+    assert len(rnn._packed_pool._free) == 1  # (a fresh buffer could land at the same address)
+    w = rnn.pack_weights(second)
+    assert address(w) == where and not rnn._packed_pool._free  # recycled
+    assert np.array_equal(rnn.forward(w, x)[0], want[1])
+    held = w.flat  # referred to elsewhere: not recycled
+    kept = held.copy()
+    del w
+    gc.collect()
+    assert not rnn._packed_pool._free
+    w = rnn.pack_weights(first)
+    assert address(w) != where and np.array_equal(held, kept)
+    assert np.array_equal(rnn.forward(w, x)[0], want[0])
+    torch_w = rnn.pack_weights({k: torch.from_numpy(v) for k, v in second.items()})
+    assert np.array_equal(rnn.forward(torch_w, torch.from_numpy(x))[0].numpy(), want[1])
+
+
 def test_overlapping_projection_tails_match(monkeypatch):
     """GPU forwards cover the steps left after whole chunks of projections with one chunk of the
     same size that overlaps steps done before (fewer launches; ``Program.chunked``'s

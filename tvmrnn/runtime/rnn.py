@@ -26,7 +26,12 @@ class PackedWeights:
     """All parameters of one configuration in the kernels' layout, on the target's device."""
 
     def __init__(self, owner: "RNN", flat):
-        self.owner, self.flat = owner, flat
+        self.owner = owner
+        self._arrays = {"w": flat}  # (held in a dict alone, so that recycling can tell it is unshared)
+
+    @property
+    def flat(self):
+        return self._arrays["w"]
 
     @property
     def nbytes(self) -> int:
@@ -144,6 +149,11 @@ class RNN:
         self._checked_lengths: set = set()
         self._functions: dict = {}
         self._workspaces = _WorkspacePool()
+        # CPU packed weights, recycled as workspaces are (a drop-in packs at every call: a fresh
+        # buffer's pages were touched for the first time each time), and each thread's buffer for
+        # the parameters joined before packing (notes/performance.md v45)
+        self._packed_pool = _WorkspacePool()
+        self._joined = threading.local()
         # GPU: the thread blocks of its persistent kernels, which need that many SMs (None: none)
         self.persistent_blocks: int | None = None
         self.allow_tf32 = False  # GEMMs over all steps on TF32 tensor cores (build's allow_tf32)
@@ -253,6 +263,8 @@ class RNN:
         self._scratch_arrays.clear()
         self._zero_states.clear()
         self._workspaces.clear()
+        self._packed_pool.clear()
+        self._joined = threading.local()
 
     # ---- weights ----------------------------------------------------------------------------
     def pack_weights(self, params, zeroed: bool = False) -> PackedWeights:
@@ -280,7 +292,10 @@ class RNN:
                 elif v.dtype != torch.float32:
                     v = v.float()
                 parts.append(v.reshape(-1).numpy())
-            flat = torch.from_numpy(round_to(self.dtype, np.concatenate(parts)))
+            joined = getattr(self._joined, "buffer", None)
+            if joined is None or joined.shape[0] != layout.total:
+                joined = self._joined.buffer = np.empty(layout.total, np.float32)
+            flat = torch.from_numpy(round_to(self.dtype, np.concatenate(parts, out=joined)))
         elif on_device:
             import torch
             half = None if self.dtype == "float32" else getattr(torch, self.dtype)  # a half build's rounding
@@ -296,9 +311,16 @@ class RNN:
                 packed = tvm.runtime.empty((layout.packed_total,), "float32", device=tvm.cuda(self.device_index))
                 self.module["pack_weights"](flat, packed)
                 return PackedWeights(self, packed)
-        packed = frame.zeros((layout.packed_total,)) if zeroed else frame.empty((layout.packed_total,), kept=True)
+        recycle = not zeroed and frame.device_kind == "cpu"
+        key = (frame.kind, str(frame.device))
+        packed = (self._packed_pool.take(key) or {}).get("w") if recycle else None
+        if packed is None:
+            packed = frame.zeros((layout.packed_total,)) if zeroed else frame.empty((layout.packed_total,), kept=True)
         self._run("pack_weights", frame, 0, {"params": flat, "w": packed})
-        return PackedWeights(self, packed)
+        w = PackedWeights(self, packed)
+        if recycle:  # back to the pool when w is gone, unless its array is referred to elsewhere
+            weakref.finalize(w, self._packed_pool.give_back, key, w._arrays).atexit = False
+        return w
 
     def _check_weights(self, w):
         if not isinstance(w, PackedWeights):
