@@ -100,6 +100,24 @@ def test_zero_initial_states(cell, rng):
     _check(cell, 2, True, False, 5, rng, with_states=False)
 
 
+def _every_result(rnn, T: int, seed: int) -> list:
+    """Inference, training forward and backward of ``rnn`` on random weights, input and output
+    gradient drawn from ``seed``: every output and gradient, in a fixed order."""
+    local = np.random.default_rng(seed)
+    w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
+                          for slot in rnn.config.layout.slots})
+    x = local.standard_normal((T, N, I)).astype(np.float32)
+    y, hy, cy, ws = rnn.forward_train(w, x)
+    inference = rnn.forward(w, x)
+    grads = rnn.backward(w, ws, local.standard_normal(y.shape).astype(np.float32))
+    return [y, hy, cy, *inference, *(grads[k] for k in sorted(grads))]
+
+
+def _same_bits(results: list, what=None) -> None:
+    for a, b in zip(*results):
+        assert (a is None and b is None) or np.array_equal(a, b), what
+
+
 @pytest.mark.parametrize("cell", CELLS + ["peephole_lstm"])
 def test_stacked_directions_match_one_after_the_other(cell, rng):
     """Both directions in one launch per step (the default) compute what a time loop per direction
@@ -114,16 +132,8 @@ def test_stacked_directions_match_one_after_the_other(cell, rng):
                            options=tvmrnn.BuildOptions(stack_directions=stacked))
         kernels = set(rnn.programs["backward"].kernels) | set(rnn.programs["forward_train"].kernels)
         assert any(k.endswith("_d2") for k in kernels) == stacked
-        local = np.random.default_rng(5)
-        w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
-                              for slot in rnn.config.layout.slots})
-        x = local.standard_normal((50, N, I)).astype(np.float32)
-        y, hy, cy, ws = rnn.forward_train(w, x)
-        inference = rnn.forward(w, x)
-        grads = rnn.backward(w, ws, local.standard_normal(y.shape).astype(np.float32))
-        results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
-    for a, b in zip(*results):
-        assert (a is None and b is None) or np.array_equal(a, b)
+        results.append(_every_result(rnn, 50, seed=5))
+    _same_bits(results)
 
 
 def test_interleaved_projections_match_projections_first():
@@ -147,16 +157,8 @@ def test_interleaved_projections_match_projections_first():
             gx = rnn._shapes_of("forward", T)["gx"]
             assert gx[1] == (16 if mode == "auto" else T), (mode, gx)
             assert gx[0] == 2  # both directions stacked
-            local = np.random.default_rng(7)
-            w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
-                                  for slot in rnn.config.layout.slots})
-            x = local.standard_normal((T, N, I)).astype(np.float32)
-            y, hy, cy, ws = rnn.forward_train(w, x)
-            inference = rnn.forward(w, x)
-            grads = rnn.backward(w, ws, local.standard_normal(y.shape).astype(np.float32))
-            results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
-        for a, b in zip(*results):
-            assert (a is None and b is None) or np.array_equal(a, b)
+            results.append(_every_result(rnn, T, seed=7))
+        _same_bits(results)
     assert not interleaved_projections(tvm_target.Target("nvidia/nvidia-h100"), tvmrnn.BuildOptions())
     with pytest.raises(TypeError, match="options.interleave_projections"):
         tvmrnn.BuildOptions(interleave_projections="auto")
@@ -220,18 +222,7 @@ def test_overlapping_projection_tails_match(monkeypatch):
     for T, before, after in ((21, 3, 2), (30, 6, 2), (37, 4, 3), (3, 3, 3), (16, 1, 1)):  # chunks
         # (each chunk a launch a direction and layer)
         assert (projections(plain, T), projections(tails, T)) == (4 * before, 4 * after), T
-        results = []
-        for rnn in (plain, tails):
-            local = np.random.default_rng(7)
-            w = rnn.pack_weights({slot.name: local.standard_normal(slot.torch_shape).astype(np.float32) * 0.3
-                                  for slot in rnn.config.layout.slots})
-            x = local.standard_normal((T, N, I)).astype(np.float32)
-            y, hy, cy, ws = rnn.forward_train(w, x)
-            inference = rnn.forward(w, x)
-            grads = rnn.backward(w, ws, local.standard_normal(y.shape).astype(np.float32))
-            results.append([y, hy, cy, *inference, *(grads[k] for k in sorted(grads))])
-        for a, b in zip(*results):
-            assert (a is None and b is None) or np.array_equal(a, b), T
+        _same_bits([_every_result(rnn, T, seed=7) for rnn in (plain, tails)], T)
 
 
 # sizes with panels narrower than H on AVX2 and AVX-512 alike, forward (G gates) and backward (1)

@@ -31,7 +31,6 @@ itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import itertools
 import json
@@ -380,18 +379,12 @@ class _Mixin:
                 raise ValueError("input: a PackedSequence needs a package built with "
                                  "options=tvmrnn.BuildOptions(variable_lengths=True)")
             return self._package
-        if self._target is not None:
-            target = self._target
-        else:  # the input's GPU (DDP: each rank its own; the build cache holds one entry for all)
-            target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
-                if device.type == "cuda" else None
-        options = BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda")
         sizes = dict(input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
                      bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first)
-        if options.bf16_projections and _bf16_refused(self._cell, _hashable(target), **sizes):
-            # a build of these sizes cannot take them (no 16-unit panels, a state too large for the
-            # step): the fp32 build, which fp32 calls share
-            bf16, options = False, dataclasses.replace(options, bf16_projections=False)
+        if bf16 and device.type != "cuda" and _bf16_refused(self._cell, _hashable(self._target), **sizes):
+            # a build of these sizes cannot take bf16 projections (no 16-unit panels, a state too
+            # large for the step): the fp32 build, which fp32 calls share
+            bf16 = False
 
         def fitting(precision):
             return [(n, rnn) for (i, l, n, d, r, h), rnn in self._built.items()
@@ -403,7 +396,13 @@ class _Mixin:
             largest = max(n for i, l, n, _, r, _ in self._built if (i, l, r) == (input_size, num_layers, ragged))
             raise ValueError(f"input: a batch of {batch_size} rows; this module was built for at most {largest} "
                              f"and rebuild=False")
-        rnn = build(self._cell, **sizes, target=target, allow_tf32=bf16 and device.type == "cuda", options=options)
+        if self._target is not None:
+            target = self._target
+        else:  # the input's GPU (DDP: each rank its own; the build cache holds one entry for all)
+            target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
+                if device.type == "cuda" else None
+        rnn = build(self._cell, **sizes, target=target, allow_tf32=bf16 and device.type == "cuda",
+                    options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda"))
         self._built[(input_size, num_layers, batch_size, str(device), ragged, bf16)] = rnn
         return rnn
 

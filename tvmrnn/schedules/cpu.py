@@ -253,8 +253,6 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
     if len(loops) != len(ivars) or len(ivars) < 2 or math.prod(_extent(sch, l) for l in loops) < min_elements:
         return False
     load = store.value
-
-    uses = _uses
     # the columns: the output's innermost axis, with the axes before it while they hold fewer than
     # a tile (the packed layouts end in the G gates: 3 or 4), the outermost of them split
     n = len(ivars)
@@ -266,12 +264,12 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
     if _extent(sch, loops[first]) % split:
         return False
     # a transposition: the input's index the columns' axes move is not its last
-    where = [i for i, index in enumerate(load.indices) if any(uses(index, ivars[a]) for a in range(first, n))]
+    where = [i for i, index in enumerate(load.indices) if any(_uses(index, ivars[a]) for a in range(first, n))]
     if not where or where[-1] == len(load.indices) - 1:
         return False
     # the rows: the longest other output axis found in the input's later (denser) indices
     later = load.indices[where[-1] + 1:]
-    rows = [a for a in range(first) if any(uses(index, ivars[a]) for index in later)]
+    rows = [a for a in range(first) if any(_uses(index, ivars[a]) for index in later)]
     if not rows:
         return False
     row = max(rows, key=lambda a: _extent(sch, loops[a]))
