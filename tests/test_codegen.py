@@ -36,6 +36,8 @@ def test_cuda_sm90_compiles(cell):
     source = device_modules[0].inspect_source()
     # every per-step kernel of the three passes is a separate __global__ function
     assert source.count("__global__") >= 10
+    # no tanhf: TVM compiles with --use_fast_math, which makes it tanh.approx.f32 (5e-4 off)
+    assert "tanhf(" not in source and "tanh(" not in source
     assert rnn.target.host is not None and rnn.target.host.kind.name == "llvm"
 
 

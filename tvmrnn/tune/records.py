@@ -663,8 +663,9 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
         func = pick(kernel)
         if on_tensor_cores and used[kernel.name] == "default":
             used[kernel.name] = "tf32"
-        func = fast_math.nan_propagating(func)
-        return func if is_gpu(target) else fast_math.vectorisable(func)
+        if is_gpu(target):
+            return fast_math.nan_propagating(fast_math.accurate_tanh(func))
+        return fast_math.vectorisable(fast_math.nan_propagating(func))
 
     def candidates(mod):
         key = LogIndex._key(mod)
