@@ -385,6 +385,51 @@ def test_generic_x86_builds_match_torch(mcpu, rng):
     assert rel_error(grads["weight_hh_l1_reverse"], ref.weight_hh_l1_reverse.grad) < 1e-4
 
 
+@pytest.mark.parametrize("cell,mcpu", [("lstm", None), ("gru", "x86-64-v3")])
+def test_weight_gradients_with_both_operands_in_panels_match_torch(cell, mcpu, rng):
+    """At sizes where a CPU backward packs both operands of its weight gradients (the gate
+    gradients in column panels, the inputs in row panels: ``schedules.cpu.input_panel``; the
+    GRU's dgx and dgh each), a 2-layer bidirectional build's gradients match float64 torch.nn, and
+    are the same bits as with the inputs left in rows. Chunks of 4 and 1 steps (T=6), a second
+    layer whose inputs are both directions' outputs, and AVX2 code (``mcpu``: its narrower tiles)."""
+    import torch
+    from conftest import rel_error, torch_module
+    from tvmrnn.program import passes
+    from tvmrnn.schedules.common import vector_lanes
+
+    I, H = 40, 32  # several panels of units on AVX-512 and on AVX2
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2} if mcpu else None
+    ref = torch_module(cell, I, H, 2, True, False).double()
+    x = torch.from_numpy(rng.standard_normal((6, 3, I)))
+    xr = x.clone().requires_grad_(True)
+    y_ref = ref(xr)[0]
+    dy = torch.from_numpy(rng.standard_normal(tuple(y_ref.shape)))
+    y_ref.backward(dy)
+    rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=3,
+                       target=target, cache=False)
+    kernels = rnn.programs["backward"].kernels
+    assert any(k.startswith("input_panels") for k in kernels), "no input panels at these sizes"
+    assert any("_r" in k for k in kernels if k.startswith("weight_gradient_panels")), vector_lanes(rnn.target)
+    w = rnn.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
+    ws = rnn.forward_train(w, x.float())[-1]
+    grads = rnn.backward(w, ws, dy.float())
+    assert rel_error(grads["x"], xr.grad) < 1e-5
+    for name, p in ref.named_parameters():
+        assert rel_error(grads[name], p.grad) < 1e-5, name
+    real = passes.input_panel
+    try:
+        passes.input_panel = lambda *args: 0
+        rows = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=3,
+                            target=target, cache=False)
+    finally:
+        passes.input_panel = real
+    assert not any(k.startswith("input_panels") for k in rows.programs["backward"].kernels)
+    w = rows.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
+    plain = rows.backward(w, rows.forward_train(w, x.float())[-1], dy.float())
+    for name in grads:
+        assert torch.equal(torch.as_tensor(grads[name]), torch.as_tensor(plain[name])), name
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_time_loop_as_one_parallel_region_matches_torch(cell, rng):
     """``time_loop_regions=True``: each CPU time loop is one parallel region with a pool barrier
@@ -423,7 +468,7 @@ def test_time_loop_as_one_parallel_region_matches_torch(cell, rng):
             assert rel_error(grads[name], getattr(ref, name).grad) < 1e-5, name
 
 
-@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("packed", [False, True, "input panels"])
 def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
     """``cpu_gemm``'s L1 blocking (several register tiles a task, the reduction in slices outside
     them) at odd sizes: a weight gradient whose reduction (t, n) and rows do not divide evenly."""
@@ -434,7 +479,9 @@ def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
     from tvmrnn.device import host_target
 
     S, N, K, H, G = 3, 5, 36, 36, 4  # 6 row tiles (AVX2 and AVX-512), a 15-row reduction
-    kernel = kernels.weight_gradient(S, N, K, H, G, packed=packed)
+    panels = packed == "input panels"  # both operands in panels: 4 features, 12 units
+    kernel = kernels.weight_gradient(S, N, K, H, G, packed=bool(packed), panel=12 if panels else 0,
+                                     input_rows=4 if panels else 0)
     plain, sch = tvm.s_tir.Schedule(kernel.func), tvm.s_tir.Schedule(kernel.func)
     ds.cpu_gemm(plain, kernel, host_target(), row_block=1, red_block=0)
     ds.cpu_gemm(sch, kernel, host_target(), row_block=3, red_block=5)
@@ -445,6 +492,10 @@ def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
     results = []
     time_kernel(sch.mod["main"], host_target(), number=1, repeat=1, results=results)
     dg, a, acc, dw = (r.astype(np.float64) for r in results)
+    if panels:  # back from (K/4, S, N, 4) and (H/12, S, N, 12, G), the result from (H/12, K, 12, G)
+        a = a.transpose(1, 2, 0, 3).reshape(S, N, K)
+        dg = dg.transpose(1, 2, 0, 3, 4).reshape(S, N, H, G)
+        acc, dw = (v.transpose(1, 0, 2, 3).reshape(K, H, G) for v in (acc, dw))
     if packed:
         want = acc + np.einsum("tnk,tnjg->kjg", a, dg)
     else:

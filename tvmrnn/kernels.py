@@ -519,6 +519,19 @@ def gradient_panels(steps, batch, hidden, gates, panel: int) -> Kernel:
     return _make(f"gradient_panels_t{steps}_n{batch}_h{hidden}_g{gates}_p{panel}", {"src": src}, {"dst": dst})
 
 
+def input_panels(steps, batch, in_size, rows: int) -> Kernel:
+    """A chunk's inputs ``(T, N, K)`` in row panels ``(K / rows, T, N, rows)``, the weight
+    gradient's other operand (:func:`weight_gradient`'s ``input_rows``): panel q holds features
+    ``q * rows ...`` of every row ``(t, n)`` side by side, so that a register tile of ``rows``
+    output rows reads them contiguously along its reduction over ``(t, n)``, where in ``(T, N, K)``
+    each step of it jumps K floats (4 KB at K = 1024: every line in the same L1 set)."""
+    if in_size % rows:
+        raise ValueError(f"rows: {rows} do not divide in_size {in_size}")
+    src = te.placeholder((steps, batch, in_size), F32, "src")
+    dst = te.compute((in_size // rows, steps, batch, rows), lambda q, t, n, r: src[t, n, q * rows + r], name="dst")
+    return _make(f"input_panels_t{steps}_n{batch}_k{in_size}_r{rows}", {"src": src}, {"dst": dst})
+
+
 def weight_gradient_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, ...]:
     """A weight gradient as :func:`weight_gradient` sums it on a CPU: ``(K, H, G)``, or in the
     column panels of ``panel`` units ``(H / panel, K, panel, G)``."""
@@ -529,7 +542,8 @@ def weight_gradient_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, 
     return (hidden // panel, in_size, panel, gates)
 
 
-def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, panel: int = 0) -> Kernel:
+def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, panel: int = 0,
+                    input_rows: int = 0) -> Kernel:
     """Accumulate ``dw[g, j, k] += sum_{t,n} dg[t, n, j, g] a[t, n, k]`` over a chunk of steps.
 
     ``dw`` is in PyTorch's layout (row g*H + j), or with ``packed`` in the forward kernels'
@@ -542,21 +556,39 @@ def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, 
     Xeon 1,706 -> 1,381 us a 16-step DS2 LSTM chunk (16 threads; PyTorch's GEMM 1,243,
     notes/performance.md v25). The caller passes the same buffer as ``acc`` and ``dw``, so the
     running sum stays in place and its order (chunk by chunk, in time order) is fixed: the
-    result is bit-identical from run to run.
+    result is bit-identical from run to run. With ``input_rows`` (and ``panel``) the inputs come in
+    :func:`input_panels`' row panels too, both operands packed as BLIS packs them; the register
+    tile's rows are then the panel's (:func:`tvmrnn.schedules.cpu.input_panel`).
     """
     if panel and not packed:
         raise ValueError("weight_gradient: panels are a packed layout (packed=True)")
-    a = te.placeholder((steps, batch, in_size), F32, "a")
+    if input_rows and not panel:
+        raise ValueError("weight_gradient: input panels go with gradient panels (panel=)")
+    if input_rows:
+        if in_size % input_rows:
+            raise ValueError(f"input_rows: {input_rows} do not divide in_size {in_size}")
+        rows = input_rows
+        a_panels = te.placeholder((in_size // rows, steps, batch, rows), F32, "a")
+
+        def a_at(t, n, k):
+            return a_panels[k // rows, t, n, k % rows]
+        a = a_panels
+    else:
+        a = te.placeholder((steps, batch, in_size), F32, "a")
+
+        def a_at(t, n, k):
+            return a[t, n, k]
     dg = te.placeholder(gradient_panels_shape(steps, batch, hidden, gates, panel) if panel
                         else (steps, batch, hidden, gates), F32, "dg")
     t = te.reduce_axis((0, steps), "t")
     n = te.reduce_axis((0, batch), "n")
     if panel:
         acc = te.placeholder(weight_gradient_shape(in_size, hidden, gates, panel), F32, "acc")
-        mm = te.compute(acc.shape, lambda p, k, u, g: te.sum(a[t, n, k] * dg[p, t, n, u, g], axis=[t, n]),
+        mm = te.compute(acc.shape, lambda p, k, u, g: te.sum(a_at(t, n, k) * dg[p, t, n, u, g], axis=[t, n]),
                         name="matmul")
         out = te.compute(acc.shape, lambda p, k, u, g: acc[p, k, u, g] + mm[p, k, u, g], name="dw")
-        columns, name = ("u", "g"), f"weight_gradient_panels_p{panel}"
+        columns = ("u", "g")
+        name = f"weight_gradient_panels_p{panel}" + (f"_r{input_rows}" if input_rows else "")
     elif packed:
         acc = te.placeholder((in_size, hidden, gates), F32, "acc")
         mm = te.compute(acc.shape, lambda k, j, g: te.sum(a[t, n, k] * dg[t, n, j, g], axis=[t, n]),

@@ -38,7 +38,7 @@ from tvm import tirx
 from .. import kernels
 from ..cells.definition import Cell
 from ..options import BuildOptions
-from ..schedules.cpu import gradient_panel, weight_panel
+from ..schedules.cpu import gradient_panel, input_panel, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
 from ..device import dependent_launch, persistent_block_caps, shared_kernels
@@ -411,17 +411,27 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     return prog
 
 
+# Whether a cell whose dgh is not its dgx (the GRU) packs each into panels for its weight
+# gradients. With the gate gradients alone in panels, two packs cost more than the panels gained
+# (16-step DS2 chunk on the Xeon: 2 x 1,749 us in rows against 2 x 1,586 + 2 x 98, its training
+# pass 4-10% slower; notes v25). With the inputs in panels too (schedules.cpu.input_panel), the
+# GRU's backward on a 2-core Sapphire Rapids VM, interleaved: T=20 N=64 I=H=1024 170.8 -> 130.4
+# ms, N=256 I=H=512 159.2 -> 144.3 (notes v46)
+TWO_GRADIENT_PACKS = True
+
+
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
-                     grad_panel: int = 0, view_pointers: bool = False,
+                     grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
                      subroutines: Subroutines | None = None) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
     with ``grad_panel`` too (where the cell's dgh is its dgx), in column panels of that many
     units, each chunk's gate gradients packed into panels first, once for both weights
-    (:func:`tvmrnn.schedules.cpu.gradient_panel`).
+    (:func:`tvmrnn.schedules.cpu.gradient_panel`), and the inputs they multiply in row panels of
+    ``input_rows_of(K, grad_panel)`` features (:func:`tvmrnn.schedules.cpu.input_panel`).
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
@@ -469,13 +479,14 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     k_most = max(I, D * H) if L > 1 else I
     dw_packed = prog.flat("dw_packed", (k_most + H) * H * G) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
-    # panels where one pack of a chunk's gate gradients serves both weights (dgh is dgx: the LSTM,
-    # the RNNs). The GRU's two packs cost more than its panels gain: 16-step chunk on the Xeon,
-    # 2 x 1,749 us in rows against 2 x 1,586 + 2 x 98 in panels, and its training pass was 4-10%
-    # slower in two interleaved studies (notes/performance.md v25)
-    grad_panel = grad_panel if packed_grads and deriv.gate_grads_shared else 0
+    # the gate gradients in panels: one pack of a chunk serves both weights where dgh is dgx (the
+    # LSTM, the RNNs), the GRU packs each (TWO_GRADIENT_PACKS)
+    grad_panel = grad_panel if packed_grads and (deriv.gate_grads_shared or TWO_GRADIENT_PACKS) else 0
     # a chunk's gate gradients in panels (kernels.gradient_panels_shape), for the weight gradients
     dg_panels = prog.flat("dg_panels", max(chunks) * N * H * G) if grad_panel else None
+    # and the inputs they multiply (x, a layer's h_{t-1}) in row panels (kernels.input_panels)
+    input_rows = {k: input_rows_of(k, grad_panel) if grad_panel else 0 for k in {I, D * H, H}}
+    a_panels = prog.flat("a_panels", max(chunks) * N * max(input_rows)) if any(input_rows.values()) else None
 
     # zeroed here, not by the caller: a caller's torch.zeros is a parallel PyTorch op whose OpenMP
     # threads then spin on the cores this pass needs (a DS2 LSTM training call on the Xeon: 37 ms
@@ -578,12 +589,16 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                         chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
                         piece = dw_packed.piece(packed_at[kind_w]) if packed_grads else dw.piece(_slot[kind_w])
                         operand = chunk
-                        if grad_panel:  # packed once: dgh is dgx
+                        if grad_panel:  # packed once where dgh is dgx
                             operand = dg_panels.piece(0)
-                            if kind_w == "weight_ih":
+                            if kind_w == "weight_ih" or not deriv.gate_grads_shared:
                                 prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=chunk, dst=operand)
+                        rows = input_rows[k_size]
+                        if rows:
+                            prog.call(kernels.input_panels(size, N, k_size, rows), src=a, dst=a_panels.piece(0))
+                            a = a_panels.piece(0)
                         prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads,
-                                                          panel=grad_panel),
+                                                          panel=grad_panel, input_rows=rows),
                                   dg=operand, a=a, acc=piece, dw=piece)
                         bias = dw.piece(_slot[kind_b])
                         prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
@@ -676,7 +691,8 @@ def all_programs(config: Config, schedule, target=None,
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
-                                                            options.gradient_panels, options.weight_panels), **how),
+                                                            options.gradient_panels, options.weight_panels),
+                                 input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines))
     for p in programs:
