@@ -386,16 +386,21 @@ def test_generic_x86_builds_match_torch(mcpu, rng):
 
 
 @pytest.mark.parametrize("cell,mcpu", [("lstm", None), ("gru", "x86-64-v3")])
-def test_weight_gradients_with_both_operands_in_panels_match_torch(cell, mcpu, rng):
+def test_weight_gradients_with_both_operands_in_panels_match_torch(cell, mcpu, rng, monkeypatch):
     """At sizes where a CPU backward packs both operands of its weight gradients (the gate
     gradients in column panels, the inputs in row panels: ``schedules.cpu.input_panel``; the
     GRU's dgx and dgh each), a 2-layer bidirectional build's gradients match float64 torch.nn, and
     are the same bits as with the inputs left in rows. Chunks of 4 and 1 steps (T=6), a second
-    layer whose inputs are both directions' outputs, and AVX2 code (``mcpu``: its narrower tiles)."""
+    layer whose inputs are both directions' outputs, and AVX2 code (``mcpu``: its narrower tiles).
+    (Small sizes, with the thresholds above which builds take these panels lowered.)"""
     import torch
     from conftest import rel_error, torch_module
     from tvmrnn.program import passes
+    from tvmrnn.schedules import cpu
     from tvmrnn.schedules.common import vector_lanes
+
+    monkeypatch.setattr(cpu, "INPUT_PANEL_MIN_FEATURES", 1)
+    monkeypatch.setattr(passes, "TWO_GRADIENT_PACKS_MIN_UNITS", 1)
 
     I, H = 40, 32  # several panels of units on AVX-512 and on AVX2
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2} if mcpu else None
@@ -416,13 +421,9 @@ def test_weight_gradients_with_both_operands_in_panels_match_torch(cell, mcpu, r
     assert rel_error(grads["x"], xr.grad) < 1e-5
     for name, p in ref.named_parameters():
         assert rel_error(grads[name], p.grad) < 1e-5, name
-    real = passes.input_panel
-    try:
-        passes.input_panel = lambda *args: 0
-        rows = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=3,
-                            target=target, cache=False)
-    finally:
-        passes.input_panel = real
+    monkeypatch.setattr(cpu, "INPUT_PANEL_MIN_FEATURES", 10**9)
+    rows = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=2, bidirectional=True, batch_size=3,
+                        target=target, cache=False)
     assert not any(k.startswith("input_panels") for k in rows.programs["backward"].kernels)
     w = rows.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
     plain = rows.backward(w, rows.forward_train(w, x.float())[-1], dy.float())

@@ -416,8 +416,10 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 # (16-step DS2 chunk on the Xeon: 2 x 1,749 us in rows against 2 x 1,586 + 2 x 98, its training
 # pass 4-10% slower; notes v25). With the inputs in panels too (schedules.cpu.input_panel), the
 # GRU's backward on a 2-core Sapphire Rapids VM, interleaved: T=20 N=64 I=H=1024 170.8 -> 130.4
-# ms, N=256 I=H=512 159.2 -> 144.3 (notes v46)
+# ms, N=256 I=H=512 159.2 -> 144.3; but T=50 N=64 I=H=256 23.5 -> 24.9 ms, N=256 I=H=64 8.7 ->
+# 11.4: from TWO_GRADIENT_PACKS_MIN_UNITS units on (notes v46)
 TWO_GRADIENT_PACKS = True
+TWO_GRADIENT_PACKS_MIN_UNITS = 512
 
 
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
@@ -480,8 +482,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dw_packed = prog.flat("dw_packed", (k_most + H) * H * G) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
     # the gate gradients in panels: one pack of a chunk serves both weights where dgh is dgx (the
-    # LSTM, the RNNs), the GRU packs each (TWO_GRADIENT_PACKS)
-    grad_panel = grad_panel if packed_grads and (deriv.gate_grads_shared or TWO_GRADIENT_PACKS) else 0
+    # LSTM, the RNNs), the GRU packs each at many units (TWO_GRADIENT_PACKS)
+    two_packs = TWO_GRADIENT_PACKS and H >= TWO_GRADIENT_PACKS_MIN_UNITS
+    grad_panel = grad_panel if packed_grads and (deriv.gate_grads_shared or two_packs) else 0
     # a chunk's gate gradients in panels (kernels.gradient_panels_shape), for the weight gradients
     dg_panels = prog.flat("dg_panels", max(chunks) * N * H * G) if grad_panel else None
     # and the inputs they multiply (x, a layer's h_{t-1}) in row panels (kernels.input_panels)
