@@ -400,6 +400,7 @@ def test_weight_gradients_with_both_operands_in_panels_match_torch(cell, mcpu, r
     from tvmrnn.schedules.common import vector_lanes
 
     monkeypatch.setattr(cpu, "INPUT_PANEL_MIN_FEATURES", 1)
+    monkeypatch.setattr(cpu, "INPUT_PANEL_MIN_BATCH", 1)
     monkeypatch.setattr(passes, "TWO_GRADIENT_PACKS_MIN_UNITS", 1)
 
     I, H = 40, 32  # several panels of units on AVX-512 and on AVX2

@@ -695,7 +695,8 @@ def all_programs(config: Config, schedule, target=None,
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
                                                             options.gradient_panels, options.weight_panels),
-                                 input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p), **how),
+                                 input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
+                                                                         config.batch_size), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines))
     for p in programs:

@@ -102,23 +102,26 @@ def tile_rows(extent: int, width: int, lanes: int, accumulators: int = 24) -> in
     return _divisor(extent, max(1, accumulators // max(1, -(-width // lanes))))
 
 
-# The fewest input features whose weight gradients take input panels (input_panel): the whole
-# backward on a 2-core Sapphire Rapids VM, interleaved, inputs in panels against rows: LSTM T=50
-# N=256 I=H=64 12.1 against 10.8 ms, N=64 I=H=256 28.2 against 27.1; N=256 I=H=512 171 against 182
-# (notes v46)
+# The fewest input features and batch rows whose weight gradients take input panels
+# (input_panel): the whole backward on a 2-core Sapphire Rapids VM, interleaved, inputs in panels
+# against rows: LSTM T=50 N=256 I=H=64 12.1 against 10.8 ms, N=64 I=H=256 28.2 against 27.1; N=256
+# I=H=512 171 against 182; N=4 I=H=512 11.0 / 13.0 against 10.6 / 12.5, N=1 I=H=1024 45.3
+# against 44.3 (notes v46)
 INPUT_PANEL_MIN_FEATURES = 512
+INPUT_PANEL_MIN_BATCH = 16
 
 
-def input_panel(target, in_size: int, gates: int, panel: int) -> int:
+def input_panel(target, in_size: int, gates: int, panel: int, batch: int) -> int:
     """Rows per panel of the inputs a CPU weight gradient in ``panel``-unit gradient panels
     multiplies (0: none; :func:`tvmrnn.kernels.input_panels`): the rows of its default register
     tile (:func:`tile_rows`), so that the tile reads one panel. Both operands then stream
     contiguous blocks, as BLIS packs them. Kernel alone, a 16-step LSTM chunk N=64 K=H=1024 on a
     2-core Sapphire Rapids VM: 123-130 -> 184-191 GFLOP/s (PyTorch's ``addmm`` ~300); the GRU's
     (G=3) 106 -> 160-200; at K=800 (DS2), where a row of the inputs is not a multiple of 4 KB,
-    162 -> 178 (notes v46). None below :data:`INPUT_PANEL_MIN_FEATURES` inputs, where a chunk's
-    inputs stay in cache as they are and the pack costs more than it saves."""
-    if not panel or in_size < INPUT_PANEL_MIN_FEATURES:
+    162 -> 178 (notes v46). None below :data:`INPUT_PANEL_MIN_FEATURES` inputs or
+    :data:`INPUT_PANEL_MIN_BATCH` rows (``batch``), where a chunk's inputs stay in cache as they
+    are and the pack costs more than it saves."""
+    if not panel or in_size < INPUT_PANEL_MIN_FEATURES or batch < INPUT_PANEL_MIN_BATCH:
         return 0
     rows = tile_rows(in_size, panel * gates, vector_lanes(host_target() if target is None else target))
     return rows if rows > 1 else 0

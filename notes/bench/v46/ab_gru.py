@@ -4,7 +4,7 @@ from tvmrnn.program import passes
 T, N, I, H = [int(v) for v in sys.argv[1:5]]
 real = passes.input_panel
 rnns = {}
-for name, two, fn in (("A panels", True, real), ("B rows", False, real)):
+for name, two, fn in (("A panels", True, real), ("B rows", False, real), ("C dg panels only", True, lambda *a: 0)):
     passes.TWO_GRADIENT_PACKS = two; passes.input_panel = fn
     rnns[name] = tvmrnn.build("gru", input_size=I, hidden_size=H, batch_size=N, cache=False)
 passes.TWO_GRADIENT_PACKS = False; passes.input_panel = real
