@@ -430,9 +430,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
-    with ``grad_panel`` too (where the cell's dgh is its dgx), in column panels of that many
-    units, each chunk's gate gradients packed into panels first, once for both weights
-    (:func:`tvmrnn.schedules.cpu.gradient_panel`), and the inputs they multiply in row panels of
+    with ``grad_panel`` too, in column panels of that many units, each chunk's gate gradients
+    packed into panels first, once for both weights where the cell's dgh is its dgx, else each
+    from :data:`TWO_GRADIENT_PACKS_MIN_UNITS` units on (:func:`tvmrnn.schedules.cpu.gradient_panel`),
+    and the inputs they multiply in row panels of
     ``input_rows_of(K, grad_panel)`` features (:func:`tvmrnn.schedules.cpu.input_panel`).
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
