@@ -564,20 +564,13 @@ def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, 
         raise ValueError("weight_gradient: panels are a packed layout (packed=True)")
     if input_rows and not panel:
         raise ValueError("weight_gradient: input panels go with gradient panels (panel=)")
-    if input_rows:
-        if in_size % input_rows:
-            raise ValueError(f"input_rows: {input_rows} do not divide in_size {in_size}")
-        rows = input_rows
-        a_panels = te.placeholder((in_size // rows, steps, batch, rows), F32, "a")
+    if input_rows and in_size % input_rows:
+        raise ValueError(f"input_rows: {input_rows} do not divide in_size {in_size}")
+    a = te.placeholder((in_size // input_rows, steps, batch, input_rows) if input_rows
+                       else (steps, batch, in_size), F32, "a")
 
-        def a_at(t, n, k):
-            return a_panels[k // rows, t, n, k % rows]
-        a = a_panels
-    else:
-        a = te.placeholder((steps, batch, in_size), F32, "a")
-
-        def a_at(t, n, k):
-            return a[t, n, k]
+    def a_at(t, n, k):
+        return a[k // input_rows, t, n, k % input_rows] if input_rows else a[t, n, k]
     dg = te.placeholder(gradient_panels_shape(steps, batch, hidden, gates, panel) if panel
                         else (steps, batch, hidden, gates), F32, "dg")
     t = te.reduce_axis((0, steps), "t")

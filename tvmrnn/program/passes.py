@@ -411,14 +411,13 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     return prog
 
 
-# Whether a cell whose dgh is not its dgx (the GRU) packs each into panels for its weight
-# gradients. With the gate gradients alone in panels, two packs cost more than the panels gained
+# From how many units a cell whose dgh is not its dgx (the GRU) packs each into panels for its
+# weight gradients. With the gate gradients alone in panels, two packs cost more than the panels gained
 # (16-step DS2 chunk on the Xeon: 2 x 1,749 us in rows against 2 x 1,586 + 2 x 98, its training
 # pass 4-10% slower; notes v25). With the inputs in panels too (schedules.cpu.input_panel), the
 # GRU's backward on a 2-core Sapphire Rapids VM, interleaved: T=20 N=64 I=H=1024 170.8 -> 130.4
 # ms, N=256 I=H=512 159.2 -> 144.3; but T=50 N=64 I=H=256 23.5 -> 24.9 ms, N=256 I=H=64 8.7 ->
-# 11.4: from TWO_GRADIENT_PACKS_MIN_UNITS units on (notes v46)
-TWO_GRADIENT_PACKS = True
+# 11.4 (notes v46)
 TWO_GRADIENT_PACKS_MIN_UNITS = 512
 
 
@@ -483,14 +482,15 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dw_packed = prog.flat("dw_packed", (k_most + H) * H * G) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
     # the gate gradients in panels: one pack of a chunk serves both weights where dgh is dgx (the
-    # LSTM, the RNNs), the GRU packs each at many units (TWO_GRADIENT_PACKS)
-    two_packs = TWO_GRADIENT_PACKS and H >= TWO_GRADIENT_PACKS_MIN_UNITS
+    # LSTM, the RNNs), the GRU packs each at many units (TWO_GRADIENT_PACKS_MIN_UNITS)
+    two_packs = H >= TWO_GRADIENT_PACKS_MIN_UNITS
     grad_panel = grad_panel if packed_grads and (deriv.gate_grads_shared or two_packs) else 0
     # a chunk's gate gradients in panels (kernels.gradient_panels_shape), for the weight gradients
     dg_panels = prog.flat("dg_panels", max(chunks) * N * H * G) if grad_panel else None
     # and the inputs they multiply (x, a layer's h_{t-1}) in row panels (kernels.input_panels)
     input_rows = {k: input_rows_of(k, grad_panel) if grad_panel else 0 for k in {I, D * H, H}}
-    a_panels = prog.flat("a_panels", max(chunks) * N * max(input_rows)) if any(input_rows.values()) else None
+    paneled = [k for k, rows in input_rows.items() if rows]
+    a_panels = prog.flat("a_panels", max(chunks) * N * max(paneled)) if paneled else None
 
     # zeroed here, not by the caller: a caller's torch.zeros is a parallel PyTorch op whose OpenMP
     # threads then spin on the cores this pass needs (a DS2 LSTM training call on the Xeon: 37 ms

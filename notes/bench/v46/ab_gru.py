@@ -5,9 +5,9 @@ T, N, I, H = [int(v) for v in sys.argv[1:5]]
 real = passes.input_panel
 rnns = {}
 for name, two, fn in (("A panels", True, real), ("B rows", False, real), ("C dg panels only", True, lambda *a: 0)):
-    passes.TWO_GRADIENT_PACKS = two; passes.input_panel = fn
+    passes.TWO_GRADIENT_PACKS_MIN_UNITS = 1 if two else 10**9; passes.input_panel = fn
     rnns[name] = tvmrnn.build("gru", input_size=I, hidden_size=H, batch_size=N, cache=False)
-passes.TWO_GRADIENT_PACKS = False; passes.input_panel = real
+passes.TWO_GRADIENT_PACKS_MIN_UNITS = 512; passes.input_panel = real
 ref = torch.nn.GRU(I, H)
 params = {n: p.detach().numpy() for n, p in ref.named_parameters()}
 x = np.random.default_rng(0).standard_normal((T, N, I), dtype=np.float32)
