@@ -674,3 +674,43 @@ def test_template_postprocessor_reuses_what_it_made_for_a_setting():
     post.made.pop(key, None)
     assert candidate(other, post) is None and candidate(other, post) is None
     assert runs.count(other) == 1
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_masked_kernels_replay_their_twins_records(cell, monkeypatch):
+    """A variable-lengths build's masked kernels take the very record their unmasked twins take
+    (the shipped H100 records, DS2 sizes, bidirectional; no compilation). The mask is the last of
+    each block's reads, so a twin's trace stages the operands it staged there: with the mask
+    first, the GRU's persistent step took another record, and its pass ran at half speed (H200,
+    v47). The LSTM's masked backward kernels have an output more than their twins (the dh a
+    finished row passes on), so they keep their default schedules."""
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    config = Config(CELLS[cell], 800, 800, 1, True, 20, False, tvmrnn.BuildOptions(variable_lengths=True))
+    masked = [t.kernel for t in tasks.extract_tasks([config], target=target) if t.kernel.unmasked is not None]
+    assert len(masked) == 4, [k.name for k in masked]
+    monkeypatch.delenv("TVMRNN_TUNING_LOGS")  # the shipped records (and a checkout's logs), as build takes them
+    schedule, used, picked = records.scheduler(target)
+    for kernel in masked:
+        func = schedule(kernel)
+        schedule(kernel.unmasked)
+        assert func is not None and _mask_reads_are_last(kernel.func), kernel.name
+        twin = used[kernel.unmasked.name]
+        if twin == "tuned" and (cell == "gru" or kernel.name.startswith("recurrent_step")):
+            assert used[kernel.name] == "unmasked record", kernel.name
+            assert picked[kernel.name]["where"] == picked[kernel.unmasked.name]["where"], kernel.name
+        else:
+            assert used[kernel.name] == "default", (kernel.name, twin)
+    assert sum(used[k.name] == "unmasked record" for k in masked) >= (3 if cell == "gru" else 1), used
+
+
+def _mask_reads_are_last(func) -> bool:
+    """Whether every block that reads the mask reads it last (and some block reads it)."""
+    found = []
+
+    def visit(block, mutator):
+        names = [str(r.source.name) for r in block.reads]
+        if "mask" in names:
+            found.append(names[-1] == "mask")
+        return mutator.default_mutate(block)
+    tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)])
+    return bool(found) and all(found)

@@ -49,8 +49,30 @@ class Kernel:
 
 def _make(name, inputs: dict, outputs: dict, gemm=None, columns=(), batch=0) -> Kernel:
     func = te.create_prim_func(list(inputs.values()) + list(outputs.values()))
+    if "mask" in inputs:
+        func = _mask_read_last(func)
     return Kernel(name, func.with_attr("global_symbol", name), tuple(inputs) + tuple(outputs), gemm, tuple(columns),
                   batch)
+
+
+def _mask_read_last(func):
+    """A masked kernel (variable lengths) with the mask last among each block's reads.
+
+    A schedule names a block's operands by their place in its reads (``cache_read``'s
+    ``read_buffer_index``). The mask is the first load of a masked expression (a select's
+    condition), so it would take the place the unmasked twin gives its first operand: the twin's
+    records (:attr:`Kernel.unmasked`) and the templates would stage the mask instead of it. Last,
+    it leaves every other operand where the twin has it."""
+    def visit(block, mutator):
+        block = mutator.default_mutate(block)
+        reads = list(block.reads)
+        last = [r for r in reads if r.source.name == "mask"]
+        if not last or reads[-len(last):] == last:
+            return block
+        return tvm.s_tir.SBlock(block.iter_vars, [r for r in reads if r.source.name != "mask"] + last, block.writes,
+                                block.name_hint, block.body, block.init, block.alloc_buffers, block.match_buffers,
+                                block.annotations)
+    return func.with_body(tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)]))
 
 
 def _substitute(expr, env: dict):

@@ -41,8 +41,9 @@ import threading
 import weakref
 from typing import Optional
 
+import numpy as np
 import torch
-from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+from torch.nn.utils.rnn import PackedSequence
 
 from .cells.definition import Cell, get_cell
 from .options import BuildOptions
@@ -75,6 +76,64 @@ def _cast(a, dtype: torch.dtype):
             and {a.dtype, dtype} <= {torch.float32, torch.float16, torch.bfloat16}):
         return _CpuCast.apply(a, str(dtype).removeprefix("torch."))
     return a.to(dtype)
+
+
+def _on_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A small host tensor on ``device`` without waiting for the device's queue (a pageable
+    copy waits for the stream: PyTorch synchronizes it)."""
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def _packed_places(sizes, batch_first: bool, device) -> torch.Tensor:
+    """Each row of a PackedSequence's ``data`` (``sizes``: its ``batch_sizes``): its row in the
+    padded batch, flattened: ``t * N + b`` (``b * T + t`` batch first), ``b`` in the packed order."""
+    T, N = len(sizes), int(sizes[0])
+    steps = np.repeat(np.arange(T), sizes)
+    rows = np.arange(steps.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return _on_device(torch.from_numpy(rows * T + steps if batch_first else steps * N + rows), device)
+
+
+class _Unpack(torch.autograd.Function):
+    """Packed rows into their padded places (zeros elsewhere); the gradient gathers them back."""
+    @staticmethod
+    def forward(ctx, data, index, rows: int):
+        ctx.save_for_backward(index)
+        return data.new_zeros((rows, *data.shape[1:])).index_copy_(0, index, data)
+
+    @staticmethod
+    def backward(ctx, grad):
+        index, = ctx.saved_tensors
+        return grad.index_select(0, index), None, None
+
+
+class _Pack(torch.autograd.Function):
+    """The padded rows that a PackedSequence holds; the gradient puts them back (zeros elsewhere).
+    Each place is taken once, so both ways are exact, deterministic copies."""
+    @staticmethod
+    def forward(ctx, padded, index):
+        ctx.save_for_backward(index)
+        ctx.rows = padded.shape[0]
+        return padded.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad):
+        index, = ctx.saved_tensors
+        return grad.new_zeros((ctx.rows, *grad.shape[1:])).index_copy_(0, index, grad), None
+
+
+def _rows_of(states, order, n: int):
+    """States (a tensor, or a tuple of them) with their batch rows in ``order`` (None: as they
+    are), as torch.nn permutes a packed input's states; what does not have ``n`` rows is left for
+    the shape checks after."""
+    if order is None or states is None:
+        return states
+    if isinstance(states, (tuple, list)):
+        return type(states)(_rows_of(s, order, n) for s in states)
+    if isinstance(states, torch.Tensor) and states.dim() == 3 and states.shape[1] == n:
+        return states.index_select(1, order.to(states.device))
+    return states
 
 
 class _Fused(torch.autograd.Function):
@@ -527,17 +586,22 @@ class _Mixin:
         return _cast(y, dtype), _cast(states, dtype)
 
     def _forward_packed(self, packed, hx):
-        """A ``PackedSequence`` in, one out (with the input's batch order), as torch.nn: the rows run
-        padded to the longest with their lengths (a variable-lengths build), states in the
-        caller's row order."""
-        padded, lengths = pad_packed_sequence(packed, batch_first=self.batch_first)  # rows in the caller's order
-        y, states = self._forward_fp32(padded, hx, lengths=lengths, packed=True)
-        axis = 0 if self.batch_first else 1
-        if packed.sorted_indices is not None:  # pack in the input's (sorted) order, as it was
-            y = y.index_select(axis, packed.sorted_indices)
-            lengths = lengths[packed.sorted_indices.cpu()]
-        data = pack_padded_sequence(y, lengths, batch_first=self.batch_first, enforce_sorted=True).data
-        return PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices), states
+        """A ``PackedSequence`` in, one out, as torch.nn. The rows run in the packed order (longest
+        first), padded to the longest with their lengths (a variable-lengths build); the states
+        come in and go out in the caller's order (``sorted_indices``, ``unsorted_indices``, on the
+        GPU). The lengths and the packed rows' places follow from ``batch_sizes``, which
+        PackedSequence keeps on the host: one gather in, one out, and no wait for the GPU
+        (``pad_packed_sequence`` copies a step at a time, and reads the lengths back)."""
+        sizes = packed.batch_sizes.numpy()
+        T, N = len(sizes), int(sizes[0])
+        lengths = torch.from_numpy((sizes[None, :] > np.arange(N)[:, None]).sum(axis=1))  # sorted rows'
+        data = packed.data
+        index = _packed_places(sizes, self.batch_first, data.device)
+        padded = _Unpack.apply(data, index, T * N).view(*((N, T) if self.batch_first else (T, N)), *data.shape[1:])
+        y, states = self._forward_fp32(padded, _rows_of(hx, packed.sorted_indices, N), lengths=lengths, packed=True)
+        data = _Pack.apply(y.reshape(T * N, *y.shape[2:]), index)
+        return (PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices),
+                _rows_of(states, packed.unsorted_indices, N))
 
     def _run(self, layer: int | None, lengths, x, h0, c0):
         """The fused stack (``layer`` None) or one layer of it on ``x``: ``(y, hy[, cy])``. Eager:
@@ -614,7 +678,7 @@ class _Mixin:
         extra = x.new_zeros((T, N, D * P))
         extra[0, :, :P] = h0[0]
         if D == 2:  # the reverse direction starts at each row's own last step
-            last = (lengths.to(x.device).long() - 1) if lengths is not None else \
+            last = (_on_device(lengths, x.device).long() - 1) if lengths is not None else \
                 torch.full((N,), T - 1, dtype=torch.long, device=x.device)
             rows = torch.arange(N, device=x.device)
             extra = extra.index_put((last, rows), torch.nn.functional.pad(h0[1], (P, 0)), accumulate=True)

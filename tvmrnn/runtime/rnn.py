@@ -428,7 +428,9 @@ class RNN:
         if frame.kind == "torch":
             import torch
             held = torch.from_numpy(mask)
-            return (held.to(frame.device) if frame.device_kind != "cpu" else held), bool((values < T).any())
+            if frame.device_kind != "cpu":  # pinned: a pageable copy would wait for the GPU's queue
+                held = held.pin_memory().to(frame.device, non_blocking=True)
+            return held, bool((values < T).any())
         return mask, bool((values < T).any())
 
     def _zero_finished(self, frame, y, mask):
