@@ -659,3 +659,45 @@ def test_half_builds_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectiona
     """``tvmrnn.build(dtype="float16" | "bfloat16")`` on the GPU: half tensors in and out, fp32
     weight gradients, errors of half precision against float64 (issue 39, item 1)."""
     check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda")
+
+
+@pytest.mark.parametrize("cls, batch_first", [("LSTM", False), ("GRU", True)])
+def test_packed_sequences_on_cuda_match_torch_without_waiting_for_the_gpu(cls, batch_first):
+    """The drop-ins on a PackedSequence (unsorted lengths, initial states, 2 bidirectional layers)
+    on the GPU: the packed output, states and every gradient against torch.nn in float64 on the
+    CPU; and a second call, forward and backward, makes PyTorch synchronize with the GPU nowhere
+    (``torch.cuda.set_sync_debug_mode("error")``; pad_packed_sequence reads the lengths back)."""
+    import tvmrnn.torch as tt
+    from torch.nn.utils.rnn import pack_padded_sequence
+    torch.manual_seed(0)
+    kwargs = dict(num_layers=2, bidirectional=True, batch_first=batch_first)
+    ref = getattr(torch.nn, cls)(13, 37, **kwargs).double()
+    ours = getattr(tt, cls)(13, 37, **kwargs)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    ours = ours.cuda()
+    lengths = torch.tensor([3, 9, 1, 6, 9])
+    x = torch.randn(*((5, 9) if batch_first else (9, 5)), 13)
+    h0, c0 = torch.randn(4, 5, 37), torch.randn(4, 5, 37)
+    results = []
+    for module, device, dtype in ((ours, "cuda", torch.float32), (ref, "cpu", torch.float64)):
+        xs, hs, cs = (t.to(device, dtype).requires_grad_() for t in (x, h0, c0))
+        out, states = module(pack_padded_sequence(xs, lengths, batch_first=batch_first, enforce_sorted=False),
+                             (hs, cs) if cls == "LSTM" else hs)
+        states = states if cls == "LSTM" else (states,)
+        (out.data.pow(2).sum() + sum(s.sum() for s in states)).backward()
+        grads = [xs.grad, hs.grad] + ([cs.grad] if cls == "LSTM" else []) + [p.grad for p in module.parameters()]
+        results.append([out.data, *states, *grads])
+    for a, b in zip(*results):
+        assert a.device.type == "cuda"
+        assert float((a.double().cpu() - b).norm() / b.norm()) < 1e-4
+    xs = x.cuda().requires_grad_()
+    packed = pack_padded_sequence(xs, lengths, batch_first=batch_first, enforce_sorted=False)
+    hx = (h0.cuda(), c0.cuda()) if cls == "LSTM" else h0.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out, states = ours(packed, hx)
+        out.data.sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
