@@ -88,7 +88,7 @@ def test_metadata_describes_the_package(exported):
     assert (meta["cell"], meta["input_size"], meta["hidden_size"], meta["num_layers"]) == ("lstm", I, H, 2)
     assert meta["bidirectional"] and not meta["batch_first"] and meta["dtype"] == "float32"
     assert meta["tvm_version"] == tvm.__version__ and meta["target_kind"] == "llvm"
-    assert set(meta["signatures"]) == {"forward", "forward_train", "backward", "pack_weights"}
+    assert set(meta["signatures"]) == {"forward", "forward_train", "backward", "pack_weights", "pack_forward"}
     assert meta["weights_size"] == sum(int(np.prod(s)) for _, s, _ in meta["parameters"])
     assert "weight_layout" in meta and "features" in meta["cpu"]
     assert meta["weight_panel"] == 0  # 37 hidden units: no tile divides them, the weights stay K-major

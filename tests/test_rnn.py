@@ -202,6 +202,59 @@ def test_packed_weights_are_recycled_once_nothing_refers_to_them():
     assert np.array_equal(rnn.forward(torch_w, torch.from_numpy(x))[0].numpy(), want[1])
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_forward_only_packs_leave_the_backward_copies_out(cell, rng):
+    """``pack_weights(forward_only=True)`` (the ``pack_forward`` pass) writes what the forwards
+    read and nothing else: into a buffer of NaN, the forward and training forward give the same
+    bits as a whole pack, the backward's copies stay NaN, and the backward refuses the weights."""
+    from tvmrnn.runtime.arrays import Frame
+    from tvmrnn.runtime.rnn import PackedWeights
+    rnn = built(cell, 2, True)
+    ref = torch_module(cell, I, H, 2, True, False)
+    params = tvmrnn.params_from_torch(ref)
+    x = rng.standard_normal((7, N, I)).astype(np.float32)
+    whole = rnn.pack_weights(params)
+    flat = np.concatenate([params[name].ravel() for name in rnn.config.layout.names])
+    nan = np.full(rnn.config.layout.packed_total, np.nan, np.float32)
+    rnn._run("pack_forward", Frame("numpy", None), 0, {"params": flat, "w": nan})
+    assert np.isnan(nan).mean() > 0.3  # the backward's copies: about half the layout
+    forward_only = PackedWeights(rnn, nan, forward_only=True)
+    for a, b in zip(rnn.forward(whole, x), rnn.forward(forward_only, x)):
+        assert b is None or np.array_equal(a, b)
+    *outs, ws = rnn.forward_train(forward_only, x)
+    *want, _ = rnn.forward_train(whole, x)
+    assert all(b is None or np.array_equal(a, b) for a, b in zip(want, outs))
+    with pytest.raises(ValueError, match=r"w: packed for the forwards alone"):
+        rnn.backward(forward_only, ws, np.ones_like(outs[0]))
+    assert rnn.pack_weights(params, forward_only=True).forward_only
+    rnn.backward(whole, ws, np.ones_like(outs[0]))  # the workspace itself is a training forward's
+
+
+def test_drop_ins_pack_for_the_forward_alone_where_no_gradient_is_needed(monkeypatch):
+    """A drop-in call that needs no gradient (``torch.no_grad``, or nothing requiring one) packs
+    the forward's part alone; a training call packs the whole."""
+    import tvmrnn.torch as tt
+    from tvmrnn.runtime.rnn import RNN
+    seen = []
+    pack = RNN.pack_weights
+
+    def spy(self, params, zeroed=False, forward_only=False):
+        seen.append(forward_only)
+        return pack(self, params, zeroed=zeroed, forward_only=forward_only)
+    monkeypatch.setattr(RNN, "pack_weights", spy)
+    model = tt.GRU(I, H)
+    x = torch.randn(5, N, I)
+    with torch.no_grad():
+        y0 = model(x)[0]
+    model.requires_grad_(False)
+    y1 = model(x)[0]
+    model.requires_grad_(True)
+    y2 = model(x)[0]
+    y2.sum().backward()
+    assert seen == [True, True, False]
+    assert torch.equal(y0, y1) and torch.equal(y1, y2.detach())
+
+
 def test_overlapping_projection_tails_match(monkeypatch):
     """GPU forwards cover the steps left after whole chunks of projections with one chunk of the
     same size that overlaps steps done before (fewer launches; ``Program.chunked``'s

@@ -137,10 +137,14 @@ def _rows_of(states, order, n: int):
 
 
 class _Fused(torch.autograd.Function):
+    """A fused stack's (or layer's) forward in autograd: the training forward where a gradient
+    is needed (``grad``: the caller's grad mode; ``forward`` runs without one), else the
+    inference forward, on weights packed for it alone."""
     @staticmethod
-    def forward(ctx, rnn, names, lengths, x, h0, c0, *params):
-        w = rnn.pack_weights(dict(zip(names, params)))
-        if any(ctx.needs_input_grad[3:]):
+    def forward(ctx, rnn, names, lengths, grad, x, h0, c0, *params):
+        train = grad and any(ctx.needs_input_grad[4:])
+        w = rnn.pack_weights(dict(zip(names, params)), forward_only=not train)  # inference: no backward copies
+        if train:
             y, hy, cy, ws = rnn.forward_train(w, x, h0, c0, lengths=lengths)
             ctx.rnn, ctx.w, ctx.ws, ctx.names = rnn, w, ws, names
         else:
@@ -152,7 +156,7 @@ class _Fused(torch.autograd.Function):
         has_c = dcy is not None
         grads = ctx.rnn.backward(ctx.w, ctx.ws, dy.contiguous(), dhy.contiguous(),
                                  dcy.contiguous() if has_c else None)
-        return (None, None, None, grads["x"], grads["h0"], grads.get("c0")) + tuple(grads[n] for n in ctx.names)
+        return (None, None, None, None, grads["x"], grads["h0"], grads.get("c0")) + tuple(grads[n] for n in ctx.names)
 
 
 # ---- torch.compile: the passes as torch.library custom ops ---------------------------------
@@ -200,7 +204,7 @@ def _forward_op(handle: int, layer: int, x: torch.Tensor, h0: torch.Tensor, c0: 
                 lengths: Optional[torch.Tensor], ragged: bool,
                 params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     rnn = _op_rnn(handle, x, layer, ragged)
-    w = rnn.pack_weights(dict(zip(rnn.config.layout.names, params)))
+    w = rnn.pack_weights(dict(zip(rnn.config.layout.names, params)), forward_only=True)
     y, hy, cy = rnn.forward(w, x, h0, c0, lengths=lengths)
     return y, hy, _no_c(cy, hy)
 
@@ -624,7 +628,7 @@ class _Mixin:
         # torch._dynamo.config.allow_rnn), it would otherwise trace the frames below
         rnn = self._rnn_for(x.shape[0 if self.batch_first else 1], x.device, layer=layer, ragged=lengths is not None)
         names = rnn.config.layout.names
-        return _Fused.apply(rnn, names, lengths, x, h0, c0, *self._parameters_of(names, layer))
+        return _Fused.apply(rnn, names, lengths, torch.is_grad_enabled(), x, h0, c0, *self._parameters_of(names, layer))
 
     def _projected_layer(self, k: int, lengths, x, h0, c0):
         """Layer ``k`` of an LSTM with projections (``proj_size`` P < H), exactly, on a plain
@@ -666,7 +670,7 @@ class _Mixin:
         names = rnn.config.layout.names
         params = [own[name] for name in names]
         r0 = x.new_zeros((D, N, H))
-        r, r_last, cy = _Fused.apply(rnn, names, lengths, widened, r0, c0.contiguous(), *params)
+        r, r_last, cy = _Fused.apply(rnn, names, lengths, torch.is_grad_enabled(), widened, r0, c0.contiguous(), *params)
         y = torch.cat([r[..., d * H:(d + 1) * H] @ projections[d].t() for d in range(D)], dim=2)
         hy = torch.stack([r_last[d] @ projections[d].t() for d in range(D)])
         return y, hy, cy

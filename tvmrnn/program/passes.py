@@ -629,15 +629,17 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
 
 
 def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0,
-                    view_pointers: bool = False, subroutines: Subroutines | None = None) -> Program:
+                    view_pointers: bool = False, subroutines: Subroutines | None = None,
+                    backward: bool = True) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
     every parameter transposed for the forward kernels (the weights in column panels of ``panel``
     units if given: :func:`tvmrnn.schedules.cpu.weight_panel`), then the weights copied for
     the backward's, as they are or in panels of ``panel_of(K)`` input features (see
-    :mod:`tvmrnn.cells.parameters`)."""
+    :mod:`tvmrnn.cells.parameters`). Without ``backward``: ``pack_forward``, the forward's part
+    alone (an inference call never reads the backward's copies: half the packing kernels)."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
-    prog = Program("pack_weights", schedule, view_pointers=view_pointers, options=config.options,
-                   subroutines=subroutines)
+    prog = Program("pack_weights" if backward else "pack_forward", schedule, view_pointers=view_pointers,
+                   options=config.options, subroutines=subroutines)
     prog.weight_panel = panel  # recorded in exported packages' metadata, with the backward's
     prog.backward_weight_panels = {}  # K -> panel of the backward's copy of a weight with K inputs
     src = prog.flat("params", layout.total)
@@ -650,7 +652,7 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
         if slot.kind in ("weight_ih", "weight_hh") and config.options.bf16_projections:  # rounded, in pairs
             kernel = kernels.bf16_weight_pairs(G, H, k_size, panel)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
-        if len(slot.torch_shape) == 2:
+        if len(slot.torch_shape) == 2 and backward:
             back = prog.backward_weight_panels[k_size] = panel_of(k_size)
             copy = kernels.weight_panels(G, H, k_size, back) if back else kernels.copy(*slot.torch_shape)
             prog.call(copy, src=src.piece(slot.offset), dst=dst.piece(layout.torch_copy(slot.offset)))
@@ -660,7 +662,8 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
 def all_programs(config: Config, schedule, target=None,
                  persistent_blocks: int | tuple[int, ...] | None = None) -> tuple[Program, ...]:
     """The passes a build compiles for ``target`` (a ``tvm.target.Target``, or None: CPU):
-    inference forward, training forward, backward and weight packing, with the target's chunk
+    inference forward, training forward, backward and weight packing (for all of them, and for
+    the forwards alone), with the target's chunk
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
     options = config.options
@@ -699,7 +702,9 @@ def all_programs(config: Config, schedule, target=None,
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
                                                                          config.batch_size), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
-                                subroutines=subroutines))
+                                subroutines=subroutines),
+                packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,
+                                backward=False))
     for p in programs:
         p.dependent_launch = dependent_launch(target, options)
     return programs

@@ -1,6 +1,6 @@
 """Exported packages: one shared library per configuration and target, and loading it back.
 
-The library holds every pass (``forward``, ``forward_train``, ``backward``, ``pack_weights``)
+The library holds every pass (``forward``, ``forward_train``, ``backward``, ``pack_weights``, ``pack_forward``)
 and a function ``tvmrnn_metadata`` returning JSON: the configuration, the target (CPU features
 or CUDA architecture), the TVM version, the weight layout and each pass's argument signature.
 For the cell it records what running needs without the cell's Python math (gates, cell state,

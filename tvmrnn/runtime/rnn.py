@@ -19,15 +19,16 @@ from .arrays import Frame, cpu_cast, round_to, to_tvm
 from ..program.passes import Config
 
 _INT32_MAX = 2**31 - 1
-PASSES = ("forward", "forward_train", "backward", "pack_weights")
+PASSES = ("forward", "forward_train", "backward", "pack_weights", "pack_forward")
 
 
 class PackedWeights:
     """All parameters of one configuration in the kernels' layout, on the target's device."""
 
-    def __init__(self, owner: "RNN", flat):
+    def __init__(self, owner: "RNN", flat, forward_only: bool = False):
         self.owner = owner
         self._arrays = {"w": flat}  # (held in a dict alone, so that recycling can tell it is unshared)
+        self.forward_only = forward_only  # packed for the forwards alone (the backward refuses them)
 
     @property
     def flat(self):
@@ -267,13 +268,17 @@ class RNN:
         self._joined = threading.local()
 
     # ---- weights ----------------------------------------------------------------------------
-    def pack_weights(self, params, zeroed: bool = False) -> PackedWeights:
+    def pack_weights(self, params, zeroed: bool = False, forward_only: bool = False) -> PackedWeights:
         """PyTorch-named parameters (numpy arrays or tensors) -> the kernels' packed layout.
 
         Torch tensors already on this RNN's device are packed there, without a trip to the host.
         ``zeroed``: the layout's padding (never read) is zeros rather than whatever memory held
         (for callers that compare or hash the packed buffer, such as torch's op checks).
+        ``forward_only``: for ``forward`` and ``forward_train`` alone, without the copies only the
+        backward reads (about half the packing's work; :meth:`backward` refuses these weights).
+        A package made before this option packs them whole.
         """
+        program = "pack_forward" if forward_only and "pack_forward" in self.signatures else "pack_weights"
         layout = self.config.layout
         layout.check(params)
         values = [params[name] for name in layout.names]
@@ -309,15 +314,15 @@ class RNN:
             if self.device_kind == "cuda":
                 flat = tvm.runtime.tensor(flat, device=tvm.cuda(self.device_index))
                 packed = tvm.runtime.empty((layout.packed_total,), "float32", device=tvm.cuda(self.device_index))
-                self.module["pack_weights"](flat, packed)
-                return PackedWeights(self, packed)
+                self.module[program](flat, packed)
+                return PackedWeights(self, packed, forward_only=program == "pack_forward")
         recycle = not zeroed and frame.device_kind == "cpu"
         key = (frame.kind, str(frame.device))
         packed = (self._packed_pool.take(key) or {}).get("w") if recycle else None
         if packed is None:
             packed = frame.zeros((layout.packed_total,)) if zeroed else frame.empty((layout.packed_total,), kept=True)
-        self._run("pack_weights", frame, 0, {"params": flat, "w": packed})
-        w = PackedWeights(self, packed)
+        self._run(program, frame, 0, {"params": flat, "w": packed})
+        w = PackedWeights(self, packed, forward_only=program == "pack_forward")
         if recycle:  # back to the pool when w is gone, unless its array is referred to elsewhere
             weakref.finalize(w, self._packed_pool.give_back, key, w._arrays).atexit = False
         return w
@@ -356,7 +361,7 @@ class RNN:
                              f"(tvmrnn.build's batch_size is the largest)")
         frame.check(name, x, self._seq_shape(T, features, n))
         if T not in self._checked_lengths:
-            largest = max(int(np.prod(s)) for p in PASSES for s in self._shapes_of(p, T).values())
+            largest = max(int(np.prod(s)) for p in self.signatures for s in self._shapes_of(p, T).values())
             if largest > _INT32_MAX:
                 raise ValueError(f"{name}: T={T} makes buffers of over 2**31 elements (32-bit indexing); "
                                  f"split the sequence")
@@ -512,6 +517,9 @@ class RNN:
         """
         c = self.config
         wflat = self._check_weights(w)
+        if w.forward_only:
+            raise ValueError("w: packed for the forwards alone (pack_weights(..., forward_only=True)); the backward "
+                             "needs pack_weights(params)")
         if not isinstance(ws, Workspace) or ws.owner is not self:
             raise TypeError("ws: expected the workspace returned by this RNN's forward_train")
         frame, T, n = ws.frame, ws.T, ws.batch
