@@ -203,10 +203,11 @@ def test_packed_weights_are_recycled_once_nothing_refers_to_them():
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_forward_only_packs_leave_the_backward_copies_out(cell, rng):
+def test_forward_only_packs_leave_the_backward_copies_out(cell, rng, monkeypatch):
     """``pack_weights(forward_only=True)`` (the ``pack_forward`` pass) writes what the forwards
     read and nothing else: into a buffer of NaN, the forward and training forward give the same
-    bits as a whole pack, the backward's copies stay NaN, and the backward refuses the weights."""
+    bits as a whole pack, the backward's copies stay NaN, and the backward refuses the weights.
+    An RNN without the pass (a package made before it) packs whole."""
     from tvmrnn.runtime.arrays import Frame
     from tvmrnn.runtime.rnn import PackedWeights
     rnn = built(cell, 2, True)
@@ -228,6 +229,11 @@ def test_forward_only_packs_leave_the_backward_copies_out(cell, rng):
         rnn.backward(forward_only, ws, np.ones_like(outs[0]))
     assert rnn.pack_weights(params, forward_only=True).forward_only
     rnn.backward(whole, ws, np.ones_like(outs[0]))  # the workspace itself is a training forward's
+    monkeypatch.setattr(rnn, "signatures", {k: v for k, v in rnn.signatures.items() if k != "pack_forward"})
+    older = rnn.pack_weights(params, forward_only=True)
+    assert not older.forward_only
+    grads = rnn.backward(older, ws, np.ones_like(outs[0]))
+    assert np.array_equal(grads["weight_hh_l1_reverse"], rnn.backward(whole, ws, np.ones_like(outs[0]))["weight_hh_l1_reverse"])
 
 
 def test_drop_ins_pack_for_the_forward_alone_where_no_gradient_is_needed(monkeypatch):
