@@ -50,7 +50,7 @@ from .options import BuildOptions
 from .cells.parameters import Layout
 from .runtime.rnn import RNN as _FusedRNN, PackedWeights, Workspace
 from .runtime.build import build
-from .runtime.arrays import Frame, cpu_cast
+from .runtime.arrays import Frame, cpu_cast, to_device
 from .runtime.loader import load
 
 
@@ -78,21 +78,13 @@ def _cast(a, dtype: torch.dtype):
     return a.to(dtype)
 
 
-def _on_device(t: torch.Tensor, device) -> torch.Tensor:
-    """A small host tensor on ``device`` without waiting for the device's queue (a pageable
-    copy waits for the stream: PyTorch synchronizes it)."""
-    if torch.device(device).type != "cuda":
-        return t.to(device)
-    return t.pin_memory().to(device, non_blocking=True)
-
-
 def _packed_places(sizes, batch_first: bool, device) -> torch.Tensor:
     """Each row of a PackedSequence's ``data`` (``sizes``: its ``batch_sizes``): its row in the
     padded batch, flattened: ``t * N + b`` (``b * T + t`` batch first), ``b`` in the packed order."""
     T, N = len(sizes), int(sizes[0])
     steps = np.repeat(np.arange(T), sizes)
     rows = np.arange(steps.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    return _on_device(torch.from_numpy(rows * T + steps if batch_first else steps * N + rows), device)
+    return to_device(torch.from_numpy(rows * T + steps if batch_first else steps * N + rows), device)
 
 
 class _Unpack(torch.autograd.Function):
@@ -682,7 +674,7 @@ class _Mixin:
         extra = x.new_zeros((T, N, D * P))
         extra[0, :, :P] = h0[0]
         if D == 2:  # the reverse direction starts at each row's own last step
-            last = (_on_device(lengths, x.device).long() - 1) if lengths is not None else \
+            last = (to_device(lengths, x.device).long() - 1) if lengths is not None else \
                 torch.full((N,), T - 1, dtype=torch.long, device=x.device)
             rows = torch.arange(N, device=x.device)
             extra = extra.index_put((last, rows), torch.nn.functional.pad(h0[1], (P, 0)), accumulate=True)

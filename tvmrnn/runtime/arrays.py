@@ -177,6 +177,15 @@ class Frame:
             raise ValueError(f"{name}: expected a C-contiguous array (call .contiguous() / np.ascontiguousarray)")
 
 
+def to_device(t, device):
+    """A small host torch tensor on ``device`` without waiting for the device's queue: through
+    pinned memory, non-blocking (PyTorch synchronizes the stream for a copy from pageable memory)."""
+    import torch
+    if torch.device(device).type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def round_to(dtype: str, a: np.ndarray) -> np.ndarray:
     """float32 ``a`` with its values rounded to ``dtype`` (``"float32"``: as it is; ``"bfloat16"``:
     to nearest even, as torch rounds, NaN kept NaN)."""

@@ -15,7 +15,7 @@ import numpy as np
 import tvm
 
 from . import package
-from .arrays import Frame, cpu_cast, round_to, to_tvm
+from .arrays import Frame, cpu_cast, round_to, to_device, to_tvm
 from ..program.passes import Config
 
 _INT32_MAX = 2**31 - 1
@@ -433,9 +433,7 @@ class RNN:
         if frame.kind == "torch":
             import torch
             held = torch.from_numpy(mask)
-            if frame.device_kind != "cpu":  # pinned: a pageable copy would wait for the GPU's queue
-                held = held.pin_memory().to(frame.device, non_blocking=True)
-            return held, bool((values < T).any())
+            return (to_device(held, frame.device) if frame.device_kind != "cpu" else held), bool((values < T).any())
         return mask, bool((values < T).any())
 
     def _zero_finished(self, frame, y, mask):
