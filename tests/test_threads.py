@@ -1,0 +1,74 @@
+"""One CPU thread pool with PyTorch (tvmrnn/runtime/threads.py): once torch is imported, tvmrnn's
+CPU kernels run their parallel loops on PyTorch's libgomp threads instead of starting TVM's pool,
+with the same bits; ``TVMRNN_THREAD_POOL`` chooses, and a bad value is refused by name."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+# A fresh process (the pool is chosen once per process): a 2-layer bidirectional LSTM and GRU on 2
+# threads, time loops as one parallel region each (the pool's barrier at every step), then the
+# pool, the launches it ran, the threads the process holds and the digest of every output and
+# gradient (test_determinism.digest)
+_SCRIPT = """
+import hashlib, os
+import numpy as np
+import torch
+import tvmrnn
+from tvmrnn.runtime import threads
+torch.set_num_threads(2)
+torch.randn(256, 256) @ torch.randn(256, 256)  # PyTorch's threads started
+h = hashlib.sha256()
+for cell, module in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU)):
+    torch.manual_seed(0)
+    ref = module(11, 37, num_layers=2, bidirectional=True)
+    rnn = tvmrnn.build(cell, 11, 37, num_layers=2, bidirectional=True, batch_size=5,
+                       options=tvmrnn.BuildOptions(threads=2, time_loop_regions=True))
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((29, 5, 11)).astype(np.float32)
+    dy = rng.standard_normal((29, 5, 74)).astype(np.float32)
+    out = list(rnn.forward(w, x))
+    y, hy, cy, ws = rnn.forward_train(w, x)
+    grads = rnn.backward(w, ws, dy)
+    for a in out + [y, hy, cy] + [grads[k] for k in sorted(grads)]:
+        if a is not None:
+            h.update(np.ascontiguousarray(a).tobytes())
+    want = ref(torch.from_numpy(x))[0].detach().numpy()
+    assert np.abs(out[0] - want).max() < 1e-4, cell
+torch.randn(256, 256) @ torch.randn(256, 256)
+print(threads.pool(), threads.launches(), len(os.listdir("/proc/self/task")), h.hexdigest())
+"""
+
+
+def _run(pool: str, **env):
+    env = dict(os.environ, TVMRNN_THREAD_POOL=pool, TVMRNN_CACHE="off", OMP_NUM_THREADS="2", **env)
+    env.pop("TVM_NUM_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, cwd=TESTS,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    pool, launches, tasks, digest = out.stdout.split()[-4:]
+    return pool, int(launches), int(tasks), digest
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the OpenMP launcher is built for Linux")
+def test_cpu_kernels_run_on_pytorchs_openmp_threads_with_the_same_bits():
+    pool, launches, tasks, digest = _run("auto")
+    tvm_pool, tvm_launches, tvm_tasks, tvm_digest = _run("tvm")
+    assert (pool, tvm_pool) == ("openmp", "tvm")
+    assert launches > 100 and tvm_launches == 0  # every parallel loop went through the launcher
+    assert digest == tvm_digest  # the same partition of the work, so the same bits
+    assert tasks < tvm_tasks  # no second pool: TVM's workers were never started
+
+
+def test_a_bad_pool_setting_is_refused_by_name(monkeypatch):
+    from tvmrnn.runtime import threads
+    monkeypatch.setenv("TVMRNN_THREAD_POOL", "gnu")
+    monkeypatch.setattr(threads, "_state", {})
+    with pytest.raises(ValueError, match="TVMRNN_THREAD_POOL"):
+        threads.use_openmp_pool(2)
