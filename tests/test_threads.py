@@ -72,3 +72,39 @@ def test_a_bad_pool_setting_is_refused_by_name(monkeypatch):
     monkeypatch.setattr(threads, "_state", {})
     with pytest.raises(ValueError, match="TVMRNN_THREAD_POOL"):
         threads.use_openmp_pool(2)
+
+
+_FORK = """
+import os, time
+import numpy as np
+import torch
+import tvmrnn
+from tvmrnn.runtime import threads
+rnn = tvmrnn.build("gru", 16, 24, batch_size=4, options=tvmrnn.BuildOptions(threads=2, time_loop_regions=True))
+w = rnn.pack_weights(tvmrnn.params_from_torch(torch.nn.GRU(16, 24)))
+x = np.random.default_rng(0).standard_normal((40, 4, 16)).astype(np.float32)
+want = rnn.forward(w, x)[0]
+pid = os.fork()
+if pid == 0:  # a forked worker (a DataLoader's): libgomp's threads stayed in the parent
+    os._exit(0 if np.array_equal(rnn.forward(w, x)[0], want) else 3)
+for _ in range(600):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    status = "hung"
+print(threads.pool(), status)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the OpenMP launcher is built for Linux")
+def test_a_forked_child_runs_the_cpu_kernels_on_its_own_thread():
+    """libgomp's threads do not survive a fork, and a parallel loop in the child would wait for them
+    forever (TVM's own pool hangs there too): the launcher runs the child's loops on its one thread."""
+    env = dict(os.environ, TVMRNN_THREAD_POOL="auto", TVMRNN_CACHE="off", OMP_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", _FORK], capture_output=True, text=True, env=env, cwd=TESTS,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["openmp", "0"], out.stdout

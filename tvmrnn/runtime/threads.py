@@ -45,6 +45,7 @@ import warnings
 # correct. A lambda that fails makes the launch fail, as in TVM's pool.
 _SOURCE = r"""
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 typedef struct { void* sync_handle; int32_t num_task; } TVMParallelGroupEnv;
@@ -59,6 +60,9 @@ static long launches = 0;
 static int cpus[1024];
 static int n_cpus = 0;  /* 0: threads are not pinned */
 static __thread int pinned_to = -1;
+static volatile int forked = 0;  /* in a child forked from this process: libgomp's threads are gone */
+
+static void after_fork_in_child(void) { forked = 1; }
 
 /* The CPUs a team's thread k >= 1 is pinned to, as TVM's pool pins its workers (TVM_BIND_THREADS):
    the k-th of the process's allowed CPUs, the calling thread (k = 0) left free. */
@@ -86,7 +90,7 @@ int tvmrnn_pool_bind(void* parallel, void* barrier, void* thread_num, void* num_
   omp_thread_num = (int (*)(void))thread_num;
   omp_num_threads = (int (*)(void))num_threads;
   pool_threads = threads > 0 ? threads : 1;
-  return 0;
+  return pthread_atfork(0, 0, after_fork_in_child);
 }
 
 int tvmrnn_pool_threads(int threads) {
@@ -113,6 +117,12 @@ int tvmrnn_parallel_launch(FTVMParallelLambda lambda, void* cdata, int num_task)
   job.lambda = lambda;
   job.cdata = cdata;
   job.status = 0;
+  if (forked) {  /* libgomp would wait for its parent's threads forever: the loop runs on this thread alone */
+    TVMParallelGroupEnv env;
+    env.sync_handle = 0;
+    env.num_task = 1;
+    return lambda(0, &env, cdata) == 0 ? 0 : -1;
+  }
   gomp_parallel(run_task, &job, (unsigned)(num_task > 0 ? num_task : pool_threads), 0);
   return job.status == 0 ? 0 : -1;
 }
@@ -120,7 +130,7 @@ int tvmrnn_parallel_launch(FTVMParallelLambda lambda, void* cdata, int num_task)
 int tvmrnn_parallel_barrier(int task_id, TVMParallelGroupEnv* penv) {
   (void)task_id;
   (void)penv;
-  gomp_barrier();
+  if (!forked) gomp_barrier();
   return 0;
 }
 """
@@ -177,7 +187,7 @@ def _shim_path() -> pathlib.Path:
     temporary folder where that cannot be written)."""
     from .cache import cache_dir
     digest = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
-    name = f"openmp_pool-{digest}.so"
+    name = f"openmp_pool-{digest}.lib"  # a shared library, named apart from the cache's entries (*/*.so)
     # (at the cache folder's top: its entries are the */*.so below it, which cache.clear() removes)
     for folder in (cache_dir(), pathlib.Path(tempfile.gettempdir()) / f"tvmrnn-{os.getuid()}"):
         path = folder / name
@@ -246,7 +256,8 @@ def _register(gomp_path: str, threads: int) -> str:
     shim = ctypes.CDLL(str(_shim_path()))
     address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p)
                for name in ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")]
-    shim.tvmrnn_pool_bind(*address, ctypes.c_int(int(threads)))
+    if shim.tvmrnn_pool_bind(*address, ctypes.c_int(int(threads))) != 0:
+        raise RuntimeError("pthread_atfork failed")
     if os.environ.get("TVM_BIND_THREADS", "1").strip() != "0" and hasattr(os, "sched_getaffinity"):
         allowed = sorted(os.sched_getaffinity(0))
         shim.tvmrnn_pool_pin((ctypes.c_int * len(allowed))(*allowed), ctypes.c_int(len(allowed)))
