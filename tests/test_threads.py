@@ -46,9 +46,15 @@ print(threads.pool(), threads.launches(), len(os.listdir("/proc/self/task")), h.
 """
 
 
+def _env(pool: str, **more) -> dict:
+    """This environment without the user's OpenMP and TVM thread settings, on ``pool``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMP_", "GOMP_", "KMP_")) and k not in ("TVM_NUM_THREADS", "TVM_BIND_THREADS")}
+    return dict(env, TVMRNN_THREAD_POOL=pool, TVMRNN_CACHE="off", OMP_NUM_THREADS="2", **more)
+
+
 def _run(pool: str, **env):
-    env = dict(os.environ, TVMRNN_THREAD_POOL=pool, TVMRNN_CACHE="off", OMP_NUM_THREADS="2", **env)
-    env.pop("TVM_NUM_THREADS", None)
+    env = _env(pool, **env)
     out = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, env=env, cwd=TESTS,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -81,12 +87,17 @@ import torch
 import tvmrnn
 from tvmrnn.runtime import threads
 rnn = tvmrnn.build("gru", 16, 24, batch_size=4, options=tvmrnn.BuildOptions(threads=2, time_loop_regions=True))
-w = rnn.pack_weights(tvmrnn.params_from_torch(torch.nn.GRU(16, 24)))
+params = tvmrnn.params_from_torch(torch.nn.GRU(16, 24))
+w = rnn.pack_weights(params)
 x = np.random.default_rng(0).standard_normal((40, 4, 16)).astype(np.float32)
 want = rnn.forward(w, x)[0]
+torch.randn(256, 256) @ torch.randn(256, 256)
 pid = os.fork()
 if pid == 0:  # a forked worker (a DataLoader's): libgomp's threads stayed in the parent
-    os._exit(0 if np.array_equal(rnn.forward(w, x)[0], want) else 3)
+    same = np.array_equal(rnn.forward(w, x)[0], want)
+    again = tvmrnn.build("gru", 16, 24, batch_size=4, options=tvmrnn.BuildOptions(threads=2, chunk_steps=(4, 1)))
+    same = same and np.abs(again.forward(again.pack_weights(params), x)[0] - want).max() < 1e-5  # built here
+    os._exit(0 if same else 3)
 for _ in range(600):
     done, status = os.waitpid(pid, os.WNOHANG)
     if done:
@@ -103,8 +114,50 @@ print(threads.pool(), status)
 def test_a_forked_child_runs_the_cpu_kernels_on_its_own_thread():
     """libgomp's threads do not survive a fork, and a parallel loop in the child would wait for them
     forever (TVM's own pool hangs there too): the launcher runs the child's loops on its one thread."""
-    env = dict(os.environ, TVMRNN_THREAD_POOL="auto", TVMRNN_CACHE="off", OMP_NUM_THREADS="2")
-    out = subprocess.run([sys.executable, "-c", _FORK], capture_output=True, text=True, env=env, cwd=TESTS,
+    out = subprocess.run([sys.executable, "-c", _FORK], capture_output=True, text=True, env=_env("auto"), cwd=TESTS,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split()[-2:] == ["openmp", "0"], out.stdout
+
+
+_ERROR = """
+import os
+import numpy as np
+import torch
+import tvm, tvm_ffi
+from tvm import te, s_tir
+from tvmrnn.runtime import threads
+assert threads.use_openmp_pool(2) == "openmp"
+
+@tvm_ffi.register_global_func("test_threads.fail_at")
+def fail_at(i):
+    if i == int(os.environ["FAIL_AT"]):
+        raise ValueError(f"element {i} refused")
+    return 0
+
+x = te.placeholder((8,), "float32", name="x")
+y = te.compute((8,), lambda i: x[i] + tvm.tirx.call_packed("test_threads.fail_at", i).astype("float32"), name="y")
+sch = s_tir.Schedule(te.create_prim_func([x, y]))
+sch.parallel(sch.get_loops(sch.get_sblock("y"))[0])
+f = tvm.compile(sch.mod, target="llvm")["main"]
+a, b = (tvm.runtime.tensor(np.zeros(8, "float32")) for _ in range(2))
+try:
+    f(a, b)
+    print("no error")
+except ValueError as err:
+    print("ValueError:", err)
+f(a, b) if os.environ["FAIL_AT"] == "-1" else None
+print("launches", threads.launches())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the OpenMP launcher is built for Linux")
+@pytest.mark.parametrize("fail_at", [1, 5])  # on the calling thread (task 0 of 2: 0-3), on the worker (4-7)
+def test_an_error_in_any_task_of_a_parallel_loop_reaches_the_caller(fail_at):
+    """A task's error is kept per thread by tvm-ffi: a worker's must be moved to the calling thread
+    (before, a worker's error made the caller read an empty slot, and the process crashed)."""
+    out = subprocess.run([sys.executable, "-c", _ERROR], capture_output=True, text=True,
+                         env=_env("openmp", FAIL_AT=str(fail_at)), cwd=TESTS, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"ValueError: element {fail_at} refused" in out.stdout, out.stdout
+    assert "launches 1" in out.stdout

@@ -422,7 +422,8 @@ def machine(torch, a):
     info = dict(python=platform.python_version(), torch=torch.__version__, threads=a.threads,
                 cpu=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"),
                 tvmrnn_huge_pages=huge_pages(), torch_huge_pages=os.environ.get("THP_MEM_ALLOC_ENABLE") == "1",
-                lead_in=a.lead_in, omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"))
+                lead_in=a.lead_in, omp_wait_policy=os.environ.get("OMP_WAIT_POLICY"),
+                thread_pool=os.environ.get("TVMRNN_THREAD_POOL", "auto"))  # CPU loops: PyTorch's OpenMP or TVM's
     try:
         with open("/proc/cpuinfo") as f:
             info["cpu"] = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))

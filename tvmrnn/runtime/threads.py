@@ -31,6 +31,7 @@ import ctypes.util
 import hashlib
 import os
 import pathlib
+import platform
 import shutil
 import subprocess
 import sys
@@ -42,7 +43,10 @@ import warnings
 # OpenMP threads runs the lambda, each thread as the task of its thread number, and the task count
 # the lambda sees is the team's size: TVM's kernels split their loops by that count, so a team
 # smaller than asked (a call from inside another parallel region runs on one thread) is still
-# correct. A lambda that fails makes the launch fail, as in TVM's pool.
+# correct. The team is at most PyTorch's thread count (``omp_get_max_threads``:
+# ``torch.set_num_threads`` sets it), and a team of one runs on the calling thread without libgomp.
+# A task that fails makes the launch fail with its error: a worker's error is moved from its
+# thread's slot to the calling thread's (tvm-ffi keeps the raised error per thread).
 _SOURCE = r"""
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -55,50 +59,64 @@ static void (*gomp_parallel)(void (*)(void*), void*, unsigned, unsigned);
 static void (*gomp_barrier)(void);
 static int (*omp_thread_num)(void);
 static int (*omp_num_threads)(void);
+static int (*omp_max_threads)(void);
+static void (*error_move_from_raised)(void**);
+static void (*error_set_raised)(void*);
+static void (*error_set_raised_from_cstr)(const char*, const char*);
+static int (*object_dec_ref)(void*);
 static int pool_threads = 1;
 static long launches = 0;
 static int cpus[1024];
 static int n_cpus = 0;  /* 0: threads are not pinned */
 static __thread int pinned_to = -1;
+static __thread int alone = 0;  /* this thread runs a loop by itself: its barriers are no-ops */
 static volatile int forked = 0;  /* in a child forked from this process: libgomp's threads are gone */
 
 static void after_fork_in_child(void) { forked = 1; }
 
+long tvmrnn_pool_launches(void) { return __atomic_load_n(&launches, __ATOMIC_RELAXED); }
+
+int tvmrnn_pool_bind(void* parallel, void* barrier, void* thread_num, void* num_threads, void* max_threads,
+                     int threads, int in_child) {
+  gomp_parallel = (void (*)(void (*)(void*), void*, unsigned, unsigned))parallel;
+  gomp_barrier = (void (*)(void))barrier;
+  omp_thread_num = (int (*)(void))thread_num;
+  omp_num_threads = (int (*)(void))num_threads;
+  omp_max_threads = (int (*)(void))max_threads;
+  pool_threads = threads > 0 ? threads : 1;
+  forked = in_child;
+  return pthread_atfork(0, 0, after_fork_in_child);
+}
+
+int tvmrnn_pool_bind_errors(void* move_from_raised, void* set_raised, void* set_raised_from_cstr, void* dec_ref) {
+  error_move_from_raised = (void (*)(void**))move_from_raised;
+  error_set_raised = (void (*)(void*))set_raised;
+  error_set_raised_from_cstr = (void (*)(const char*, const char*))set_raised_from_cstr;
+  object_dec_ref = (int (*)(void*))dec_ref;
+  return 0;
+}
+
 /* The CPUs a team's thread k >= 1 is pinned to, as TVM's pool pins its workers (TVM_BIND_THREADS):
-   the k-th of the process's allowed CPUs, the calling thread (k = 0) left free. */
+   the k-th of the process's allowed CPUs, the calling thread (k = 0) left free; only for teams
+   no larger than the CPUs. A failed pin is not tried again. */
 int tvmrnn_pool_pin(const int* allowed, int count) {
   n_cpus = count < 1024 ? count : 1024;
   for (int i = 0; i < n_cpus; ++i) cpus[i] = allowed[i];
   return 0;
 }
 
-static void pin(int task) {
-  if (n_cpus == 0 || task == 0) return;
-  int cpu = cpus[task % n_cpus];
+static void pin(int task, int team) {
+  if (n_cpus == 0 || task == 0 || team > n_cpus) return;
+  int cpu = cpus[task];
   if (pinned_to == cpu) return;
+  pinned_to = cpu;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  if (sched_setaffinity(0, sizeof(set), &set) == 0) pinned_to = cpu;
+  sched_setaffinity(0, sizeof(set), &set);
 }
 
-long tvmrnn_pool_launches(void) { return __atomic_load_n(&launches, __ATOMIC_RELAXED); }
-
-int tvmrnn_pool_bind(void* parallel, void* barrier, void* thread_num, void* num_threads, int threads) {
-  gomp_parallel = (void (*)(void (*)(void*), void*, unsigned, unsigned))parallel;
-  gomp_barrier = (void (*)(void))barrier;
-  omp_thread_num = (int (*)(void))thread_num;
-  omp_num_threads = (int (*)(void))num_threads;
-  pool_threads = threads > 0 ? threads : 1;
-  return pthread_atfork(0, 0, after_fork_in_child);
-}
-
-int tvmrnn_pool_threads(int threads) {
-  if (threads > 0) pool_threads = threads;
-  return pool_threads;
-}
-
-typedef struct { FTVMParallelLambda lambda; void* cdata; int status; } Job;
+typedef struct { FTVMParallelLambda lambda; void* cdata; int status; int caller_failed; void* error; } Job;
 
 static void run_task(void* data) {
   Job* job = (Job*)data;
@@ -106,31 +124,58 @@ static void run_task(void* data) {
   env.sync_handle = 0;
   env.num_task = omp_num_threads();
   int task = omp_thread_num();
-  pin(task);
+  pin(task, env.num_task);
   int status = job->lambda(task, &env, job->cdata);
-  if (status != 0) __atomic_store_n(&job->status, status, __ATOMIC_RELAXED);
+  if (status == 0) return;
+  __atomic_store_n(&job->status, status, __ATOMIC_RELAXED);
+  if (task == 0) {
+    job->caller_failed = 1;  /* its error is already in the calling thread's slot */
+    return;
+  }
+  void* error = 0;
+  if (error_move_from_raised) error_move_from_raised(&error);
+  void* none = 0;
+  if (error && !__atomic_compare_exchange_n(&job->error, &none, error, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+    object_dec_ref(error);  /* another worker's error is kept */
 }
 
 int tvmrnn_parallel_launch(FTVMParallelLambda lambda, void* cdata, int num_task) {
-  Job job;
   __atomic_add_fetch(&launches, 1, __ATOMIC_RELAXED);
-  job.lambda = lambda;
-  job.cdata = cdata;
-  job.status = 0;
-  if (forked) {  /* libgomp would wait for its parent's threads forever: the loop runs on this thread alone */
+  int team = num_task > 0 ? num_task : pool_threads;
+  if (!forked && omp_max_threads) {
+    int most = omp_max_threads();
+    if (most < team) team = most;
+  }
+  if (forked || team <= 1) {  /* a forked child (libgomp would wait for its parent's threads), or one thread */
     TVMParallelGroupEnv env;
     env.sync_handle = 0;
     env.num_task = 1;
-    return lambda(0, &env, cdata) == 0 ? 0 : -1;
+    int outer = alone;
+    alone = 1;
+    int status = lambda(0, &env, cdata);
+    alone = outer;
+    return status == 0 ? 0 : -1;
   }
-  gomp_parallel(run_task, &job, (unsigned)(num_task > 0 ? num_task : pool_threads), 0);
-  return job.status == 0 ? 0 : -1;
+  Job job;
+  job.lambda = lambda;
+  job.cdata = cdata;
+  job.status = 0;
+  job.caller_failed = 0;
+  job.error = 0;
+  gomp_parallel(run_task, &job, (unsigned)team, 0);
+  if (job.status == 0) return 0;
+  if (!job.caller_failed) {
+    if (job.error && error_set_raised) error_set_raised(job.error);
+    else if (error_set_raised_from_cstr) error_set_raised_from_cstr("RuntimeError", "a parallel task failed");
+  }
+  if (job.error) object_dec_ref(job.error);
+  return -1;
 }
 
 int tvmrnn_parallel_barrier(int task_id, TVMParallelGroupEnv* penv) {
   (void)task_id;
   (void)penv;
-  if (!forked) gomp_barrier();
+  if (!forked && !alone) gomp_barrier();
   return 0;
 }
 """
@@ -178,39 +223,52 @@ def _loaded_libgomp() -> str | None:
 def _compiler() -> str | None:
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if name and shutil.which(name):
-            return name
+            return shutil.which(name)
     return None
 
 
-def _shim_path() -> pathlib.Path:
-    """The compiled shim, made once per source and machine into the build cache's folder (a
-    temporary folder where that cannot be written)."""
-    from .cache import cache_dir
-    digest = hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]
-    name = f"openmp_pool-{digest}.lib"  # a shared library, named apart from the cache's entries (*/*.so)
-    # (at the cache folder's top: its entries are the */*.so below it, which cache.clear() removes)
-    for folder in (cache_dir(), pathlib.Path(tempfile.gettempdir()) / f"tvmrnn-{os.getuid()}"):
-        path = folder / name
-        if path.exists():
-            return path
+def _compile(cc: str, folder: pathlib.Path, name: str) -> pathlib.Path:
+    """Compile the shim into ``folder/name``, renamed into place whole (several processes may
+    compile it at once: each sees a whole file or none)."""
+    with tempfile.TemporaryDirectory(dir=folder) as work:
+        source = pathlib.Path(work) / "openmp_pool.c"
+        source.write_text(_SOURCE)
+        out = pathlib.Path(work) / name
+        result = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(source)],
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{cc} could not compile the OpenMP launcher: {result.stderr.strip()[:400]}")
+        os.replace(out, folder / name)
+    return folder / name
+
+
+def _load_shim() -> ctypes.CDLL:
+    """The compiled shim, loaded. It is compiled once per source, machine and compiler into the
+    build cache's folder, at its top (the cache's entries are the ``*/*.so`` below it); with the
+    cache off, or where its folder cannot be written or its file does not load, into a private
+    temporary folder of this process (removed once loaded: the mapping stays)."""
+    from .cache import cache_dir, cache_off
+    cc = _compiler()
+    key = "\0".join([_SOURCE, platform.machine(), cc or ""])
+    name = f"openmp_pool-{hashlib.sha256(key.encode()).hexdigest()[:16]}.lib"  # not *.so: not an entry
+    if not cache_off():
+        path = cache_dir() / name
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                if cc is None:
+                    raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) to compile the OpenMP launcher")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _compile(cc, path.parent, name)
+            return ctypes.CDLL(str(path))
         except OSError:
-            continue
-        cc = _compiler()
-        if cc is None:
-            raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) to compile the OpenMP launcher")
-        with tempfile.TemporaryDirectory(dir=folder) as work:
-            source = pathlib.Path(work) / "openmp_pool.c"
-            source.write_text(_SOURCE)
-            out = pathlib.Path(work) / name
-            result = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(out), str(source)],
-                                    capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"{cc} could not compile the OpenMP launcher: {result.stderr.strip()[:400]}")
-            os.replace(out, path)  # atomic: a concurrent process sees the whole file or none
-        return path
-    raise RuntimeError("no writable folder for the OpenMP launcher")
+            pass  # a read-only cache folder, or a file that does not load here: compile privately
+    if cc is None:
+        raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) to compile the OpenMP launcher")
+    private = tempfile.mkdtemp(prefix="tvmrnn-openmp-")  # mode 0700, a fresh name
+    try:
+        return ctypes.CDLL(str(_compile(cc, pathlib.Path(private), name)))
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _libtvm_ffi() -> ctypes.CDLL:
@@ -222,14 +280,21 @@ def _libtvm_ffi() -> ctypes.CDLL:
     raise RuntimeError(f"libtvm_ffi not found in {folder}")
 
 
+def _forked_child() -> None:
+    _state["forked"] = True
+
+
+if hasattr(os, "register_at_fork"):  # a child forked before the pool is chosen must not wait on libgomp
+    os.register_at_fork(after_in_child=_forked_child)
+
+
 def use_openmp_pool(threads: int) -> str:
     """Decide, once per process, which pool the CPU modules loaded from now on run on (see the
-    module's text), and give the OpenMP launcher ``threads`` threads for a loop that asks for
-    none in particular (TVM's pool reads ``TVM_NUM_THREADS`` once, likewise). Returns the pool."""
+    module's text); the OpenMP launcher gives a loop ``threads`` threads, at most PyTorch's
+    count (TVM's pool reads ``TVM_NUM_THREADS`` once, likewise; the first build's count is kept).
+    Returns the pool."""
     with _lock:
         if "pool" in _state:
-            if _state["pool"] == "openmp":
-                _state["shim"].tvmrnn_pool_threads(int(threads))
             return _state["pool"]
         setting = _setting()
         chosen = "tvm"
@@ -251,18 +316,32 @@ def use_openmp_pool(threads: int) -> str:
         return chosen
 
 
+def _pins() -> list[int]:
+    """The CPUs to pin team threads to (see the shim), or none: as TVM's pool, unless
+    ``TVM_BIND_THREADS`` is set to other than 1, or ``OMP_PROC_BIND`` asks libgomp to bind."""
+    if os.environ.get("TVM_BIND_THREADS", "1").strip() != "1" or os.environ.get("OMP_PROC_BIND", "").strip():
+        return []
+    if not hasattr(os, "sched_getaffinity"):
+        return []
+    return [c for c in sorted(os.sched_getaffinity(0)) if c < 1024]  # cpu_set_t holds 1024
+
+
 def _register(gomp_path: str, threads: int) -> str:
     gomp = ctypes.CDLL(gomp_path)  # the instance already loaded (the loader matches the file)
-    shim = ctypes.CDLL(str(_shim_path()))
-    address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p)
-               for name in ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads")]
-    if shim.tvmrnn_pool_bind(*address, ctypes.c_int(int(threads))) != 0:
-        raise RuntimeError("pthread_atfork failed")
-    if os.environ.get("TVM_BIND_THREADS", "1").strip() != "0" and hasattr(os, "sched_getaffinity"):
-        allowed = sorted(os.sched_getaffinity(0))
-        shim.tvmrnn_pool_pin((ctypes.c_int * len(allowed))(*allowed), ctypes.c_int(len(allowed)))
     ffi = _libtvm_ffi()
+    shim = _load_shim()
+    address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p) for name in
+               ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads", "omp_get_max_threads")]
+    errors = [ctypes.cast(getattr(ffi, name), ctypes.c_void_p) for name in
+              ("TVMFFIErrorMoveFromRaised", "TVMFFIErrorSetRaised", "TVMFFIErrorSetRaisedFromCStr",
+               "TVMFFIObjectDecRef")]
+    shim.tvmrnn_pool_bind_errors(*errors)
+    if shim.tvmrnn_pool_bind(*address, ctypes.c_int(int(threads)), ctypes.c_int(int(_state.get("forked", False)))):
+        raise RuntimeError("pthread_atfork failed")
+    pins = _pins()
+    shim.tvmrnn_pool_pin((ctypes.c_int * max(1, len(pins)))(*pins), ctypes.c_int(len(pins)))
     ffi.TVMFFIEnvModRegisterContextSymbol.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    # (both are registered before this process loads any tvmrnn module)
     for symbol, function in (("__TVMBackendParallelLaunch", "tvmrnn_parallel_launch"),
                              ("__TVMBackendParallelBarrier", "tvmrnn_parallel_barrier")):
         if ffi.TVMFFIEnvModRegisterContextSymbol(symbol.encode(), ctypes.cast(getattr(shim, function),
