@@ -161,3 +161,36 @@ def test_an_error_in_any_task_of_a_parallel_loop_reaches_the_caller(fail_at):
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"ValueError: element {fail_at} refused" in out.stdout, out.stdout
     assert "launches 1" in out.stdout
+
+
+_LOAD = """
+import sys, warnings
+import numpy as np
+import torch
+import tvmrnn
+from tvmrnn.runtime import threads
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    rnn = tvmrnn.load(sys.argv[1])
+w = rnn.pack_weights(tvmrnn.params_from_torch(torch.nn.LSTM(7, 9)))
+y = rnn.forward(w, np.ones((6, 3, 7), np.float32))[0]
+print(threads.pool(), threads.launches() > 0, any("TVMRNN_THREAD_POOL" in str(c.message) for c in caught), y.shape)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the OpenMP launcher is built for Linux")
+def test_a_loaded_package_runs_on_the_openmp_pool_and_without_a_compiler_on_tvms(tmp_path):
+    """``tvmrnn.load`` chooses the pool as ``build`` does. Without a C compiler for the launcher,
+    ``auto`` stays on TVM's pool quietly and ``openmp`` says so; the package runs either way."""
+    import tvmrnn
+    path = str(tmp_path / "lstm.so")
+    tvmrnn.build("lstm", 7, 9, batch_size=3, cache=False).export(path)
+    no_compiler = str(tmp_path / "bin")  # a PATH without cc, gcc or clang
+    os.mkdir(no_compiler)
+    for pool, env, want in (("auto", {}, ["openmp", "True", "False"]),
+                            ("auto", {"PATH": no_compiler, "CC": ""}, ["tvm", "False", "False"]),
+                            ("openmp", {"PATH": no_compiler, "CC": ""}, ["tvm", "False", "True"])):
+        out = subprocess.run([sys.executable, "-c", _LOAD, path], capture_output=True, text=True,
+                             env=_env(pool, **env), cwd=TESTS, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout.split()[:3] == want, (pool, env, out.stdout)
