@@ -11,10 +11,10 @@ from tqdm import tqdm
 from .. import device as targets
 from . import cache as build_cache
 from .loader import load
-from .threads import use_openmp_pool
+from .threads import prepare_cpu_threads
 from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
-from ..options import DTYPES, as_options, cpu_threads, use_cpu_threads
+from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..program.passes import Config, all_programs, bf16_projections_refused, loop_block_caps
 from ..program.sequence import SharedMemoryError, compile_module
@@ -138,8 +138,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     options, allow_tf32 = _half_precision(config, options, target, allow_tf32)
     config = dataclasses.replace(config, options=options)
     if not is_gpu(target):
-        use_cpu_threads(options)
-        use_openmp_pool(cpu_threads(options))  # before any module of this build is loaded
+        prepare_cpu_threads(options)  # before any module of this build is loaded
     if cache is None:
         cache = not build_cache.cache_off()
     elif not isinstance(cache, bool):

@@ -8,11 +8,11 @@ import os
 import tvm
 
 from ..cells.definition import CELLS, Cell, get_cell
-from ..options import BuildOptions, cpu_threads, use_cpu_threads
+from ..options import BuildOptions
 from ..program.passes import Config
 from .package import PackageError, check_machine, read_metadata
 from .rnn import RNN
-from .threads import use_openmp_pool
+from .threads import prepare_cpu_threads
 
 
 def _check_layout(meta: dict, config: Config) -> None:
@@ -58,9 +58,7 @@ def load(path, device=None) -> RNN:
     except (TypeError, ValueError) as err:
         raise PackageError(f"load: the package's build options do not read ({err}); rebuild it") from None
     if meta["target_kind"] != "cuda":
-        here = dataclasses.replace(options, threads=None)  # this machine's cores, not the builder's
-        use_cpu_threads(here)
-        use_openmp_pool(cpu_threads(here))
+        prepare_cpu_threads(dataclasses.replace(options, threads=None))  # this machine's cores, not the builder's
     try:
         config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
                         meta["bidirectional"], meta["batch_size"], meta["batch_first"], options)

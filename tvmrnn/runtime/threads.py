@@ -39,6 +39,8 @@ import tempfile
 import threading
 import warnings
 
+from ..options import cpu_threads, use_cpu_threads
+
 # The launcher and the barrier, with TVM's signatures (tvm/runtime/c_backend_api.h). A team of
 # OpenMP threads runs the lambda, each thread as the task of its thread number, and the task count
 # the lambda sees is the team's size: TVM's kernels split their loops by that count, so a team
@@ -193,10 +195,7 @@ def pool() -> str | None:
 def launches() -> int:
     """How many parallel loops the OpenMP launcher has run in this process (0 on TVM's pool)."""
     shim = _state.get("shim")
-    if shim is None:
-        return 0
-    shim.tvmrnn_pool_launches.restype = ctypes.c_long
-    return int(shim.tvmrnn_pool_launches())
+    return 0 if shim is None else int(shim.tvmrnn_pool_launches())
 
 
 def _setting() -> str:
@@ -222,14 +221,16 @@ def _loaded_libgomp() -> str | None:
 
 def _compiler() -> str | None:
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
+        if name and (found := shutil.which(name)):
+            return found
     return None
 
 
-def _compile(cc: str, folder: pathlib.Path, name: str) -> pathlib.Path:
+def _compile(cc: str | None, folder: pathlib.Path, name: str) -> pathlib.Path:
     """Compile the shim into ``folder/name``, renamed into place whole (several processes may
     compile it at once: each sees a whole file or none)."""
+    if cc is None:
+        raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) to compile the OpenMP launcher")
     with tempfile.TemporaryDirectory(dir=folder) as work:
         source = pathlib.Path(work) / "openmp_pool.c"
         source.write_text(_SOURCE)
@@ -255,15 +256,11 @@ def _load_shim() -> ctypes.CDLL:
         path = cache_dir() / name
         try:
             if not path.exists():
-                if cc is None:
-                    raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) to compile the OpenMP launcher")
                 path.parent.mkdir(parents=True, exist_ok=True)
                 _compile(cc, path.parent, name)
             return ctypes.CDLL(str(path))
         except OSError:
             pass  # a read-only cache folder, or a file that does not load here: compile privately
-    if cc is None:
-        raise RuntimeError("no C compiler (cc, gcc or clang; or $CC) to compile the OpenMP launcher")
     private = tempfile.mkdtemp(prefix="tvmrnn-openmp-")  # mode 0700, a fresh name
     try:
         return ctypes.CDLL(str(_compile(cc, pathlib.Path(private), name)))
@@ -286,6 +283,14 @@ def _forked_child() -> None:
 
 if hasattr(os, "register_at_fork"):  # a child forked before the pool is chosen must not wait on libgomp
     os.register_at_fork(after_in_child=_forked_child)
+
+
+def prepare_cpu_threads(options) -> str:
+    """What every CPU build and package load does before it loads a module: TVM's pool sized
+    (:func:`tvmrnn.options.use_cpu_threads`) and the pool chosen (:func:`use_openmp_pool`) for
+    :func:`tvmrnn.options.cpu_threads` threads. Returns the pool."""
+    use_cpu_threads(options)
+    return use_openmp_pool(cpu_threads(options))
 
 
 def use_openmp_pool(threads: int) -> str:
@@ -330,6 +335,7 @@ def _register(gomp_path: str, threads: int) -> str:
     gomp = ctypes.CDLL(gomp_path)  # the instance already loaded (the loader matches the file)
     ffi = _libtvm_ffi()
     shim = _load_shim()
+    shim.tvmrnn_pool_launches.restype = ctypes.c_long
     address = [ctypes.cast(getattr(gomp, name), ctypes.c_void_p) for name in
                ("GOMP_parallel", "GOMP_barrier", "omp_get_thread_num", "omp_get_num_threads", "omp_get_max_threads")]
     errors = [ctypes.cast(getattr(ffi, name), ctypes.c_void_p) for name in
