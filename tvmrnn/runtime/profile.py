@@ -114,7 +114,7 @@ def random_tensors(shapes, dev):
     rng = np.random.default_rng(0)
     tensors = []
     for shape in shapes:
-        values = rng.uniform(-0.5, 0.5, shape).astype("float32")
+        values = _pairs_of_bf16(rng.uniform(-0.5, 0.5, shape), rng.uniform(-0.5, 0.5, shape))
         if dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and wants_huge_pages(values.nbytes):
             array = huge_empty(values.shape)
             array[...] = values
@@ -122,6 +122,20 @@ def random_tensors(shapes, dev):
         else:
             tensors.append(tvm.runtime.tensor(values, device=dev))
     return tensors
+
+
+def _pairs_of_bf16(high, low) -> np.ndarray:
+    """float32 values whose two 16-bit halves are each a bf16 value of the same range: ``high``
+    (rounded to bf16) with ``low``'s bf16 bits below. Read as float32 they are ``high`` within
+    bf16's rounding; a bf16 kernel's pair-packed buffers (weights and states of
+    ``BuildOptions.bf16_projections``, :func:`tvmrnn.kernels.bf16_pair`) read them as two sane
+    bf16 values. Plain uniform float32s gave those kernels random bit patterns as their low
+    halves, infinities, NaN and denormals among them, whose arithmetic can run far slower than
+    real data's (a division-free sigmoid tried in notes/performance.md v49 timed 3x slower alone
+    on them, 10% slower on real data)."""
+    def top(v):
+        return (np.asarray(v, np.float32).view(np.uint32) + np.uint32(0x8000)) >> np.uint32(16)
+    return ((top(high) << np.uint32(16)) | top(low)).view(np.float32)
 
 
 def kernel_timer(func, target, number: int = 20, repeat: int = 5):
