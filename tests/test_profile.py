@@ -68,3 +68,21 @@ def test_ncu_source_summary(tmp_path):
     assert "3 instructions, 1000 stall samples" in summary
     assert "by opcode: BAR.SYNC.DEFER_BLOCKING 60.0%, STS 30.0%, LDS 10.0%" in summary
     assert "by reason: barrier 60.0%, long_sb 40.0%" in summary
+
+
+def test_random_kernel_arguments_are_sane_as_float32_and_as_bf16_pairs():
+    """The random arguments kernels are timed on: read as float32 they are values in [-0.5, 0.5]
+    spread over the range, and read as the pairs of bf16 a bf16 build packs into a float32 word
+    (:func:`tvmrnn.kernels.bf16_pair`), each half is a finite normal value in that range too (plain
+    uniform float32s gave random exponents there: inf, NaN, denormals)."""
+    import numpy as np
+    import tvm
+    from tvmrnn.runtime.profile import random_tensors
+    (values,) = random_tensors([(64, 257)], tvm.cpu(0))
+    words = np.asarray(values.numpy(), np.float32)
+    assert np.abs(words).max() <= 0.5 + 2 ** -8 and words.std() > 0.2
+    bits = words.view(np.uint32)
+    for half in (bits >> 16, bits & 0xFFFF):
+        as_float = (half.astype(np.uint32) << 16).view(np.float32)
+        finite_normal = np.isfinite(as_float) & ((np.abs(as_float) >= np.finfo(np.float32).tiny) | (as_float == 0))
+        assert finite_normal.all() and np.abs(as_float).max() <= 0.5 + 2 ** -8 and as_float.std() > 0.2
