@@ -51,6 +51,36 @@ def test_long_sequences_match_torch_on_cuda(cell, rng):
     _check(cell, 1, True, False, 300, rng, target="cuda", as_array=to_cuda)
 
 
+@pytest.mark.parametrize("limits", ["sm_80", "sm_89"], ids=["a100", "l40s"])
+@pytest.mark.parametrize("cell,batch,hidden", [("lstm", 20, 512), ("gru", 128, 96)],
+                         ids=["persistent_split_k", "row_groups"])
+def test_builds_held_to_other_gpus_limits_run_correctly(limits, cell, batch, hidden, rng, monkeypatch):
+    """Issue 37's device model: a build for this GPU whose model holds an A100's limits (108 SMs,
+    163 KB of shared memory a block) or an L40S's (99 KB a block) takes those block counts and
+    budgets (the persistent loops' weights spread over more, smaller slices) and runs correctly
+    here, forward and backward against float64. The L40S's 142 SMs are capped at this GPU's: a
+    persistent loop's blocks must all be resident for its grid barrier."""
+    from tvmrnn import device
+    sms = tvm.cuda(0).multi_processor_count
+    facts = dict(device.GPU_FACTS[limits], multiprocessors=min(device.GPU_FACTS[limits]["multiprocessors"], sms))
+    arch = "sm_" + tvm.cuda(0).compute_version.replace(".", "")
+    monkeypatch.setitem(device.GPU_FACTS, arch, facts)
+    monkeypatch.setattr(device, "is_arch_of", lambda arch, dev: False)  # the driver's SM count: not read
+    built.cache_clear()  # builds are cached by their arguments, which do not say this
+    try:
+        model = device.device_model(tvm.target.Target("cuda"))
+        assert (model.multiprocessors, model.shared_bytes_per_block) == (facts["multiprocessors"],
+                                                                         facts["shared_bytes_per_block"])
+        _check(cell, 1, True, False, 20, rng, target="cuda", as_array=to_cuda, hidden=hidden, input_size=hidden,
+               batch=batch)
+        rnn = built(cell, 1, True, False, input_size=hidden, hidden_size=hidden, batch_size=batch, target="cuda")
+        # an SM each, except the LSTM's two directions' weights (8 MB), which 99 KB blocks do not hold
+        fits = not (limits == "sm_89" and cell == "lstm")
+        assert rnn.persistent_blocks == (facts["multiprocessors"] if fits else None)
+    finally:
+        built.cache_clear()
+
+
 @pytest.mark.parametrize("cell", CELLS)
 def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch):
     """Every per-step GEMM's reduction split over blocks (``GPU_BLOCK_SLICE`` made small: the test
