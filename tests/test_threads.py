@@ -194,3 +194,26 @@ def test_a_loaded_package_runs_on_the_openmp_pool_and_without_a_compiler_on_tvms
                              env=_env(pool, **env), cwd=TESTS, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         assert out.stdout.split()[:3] == want, (pool, env, out.stdout)
+
+
+def test_a_later_build_asking_for_another_thread_count_is_told_the_pools():
+    """Either pool is sized once a process, by its first CPU build: a later build that asks for
+    another count runs on the first's and says so (a RuntimeWarning naming both); one that asks
+    for the same count, or none, says nothing."""
+    script = """
+import warnings
+import tvmrnn
+def build(threads):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tvmrnn.build("gru", 3, 4, batch_size=2, options=tvmrnn.BuildOptions(threads=threads))
+    return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+print(repr([build(1), build(2), build(None), build(1)]))
+"""
+    for pool in ("tvm", "openmp"):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(pool),
+                             cwd=TESTS, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        first, second, unset, same = eval(out.stdout.strip().splitlines()[-1])
+        assert first == [] and unset == [] and same == [], (pool, first, unset, same)
+        assert len(second) == 1 and "threads=2" in second[0] and "run on 1 threads" in second[0], (pool, second)

@@ -90,7 +90,9 @@ class BuildOptions:
     threads : int or None
         CPU threads. None: ``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` if set, else this process's
         physical cores (TVM alone would take half the logical CPUs). TVM's thread pool reads this
-        once, at the first parallel kernel of the process, so the first CPU build decides it.
+        once, at the first parallel kernel of the process, so the first CPU build decides it (as it
+        does the OpenMP pool's, :mod:`tvmrnn.runtime.threads`); a later build asking for another
+        count runs on the first's, with a RuntimeWarning.
     bf16_projections : bool
         CPUs with AVX512-BF16 (Zen 4 and later, Sapphire Rapids and later): the forwards' GEMMs,
         the input projections and every step's recurrent projection, multiply bf16-rounded

@@ -290,7 +290,18 @@ def prepare_cpu_threads(options) -> str:
     (:func:`tvmrnn.options.use_cpu_threads`) and the pool chosen (:func:`use_openmp_pool`) for
     :func:`tvmrnn.options.cpu_threads` threads. Returns the pool."""
     use_cpu_threads(options)
-    return use_openmp_pool(cpu_threads(options))
+    threads = cpu_threads(options)
+    with _lock:
+        first = _state.setdefault("threads", threads)
+    if options.threads is not None and options.threads != first:
+        # either pool is sized once a process (TVM's reads TVM_NUM_THREADS at its first loop; the
+        # OpenMP launcher keeps the count it was registered with): say so rather than run silently
+        # on another count than the one asked for
+        warnings.warn(f"tvmrnn: BuildOptions(threads={options.threads}): this process's CPU kernels run on "
+                      f"{first} threads, the count of its first CPU build (the thread pool is sized once a "
+                      "process); give the first build the count, or set TVM_NUM_THREADS before it",
+                      RuntimeWarning, stacklevel=3)
+    return use_openmp_pool(threads)
 
 
 def use_openmp_pool(threads: int) -> str:
