@@ -208,12 +208,14 @@ def build(threads):
         warnings.simplefilter("always")
         tvmrnn.build("gru", 3, 4, batch_size=2, options=tvmrnn.BuildOptions(threads=threads))
     return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-print(repr([build(1), build(2), build(None), build(1)]))
+import os
+print(repr([build(1), build(2), build(None), build(1), os.environ.get("TVM_NUM_THREADS")]))
 """
     for pool in ("tvm", "openmp"):
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(pool),
                              cwd=TESTS, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
-        first, second, unset, same = eval(out.stdout.strip().splitlines()[-1])
+        first, second, unset, same, tvm_threads = eval(out.stdout.strip().splitlines()[-1])
         assert first == [] and unset == [] and same == [], (pool, first, unset, same)
+        assert tvm_threads == "1"  # what TVM's pool reads at its start: the first build's count still
         assert len(second) == 1 and "threads=2" in second[0] and "run on 1 threads" in second[0], (pool, second)

@@ -286,22 +286,24 @@ if hasattr(os, "register_at_fork"):  # a child forked before the pool is chosen 
 
 
 def prepare_cpu_threads(options) -> str:
-    """What every CPU build and package load does before it loads a module: TVM's pool sized
-    (:func:`tvmrnn.options.use_cpu_threads`) and the pool chosen (:func:`use_openmp_pool`) for
-    :func:`tvmrnn.options.cpu_threads` threads. Returns the pool."""
-    use_cpu_threads(options)
-    threads = cpu_threads(options)
+    """What every CPU build and package load does before it loads a module: the first time in a
+    process, TVM's pool sized (:func:`tvmrnn.options.use_cpu_threads`) and the pool chosen
+    (:func:`use_openmp_pool`) for :func:`tvmrnn.options.cpu_threads` threads; later, the same
+    pool and count. Returns the pool."""
     with _lock:
-        first = _state.setdefault("threads", threads)
+        first = _state.get("threads")
+        if first is None:
+            use_cpu_threads(options)
+            first = _state["threads"] = cpu_threads(options)
     if options.threads is not None and options.threads != first:
-        # either pool is sized once a process (TVM's reads TVM_NUM_THREADS at its first loop; the
-        # OpenMP launcher keeps the count it was registered with): say so rather than run silently
-        # on another count than the one asked for
+        # either pool is sized once a process (TVM's reads TVM_NUM_THREADS at its first loop, which
+        # a later build no longer changes; the OpenMP launcher keeps the count it was registered
+        # with): say so rather than run silently on another count than the one asked for
         warnings.warn(f"tvmrnn: BuildOptions(threads={options.threads}): this process's CPU kernels run on "
                       f"{first} threads, the count of its first CPU build (the thread pool is sized once a "
                       "process); give the first build the count, or set TVM_NUM_THREADS before it",
                       RuntimeWarning, stacklevel=3)
-    return use_openmp_pool(threads)
+    return use_openmp_pool(first)
 
 
 def use_openmp_pool(threads: int) -> str:
