@@ -23,7 +23,7 @@ import time
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("cells", nargs="*", default=["lstm"])
+    p.add_argument("cells", nargs="*", default=["lstm"], help="lstm, gru (default: lstm)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     p.add_argument("-T", type=int, default=300)
@@ -34,6 +34,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--json")
     a = p.parse_args()
+    if set(a.cells) - {"lstm", "gru"}:
+        p.error(f"cells: lstm or gru, not {sorted(set(a.cells) - {'lstm', 'gru'})}")
     import torch
     import tvmrnn.torch as tt
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # fp32 rows: fp32
@@ -100,7 +102,7 @@ def main() -> None:
               + "largest loss difference " + ", ".join(f"{k} {v:.1e}" for k, v in loss_diff.items()), flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
+            json.dump({"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
                        "torch": torch.__version__, "rows": rows}, f, indent=1)
 
 

@@ -203,13 +203,15 @@ def test_a_later_build_asking_for_another_thread_count_is_told_the_pools():
     script = """
 import warnings
 import tvmrnn
+import os
 def build(threads):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tvmrnn.build("gru", 3, 4, batch_size=2, options=tvmrnn.BuildOptions(threads=threads))
     return [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-import os
-print(repr([build(1), build(2), build(None), build(1), os.environ.get("TVM_NUM_THREADS")]))
+first, second = build(1), build(2)
+tvm_threads = os.environ.get("TVM_NUM_THREADS")  # what TVM's pool will read at its start
+print(repr([first, second, build(None), build(1), tvm_threads]))
 """
     for pool in ("tvm", "openmp"):
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(pool),
@@ -217,5 +219,5 @@ print(repr([build(1), build(2), build(None), build(1), os.environ.get("TVM_NUM_T
         assert out.returncode == 0, out.stderr[-3000:]
         first, second, unset, same, tvm_threads = eval(out.stdout.strip().splitlines()[-1])
         assert first == [] and unset == [] and same == [], (pool, first, unset, same)
-        assert tvm_threads == "1"  # what TVM's pool reads at its start: the first build's count still
-        assert len(second) == 1 and "threads=2" in second[0] and "run on 1 threads" in second[0], (pool, second)
+        assert tvm_threads == "1"  # after the second build: the first build's count still
+        assert len(second) == 1 and "threads=2" in second[0] and "at most 1 thread," in second[0], (pool, second)

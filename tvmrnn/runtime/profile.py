@@ -114,7 +114,7 @@ def random_tensors(shapes, dev):
     rng = np.random.default_rng(0)
     tensors = []
     for shape in shapes:
-        values = _pairs_of_bf16(rng.uniform(-0.5, 0.5, shape), rng.uniform(-0.5, 0.5, shape))
+        values = _pairs_of_bf16(rng.random(shape, np.float32) - 0.5, rng.random(shape, np.float32) - 0.5)
         if dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and wants_huge_pages(values.nbytes):
             array = huge_empty(values.shape)
             array[...] = values
@@ -135,7 +135,7 @@ def _pairs_of_bf16(high, low) -> np.ndarray:
     on them, 10% slower on real data)."""
     def top(v):
         return (np.asarray(v, np.float32).view(np.uint32) + np.uint32(0x8000)) >> np.uint32(16)
-    return ((top(high) << np.uint32(16)) | top(low)).view(np.float32)
+    return np.asarray((top(high) << np.uint32(16)) | top(low)).view(np.float32)
 
 
 def kernel_timer(func, target, number: int = 20, repeat: int = 5):

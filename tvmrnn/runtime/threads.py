@@ -299,8 +299,9 @@ def prepare_cpu_threads(options) -> str:
         # either pool is sized once a process (TVM's reads TVM_NUM_THREADS at its first loop, which
         # a later build no longer changes; the OpenMP launcher keeps the count it was registered
         # with): say so rather than run silently on another count than the one asked for
-        warnings.warn(f"tvmrnn: BuildOptions(threads={options.threads}): this process's CPU kernels run on "
-                      f"{first} threads, the count of its first CPU build (the thread pool is sized once a "
+        counted = f"{first} thread{'s' if first != 1 else ''}"
+        warnings.warn(f"tvmrnn: BuildOptions(threads={options.threads}): this process's CPU kernels run with "
+                      f"at most {counted}, the count of its first CPU build (the thread pool is sized once a "
                       "process); give the first build the count, or set TVM_NUM_THREADS before it",
                       RuntimeWarning, stacklevel=3)
     return use_openmp_pool(first)
