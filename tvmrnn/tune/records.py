@@ -34,7 +34,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Trace
 
 from ..kernels import Kernel, tf32
-from ..schedules import apply, default_schedule, fast_math
+from ..schedules import apply, default_schedule, ended_rows, fast_math
 from ..schedules.variants import variants
 from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
@@ -665,6 +665,8 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             used[kernel.name] = "tf32"
         if is_gpu(target):
             return fast_math.nan_propagating(fast_math.accurate_tanh(func))
+        if kernel.name.startswith("recurrent_step"):  # a masked step's tasks skip their GEMM where all their rows have ended
+            func = ended_rows.skip_ended_rows(func, kernel.gemm)
         return fast_math.vectorisable(fast_math.nan_propagating(func))
 
     def candidates(mod):
