@@ -75,12 +75,15 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str) -> tirx.PrimFunc:
     of each problem, selecting each output between the step's value and the old state, and the
     GEMM ``gemm`` as an init and an update block) with the update's outermost
     reduction loop run only where a row of the task runs. Unchanged where the structure is not
-    that (a tensorized GEMM, no mask, more rows a task than :data:`MAX_ROWS_TESTED`)."""
+    that (a tensorized GEMM, no mask, rows padded by a predicate, more rows a task than
+    :data:`MAX_ROWS_TESTED`)."""
     mask = next((p for p in func.params if p.name == "mask"), None)
     found = _find_update(func, f"{gemm}_update")
     if mask is None or found is None:
         return func
     loops, realize = found
+    if not (isinstance(realize.predicate, tirx.IntImm) and int(realize.predicate) == 1):
+        return func  # padded rows (a predicate): their mask index would run past the buffer
     block = realize.block
     store = block.body
     m = len(mask.shape)
