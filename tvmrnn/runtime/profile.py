@@ -30,6 +30,7 @@ from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..tune.step_loop import STEP_LOOP_STEPS, step_loop
 from ..program.sequence import Program, compile_module
+from .arrays import round_to
 
 GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
 _PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
@@ -126,16 +127,16 @@ def random_tensors(shapes, dev):
 
 def _pairs_of_bf16(high, low) -> np.ndarray:
     """float32 values whose two 16-bit halves are each a bf16 value of the same range: ``high``
-    (rounded to bf16) with ``low``'s bf16 bits below. Read as float32 they are ``high`` within
-    bf16's rounding; a bf16 kernel's pair-packed buffers (weights and states of
-    ``BuildOptions.bf16_projections``, :func:`tvmrnn.kernels.bf16_pair`) read them as two sane
-    bf16 values. Plain uniform float32s gave those kernels random bit patterns as their low
+    rounded to bf16 (:func:`tvmrnn.runtime.arrays.round_to`) with ``low``'s bf16 bits below. Read
+    as float32 they are ``high`` within bf16's rounding; a bf16 kernel's pair-packed buffers
+    (weights and states of ``BuildOptions.bf16_projections``, :func:`tvmrnn.kernels.bf16_pair`)
+    read them as two sane bf16 values. Plain uniform float32s gave those kernels random bit patterns as their low
     halves, infinities, NaN and denormals among them, whose arithmetic can run far slower than
     real data's (a division-free sigmoid tried in notes/performance.md v49 timed 3x slower alone
     on them, 10% slower on real data)."""
-    def top(v):
-        return (np.asarray(v, np.float32).view(np.uint32) + np.uint32(0x8000)) >> np.uint32(16)
-    return np.asarray((top(high) << np.uint32(16)) | top(low)).view(np.float32)
+    def bits(v):
+        return round_to("bfloat16", np.asarray(v, np.float32)).view(np.uint32)
+    return (bits(high) | (bits(low) >> np.uint32(16))).view(np.float32).reshape(np.shape(high))
 
 
 def kernel_timer(func, target, number: int = 20, repeat: int = 5):

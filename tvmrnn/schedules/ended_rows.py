@@ -21,32 +21,14 @@ from __future__ import annotations
 
 import itertools
 
-import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 
+from ..kernels import _substitute
+from .common import _uses
+
 # the most combinations of a task's inner row loops whose rows are tested (a register tile's rows)
 MAX_ROWS_TESTED = 64
-
-
-def _vars_in(expr) -> list:
-    found = []
-
-    def visit(v, mutator):
-        if not any(v.same_as(f) for f in found):
-            found.append(v)
-        return v
-    tvm_ffi.structural_mutate(expr, [(tvm.ir.Var, visit)])
-    return found
-
-
-def _substitute(expr, env: list):
-    def replace(v, mutator):
-        for var, value in env:
-            if v.same_as(var):
-                return value
-        return v
-    return tvm_ffi.structural_mutate(expr, [(tvm.ir.Var, replace)])
 
 
 def _find_update(func, block_name: str):
@@ -78,8 +60,8 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str) -> tirx.PrimFunc:
     that (a tensorized GEMM, no mask, rows padded by a predicate, more rows a task than
     :data:`MAX_ROWS_TESTED`)."""
     mask = next((p for p in func.params if p.name == "mask"), None)
-    found = _find_update(func, f"{gemm}_update")
-    if mask is None or found is None:
+    found = _find_update(func, f"{gemm}_update") if mask is not None else None
+    if found is None:
         return func
     loops, realize = found
     if not (isinstance(realize.predicate, tirx.IntImm) and int(realize.predicate) == 1):
@@ -90,17 +72,17 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str) -> tirx.PrimFunc:
     if not isinstance(store, tirx.BufferStore) or len(store.indices) < m or any(
             int(a) != int(b) for a, b in zip(store.buffer.shape[:m], mask.shape)):
         return func
-    bindings = list(zip([iv.var for iv in block.iter_vars], realize.iter_values))
-    reduce_vars = [v for iv, v in zip(block.iter_vars, realize.iter_values) if iv.iter_type == tirx.IterVar.CommReduce]
-    reduction_loop_vars = [var for value in reduce_vars for var in _vars_in(value)]
-    outer = next((i for i, loop in enumerate(loops)
-                  if any(loop.loop_var.same_as(v) for v in reduction_loop_vars)), None)
+    bindings = dict(zip([iv.var for iv in block.iter_vars], realize.iter_values))
+    reductions = [v for iv, v in zip(block.iter_vars, realize.iter_values) if iv.iter_type == tirx.IterVar.CommReduce]
+
+    def in_reduction(loop) -> bool:
+        return any(_uses(value, loop.loop_var) for value in reductions)
+    outer = next((i for i, loop in enumerate(loops) if in_reduction(loop)), None)
     if outer is None:
         return func
     rows = [_substitute(index, bindings) for index in store.indices[:m]]
-    inner = [loop for loop in loops[outer:]
-             if any(loop.loop_var.same_as(v) for index in rows for v in _vars_in(index))]
-    if any(loop.loop_var.same_as(v) for v in reduction_loop_vars for loop in inner):
+    inner = [loop for loop in loops[outer:] if any(_uses(index, loop.loop_var) for index in rows)]
+    if any(in_reduction(loop) for loop in inner):
         return func  # a row index that moves with the reduction: not a GEMM this pass knows
     extents = [int(loop.extent) for loop in inner]
     combos = 1
@@ -110,7 +92,7 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str) -> tirx.PrimFunc:
         return func
     running = None
     for values in itertools.product(*(range(e) for e in extents)):
-        env = [(loop.loop_var, tirx.const(int(loop.min) + v, str(loop.loop_var.ty))) for loop, v in zip(inner, values)]
+        env = {loop.loop_var: tirx.const(int(loop.min) + v, str(loop.loop_var.ty)) for loop, v in zip(inner, values)}
         test = tirx.BufferLoad(mask, [_substitute(index, env) for index in rows]) > tirx.const(0.5, "float32")
         running = test if running is None else tirx.Or(running, test)
     target = loops[outer]
