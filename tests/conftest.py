@@ -136,6 +136,7 @@ def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, b
     rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=layers, bidirectional=bidirectional,
                        batch_size=N, dtype=dtype, target=target, cache=False, tuning_logs=False)
     assert rnn.dtype == dtype
+    assert n <= N
     w = rnn.pack_weights({k: v.float().to(device) for k, v in ref.state_dict().items()})  # fp32 master weights
     D = 2 if bidirectional else 1
     x = torch.randn(T, n, I).to(half)
@@ -169,3 +170,4 @@ def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, b
     for name, expected in zip(names, gr[-len(names):]):
         assert grads[name].dtype == torch.float32, name
         close(grads[name], expected, bound[1], name)
+    return rnn

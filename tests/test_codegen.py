@@ -53,6 +53,33 @@ def test_cuda_half_builds_put_the_all_steps_gemms_on_tensor_cores(dtype):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
+    """A half build's steps of ``GPU_TF32_STEP_OUTPUTS`` outputs or more (here 128 x 1152) run on
+    the TF32 tiles, their gate math a second kernel (``BuildOptions.tensor_core_steps``);
+    ``tensor_core_steps=False`` keeps them fp32, and so does a smaller step. Run against float64
+    on the GPU machine (``test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda``)."""
+    from tvmrnn.schedules.common import GPU_TF32_STEP_OUTPUTS
+    assert 128 * 3 * 384 >= GPU_TF32_STEP_OUTPUTS > 20 * 3 * 384
+
+    def steps(batch, **options):
+        rnn = tvmrnn.build("gru", input_size=24, hidden_size=384, batch_size=batch, dtype="float16",
+                           target="nvidia/nvidia-h100", tuning_logs=False, cache=False, options=BuildOptions(**options))
+        return {k: v for k, v in rnn.schedules.items() if "step" in k and "backward" not in k}
+    assert set(steps(128).values()) == {"tf32"}
+    assert "tf32" not in steps(128, tensor_core_steps=False).values()
+    assert "tf32" not in steps(20).values()
+
+
+def test_tensor_core_steps_are_refused_where_they_cannot_apply():
+    with pytest.raises(ValueError, match="tensor_core_steps.*GPU"):
+        tvmrnn.build("gru", 8, 16, options=BuildOptions(tensor_core_steps=True), cache=False)
+    with pytest.raises(ValueError, match="tensor_core_steps.*allow_tf32"):
+        tvmrnn.build("gru", 8, 16, target="nvidia/nvidia-h100", options=BuildOptions(tensor_core_steps=True), cache=False)
+    with pytest.raises(TypeError, match="tensor_core_steps"):
+        BuildOptions(tensor_core_steps="yes")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("sizes", [dict(input_size=13, hidden_size=37, batch_size=3),
                                    dict(input_size=13, hidden_size=37, batch_size=100),
                                    dict(input_size=800, hidden_size=800, batch_size=20)], ids=["odd", "batch100", "ds2"])

@@ -691,6 +691,19 @@ def test_half_builds_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectiona
     check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda")
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("cell,I,H,layers,bidirectional,N,n", [("lstm", 40, 300, 2, True, 110, 97),
+                                                                ("gru", 24, 384, 1, False, 128, 128)])
+def test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectional, N, n):
+    """Half builds whose steps are large enough (``GPU_TF32_STEP_OUTPUTS``: 110 x 1200 and 128 x
+    1152 outputs) run them on TF32 tiles, the gate math a kernel of its own, one launch each a
+    step (``BuildOptions.tensor_core_steps``): against float64 as the other half builds, at an
+    odd hidden size, two bidirectional layers and a run-time batch below the build's."""
+    rnn = check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda", N=N, n=n)
+    steps = [k for k, how in rnn.schedules.items() if k.startswith("recurrent_step")]
+    assert steps and all(rnn.schedules[k] == "tf32" for k in steps), rnn.schedules
+
+
 @pytest.mark.parametrize("cls, batch_first", [("LSTM", False), ("GRU", True)])
 def test_packed_sequences_on_cuda_match_torch_without_waiting_for_the_gpu(cls, batch_first):
     """The drop-ins on a PackedSequence (unsorted lengths, initial states, 2 bidirectional layers)

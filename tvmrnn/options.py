@@ -120,7 +120,15 @@ class BuildOptions:
         size without 16-unit weight panels, a state too large for the stack); the casts in and out
         run on TVM's threads. CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
         ``allow_tf32``, exact on half operands), the steps' recurrent GEMMs and the backward in
-        fp32; fp16/bf16 ``mma`` tiles are not built yet (issue 39).
+        fp32 (except the large steps of ``tensor_core_steps``); fp16/bf16 ``mma`` tiles are not
+        built yet (issue 39).
+    tensor_core_steps : bool or None
+        GPU: a step whose recurrent GEMM is large (:data:`tvmrnn.schedules.common.GPU_TF32_STEP_OUTPUTS`
+        outputs or more) runs on the TF32 tiles of the all-steps GEMMs, one launch a step, its gate
+        math a second kernel, instead of fp32 split-K (persistent or not). The hidden state then
+        reaches the tensor cores rounded to TF32 every step (10 mantissa bits, as many as fp16:
+        cuDNN's half path rounds it to half). None: half builds (``dtype``) yes, fp32 builds no;
+        True in an fp32 build needs ``allow_tf32`` (errors of TF32, ~1e-3, in every step).
     """
 
     persistent: str = field(default_factory=_persistent_default)
@@ -138,6 +146,7 @@ class BuildOptions:
     variable_lengths: bool = False
     bf16_projections: bool = False
     dtype: str = "float32"
+    tensor_core_steps: bool | None = None
 
     def __post_init__(self):
         persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent)
@@ -150,7 +159,7 @@ class BuildOptions:
         for name in ("persist_stacked", "shared_kernels", "time_loop_regions", "variable_lengths", "bf16_projections"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected True or False, got {getattr(self, name)!r}")
-        for name in ("stack_directions", "interleave_projections", "weight_panels", "gradient_panels"):
+        for name in ("stack_directions", "interleave_projections", "weight_panels", "gradient_panels", "tensor_core_steps"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected None, True or False, got {getattr(self, name)!r}")
         if self.chunk_steps is not None:
@@ -172,6 +181,11 @@ class BuildOptions:
         """The passes whose time loops may run as persistent kernels."""
         return PERSISTENT_PASSES[self.persistent]
 
+    @property
+    def tf32_steps(self) -> bool:
+        """Whether a GPU build's large steps run on TF32 tiles (``tensor_core_steps``; None: half builds)."""
+        return self.tensor_core_steps if self.tensor_core_steps is not None else self.dtype != "float32"
+
     def to_dict(self) -> dict:
         """JSON-ready fields (for package metadata and records)."""
         out = dataclasses.asdict(self)
@@ -179,6 +193,8 @@ class BuildOptions:
             del out["bf16_projections"]
         if out["dtype"] == "float32":  # (the same)
             del out["dtype"]
+        if out["tensor_core_steps"] is None:  # (the same)
+            del out["tensor_core_steps"]
         if out["chunk_steps"] is not None:
             out["chunk_steps"] = list(out["chunk_steps"])
         return out

@@ -791,6 +791,8 @@ class Program:
         # with it, only kernels whose schedule keeps their weights in shared memory run
         # persistent (``options.persistent == "auto"``); the others' loops stay per-step
         self.persistent_if_on_chip = persistent_blocks is not None and options.persistent == "auto"
+        # large steps on TF32 tiles run one launch a step (``options.tensor_core_steps``)
+        self.tf32_steps = persistent_blocks is not None and options.tf32_steps
         # a persistent kernel scheduled with more blocks than are surely resident (a tile that did
         # not fit) runs its loop one launch a step (`step_loop`, which measures a schedule as it
         # is, turns this off: it refuses such a schedule instead)
@@ -1029,7 +1031,7 @@ class Program:
         # of many rows, whose launches take the tiled GEMM: the LSTM's persistent forward at
         # N = 256, H = 1024 (split-K, every block all 256 rows) took 58.7 ms on the H200, its
         # launches 7.8 (v42; common.launches_beat_persistence)
-        declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel) or (
+        declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel, self.tf32_steps) or (
             self.name == "backward" and not _row_tiles(kernels.persistent(kernel, self.persistent_caps[0]))))
         if not declined:
             for cap in self.persistent_caps:

@@ -41,7 +41,12 @@ def _half_precision(config, options, target, allow_tf32: bool):
     """The build choices a half ``options.dtype`` makes on ``target`` (``BuildOptions.dtype``):
     bf16 GEMMs on CPUs, the all-steps GEMMs on tensor cores on GPUs; a target that cannot is a
     ValueError here, not at the first call."""
+    if options.tensor_core_steps and not is_gpu(target):
+        raise ValueError("options.tensor_core_steps: GPU builds only (CPU steps have no TF32 tiles)")
     if options.dtype == "float32":
+        if options.tensor_core_steps and not allow_tf32:
+            raise ValueError("options.tensor_core_steps=True in a float32 build needs allow_tf32=True "
+                             "(its steps would round the hidden state to TF32)")
         return options, allow_tf32
     if is_gpu(target):
         return options, True
@@ -175,7 +180,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 
 
 def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
-    schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32)
+    schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32, tf32_steps=options.tf32_steps)
     blocks = loop_block_caps(config, target)
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
     with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,

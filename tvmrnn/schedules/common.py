@@ -59,6 +59,14 @@ GPU_STEP_MATMUL_OUTPUTS = 1 << 18
 GPU_PERSISTENT_SPLIT_K_ROWS = 160
 
 
+# A build with TF32 steps (``BuildOptions.tensor_core_steps``: half builds) runs a step of at
+# least this many outputs (rows x columns) as the TF32 tiles into a buffer, then its epilogue as a
+# kernel of its own, one launch each a step, whatever its rows: the LSTM at N = 64, H = 1024 (64 x
+# 4096 outputs) ran its persistent fp32 split-K step in 33 us on the H200, cuDNN's fp16 step on
+# tensor cores in 10 (notes/performance.md v44, v50).
+GPU_TF32_STEP_OUTPUTS = 1 << 17
+
+
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
 
 
@@ -101,8 +109,12 @@ def uses_tf32(func) -> bool:
     return bool(func.attrs is not None and int(func.attrs.get("tvmrnn.tf32", 0)))
 
 
-def _gpu_kind(sch, kernel: Kernel) -> str | None:
-    """Which GPU GEMM schedule fits the kernel held by ``sch``."""
+def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | None:
+    """Which GPU GEMM schedule fits the kernel held by ``sch``. ``tensor_cores``: whether its
+    GEMM is on TF32 tiles (None: as its function says, :func:`uses_tf32`), which takes a step of
+    :data:`GPU_TF32_STEP_OUTPUTS` outputs or more that is not persistent to "matmul"."""
+    if tensor_cores is None:
+        tensor_cores = uses_tf32(sch.mod["main"])
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - len(kernel.columns)
@@ -130,6 +142,8 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
             return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
         outputs = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:])
+        if tensor_cores and outputs >= GPU_TF32_STEP_OUTPUTS:
+            return "matmul"  # the TF32 tiles, then the epilogue as a kernel of its own
         if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and outputs >= GPU_STEP_MATMUL_OUTPUTS:
             return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
@@ -137,15 +151,18 @@ def _gpu_kind(sch, kernel: Kernel) -> str | None:
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
 
 
-def launches_beat_persistence(kernel: Kernel) -> bool:
+def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False) -> bool:
     """Whether a step kernel is a large step (:data:`GPU_STEP_MATMUL_OUTPUTS`: its launches take
     the tiled GEMM) of :data:`GPU_PERSISTENT_SPLIT_K_ROWS` rows a direction or more, whose time
-    loop runs faster as launches than as a persistent kernel."""
+    loop runs faster as launches than as a persistent kernel; with ``tensor_cores`` (a build with
+    TF32 steps), any step that its launches would run on the TF32 tiles."""
     if kernel.gemm is None:
         return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    if _gpu_kind(sch, kernel) != "matmul" or not fused_epilogue(sch, kernel):
+    if _gpu_kind(sch, kernel, tensor_cores) != "matmul" or not fused_epilogue(sch, kernel):
         return False
+    if tensor_cores:
+        return True
     spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
     n_rows = len(spatial) - len(kernel.columns)
     return math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows]) >= GPU_PERSISTENT_SPLIT_K_ROWS

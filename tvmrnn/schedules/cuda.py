@@ -16,14 +16,17 @@ from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _use
 from .split_k import persistent_blocks
 
 
-def tf32_applies(kernel: Kernel, target) -> bool:
+def tf32_applies(kernel: Kernel, target, steps: bool = False) -> bool:
     """Whether a build with ``allow_tf32`` computes this kernel's GEMM on TF32 tensor cores: the
-    GPU's tiled GEMMs (the all-steps GEMMs: input projections, input and weight gradients). The
-    per-step GEMMs (split-K, fused with the gate math) and every CPU kernel stay fp32."""
+    GPU's tiled GEMMs (the all-steps GEMMs: input projections, input and weight gradients), and
+    with ``steps`` (``BuildOptions.tensor_core_steps``) the large steps launched one a step
+    (:data:`tvmrnn.schedules.common.GPU_TF32_STEP_OUTPUTS`), their epilogue a kernel of its own.
+    The other per-step GEMMs (split-K, row tiles, fused with the gate math, and every persistent
+    one) and every CPU kernel stay fp32."""
     if kernel.gemm is None or not is_gpu(target) or persistent_blocks(kernel.func):
         return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    return _gpu_kind(sch, kernel) == "matmul" and not fused_epilogue(sch, kernel)
+    return _gpu_kind(sch, kernel, steps) == "matmul" and (steps or not fused_epilogue(sch, kernel))
 
 
 def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:
@@ -283,15 +286,21 @@ def _epilogue_kernel(sch, threads: int = GPU_THREADS) -> None:
 TF32_TILES = (dict(warps=(2, 4), fragments=(4, 2), k_tile=32), dict(warps=(2, 2), fragments=(2, 2), k_tile=32))
 
 
+# The tiles of a step on TF32 tiles (``BuildOptions.tensor_core_steps``): a step has few rows (the
+# batch), so its blocks are short; the first that gives the GPU a wave of blocks, else the last.
+TF32_STEP_TILES = (dict(warps=(2, 2), fragments=(2, 2), k_tile=32), dict(warps=(2, 2), fragments=(1, 2), k_tile=32))
+
+
 def _tf32_blocks(rows: int, cols: int, tile: dict) -> int:
     """Thread blocks of a ``rows x cols`` output in ``tile``'s block tiles."""
     (wi, wj), (fi, fj) = tile["warps"], tile["fragments"]
     return -(-rows // (wi * fi * 16)) * -(-cols // (wj * fj * 16))
 
 
-def tf32_tile(rows: int, cols: int, sms: int = GPU_SMS) -> dict:
-    """The entry of :data:`TF32_TILES` for a ``rows x cols`` output."""
-    return next((t for t in TF32_TILES if _tf32_blocks(rows, cols, t) >= sms), TF32_TILES[-1])
+def tf32_tile(rows: int, cols: int, sms: int = GPU_SMS, tiles=None) -> dict:
+    """The entry of ``tiles`` (:data:`TF32_TILES`) for a ``rows x cols`` output."""
+    tiles = TF32_TILES if tiles is None else tiles
+    return next((t for t in tiles if _tf32_blocks(rows, cols, t) >= sms), tiles[-1])
 
 
 def tf32_k_slices(rows: int, cols: int, reduction: int, tile: dict, sms: int = GPU_SMS) -> int:
@@ -307,14 +316,25 @@ def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict
     the same normalised GEMM, block tiles of :func:`tf32_tile` (``tile`` overrides any of its
     ``warps``, ``fragments``, ``k_tile``, or sets ``pipeline``), split-K by
     :func:`tf32_k_slices` (or ``k_slices``), the epilogue fused into the write of the output.
-    ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), whose waves the tiles fill."""
+    ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), whose waves the tiles fill.
+    A step's GEMM with a fused epilogue (``BuildOptions.tensor_core_steps``) writes its tiles to
+    the GEMM's buffer in global memory, and the epilogue runs as a second kernel, one thread per
+    output element (:func:`_epilogue_kernel`), as :func:`gpu_matmul` does it; its reduction is
+    not split."""
     rows, cols, _ = matmul_extents(kernel)
-    chosen = {**tf32_tile(rows, cols, sms), **(tile or {})}
+    epilogue = fused_epilogue(sch, kernel)
+    chosen = {**tf32_tile(rows, cols, sms, TF32_STEP_TILES if epilogue else TF32_TILES), **(tile or {})}
+    if epilogue and k_slices not in (None, 1):
+        raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is not split over blocks")
 
     def slices(m_total, n_total, k_total):
+        if epilogue:
+            return 1
         return tf32_k_slices(m_total, n_total, k_total, chosen, sms) if k_slices is None else k_slices
     main, _, k_inner, n_slices = normalize_matmul(sch, kernel, slices, chosen["k_tile"])
-    tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, **chosen)
+    tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, epilogue=epilogue, **chosen)
+    if epilogue:
+        _epilogue_kernel(sch)
 
 
 def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 from tvm.script import tirx as T
+from .common import _writes_param
 
 WARP = 32
 SHARED = "shared.dyn"  # the scope of the operand and output tiles
@@ -221,7 +222,7 @@ def register() -> None:
 
 
 def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int = 32, pad: int = 4,
-               split_k: bool = False, keep: str | None = None, pipeline: bool = False) -> None:
+               split_k: bool = False, keep: str | None = None, pipeline: bool = False, epilogue: bool = False) -> None:
     """Tile the normalised GEMM ``main`` (``C[s, i, j] += A[s, i, k] * B[s, j, k]``) for TF32
     tensor cores.
 
@@ -312,9 +313,12 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     sch.reorder(ro, co, ri, ci)
     sch.transform_layout(acc, ("read", 0), lambda b, r, c: (b, r // M, c // N, *c_map(r % M, c % N)))
     sch.storage_align(acc, 0, axis=1, factor=32, offset=pad)
-    if split_k:  # the partials go straight out (the copies out of the padded, reindexed layout inlined)
+    if split_k or epilogue:  # the partials, or the step's GEMM, go straight out (the copies out of
+        # the padded, reindexed layout inlined)
+        params = sch.mod["main"].params
         while True:
-            rest = [b for b in sch.get_consumers(staged) if sch.get(b).name_hint != keep]
+            rest = [b for b in sch.get_consumers(staged)
+                    if (not _writes_param(sch, b, params) if epilogue else sch.get(b).name_hint != keep)]
             if not rest:
                 break
             sch.reverse_compute_inline(rest[0])

@@ -636,11 +636,13 @@ def _shared_bytes_when_lowered(func, target) -> tuple[int, int]:
                key=sum)
 
 
-def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False):
+def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False, tf32_steps: bool = False):
     """``kernel -> scheduled PrimFunc``: the fastest record of the kernel's workload among the raw
     logs (:func:`logs_folder`) and the shipped records (:func:`records_file`) that the driver can
     embed and that no whole-pass check vetoed (:mod:`.pass_checks`), else the default schedule.
-    With ``allow_tf32``, the GPU's all-steps GEMMs become TF32 workloads (:func:`kernels.tf32`).
+    With ``allow_tf32``, the GPU's all-steps GEMMs become TF32 workloads (:func:`kernels.tf32`),
+    and with ``tf32_steps`` too (``BuildOptions.tensor_core_steps``) the large steps launched one
+    a step (:func:`tvmrnn.schedules.cuda.tf32_applies`).
 
     Returns the function and two dicts it fills: kernel name -> "tuned", "default", "tf32" (a TF32
     kernel's default schedule: none of them has records yet) or "unmasked record" (a masked step
@@ -657,7 +659,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     picked: dict[str, dict] = {}
 
     def schedule(kernel: Kernel):
-        on_tensor_cores = allow_tf32 and tf32_applies(kernel, target)
+        on_tensor_cores = allow_tf32 and tf32_applies(kernel, target, steps=tf32_steps)
         if on_tensor_cores:
             kernel = tf32(kernel)
         func = pick(kernel)

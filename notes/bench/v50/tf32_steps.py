@@ -1,0 +1,105 @@
+"""Half builds' large steps on TF32 tiles (BuildOptions.tensor_core_steps) against the fp32 SIMT
+steps they replace and cuDNN in the same dtype: one process, same inputs, calls interleaved.
+
+python3 notes/bench/v50/tf32_steps.py OUT.json [dtype] [shape ...]   shape: cell:T:N:H
+Variants per shape: "simt" (tensor_core_steps=False), "tc" (on at any size: the threshold
+patched to 1), "tc64" (on, 64 x 64 step tiles only); medians of ms a pass."""
+import json, statistics, sys, time
+import torch
+import tvmrnn
+from tvmrnn.schedules import common, cuda
+
+out_path = sys.argv[1]
+dtype = sys.argv[2] if len(sys.argv) > 2 else "float16"
+shapes = sys.argv[3:] or ["lstm:100:64:1024", "gru:100:64:1024", "lstm:300:20:800", "lstm:100:128:256",
+                          "lstm:100:32:512", "lstm:100:16:1536", "lstm:100:256:512"]
+half = getattr(torch, dtype)
+results = []
+
+
+def variant(name):
+    saved = (common.GPU_TF32_STEP_OUTPUTS, cuda.TF32_STEP_TILES)
+    if name == "simt":
+        return tvmrnn.BuildOptions(tensor_core_steps=False), saved
+    common.GPU_TF32_STEP_OUTPUTS = 1
+    if name == "tc64":
+        cuda.TF32_STEP_TILES = cuda.TF32_STEP_TILES[:1]
+    return tvmrnn.BuildOptions(), saved
+
+
+def timed(fn, reps):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+for shape in shapes:
+    cell, T, N, H = shape.split(":")
+    T, N, H = int(T), int(N), int(H)
+    torch.manual_seed(0)
+    mod = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(H, H).cuda()
+    params = tvmrnn.params_from_torch(mod)
+    ref = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(H, H).cuda().to(half)
+    ref.load_state_dict({k: v.to(half) for k, v in mod.state_dict().items()})
+    x = torch.randn(T, N, H, device="cuda").to(half)
+    with torch.no_grad():
+        y32 = mod(x.float())[0]
+    builds = {}
+    for name in ("simt", "tc", "tc64"):
+        options, saved = variant(name)
+        try:
+            t0 = time.perf_counter()
+            rnn = tvmrnn.build(cell, H, H, batch_size=N, dtype=dtype, target="cuda", options=options, cache=False,
+                               tuning_logs=False)
+            steps = sorted(k for k, v in rnn.schedules.items() if v == "tf32" and "step" in k)
+            print(f"{shape} {name}: built in {time.perf_counter() - t0:.1f} s; TF32 steps {steps}", flush=True)
+            builds[name] = (rnn, rnn.pack_weights(params))
+        finally:
+            common.GPU_TF32_STEP_OUTPUTS, cuda.TF32_STEP_TILES = saved
+    dy = torch.randn(T, N, H, device="cuda").to(half)
+
+    def ours_infer(rnn, w):
+        return lambda: rnn.forward(w, x)
+
+    def ours_train(rnn, w):
+        def run():
+            y, hy, cy, ws = rnn.forward_train(w, x)
+            rnn.backward(w, ws, dy)
+        return run
+
+    def theirs_infer():
+        with torch.no_grad():
+            ref(x)
+
+    xr = x.clone().requires_grad_()
+
+    def theirs_train():
+        y, _ = ref(xr)
+        y.backward(dy)
+
+    row = {"shape": shape, "dtype": dtype}
+    for name, (rnn, w) in builds.items():
+        y = rnn.forward(w, x)[0]
+        row[f"err_{name}"] = float((y.float() - y32).norm() / y32.norm())
+    with torch.no_grad():
+        row["err_cudnn"] = float((ref(x)[0].float() - y32).norm() / y32.norm())
+    for mode, theirs, ours in (("infer", theirs_infer, ours_infer), ("train", theirs_train, ours_train)):
+        fns = {"cudnn": theirs, **{n: ours(*b) for n, b in builds.items()}}
+        for f in fns.values():
+            f(); f()
+        times = {n: [] for n in fns}
+        for _ in range(9):
+            for n, f in fns.items():
+                times[n].append(timed(f, 1))
+        for n in fns:
+            row[f"{mode}_{n}_ms"] = 1e3 * statistics.median(times[n])
+        print(f"{shape} {mode}: " + ", ".join(
+            f"{n} {row[f'{mode}_{n}_ms']:.2f} ms ({row[f'{mode}_cudnn_ms'] / row[f'{mode}_{n}_ms']:.2f}x cuDNN)"
+            for n in fns), flush=True)
+    print(f"{shape} errors vs fp32: " + ", ".join(f"{k[4:]} {v:.1e}" for k, v in row.items() if k.startswith("err_")),
+          flush=True)
+    results.append(row)
+    del builds
+    json.dump(results, open(out_path, "w"), indent=1)
