@@ -54,20 +54,23 @@ def test_cuda_half_builds_put_the_all_steps_gemms_on_tensor_cores(dtype):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
-    """A half build's steps of ``GPU_TF32_STEP_OUTPUTS`` outputs or more (here 128 x 1152) run on
-    the TF32 tiles, their gate math a second kernel (``BuildOptions.tensor_core_steps``);
-    ``tensor_core_steps=False`` keeps them fp32, and so does a smaller step. Run against float64
+    """A half build's forward steps of ``GPU_TF32_STEP_ROWS`` rows and ``GPU_TF32_STEP_WORK``
+    multiply-adds or more (here 128 x 1800 x 600) run on the TF32 tiles, their gate math a second
+    kernel (``BuildOptions.tensor_core_steps``); the backward's steps (a reduction longer than
+    their columns), ``tensor_core_steps=False`` and fewer rows keep them fp32. Run against float64
     on the GPU machine (``test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda``)."""
-    from tvmrnn.schedules.common import GPU_TF32_STEP_OUTPUTS
-    assert 128 * 3 * 384 >= GPU_TF32_STEP_OUTPUTS > 20 * 3 * 384
+    from tvmrnn.schedules.common import GPU_TF32_STEP_ROWS, GPU_TF32_STEP_WORK
+    assert 128 * 1800 * 600 >= GPU_TF32_STEP_WORK and GPU_TF32_STEP_ROWS <= 128
 
     def steps(batch, **options):
-        rnn = tvmrnn.build("gru", input_size=24, hidden_size=384, batch_size=batch, dtype="float16",
+        rnn = tvmrnn.build("gru", input_size=24, hidden_size=600, batch_size=batch, dtype="float16",
                            target="nvidia/nvidia-h100", tuning_logs=False, cache=False, options=BuildOptions(**options))
-        return {k: v for k, v in rnn.schedules.items() if "step" in k and "backward" not in k}
-    assert set(steps(128).values()) == {"tf32"}
+        return {k: v for k, v in rnn.schedules.items() if "step" in k}
+    on = steps(128)
+    assert {v for k, v in on.items() if k.startswith("recurrent_step")} == {"tf32"}
+    assert {v for k, v in on.items() if k.startswith("backward_step")} == {"default"}
     assert "tf32" not in steps(128, tensor_core_steps=False).values()
-    assert "tf32" not in steps(20).values()
+    assert "tf32" not in steps(100).values()
 
 
 def test_tensor_core_steps_are_refused_where_they_cannot_apply():

@@ -692,13 +692,14 @@ def test_half_builds_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectiona
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("cell,I,H,layers,bidirectional,N,n", [("lstm", 40, 300, 2, True, 110, 97),
-                                                                ("gru", 24, 384, 1, False, 128, 128)])
+@pytest.mark.parametrize("cell,I,H,layers,bidirectional,N,n", [("lstm", 40, 515, 2, True, 130, 97),
+                                                                ("gru", 24, 600, 1, False, 128, 128)])
 def test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectional, N, n):
-    """Half builds whose steps are large enough (``GPU_TF32_STEP_OUTPUTS``: 110 x 1200 and 128 x
-    1152 outputs) run them on TF32 tiles, the gate math a kernel of its own, one launch each a
-    step (``BuildOptions.tensor_core_steps``): against float64 as the other half builds, at an
-    odd hidden size, two bidirectional layers and a run-time batch below the build's."""
+    """Half builds whose forward steps are large enough (``GPU_TF32_STEP_ROWS``, ``_WORK``: 130 x
+    2060 x 515 and 128 x 1800 x 600) run them on TF32 tiles, the gate math a kernel of its own,
+    one launch each a step (``BuildOptions.tensor_core_steps``): against float64 as the other
+    half builds, at an odd hidden size, two bidirectional layers and a run-time batch below the
+    build's."""
     rnn = check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda", N=N, n=n)
     steps = [k for k, how in rnn.schedules.items() if k.startswith("recurrent_step")]
     assert steps and all(rnn.schedules[k] == "tf32" for k in steps), rnn.schedules

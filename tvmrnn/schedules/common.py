@@ -60,11 +60,15 @@ GPU_PERSISTENT_SPLIT_K_ROWS = 160
 
 
 # A build with TF32 steps (``BuildOptions.tensor_core_steps``: half builds) runs a step of at
-# least this many outputs (rows x columns) as the TF32 tiles into a buffer, then its epilogue as a
-# kernel of its own, one launch each a step, whatever its rows: the LSTM at N = 64, H = 1024 (64 x
-# 4096 outputs) ran its persistent fp32 split-K step in 33 us on the H200, cuDNN's fp16 step on
-# tensor cores in 10 (notes/performance.md v44, v50).
-GPU_TF32_STEP_OUTPUTS = 1 << 17
+# least GPU_TF32_STEP_ROWS rows and GPU_TF32_STEP_WORK multiply-adds a direction, whose reduction
+# is no longer than its columns (a forward step: H against G x H), as the TF32 tiles into a buffer
+# and its epilogue as a kernel of its own, one launch each a step, instead of fp32 split-K or row
+# tiles. On the H200, fp16 T = 100 (notes/performance.md v50): LSTM N = 128, H = 1024 inference
+# 7.21 -> 4.20 ms, N = 256, H = 512 3.60 -> 2.46 ms; with fewer rows the tiles lost (N = 64,
+# H = 1024: 3.18 -> 3.35 ms, the GRU 2.87 -> 3.26; DS2's N = 20: 2.92 -> 6.20), and so did the
+# backward's steps (a reduction of G x H into H columns: N = 64, H = 1024 training 9.8 -> 16.5 ms).
+GPU_TF32_STEP_ROWS = 128
+GPU_TF32_STEP_WORK = 1 << 27
 
 
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
@@ -111,8 +115,8 @@ def uses_tf32(func) -> bool:
 
 def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | None:
     """Which GPU GEMM schedule fits the kernel held by ``sch``. ``tensor_cores``: whether its
-    GEMM is on TF32 tiles (None: as its function says, :func:`uses_tf32`), which takes a step of
-    :data:`GPU_TF32_STEP_OUTPUTS` outputs or more that is not persistent to "matmul"."""
+    GEMM is on TF32 tiles (None: as its function says, :func:`uses_tf32`), which takes a large
+    step that is not persistent (:data:`GPU_TF32_STEP_ROWS`) to "matmul"."""
     if tensor_cores is None:
         tensor_cores = uses_tf32(sch.mod["main"])
     gemm = sch.get_sblock(kernel.gemm)
@@ -142,7 +146,10 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
             return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
         outputs = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:])
-        if tensor_cores and outputs >= GPU_TF32_STEP_OUTPUTS:
+        columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
+        reduction_total = math.prod(_extent(sch, l) for l in reduction)
+        if (tensor_cores and own_rows >= GPU_TF32_STEP_ROWS and reduction_total <= columns
+                and own_rows * columns * reduction_total >= GPU_TF32_STEP_WORK):
             return "matmul"  # the TF32 tiles, then the epilogue as a kernel of its own
         if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and outputs >= GPU_STEP_MATMUL_OUTPUTS:
             return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own

@@ -288,7 +288,10 @@ TF32_TILES = (dict(warps=(2, 4), fragments=(4, 2), k_tile=32), dict(warps=(2, 2)
 
 # The tiles of a step on TF32 tiles (``BuildOptions.tensor_core_steps``): a step has few rows (the
 # batch), so its blocks are short; the first that gives the GPU a wave of blocks, else the last.
-TF32_STEP_TILES = (dict(warps=(2, 2), fragments=(2, 2), k_tile=32), dict(warps=(2, 2), fragments=(1, 2), k_tile=32))
+# 128 reduction steps a shared tile: with a block or two an SM, each copy's latency is paid once
+# per tile (H200, LSTM N = 128, H = 1024 fp16 inference: 32 steps 5.3 ms, 128 steps 4.2;
+# double-buffered 5.5: notes/performance.md v50).
+TF32_STEP_TILES = (dict(warps=(2, 2), fragments=(2, 2), k_tile=128), dict(warps=(2, 2), fragments=(1, 2), k_tile=128))
 
 
 def _tf32_blocks(rows: int, cols: int, tile: dict) -> int:

@@ -1,9 +1,11 @@
 """Half builds' large steps on TF32 tiles (BuildOptions.tensor_core_steps) against the fp32 SIMT
 steps they replace and cuDNN in the same dtype: one process, same inputs, calls interleaved.
 
-python3 notes/bench/v50/tf32_steps.py OUT.json [dtype] [shape ...]   shape: cell:T:N:H
-Variants per shape: "simt" (tensor_core_steps=False), "tc" (on at any size: the threshold
-patched to 1), "tc64" (on, 64 x 64 step tiles only); medians of ms a pass."""
+python3 notes/bench/v50/tf32_steps.py OUT.json [dtype [variants [shape ...]]]   shape: cell:T:N:H
+Variants (comma-separated, :data:`VARIANTS`): "simt" (tensor_core_steps=False), "default" (the
+build's default), "tc" (on at any size: the thresholds patched to 1; the tiles of v50's first run,
+32 reduction steps, before the default took 128), "tc64" (on, 64 x 64 step tiles only), "tc_k128" (128
+reduction steps a shared tile), "tc_k128p" (and double-buffered), "tc_k64p"; medians of ms a pass."""
 import json, statistics, sys, time
 import torch
 import tvmrnn
@@ -11,20 +13,30 @@ from tvmrnn.schedules import common, cuda
 
 out_path = sys.argv[1]
 dtype = sys.argv[2] if len(sys.argv) > 2 else "float16"
-shapes = sys.argv[3:] or ["lstm:100:64:1024", "gru:100:64:1024", "lstm:300:20:800", "lstm:100:128:256",
+shapes = ["lstm:100:64:1024", "gru:100:64:1024", "lstm:300:20:800", "lstm:100:128:256",
                           "lstm:100:32:512", "lstm:100:16:1536", "lstm:100:256:512"]
 half = getattr(torch, dtype)
 results = []
 
 
+VARIANTS = {"simt": None, "default": "default", "tc": {"k_tile": 32}, "tc64": {"first": True, "k_tile": 32}, "tc_k128": {"k_tile": 128},
+            "tc_k128p": {"k_tile": 128, "pipeline": True}, "tc_k64p": {"k_tile": 64, "pipeline": True}}
+names = (sys.argv[3].split(",") if len(sys.argv) > 3 else ["simt", "default"])
+shapes = sys.argv[4:] or shapes
+
+
 def variant(name):
-    saved = (common.GPU_TF32_STEP_OUTPUTS, cuda.TF32_STEP_TILES)
-    if name == "simt":
+    saved = (common.GPU_TF32_STEP_ROWS, common.GPU_TF32_STEP_WORK, cuda.TF32_STEP_TILES)
+    change = VARIANTS[name]
+    if change is None:
         return tvmrnn.BuildOptions(tensor_core_steps=False), saved
-    common.GPU_TF32_STEP_OUTPUTS = 1
-    if name == "tc64":
-        cuda.TF32_STEP_TILES = cuda.TF32_STEP_TILES[:1]
-    return tvmrnn.BuildOptions(), saved
+    if change == "default":
+        return tvmrnn.BuildOptions(), saved
+    common.GPU_TF32_STEP_ROWS = common.GPU_TF32_STEP_WORK = 1
+    change = dict(change)
+    tiles = cuda.TF32_STEP_TILES[:1] if change.pop("first", False) else cuda.TF32_STEP_TILES
+    cuda.TF32_STEP_TILES = tuple({**t, **change} for t in tiles)
+    return tvmrnn.BuildOptions(tensor_core_steps=True), saved
 
 
 def timed(fn, reps):
@@ -47,7 +59,7 @@ for shape in shapes:
     with torch.no_grad():
         y32 = mod(x.float())[0]
     builds = {}
-    for name in ("simt", "tc", "tc64"):
+    for name in names:
         options, saved = variant(name)
         try:
             t0 = time.perf_counter()
@@ -57,7 +69,7 @@ for shape in shapes:
             print(f"{shape} {name}: built in {time.perf_counter() - t0:.1f} s; TF32 steps {steps}", flush=True)
             builds[name] = (rnn, rnn.pack_weights(params))
         finally:
-            common.GPU_TF32_STEP_OUTPUTS, cuda.TF32_STEP_TILES = saved
+            common.GPU_TF32_STEP_ROWS, common.GPU_TF32_STEP_WORK, cuda.TF32_STEP_TILES = saved
     dy = torch.randn(T, N, H, device="cuda").to(half)
 
     def ours_infer(rnn, w):
