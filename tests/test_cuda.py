@@ -682,6 +682,29 @@ def test_autocast_returns_what_cudnn_returns(dtype):
         assert ours._built and all(rnn.allow_tf32 for rnn in ours._built.values())
 
 
+def test_autocast_runs_large_steps_on_tensor_cores_within_half_errors():
+    """Under CUDA autocast a drop-in whose forward steps are large (128 rows, 2080 x 520) runs them
+    on the TF32 tiles as half builds do (``BuildOptions.tensor_core_steps``); its output and
+    gradients stay within half's errors of torch.nn in fp32."""
+    import tvmrnn.torch as tt
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(32, 520).cuda()
+    ours = tt.LSTM(32, 520).cuda()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(5, 128, 32, device="cuda")
+    y32 = ref(x)[0]
+    y32.sum().backward()
+    with torch.autocast("cuda", dtype=torch.float16):
+        y = ours(x)[0]
+    y.float().sum().backward()
+    assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
+        assert float((p.grad - q.grad).norm() / q.grad.norm()) < 3e-2, name
+    (rnn,) = ours._built.values()
+    steps = [k for k in rnn.schedules if k.startswith("recurrent_step")]
+    assert steps and all(rnn.schedules[k] == "tf32" for k in steps), rnn.schedules
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("cell,I,H,layers,bidirectional", [("lstm", 19, 48, 2, True), ("gru", 33, 37, 1, False),
                                                             ("rnn_tanh", 13, 64, 1, True)])

@@ -76,7 +76,9 @@ def _mask_read_last(func):
 
 
 def _substitute(expr, env: dict):
-    """Replace the derivation's scalar variables by tensor loads."""
+    """``expr`` with each variable that is a key of ``env`` replaced by its value: the
+    derivation's scalar variables by tensor loads, a program's buffers by views
+    (:mod:`tvmrnn.program.sequence`)."""
     def replace(v, mutator):
         for var, value in env.items():
             if v.same_as(var):

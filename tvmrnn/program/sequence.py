@@ -743,7 +743,7 @@ class Subroutines:
             decls.append(tirx.DeclBuffer(buf, data=pointer))
             mapping.append((b, buf))
 
-        body = _substituted(body, mapping)
+        body = kernels._substitute(body, dict(mapping))
         sub = tirx.PrimFunc(bases + params + stride_params + scratch_params,
                             tirx.SeqStmt(decls + [body, tirx.Return(tirx.const(0, I32))]),
                             ret_type=tvm.ir.PrimType(I32))
@@ -754,16 +754,6 @@ class Subroutines:
         # without it the called kernels ran as fast as embedded ones (notes/performance.md v31).
         self.functions[gvar] = sub
         return gvar, [(b.shape, b.dtype, b.name) for b in scratch]
-
-
-def _substituted(node, mapping: list):
-    """``node`` with each variable (a buffer is one) of ``mapping``'s ``(old, new)`` pairs replaced."""
-    def replace(v, mutator):
-        for old, new in mapping:
-            if v.same_as(old):
-                return new
-        return v
-    return tvm_ffi.structural_mutate(node, [(tvm.ir.Var, replace)])
 
 
 class Program:
@@ -935,11 +925,11 @@ class Program:
             decls.append(decl)
             mapping.append((param, buf))
 
-        body = _hoist_scratch(_substituted(func.body, mapping), hoisted := [])
+        body = _hoist_scratch(kernels._substitute(func.body, dict(mapping)), hoisted := [])
         if hoisted:
             pooled, mapping = self._pooled(hoisted)
             decls += pooled
-            body = _substituted(body, mapping)
+            body = kernels._substitute(body, dict(mapping))
         if self._persistent is not None:
             self._persistent.append((decls, body))
         if self._region is not None and self._in_step_loop:
