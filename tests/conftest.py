@@ -163,6 +163,9 @@ def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, b
     assert y.device.type == device
     close(y, yr, bound[0], "y")
     close(hy, hyr, bound[0], "hy")
+    y_infer, hy_infer, _ = rnn.forward(w, on(x), on(h0), on(c0))  # the inference pass: its own kernels
+    close(y_infer, yr, bound[0], "y (forward)")
+    close(hy_infer, hyr, bound[0], "hy (forward)")
     assert grads["x"].dtype == grads["h0"].dtype == half
     close(grads["x"], gr[0], bound[1], "dx")
     close(grads["h0"], gr[1], bound[1], "dh0")

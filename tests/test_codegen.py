@@ -71,6 +71,17 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     assert {v for k, v in on.items() if k.startswith("backward_step")} == {"default"}
     assert "tf32" not in steps(128, tensor_core_steps=False).values()
     assert "tf32" not in steps(100).values()
+    # per direction: two stacked directions of 128 x 1620 x 540 (2 x 112 M multiply-adds) stay
+    # persistent, as one direction does; a backward step on the SIMT tiled GEMM stays there
+    bidirectional = tvmrnn.build("gru", input_size=24, hidden_size=540, batch_size=128, bidirectional=True,
+                                 dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
+    assert not any(v == "tf32" for k, v in bidirectional.schedules.items() if "step" in k), bidirectional.schedules
+    assert any(k.endswith("_d2_persistent") for k in bidirectional.schedules)
+    large = tvmrnn.build("lstm", input_size=24, hidden_size=1024, batch_size=256, dtype="float16",
+                         target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
+    assert {k: v for k, v in large.schedules.items() if "step" in k} == {
+        "recurrent_step_lstm_infer_n256_h1024_tf32": "tf32", "recurrent_step_lstm_train_n256_h1024_tf32": "tf32",
+        "backward_step_lstm_n256_h1024": "default"}
 
 
 def test_tensor_core_steps_are_refused_where_they_cannot_apply():

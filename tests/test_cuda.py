@@ -700,9 +700,19 @@ def test_autocast_runs_large_steps_on_tensor_cores_within_half_errors():
     assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
     for (name, p), q in zip(ours.named_parameters(), ref.parameters()):
         assert float((p.grad - q.grad).norm() / q.grad.norm()) < 3e-2, name
-    (rnn,) = ours._built.values()
-    steps = [k for k in rnn.schedules if k.startswith("recurrent_step")]
-    assert steps and all(rnn.schedules[k] == "tf32" for k in steps), rnn.schedules
+    # packed rows (masked steps: a variable-lengths build of their own), inference
+    from torch.nn.utils.rnn import pack_padded_sequence
+    lengths = torch.randint(1, 6, (128,))
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    with torch.no_grad():
+        y32 = ref(packed)[0].data
+        with torch.autocast("cuda", dtype=torch.float16):
+            y = ours(packed)[0].data
+    assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
+    assert len(ours._built) == 2
+    for rnn in ours._built.values():
+        steps = [k for k in rnn.schedules if k.startswith("recurrent_step")]
+        assert steps and all(rnn.schedules[k] == "tf32" for k in steps), rnn.schedules
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -119,18 +119,20 @@ class BuildOptions:
         (AMX or AVX512-BF16) where they apply, else fp32 GEMMs on the rounded values (a hidden
         size without 16-unit weight panels, a state too large for the stack); the casts in and out
         run on TVM's threads. CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
-        ``allow_tf32``, exact on half operands), the steps' recurrent GEMMs and the backward in
-        fp32 (except the large steps of ``tensor_core_steps``); fp16/bf16 ``mma`` tiles are not
-        built yet (issue 39).
+        ``allow_tf32``, exact on half operands), the steps' recurrent GEMMs in fp32 except the
+        large forward steps of ``tensor_core_steps``, the backward's steps in fp32; fp16/bf16
+        ``mma`` tiles are not built yet (issue 39).
     tensor_core_steps : bool or None
-        GPU: a forward step whose recurrent GEMM is large (128 rows or more a direction and 2^27
-        multiply-adds: :data:`tvmrnn.schedules.common.GPU_TF32_STEP_ROWS`) runs on the TF32 tiles
-        of the all-steps GEMMs, one launch a step, its gate math a second kernel, instead of fp32
-        split-K or row tiles, persistent or not (H200 fp16, LSTM N = 128, H = 1024: 1.7x faster
-        inference; N = 256, H = 512: 1.46x; smaller steps lost, notes v50). The hidden state then
-        reaches the tensor cores rounded to TF32 every step (10 mantissa bits, as many as fp16:
-        cuDNN's half path rounds it to half). None: half builds (``dtype``) yes, fp32 builds no;
-        True in an fp32 build needs ``allow_tf32`` (errors of TF32, ~1e-3, in every step).
+        GPU: a forward step whose recurrent GEMM is large (128 rows or more a direction, 2^27
+        multiply-adds a direction, :func:`tvmrnn.schedules.common.tf32_step`) runs on the TF32
+        tiles of the all-steps GEMMs, one launch a step, its gate math a second kernel, instead of
+        fp32 split-K, row tiles or the SIMT tiled GEMM (where ``persistent`` is ``auto``: the
+        other settings keep such a loop persistent and fp32). H200 fp16, LSTM N = 128, H = 1024:
+        1.7x faster inference; N = 256, H = 512: 1.46x; smaller steps lost (notes v50). The
+        backward's steps stay fp32. The hidden state then reaches the tensor cores rounded to
+        TF32 every step (10 mantissa bits, as many as fp16: cuDNN's half path rounds it to half).
+        None: half builds (``dtype``) yes, fp32 builds no; True in an fp32 build needs
+        ``allow_tf32`` (errors of TF32, ~1e-3, in every step); GPU builds only.
     """
 
     persistent: str = field(default_factory=_persistent_default)
@@ -185,7 +187,8 @@ class BuildOptions:
 
     @property
     def tf32_steps(self) -> bool:
-        """Whether a GPU build's large steps run on TF32 tiles (``tensor_core_steps``; None: half builds)."""
+        """Whether large steps run on TF32 tiles, in a GPU build (``tensor_core_steps``; None: half
+        builds; CPU builds never act on it)."""
         return self.tensor_core_steps if self.tensor_core_steps is not None else self.dtype != "float32"
 
     def to_dict(self) -> dict:

@@ -94,8 +94,10 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         On a CUDA target, compute the GEMMs over all steps (input projections, input and weight
         gradients) on TF32 tensor cores, as ``torch.backends.cuda.matmul.allow_tf32`` lets cuBLAS
         do: operands rounded to 10 mantissa bits, products summed in fp32 (relative errors
-        ~1e-3 instead of ~1e-6). The per-step recurrent GEMMs and the gate math stay fp32. Off by
-        default; a CPU target ignores it.
+        ~1e-3 instead of ~1e-6). The per-step recurrent GEMMs stay fp32 (except the backward
+        steps of one-gate cells past 64 rows, which run as such a GEMM, and the large forward steps
+        of ``BuildOptions.tensor_core_steps``), and so does the gate math. Off by default; a CPU
+        target ignores it.
     options : None, BuildOptions or dict
         Build choices beyond the sizes (:class:`tvmrnn.BuildOptions`: persistence, chunk sizes,
         direction stacking, threads, ...); None takes the measured defaults. Where they leave every

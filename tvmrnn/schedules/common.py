@@ -61,9 +61,9 @@ GPU_PERSISTENT_SPLIT_K_ROWS = 160
 
 # A build with TF32 steps (``BuildOptions.tensor_core_steps``: half builds) runs a step of at
 # least GPU_TF32_STEP_ROWS rows and GPU_TF32_STEP_WORK multiply-adds a direction, whose reduction
-# is no longer than its columns (a forward step: H against G x H), as the TF32 tiles into a buffer
-# and its epilogue as a kernel of its own, one launch each a step, instead of fp32 split-K or row
-# tiles. On the H200, fp16 T = 100 (notes/performance.md v50): LSTM N = 128, H = 1024 inference
+# is no longer than its columns (a forward step: H against G x H; :func:`tf32_step`), as the TF32
+# tiles into a buffer and its epilogue as a kernel of its own, one launch each a step, instead of
+# fp32 split-K, row tiles or the SIMT tiled GEMM. On the H200, fp16 T = 100 (notes/performance.md v50): LSTM N = 128, H = 1024 inference
 # 7.21 -> 4.20 ms, N = 256, H = 512 3.60 -> 2.46 ms; with fewer rows the tiles lost (N = 64,
 # H = 1024: 3.18 -> 3.35 ms, the GRU 2.87 -> 3.26; DS2's N = 20: 2.92 -> 6.20), and so did the
 # backward's steps (a reduction of G x H into H columns: N = 64, H = 1024 training 9.8 -> 16.5 ms).
@@ -113,12 +113,38 @@ def uses_tf32(func) -> bool:
     return bool(func.attrs is not None and int(func.attrs.get("tvmrnn.tf32", 0)))
 
 
+def tf32_step(sch, kernel: Kernel) -> bool:
+    """Whether the kernel held by ``sch`` is a step that a build with TF32 steps
+    (``BuildOptions.tensor_core_steps``) runs on the TF32 tiles: a GEMM fused with a step's gate
+    math, not persistent, of at least :data:`GPU_TF32_STEP_ROWS` rows and
+    :data:`GPU_TF32_STEP_WORK` multiply-adds a direction (problem), whose reduction is no longer
+    than its columns (a forward step; the backward's reduce G x H gate gradients into H columns).
+    The one rule: :func:`_gpu_kind`, :func:`tvmrnn.schedules.cuda.tf32_applies` and
+    :func:`launches_beat_persistence` ask it."""
+    if kernel.gemm is None:
+        return False
+    attrs = sch.mod["main"].attrs
+    if attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None:
+        return False
+    gemm = sch.get_sblock(kernel.gemm)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    n_rows = len(spatial) - len(kernel.columns)
+    if not reduction or n_rows <= kernel.batch or not fused_epilogue(sch, kernel):
+        return False
+    own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])
+    columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
+    total = math.prod(_extent(sch, l) for l in reduction)
+    return own_rows >= GPU_TF32_STEP_ROWS and total <= columns and own_rows * columns * total >= GPU_TF32_STEP_WORK
+
+
 def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | None:
     """Which GPU GEMM schedule fits the kernel held by ``sch``. ``tensor_cores``: whether its
-    GEMM is on TF32 tiles (None: as its function says, :func:`uses_tf32`), which takes a large
-    step that is not persistent (:data:`GPU_TF32_STEP_ROWS`) to "matmul"."""
+    GEMM is on TF32 tiles (None: as its function says, :func:`uses_tf32`), which takes a step of
+    :func:`tf32_step` to "matmul"."""
     if tensor_cores is None:
         tensor_cores = uses_tf32(sch.mod["main"])
+    if tensor_cores and tf32_step(sch, kernel):
+        return "matmul"  # the TF32 tiles, then the epilogue as a kernel of its own
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - len(kernel.columns)
@@ -146,11 +172,6 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
             return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
         outputs = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:])
-        columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
-        reduction_total = math.prod(_extent(sch, l) for l in reduction)
-        if (tensor_cores and own_rows >= GPU_TF32_STEP_ROWS and reduction_total <= columns
-                and own_rows * columns * reduction_total >= GPU_TF32_STEP_WORK):
-            return "matmul"  # the TF32 tiles, then the epilogue as a kernel of its own
         if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and outputs >= GPU_STEP_MATMUL_OUTPUTS:
             return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
@@ -162,14 +183,14 @@ def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False) -> boo
     """Whether a step kernel is a large step (:data:`GPU_STEP_MATMUL_OUTPUTS`: its launches take
     the tiled GEMM) of :data:`GPU_PERSISTENT_SPLIT_K_ROWS` rows a direction or more, whose time
     loop runs faster as launches than as a persistent kernel; with ``tensor_cores`` (a build with
-    TF32 steps), any step that its launches would run on the TF32 tiles."""
+    TF32 steps), also a step that its launches run on the TF32 tiles (:func:`tf32_step`)."""
     if kernel.gemm is None:
         return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    if _gpu_kind(sch, kernel, tensor_cores) != "matmul" or not fused_epilogue(sch, kernel):
-        return False
-    if tensor_cores:
+    if tensor_cores and tf32_step(sch, kernel):
         return True
+    if _gpu_kind(sch, kernel, False) != "matmul" or not fused_epilogue(sch, kernel):
+        return False
     spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
     n_rows = len(spatial) - len(kernel.columns)
     return math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows]) >= GPU_PERSISTENT_SPLIT_K_ROWS

@@ -12,21 +12,24 @@ from . import tensor_cores
 from ..kernels import Kernel
 
 from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param, fused_epilogue, is_gpu,
-                     sum_slices_per_output)
+                     sum_slices_per_output, tf32_step)
 from .split_k import persistent_blocks
 
 
 def tf32_applies(kernel: Kernel, target, steps: bool = False) -> bool:
     """Whether a build with ``allow_tf32`` computes this kernel's GEMM on TF32 tensor cores: the
-    GPU's tiled GEMMs (the all-steps GEMMs: input projections, input and weight gradients), and
-    with ``steps`` (``BuildOptions.tensor_core_steps``) the large steps launched one a step
-    (:data:`tvmrnn.schedules.common.GPU_TF32_STEP_OUTPUTS`), their epilogue a kernel of its own.
-    The other per-step GEMMs (split-K, row tiles, fused with the gate math, and every persistent
-    one) and every CPU kernel stay fp32."""
+    GPU's tiled GEMMs without a fused epilogue (the all-steps GEMMs: input projections, input
+    and weight gradients; and the launched steps of one-gate cells past split-K's rows, whose
+    epilogue inlines), and with ``steps`` (``BuildOptions.tensor_core_steps``) the large forward
+    steps launched one a step (:func:`tvmrnn.schedules.common.tf32_step`), their epilogue a
+    kernel of its own. The other per-step GEMMs (split-K, row tiles, the SIMT tiled GEMM, every
+    persistent one) and every CPU kernel stay fp32."""
     if kernel.gemm is None or not is_gpu(target) or persistent_blocks(kernel.func):
         return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    return _gpu_kind(sch, kernel, steps) == "matmul" and (steps or not fused_epilogue(sch, kernel))
+    if fused_epilogue(sch, kernel):
+        return steps and tf32_step(sch, kernel)
+    return _gpu_kind(sch, kernel, False) == "matmul"
 
 
 def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:
@@ -69,6 +72,19 @@ GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16,
 # times others): 16 reduction steps per shared-memory tile (8 was 4-12% slower on the H100), not
 # double-buffered (no faster there: two blocks per SM hide the copies' latency).
 GPU_MATMUL = dict(k_tile=16, pipeline=False)
+
+
+# A step's GEMM on the tiled GEMM (a large step, its epilogue a kernel of its own:
+# :data:`tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS`) takes these instead: its blocks fill
+# the GPU once, a block or two an SM, so each shared tile's copy waits on L2 with little to hide it.
+GPU_STEP_MATMUL = dict(k_tile=16, pipeline=False)
+
+
+def matmul_defaults(kernel: Kernel) -> dict:
+    """:func:`gpu_matmul`'s default reduction tile and buffering for the kernel: a step's
+    (:data:`GPU_STEP_MATMUL`) or an all-steps GEMM's (:data:`GPU_MATMUL`)."""
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    return dict(GPU_STEP_MATMUL if fused_epilogue(sch, kernel) else GPU_MATMUL)
 
 
 # Streaming multiprocessors a default shape is chosen for where the device model knows none

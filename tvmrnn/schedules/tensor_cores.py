@@ -1,4 +1,5 @@
-"""TF32 tensor-core tiles for the GPU's all-steps GEMMs (``build(..., allow_tf32=True)``).
+"""TF32 tensor-core tiles for the GPU's all-steps GEMMs (``build(..., allow_tf32=True)``) and for
+the large forward steps of half builds (``BuildOptions.tensor_core_steps``).
 
 TVM ships tensor intrinsics for ``mma.sync`` on float16, int8 and float8 operands, not on TF32;
 this module registers the five a TF32 GEMM needs, in the same form (``s_tir.TensorIntrin``: a
