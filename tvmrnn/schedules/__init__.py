@@ -45,7 +45,6 @@ from . import bf16
 from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_kind, _writes_param, is_gpu, uses_tf32
 from .cpu import cpu_column_tile, cpu_gemm, cpu_transpose, gradient_panel, l1_blocks, weight_panel
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
-                   matmul_defaults,
                    matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
 from .row_tiles import default_row_tiles, gpu_row_tiles
 from .split_k import (GPU_MAX_SHARED_BYTES, PERSISTENT_TILES, default_block_slices, gpu_split_k, keeps_weights_on_chip,
@@ -78,7 +77,7 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
         gpu_row_tiles(sch, kernel, sms=device_model(target).multiprocessors or GPU_SMS, **tiles)
     elif kind == "matmul":
         sms = device_model(target).multiprocessors or GPU_SMS
-        config = {**matmul_defaults(kernel), "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}
+        config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}
         return _copy_applied(sch, lambda copy: gpu_matmul(copy, kernel, **config))
     return kind is not None
 

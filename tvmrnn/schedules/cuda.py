@@ -70,21 +70,10 @@ GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16,
 
 # The rest of its default (``tiles["matmul"]`` overrides any of it; the ``gemm_study`` (a study script, at 34424c0)
 # times others): 16 reduction steps per shared-memory tile (8 was 4-12% slower on the H100), not
-# double-buffered (no faster there: two blocks per SM hide the copies' latency).
+# double-buffered (no faster there: two blocks per SM hide the copies' latency). The same for a
+# large step's GEMM (its epilogue a kernel of its own): on the H200, 32 steps or double buffers
+# ran its passes at 0.86-1.05x the speed of these (notes/performance.md v50).
 GPU_MATMUL = dict(k_tile=16, pipeline=False)
-
-
-# A step's GEMM on the tiled GEMM (a large step, its epilogue a kernel of its own:
-# :data:`tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS`) takes these instead: its blocks fill
-# the GPU once, a block or two an SM, so each shared tile's copy waits on L2 with little to hide it.
-GPU_STEP_MATMUL = dict(k_tile=16, pipeline=False)
-
-
-def matmul_defaults(kernel: Kernel) -> dict:
-    """:func:`gpu_matmul`'s default reduction tile and buffering for the kernel: a step's
-    (:data:`GPU_STEP_MATMUL`) or an all-steps GEMM's (:data:`GPU_MATMUL`)."""
-    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    return dict(GPU_STEP_MATMUL if fused_epilogue(sch, kernel) else GPU_MATMUL)
 
 
 # Streaming multiprocessors a default shape is chosen for where the device model knows none

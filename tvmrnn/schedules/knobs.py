@@ -27,7 +27,7 @@ from ..kernels import Kernel
 from .bf16 import is_bf16_gemm, is_bf16_step, supports_amx
 from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, vector_lanes
 from .cpu import is_transposition
-from .cuda import GPU_MATMUL_SHAPES, GPU_SMS, matmul_defaults, matmul_extents, matmul_shape, slice_variants
+from .cuda import GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, matmul_extents, matmul_shape, slice_variants
 from .split_k import PERSISTENT_TILES, persistent_blocks
 from .variants import variants
 
@@ -126,10 +126,8 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
     # matmul: the block shape (an index into GPU_MATMUL_SHAPES), the reduction tile, double
     # buffering, and the reduction split over blocks
     default_shape = GPU_MATMUL_SHAPES.index(_default_shape(kernel, target))
-    own = matmul_defaults(kernel)
     return (Knob("shape", tuple(range(len(GPU_MATMUL_SHAPES))), default_shape),
-            Knob("k_tile", tuple(sorted({8, 16, 32, own["k_tile"]})), own["k_tile"]),
-            Knob("pipeline", (0, 1), int(own["pipeline"])),
+            Knob("k_tile", (8, 16, 32), GPU_MATMUL["k_tile"]), Knob("pipeline", (0, 1), int(GPU_MATMUL["pipeline"])),
             Knob("k_slices", (AUTO, *slice_variants(kernel)), AUTO))
 
 

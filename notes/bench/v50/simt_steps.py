@@ -3,7 +3,8 @@ rows, H > 512) with other reduction tiles, against cuDNN fp32 (TF32 off): one pr
 calls interleaved; output and input-gradient errors against cuDNN's.
 
 python3 notes/bench/v50/simt_steps.py OUT.json [variants [shape ...]]   shape: cell:T:N:H
-Variants (comma-separated): k16 (the default before v50), k32, k16p (double-buffered), k8."""
+Variants (comma-separated): k16 (the default, kept), k32, k16p (double-buffered), k8. It patches
+``cuda.GPU_STEP_MATMUL``, a hook that existed at commit d6aa8f5 only (removed when k16 stayed)."""
 import json, statistics, sys, time
 import torch
 import tvmrnn
