@@ -567,9 +567,11 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     from tvmrnn.schedules import apply, knobs
     config = Config(CELLS["gru"], 5, 24, 1, False, 3, False)
     wide = Config(CELLS["gru"], 256, 256, 1, False, 2, False)  # transpositions large enough to tile
+    # a half build: its all-steps GEMMs and (128 rows, 1800 x 600) its forward steps on TF32 tiles
+    half = Config(CELLS["gru"], 24, 600, 1, False, 128, False, tvmrnn.BuildOptions(dtype="float16"))
     families = set()
     for target in (tvmrnn.device.host_target(), tvm.target.Target("nvidia/nvidia-h100")):
-        for task in tasks.extract_tasks([config] if is_gpu(target) else [config, wide], target=target):
+        for task in tasks.extract_tasks([config, half] if is_gpu(target) else [config, wide], target=target):
             kernel = task.kernel
             family = (knobs.family(kernel, target), "_t" in kernel.name and kernel.name.split("_t")[0])
             if family in families:  # one kernel of each template and kind (the test's time)
@@ -590,7 +592,8 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
                 after = spaces.knob_values(replayed.trace)
                 assert sum(after[k] != settings[0][k] for k in after) == 1, kernel.name
     assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "cpu_transpose", "split_k", "matmul", "column_sum",
-                                        "gpu_pointwise", "persistent"}
+                                        "gpu_pointwise", "persistent", "matmul_tf32"}
+    assert any(f == "matmul_tf32" and str(name).startswith("recurrent_step") for f, name in families)  # the TF32 step
 
 
 def test_a_killed_tuning_run_loses_no_record_and_resumes(tmp_path):

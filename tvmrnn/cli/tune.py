@@ -59,7 +59,8 @@ def configs_from(args) -> list[Config]:
     if args.cells:
         entries.append({"cell": args.cells, "input_size": args.input_size, "hidden_size": args.hidden_size,
                         "num_layers": args.num_layers, "bidirectional": args.bidirectional,
-                        "batch_size": args.batch_size})
+                        "batch_size": args.batch_size,
+                        "options": {"dtype": args.dtype} if args.dtype != "float32" else {}})
     if not entries:
         raise SystemExit("give cells and sizes, or --config FILE")
     configs = []
@@ -161,6 +162,8 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int)
     p.add_argument("--num-layers", type=int, default=1)
     p.add_argument("--bidirectional", action="store_true")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                   help="the build's dtype (tvmrnn.build(dtype=)): a half GPU build tunes the TF32 workloads it runs")
     p.add_argument("--config", help="a JSON list of {cell (name or list), input_size, hidden_size, batch_size, "
                                     "num_layers, bidirectional, options (BuildOptions fields)}")
     p.add_argument("--target", help='"cpu", "cuda", a tag ("nvidia/nvidia-h100") or a JSON target dict; '

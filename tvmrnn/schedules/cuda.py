@@ -299,6 +299,20 @@ TF32_TILES = (dict(warps=(2, 4), fragments=(4, 2), k_tile=32), dict(warps=(2, 2)
 TF32_STEP_TILES = (dict(warps=(2, 2), fragments=(2, 2), k_tile=128), dict(warps=(2, 2), fragments=(1, 2), k_tile=128))
 
 
+# The TF32 block tiles tuning explores ((warps, fragments) along (rows, cols); the knob
+# ``tf32_shape`` of :mod:`tvmrnn.schedules.knobs`): every default's, and 64 x 128.
+TF32_SHAPES = tuple(dict.fromkeys([(t["warps"], t["fragments"]) for t in TF32_TILES + TF32_STEP_TILES]
+                                  + [((2, 4), (2, 2))]))
+
+
+def tf32_default(kernel: Kernel, sms: int = GPU_SMS) -> dict:
+    """The TF32 tile :func:`gpu_matmul_tf32` takes for ``kernel`` by default: :data:`TF32_STEP_TILES`'
+    rule for a step's GEMM (a fused epilogue), :data:`TF32_TILES`' for the others."""
+    rows, cols, _ = matmul_extents(kernel)
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    return dict(tf32_tile(rows, cols, sms, TF32_STEP_TILES if fused_epilogue(sch, kernel) else TF32_TILES))
+
+
 def _tf32_blocks(rows: int, cols: int, tile: dict) -> int:
     """Thread blocks of a ``rows x cols`` output in ``tile``'s block tiles."""
     (wi, wj), (fi, fj) = tile["warps"], tile["fragments"]
@@ -329,9 +343,8 @@ def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict
     the GEMM's buffer in global memory, and the epilogue runs as a second kernel, one thread per
     output element (:func:`_epilogue_kernel`), as :func:`gpu_matmul` does it; its reduction is
     not split."""
-    rows, cols, _ = matmul_extents(kernel)
     epilogue = fused_epilogue(sch, kernel)
-    chosen = {**tf32_tile(rows, cols, sms, TF32_STEP_TILES if epilogue else TF32_TILES), **(tile or {})}
+    chosen = {**tf32_default(kernel, sms), **(tile or {})}
     if epilogue and k_slices not in (None, 1):
         raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is not split over blocks")
 

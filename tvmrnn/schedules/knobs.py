@@ -4,7 +4,7 @@ and their defaults.
 
 A template is one of the schedules :func:`tvmrnn.schedules.apply` gives a kernel (its *family*):
 the CPU register-blocked GEMM, the GPU split-K step, its persistent form, row tiles (persistent
-or not: one family), the tiled SIMT GEMM,
+or not: one family), the tiled SIMT GEMM, its TF32 tensor-core form,
 the column sum, and the pointwise rule on either target. Every knob is a keyword argument of that
 template (``tiles``); :func:`tiles_of` turns a knob setting into them. The default schedule is the
 setting where every knob takes its default, and each listed variant
@@ -25,9 +25,10 @@ from ..device import device_model
 from ..kernels import Kernel
 
 from .bf16 import is_bf16_gemm, is_bf16_step, supports_amx
-from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, vector_lanes
+from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, uses_tf32, vector_lanes
 from .cpu import is_transposition
-from .cuda import GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, matmul_extents, matmul_shape, slice_variants
+from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, TF32_SHAPES, matmul_extents, matmul_shape, slice_variants,
+                   tf32_default)
 from .split_k import PERSISTENT_TILES, persistent_blocks
 from .variants import variants
 
@@ -60,6 +61,8 @@ def family(kernel: Kernel, target: tvm.target.Target) -> str:
         kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
         if persistent_blocks(kernel.func) and kind == "split-K":
             return "persistent"
+        if kind == "matmul" and uses_tf32(kernel.func):
+            return "matmul_tf32"
         if kind is not None:
             return {"column sum": "column_sum", "split-K": "split_k", "row tiles": "row_tiles", "matmul": "matmul"}[kind]
     return "gpu_pointwise"
@@ -123,6 +126,15 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
                 Knob("max_shared_bytes", shared, 48 * 1024),
                 # 0: whole where it fits, else the fewest phases (up to 8) whose part of the hidden state fits
                 Knob("row_phases", (0, 1, 2, 4, 8, 16), PERSISTENT_TILES["row_phases"]))
+    if kind == "matmul_tf32":  # the block tile (an index into TF32_SHAPES), the reduction tile,
+        # double buffering, and the reduction split over blocks (not for a step's GEMM, whose
+        # epilogue reads whole sums)
+        own = tf32_default(kernel, model.multiprocessors or GPU_SMS)
+        found = (Knob("tf32_shape", tuple(range(len(TF32_SHAPES))), TF32_SHAPES.index((own["warps"], own["fragments"]))),
+                 Knob("k_tile", tuple(sorted({16, 32, 64, 128, own["k_tile"]})), own["k_tile"]),
+                 Knob("pipeline", (0, 1), int(own.get("pipeline", False))))
+        slices = slice_variants(kernel)
+        return found + ((Knob("k_slices", (AUTO, *slices), AUTO),) if slices else ())
     # matmul: the block shape (an index into GPU_MATMUL_SHAPES), the reduction tile, double
     # buffering, and the reduction split over blocks
     default_shape = GPU_MATMUL_SHAPES.index(_default_shape(kernel, target))
@@ -142,6 +154,13 @@ def defaults(found: tuple[Knob, ...]) -> dict[str, int]:
 
 def tiles_of(kernel: Kernel, target: tvm.target.Target, values: dict[str, int]) -> dict:
     """The keyword arguments of :func:`tvmrnn.schedules.apply` for a knob setting."""
+    if family(kernel, target) == "matmul_tf32":
+        warps, fragments = TF32_SHAPES[values["tf32_shape"]]
+        matmul = dict(tf32=dict(warps=warps, fragments=fragments, k_tile=values["k_tile"],
+                                pipeline=bool(values["pipeline"])))
+        if values.get("k_slices", AUTO) != AUTO:
+            matmul["k_slices"] = values["k_slices"]
+        return {"matmul": matmul}
     if family(kernel, target) == "matmul":
         rows, cols = GPU_MATMUL_SHAPES[values["shape"]]
         matmul = dict(rows=rows, cols=cols, k_tile=values["k_tile"], pipeline=bool(values["pipeline"]))
@@ -160,7 +179,17 @@ def values_of(kernel: Kernel, target: tvm.target.Target, tiles: dict) -> dict[st
     where a value is not among the knob's candidates on this device."""
     found = knobs(kernel, target)
     values = defaults(found)
-    if family(kernel, target) == "matmul":
+    if family(kernel, target) == "matmul_tf32":
+        matmul = dict(tiles.get("matmul", {}))
+        tile = dict(matmul.pop("tf32", {}))
+        if "warps" in tile or "fragments" in tile:
+            shape = TF32_SHAPES[values["tf32_shape"]]
+            shape = (tuple(tile.pop("warps", shape[0])), tuple(tile.pop("fragments", shape[1])))
+            if shape not in TF32_SHAPES:
+                return None
+            values["tf32_shape"] = TF32_SHAPES.index(shape)
+        tiles = {**tile, **matmul}
+    elif family(kernel, target) == "matmul":
         matmul = dict(tiles.get("matmul", {}))
         if "rows" in matmul or "cols" in matmul:
             shape = _default_shape(kernel, target)

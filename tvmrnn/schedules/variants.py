@@ -7,8 +7,8 @@ import tvm
 from tvm import s_tir
 from ..kernels import Kernel
 
-from .common import _gpu_kind, is_gpu
-from .cuda import GPU_MATMUL_SHAPES, slice_variants
+from .common import _gpu_kind, is_gpu, uses_tf32
+from .cuda import GPU_MATMUL_SHAPES, TF32_SHAPES, slice_variants
 from .split_k import persistent_blocks
 
 
@@ -28,6 +28,12 @@ GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=12
 # gpu_matmul's variants that tuning measures beside the default: every block shape, the
 # shorter and the double-buffered reduction tiles.
 GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (dict(k_tile=8), dict(pipeline=True))
+
+
+# The TF32 tiles' variants (``gpu_matmul_tf32``'s ``tile`` overrides): every block tile of
+# TF32_SHAPES, the other reduction tiles, and double buffering.
+TF32_VARIANTS = tuple(dict(warps=w, fragments=f) for w, f in TF32_SHAPES) + (
+    dict(k_tile=32), dict(k_tile=128), dict(pipeline=True))
 
 
 # A persistent split-K step's shapes that tuning measures (``tiles`` over :data:`PERSISTENT_TILES`)
@@ -69,6 +75,8 @@ def variants(kernel: Kernel, target: tvm.target.Target) -> list[dict]:
             return [dict(v) for v in GPU_SPLIT_K_VARIANTS]
         if kind == "row tiles":
             return [dict(v) for v in ROW_TILE_VARIANTS]
+        if kind == "matmul" and uses_tf32(kernel.func):
+            return [{}] + [dict(matmul=dict(tf32=dict(v))) for v in TF32_VARIANTS]
         if kind == "matmul":
             counts = slice_variants(kernel)
             slices = [dict(k_slices=n) for n in counts]

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import tvm
 from ..schedules import default_schedule
 from ..schedules.common import is_gpu
+from ..schedules.cuda import tf32_applies
 from ..schedules.split_k import persistent_blocks
-from ..kernels import Kernel
+from ..kernels import Kernel, tf32
 from ..program.passes import all_programs, loop_block_caps
 
 from .records import best_latency_us, workload
@@ -65,12 +66,14 @@ def select_tasks(configs, target, kernels=None, max_tasks=None, db=None) -> list
     return rank_tasks(tasks, db)[:max_tasks]
 
 
-def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[Task]:
+def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf32: bool = False) -> list[Task]:
     """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
 
     ``target`` picks the programs as build does (``passes.all_programs``: chunk sizes, direction
     stacking, and on GPUs the persistent time loops, whose step kernel is a task of its own:
-    :func:`is_persistent`).
+    :func:`is_persistent`). On GPUs, a half configuration (``options.dtype``), or any with
+    ``allow_tf32``, has the kernels its build runs on TF32 tiles as their TF32 workloads
+    (:func:`tvmrnn.schedules.cuda.tf32_applies`, as :func:`tvmrnn.tune.records.scheduler` applies it).
     """
     tasks: dict[str, Task] = {}
     target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
@@ -80,9 +83,13 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None) -> list[
 
     for config in configs:
         blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
+        on_tensor_cores = target is not None and is_gpu(target) and (allow_tf32 or config.options.dtype != "float32")
         for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
-                task = tasks.setdefault(name, Task(program.kernels[name], 0))
+                kernel = program.kernels[name]
+                if on_tensor_cores and tf32_applies(kernel, target, steps=config.options.tf32_steps):
+                    kernel = tf32(kernel)
+                task = tasks.setdefault(kernel.name, Task(kernel, 0))
                 task.calls += count
     return sorted(tasks.values(), key=lambda t: -t.calls)
 
