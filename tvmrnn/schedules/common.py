@@ -63,10 +63,11 @@ GPU_PERSISTENT_SPLIT_K_ROWS = 160
 # least GPU_TF32_STEP_ROWS rows and GPU_TF32_STEP_WORK multiply-adds a direction, whose reduction
 # is no longer than its columns (a forward step: H against G x H; :func:`tf32_step`), as the TF32
 # tiles into a buffer and its epilogue as a kernel of its own, one launch each a step, instead of
-# fp32 split-K, row tiles or the SIMT tiled GEMM. On the H200, fp16 T = 100 (notes/performance.md v50): LSTM N = 128, H = 1024 inference
-# 7.21 -> 4.20 ms, N = 256, H = 512 3.60 -> 2.46 ms; with fewer rows the tiles lost (N = 64,
-# H = 1024: 3.18 -> 3.35 ms, the GRU 2.87 -> 3.26; DS2's N = 20: 2.92 -> 6.20), and so did the
-# backward's steps (a reduction of G x H into H columns: N = 64, H = 1024 training 9.8 -> 16.5 ms).
+# fp32 split-K, row tiles or the SIMT tiled GEMM. On the H200, fp16, T = 100 (notes/performance.md
+# v50): LSTM N = 128, H = 1024 inference 7.21 -> 4.20 ms, N = 256, H = 512 3.60 -> 2.46 ms; with
+# fewer rows the tiles lost (N = 64, H = 1024: 3.18 -> 3.35 ms, the GRU 2.87 -> 3.26; DS2's
+# N = 20: 2.92 -> 6.20), and so, mostly, did the backward's steps (a reduction of G x H into H
+# columns: N = 64, H = 1024 training 9.8 -> 16.5 ms with every step on the tiles).
 GPU_TF32_STEP_ROWS = 128
 GPU_TF32_STEP_WORK = 1 << 27
 
