@@ -725,6 +725,45 @@ def test_half_builds_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectiona
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_deep_relu_rnn_is_as_close_to_float64_as_cudnn_half(dtype):
+    """A 5-layer bidirectional ReLU RNN, where rounding grows (issue 39, item 5), as a half build on
+    the GPU: its outputs and every gradient against float64 (on the same half-rounded inputs and
+    weights) are about as close as cuDNN's in the same dtype (``tests/test_bf16.py`` holds the CPU's
+    bf16 twin). Added in v50, first run in the session after."""
+    half = getattr(torch, dtype)
+    T, n, I, H, L = 7, 6, 19, 128, 5
+    torch.manual_seed(0)
+    ref = torch.nn.RNN(I, H, num_layers=L, nonlinearity="relu", bidirectional=True).to(half).double()
+    rnn = tvmrnn.build("rnn_relu", input_size=I, hidden_size=H, num_layers=L, bidirectional=True, batch_size=n,
+                       dtype=dtype, target="cuda", cache=False, tuning_logs=False)
+    w = rnn.pack_weights({k: v.float().cuda() for k, v in ref.state_dict().items()})
+    x = torch.randn(T, n, I).to(half)
+    dy = torch.randn(T, n, 2 * H).to(half)
+    y, _, _, ws = rnn.forward_train(w, x.cuda())
+    grads = rnn.backward(w, ws, dy.cuda())
+    xr = x.double().requires_grad_()
+    yr = ref(xr)[0]
+    yr.backward(dy.double())
+    theirs_rnn = torch.nn.RNN(I, H, num_layers=L, nonlinearity="relu", bidirectional=True).cuda().to(half)
+    theirs_rnn.load_state_dict({k: v.to(half) for k, v in ref.state_dict().items()})
+    xh = x.cuda().requires_grad_()
+    yh = theirs_rnn(xh)[0]
+    yh.backward(dy.cuda())
+
+    def rel(a, b):
+        a, b = a.detach().double().cpu(), b.detach().double().cpu()
+        return float((a - b).norm() / b.norm())
+    ours = [rel(y, yr), rel(grads["x"], xr.grad)]
+    theirs = [rel(yh, yr), rel(xh.grad, xr.grad)]
+    for (name, p), q in zip(ref.named_parameters(), theirs_rnn.parameters()):
+        assert grads[name].dtype == torch.float32, name
+        ours.append(rel(grads[name], p.grad))
+        theirs.append(rel(q.grad, p.grad))
+    assert max(ours) < 0.2, ours
+    assert all(o <= 3 * t + 1e-3 for o, t in zip(ours, theirs)), list(zip(ours, theirs))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("cell,I,H,layers,bidirectional,N,n", [("lstm", 40, 515, 2, True, 130, 97),
                                                                 ("gru", 24, 600, 1, False, 128, 128)])
 def test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectional, N, n):
