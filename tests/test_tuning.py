@@ -585,6 +585,14 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
             assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
             assert spaces.knob_values(found.trace) == settings[0]
             assert all(spaces.knob_schedule(mod, kernel, target, v) is not None for v in settings[1:]), kernel.name
+            if family[0] == "matmul_tf32":  # every seeded setting on the tensor cores (none fell back)
+                for values in settings:
+                    sch = spaces.knob_schedule(mod, kernel, target, values)
+                    assert any(inst.kind.name == "Tensorize" for inst in sch.trace.insts), (kernel.name, values)
+                slices = next((k for k in knobs.knobs(kernel, target) if k.name == "k_slices"), None)
+                if slices is not None:  # slices that 128-step tiles do not divide: refused, not a naive GEMM
+                    bad = {**settings[0], "k_tile": 128, "k_slices": max(slices.values)}
+                    assert spaces.knob_schedule(mod, kernel, target, bad) is None, kernel.name
             if any(len(k.values) > 1 for k in knobs.knobs(kernel, target)):
                 mutated = spaces.MutateKnob().apply(found.trace)
                 replayed = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
@@ -594,6 +602,37 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "cpu_transpose", "split_k", "matmul", "column_sum",
                                         "gpu_pointwise", "persistent", "matmul_tf32"}
     assert any(f == "matmul_tf32" and str(name).startswith("recurrent_step") for f, name in families)  # the TF32 step
+
+
+def test_a_tf32_record_loads_in_a_fresh_process(tmp_path):
+    """A record of a TF32 kernel names tvmrnn's TF32 tensor intrinsics, which TVM knows only once
+    registered: a process that reads it before scheduling any TF32 kernel (a build taking its
+    record, a resumed tuning run, ``--distill``) registers them first."""
+    import json as json_
+    from tvm.s_tir import meta_schedule as ms
+    from tvmrnn import kernels
+    from tvmrnn.schedules import apply
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4))
+    mod = records.workload(kernel)
+    sch = tvm.s_tir.Schedule(mod)
+    apply(sch, kernel, target)
+    assert "tvmrnn_tf32_" in json_.dumps(records._plain(sch.trace.as_json()))
+    record = [records._plain(sch.trace.as_json()), [1e-5], records._plain(target.export()),
+              [records._plain(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]]
+    records.record_from_json(record, ms.database.Workload(mod))  # (this process has them registered)
+    path = tmp_path / "record.json"
+    path.write_text(json_.dumps(record))
+    script = (
+        "import json, sys, tvm\n"
+        "from tvm.s_tir import meta_schedule as ms\n"
+        "from tvmrnn import kernels\n"
+        "from tvmrnn.tune import records\n"
+        "kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4))\n"
+        "loaded = records.record_from_json(json.load(open(sys.argv[1])), ms.database.Workload(records.workload(kernel)))\n"
+        "print('replayed', len(loaded.trace.insts))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "replayed" in done.stdout, done.stderr[-2000:]
 
 
 def test_a_killed_tuning_run_loses_no_record_and_resumes(tmp_path):

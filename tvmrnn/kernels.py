@@ -678,7 +678,9 @@ def tf32(kernel: Kernel) -> Kernel:
     :func:`tvmrnn.schedules.cuda.gpu_matmul_tf32`). A workload of its own (the attribute is
     part of its function), so that records tuned for the fp32 schedule never apply to it."""
     func = kernel.func.with_attr("tvmrnn.tf32", 1)
-    return dataclasses.replace(kernel, name=f"{kernel.name}_tf32", func=func, unmasked=None)
+    # a masked step's twin is the unmasked step's TF32 form, whose records it replays
+    return dataclasses.replace(kernel, name=f"{kernel.name}_tf32", func=func,
+                               unmasked=tf32(kernel.unmasked) if kernel.unmasked is not None else None)
 
 
 def fill_zero(size) -> Kernel:

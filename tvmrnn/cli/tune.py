@@ -59,8 +59,7 @@ def configs_from(args) -> list[Config]:
     if args.cells:
         entries.append({"cell": args.cells, "input_size": args.input_size, "hidden_size": args.hidden_size,
                         "num_layers": args.num_layers, "bidirectional": args.bidirectional,
-                        "batch_size": args.batch_size,
-                        "options": {"dtype": args.dtype} if args.dtype != "float32" else {}})
+                        "batch_size": args.batch_size})
     if not entries:
         raise SystemExit("give cells and sizes, or --config FILE")
     configs = []
@@ -70,7 +69,11 @@ def configs_from(args) -> list[Config]:
             raise SystemExit(f"configuration {i + 1}: missing {', '.join(missing)}")
         for cell in e["cell"] if isinstance(e["cell"], list) else [e["cell"]]:
             try:
-                options = BuildOptions.from_dict(e.get("options", {}))
+                fields = dict(e.get("options", {}))
+                dtype = getattr(args, "dtype", "float32")
+                if dtype != "float32":  # --dtype: every configuration that names none
+                    fields.setdefault("dtype", dtype)
+                options = BuildOptions.from_dict(fields)
                 configs.append(Config(find_cell(cell), int(e["input_size"]), int(e["hidden_size"]),
                                       int(e.get("num_layers", 1)), bool(e.get("bidirectional", False)),
                                       int(e["batch_size"]), False, options))
@@ -163,7 +166,8 @@ def main(argv=None):
     p.add_argument("--num-layers", type=int, default=1)
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                   help="the build's dtype (tvmrnn.build(dtype=)): a half GPU build tunes the TF32 workloads it runs")
+                   help="the builds' dtype (tvmrnn.build(dtype=); with --config, for entries whose options name "
+                        "none): a half build tunes the kernels it runs (TF32 tiles on GPUs, bf16 GEMMs on CPUs)")
     p.add_argument("--config", help="a JSON list of {cell (name or list), input_size, hidden_size, batch_size, "
                                     "num_layers, bidirectional, options (BuildOptions fields)}")
     p.add_argument("--target", help='"cpu", "cuda", a tag ("nvidia/nvidia-h100") or a JSON target dict; '

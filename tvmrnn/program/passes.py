@@ -31,6 +31,7 @@ last step's gate math and the first step's GEMM run on their own). On GPUs given
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tvm import tirx
@@ -238,6 +239,33 @@ def _bind(group, views_of):
         return views_of(group[0])
     per_direction = [views_of(d) for d in group]
     return {role: Stacked(tuple(v[role] for v in per_direction)) for role in per_direction[0]}
+
+
+def half_precision_choices(config: Config, options: BuildOptions, target, allow_tf32: bool):
+    """``(options, allow_tf32)`` as a build on ``target`` takes them: the choices a half
+    ``options.dtype`` makes (bf16 GEMMs on CPUs, the all-steps GEMMs on tensor cores on GPUs),
+    and ``tensor_core_steps`` checked. A target that cannot is a ValueError here, not at the first
+    call. ``tvmrnn.build`` and tuning's tasks (:func:`tvmrnn.tune.tasks.extract_tasks`) ask it."""
+    if options.tensor_core_steps and not is_gpu(target):
+        raise ValueError("options.tensor_core_steps: GPU builds only (CPU steps have no TF32 tiles)")
+    if options.dtype == "float32":
+        if options.tensor_core_steps and not allow_tf32:
+            raise ValueError("options.tensor_core_steps=True in a float32 build needs allow_tf32=True "
+                             "(its steps would round the hidden state to TF32)")
+        return options, allow_tf32
+    if is_gpu(target):
+        return options, True
+    from ..schedules import bf16
+    if options.dtype != "bfloat16":
+        raise ValueError(f"dtype: {options.dtype!r} builds need a CUDA target; CPUs compute half precision "
+                         f"in bfloat16 (dtype='bfloat16')")
+    try:
+        bf16.check_target(target)
+    except ValueError as err:
+        raise ValueError(f"dtype='bfloat16': {err}") from None
+    # bf16 GEMMs where they apply; elsewhere (hidden sizes without 16-unit weight panels, a state
+    # too large for the stack) fp32 GEMMs on the bf16-rounded inputs and weights
+    return dataclasses.replace(options, bf16_projections=bf16_projections_refused(target, config) is None), allow_tf32
 
 
 def bf16_projections_refused(target, config: Config, panel: int | None = None) -> str | None:

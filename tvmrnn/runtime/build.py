@@ -16,7 +16,7 @@ from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
-from ..program.passes import Config, all_programs, bf16_projections_refused, loop_block_caps
+from ..program.passes import Config, all_programs, bf16_projections_refused, half_precision_choices, loop_block_caps
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import report_untuned, scheduler, tuned_options
 
@@ -35,32 +35,6 @@ def dtype_name(dtype) -> str:
     if name not in DTYPES:
         raise ValueError(f"dtype: expected one of {', '.join(DTYPES)}; got {dtype!r}")
     return name
-
-
-def _half_precision(config, options, target, allow_tf32: bool):
-    """The build choices a half ``options.dtype`` makes on ``target`` (``BuildOptions.dtype``):
-    bf16 GEMMs on CPUs, the all-steps GEMMs on tensor cores on GPUs; a target that cannot is a
-    ValueError here, not at the first call."""
-    if options.tensor_core_steps and not is_gpu(target):
-        raise ValueError("options.tensor_core_steps: GPU builds only (CPU steps have no TF32 tiles)")
-    if options.dtype == "float32":
-        if options.tensor_core_steps and not allow_tf32:
-            raise ValueError("options.tensor_core_steps=True in a float32 build needs allow_tf32=True "
-                             "(its steps would round the hidden state to TF32)")
-        return options, allow_tf32
-    if is_gpu(target):
-        return options, True
-    from ..schedules import bf16
-    if options.dtype != "bfloat16":
-        raise ValueError(f"dtype: {options.dtype!r} builds need a CUDA target; CPUs compute half precision "
-                         f"in bfloat16 (dtype='bfloat16')")
-    try:
-        bf16.check_target(target)
-    except ValueError as err:
-        raise ValueError(f"dtype='bfloat16': {err}") from None
-    # bf16 GEMMs where they apply; elsewhere (hidden sizes without 16-unit weight panels, a state
-    # too large for the stack) fp32 GEMMs on the bf16-rounded inputs and weights
-    return dataclasses.replace(options, bf16_projections=bf16_projections_refused(target, config) is None), allow_tf32
 
 
 def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
@@ -142,7 +116,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     # the pass-level choices a whole-pass tuning measured for this configuration (tvmrnn-tune)
     options = tuned_options(config, target, tuning_logs, options)
     config = dataclasses.replace(config, options=options)
-    options, allow_tf32 = _half_precision(config, options, target, allow_tf32)
+    options, allow_tf32 = half_precision_choices(config, options, target, allow_tf32)
     config = dataclasses.replace(config, options=options)
     if not is_gpu(target):
         prepare_cpu_threads(options)  # before any module of this build is loaded

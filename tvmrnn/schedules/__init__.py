@@ -78,6 +78,10 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     elif kind == "matmul":
         sms = device_model(target).multiprocessors or GPU_SMS
         config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}
+        if "matmul" in tiles:  # a setting asked for (a tuning candidate, a variant): it applies or
+            # raises, never falls back to the pointwise rule (which would be measured as it)
+            gpu_matmul(sch, kernel, **config)
+            return True
         return _copy_applied(sch, lambda copy: gpu_matmul(copy, kernel, **config))
     return kind is not None
 

@@ -145,7 +145,9 @@ def default_matmul_shape(kernel: Kernel):
 def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10)) -> list[int]:
     """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM: none for a
     GEMM whose default tiles give every SM :data:`GPU_MATMUL_FILL_THREADS` threads, else every
-    count of ``counts`` that cuts the reduction into whole 16-long tiles."""
+    count of ``counts`` that cuts the reduction into whole 16-long tiles. The TF32 template's
+    ``k_slices`` knob takes them too; a count whose slices its ``k_tile`` does not divide is a
+    setting the template refuses (tuning rejects it)."""
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     if fused_epilogue(sch, kernel):  # its epilogue reads whole sums (gpu_matmul)
         return []

@@ -62,7 +62,8 @@ def config_key(config) -> str:
 
 def describe(config) -> str:
     return (f"{config.cell.name} I={config.input_size} H={config.hidden_size} L={config.num_layers}"
-            f"{' bidirectional' if config.bidirectional else ''} N={config.batch_size}")
+            f"{' bidirectional' if config.bidirectional else ''} N={config.batch_size}"
+            f"{'' if config.options.dtype == 'float32' else ' ' + config.options.dtype}")
 
 
 class PassChecks:

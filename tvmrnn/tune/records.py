@@ -430,8 +430,10 @@ def record_from_json(record_json, logged: ms.database.Workload) -> ms.database.T
     statements: a template-space trace (its decisions annotated on the root block) left the loops
     it made there, and every later record of that workload failed to replay."""
     trace_json, run_secs, target, args = record_json
-    from ..schedules import bf16
+    from ..schedules import bf16, tensor_cores
     bf16.register_from_trace(trace_json)  # the AMX intrinsics it names (one per shape)
+    if "tvmrnn_tf32_" in json.dumps(trace_json):  # the TF32 tiles' (registered when first used)
+        tensor_cores.register()
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(logged.mod["main"])}))
     Trace.apply_json_to_schedule(trace_json, sch)
     return ms.database.TuningRecord(sch.trace, logged, [float(x) for x in run_secs] if run_secs is not None else None,
@@ -645,7 +647,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     a step (:func:`tvmrnn.schedules.cuda.tf32_applies`).
 
     Returns the function and two dicts it fills: kernel name -> "tuned", "default", "tf32" (a TF32
-    kernel's default schedule: none of them has records yet) or "unmasked record" (a masked step
+    kernel's default schedule, where it has no record) or "unmasked record" (a masked step
     of a variable-lengths build, scheduled by its unmasked twin's record: :attr:`Kernel.unmasked`);
     and kernel name -> the record used (``{"workload": key, "where": file and line, "record":
     its JSON}``), for the kernels that took one.
@@ -715,7 +717,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
 
 def report_untuned(target, used: dict) -> None:
     """Say once per target and set of kernels that default schedules are in use."""
-    missing = sorted(k for k, how in used.items() if how == "default")
+    missing = sorted(k for k, how in used.items() if how in ("default", "tf32"))
     key = (target_key(target), tuple(missing))
     if missing and key not in _reported:
         _reported.add(key)

@@ -188,9 +188,9 @@ class ApplyTemplate(ms.postproc.PyPostproc):
         made = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(self.workload["main"])}))
         try:
             apply_template(made, self.kernel, self.target, **tiles_of(self.kernel, self.target, values))
-        except Exception:  # noqa: BLE001
-            return None
-        if not embeddable(made.mod["main"], self.target):
+            if not embeddable(made.mod["main"], self.target):
+                return None
+        except Exception:  # noqa: BLE001 - a setting the template or the lowering refuses
             return None
         fresh = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(self.workload["main"])}))
         try:

@@ -3,6 +3,7 @@ name share a workload), weighted by how often each runs in a training step and a
 a reference sequence length, and ranked by their share of that time."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 import tvm
@@ -11,7 +12,7 @@ from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
 from ..schedules.split_k import persistent_blocks
 from ..kernels import Kernel, tf32
-from ..program.passes import all_programs, loop_block_caps
+from ..program.passes import all_programs, half_precision_choices, loop_block_caps
 
 from .records import best_latency_us, workload
 
@@ -71,8 +72,10 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
 
     ``target`` picks the programs as build does (``passes.all_programs``: chunk sizes, direction
     stacking, and on GPUs the persistent time loops, whose step kernel is a task of its own:
-    :func:`is_persistent`). On GPUs, a half configuration (``options.dtype``), or any with
-    ``allow_tf32``, has the kernels its build runs on TF32 tiles as their TF32 workloads
+    :func:`is_persistent`), and the choices a build makes for the configuration's dtype
+    (:func:`tvmrnn.program.passes.half_precision_choices`): on CPUs a bf16 build's bf16 kernels;
+    on GPUs, a half configuration, one with ``tensor_core_steps``, or any with ``allow_tf32``,
+    has the kernels its build runs on TF32 tiles as their TF32 workloads
     (:func:`tvmrnn.schedules.cuda.tf32_applies`, as :func:`tvmrnn.tune.records.scheduler` applies it).
     """
     tasks: dict[str, Task] = {}
@@ -82,8 +85,14 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
         return default_schedule(kernel, target) if persistent_blocks(kernel.func) else kernel.func
 
     for config in configs:
+        on_tensor_cores = False
+        if target is not None:  # the options and TF32 choice a build makes (CPU bf16 GEMMs, TF32 on GPUs);
+            # an fp32 configuration asking for TF32 steps builds only with allow_tf32
+            options, on_tensor_cores = half_precision_choices(
+                config, config.options, target, allow_tf32 or bool(config.options.tensor_core_steps))
+            config = dataclasses.replace(config, options=options)
+            on_tensor_cores = on_tensor_cores and is_gpu(target)
         blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
-        on_tensor_cores = target is not None and is_gpu(target) and (allow_tf32 or config.options.dtype != "float32")
         for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
                 kernel = program.kernels[name]

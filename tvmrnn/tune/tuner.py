@@ -390,7 +390,10 @@ def _seeds(task, target, space: str) -> tuple[list, list[str]]:
     candidates, labels = [], []
     for tiles in default_variants(task.kernel, target):  # the default first, then its other shapes
         sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
-        default_schedule_apply(sch, task.kernel, target, **tiles)
+        try:
+            default_schedule_apply(sch, task.kernel, target, **tiles)
+        except Exception:  # noqa: BLE001 - a variant that does not apply to this kernel
+            continue
         candidates.append(sch)
         labels.append(" ".join(f"{k}={v}" for k, v in tiles.items()) or "default")
     return candidates, labels
