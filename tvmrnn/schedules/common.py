@@ -114,6 +114,12 @@ def uses_tf32(func) -> bool:
     return bool(func.attrs is not None and int(func.attrs.get("tvmrnn.tf32", 0)))
 
 
+def persistent_blocks(func) -> int | None:
+    """The block limit of a persistent kernel's function (:func:`tvmrnn.kernels.persistent`), else None."""
+    value = func.attrs.get("tvmrnn.persistent_blocks") if func.attrs is not None else None
+    return int(value) if value is not None else None
+
+
 def tf32_step(sch, kernel: Kernel) -> bool:
     """Whether the kernel held by ``sch`` is a step that a build with TF32 steps
     (``BuildOptions.tensor_core_steps``) runs on the TF32 tiles: a GEMM fused with a step's gate
@@ -122,10 +128,7 @@ def tf32_step(sch, kernel: Kernel) -> bool:
     than its columns (a forward step; the backward's reduce G x H gate gradients into H columns).
     The one rule: :func:`_gpu_kind`, :func:`tvmrnn.schedules.cuda.tf32_applies` and
     :func:`launches_beat_persistence` ask it."""
-    if kernel.gemm is None:
-        return False
-    attrs = sch.mod["main"].attrs
-    if attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None:
+    if kernel.gemm is None or persistent_blocks(sch.mod["main"]) is not None:
         return False
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -165,8 +168,7 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
     # second kernel; in a persistent kernel row tiles from GPU_ROW_TILE_ROWS rows a problem
     # (direction), whatever the work
     if fused_epilogue(sch, kernel):
-        attrs = sch.mod["main"].attrs
-        persistent = attrs is not None and attrs.get("tvmrnn.persistent_blocks") is not None
+        persistent = persistent_blocks(sch.mod["main"]) is not None
         work = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:]) * math.prod(_extent(sch, l) for l in reduction)
         units = _extent(sch, spatial[n_rows])
         own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's

@@ -20,6 +20,7 @@ tuning keep the kernels' plain form.
 from __future__ import annotations
 
 import itertools
+import math
 
 import tvm_ffi
 from tvm import s_tir, tirx
@@ -85,10 +86,7 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str) -> tirx.PrimFunc:
     if any(in_reduction(loop) for loop in inner):
         return func  # a row index that moves with the reduction: not a GEMM this pass knows
     extents = [int(loop.extent) for loop in inner]
-    combos = 1
-    for e in extents:
-        combos *= e
-    if combos > MAX_ROWS_TESTED:
+    if math.prod(extents) > MAX_ROWS_TESTED:
         return func
     running = None
     for values in itertools.product(*(range(e) for e in extents)):

@@ -11,7 +11,8 @@ import tvm_ffi
 from tvm import s_tir
 from ..kernels import Kernel
 
-from .common import _all_blocks, _divisor, _extent, _gemm_axes, _thread_extent_of, _vectorize, _writes_param, sum_slices_per_output
+from .common import (_all_blocks, _divisor, _extent, _gemm_axes, _thread_extent_of, _vectorize, _writes_param, persistent_blocks,
+                     sum_slices_per_output)
 
 
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
@@ -490,12 +491,6 @@ def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
 
     tvm_ffi.structural_mutate(func.body, [(s_tir.SBlockRealize, visit)])
     return bool(found)
-
-
-def persistent_blocks(func) -> int | None:
-    """The block limit of a persistent kernel's function (:func:`tvmrnn.kernels.persistent`), else None."""
-    value = func.attrs.get("tvmrnn.persistent_blocks") if func.attrs is not None else None
-    return int(value) if value is not None else None
 
 
 # The split-K shape of persistent kernels (``gpu_split_k`` arguments; the ``persistent_study`` (a study script, at 34424c0)

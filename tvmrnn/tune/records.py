@@ -431,8 +431,9 @@ def record_from_json(record_json, logged: ms.database.Workload) -> ms.database.T
     it made there, and every later record of that workload failed to replay."""
     trace_json, run_secs, target, args = record_json
     from ..schedules import bf16, tensor_cores
-    bf16.register_from_trace(trace_json)  # the AMX intrinsics it names (one per shape)
-    if "tvmrnn_tf32_" in json.dumps(trace_json):  # the TF32 tiles' (registered when first used)
+    text = json.dumps(trace_json)
+    bf16.register_from_trace(text)  # the AMX intrinsics it names (one per shape)
+    if "tvmrnn_tf32_" in text:  # the TF32 tiles' (registered when first used)
         tensor_cores.register()
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(logged.mod["main"])}))
     Trace.apply_json_to_schedule(trace_json, sch)
@@ -638,6 +639,13 @@ def _shared_bytes_when_lowered(func, target) -> tuple[int, int]:
                key=sum)
 
 
+def as_built(kernel: Kernel, target, allow_tf32: bool, tf32_steps: bool) -> Kernel:
+    """The kernel a build with these choices schedules for ``kernel``: its TF32 workload
+    (:func:`kernels.tf32`) where it runs on TF32 tiles (:func:`tvmrnn.schedules.cuda.tf32_applies`),
+    else ``kernel``. :func:`scheduler` and tuning's tasks (:func:`tvmrnn.tune.tasks.extract_tasks`) ask it."""
+    return tf32(kernel) if allow_tf32 and tf32_applies(kernel, target, steps=tf32_steps) else kernel
+
+
 def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False, tf32_steps: bool = False):
     """``kernel -> scheduled PrimFunc``: the fastest record of the kernel's workload among the raw
     logs (:func:`logs_folder`) and the shipped records (:func:`records_file`) that the driver can
@@ -661,9 +669,8 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     picked: dict[str, dict] = {}
 
     def schedule(kernel: Kernel):
-        on_tensor_cores = allow_tf32 and tf32_applies(kernel, target, steps=tf32_steps)
-        if on_tensor_cores:
-            kernel = tf32(kernel)
+        built = as_built(kernel, target, allow_tf32, tf32_steps)
+        on_tensor_cores, kernel = built is not kernel, built
         func = pick(kernel)
         if on_tensor_cores and used[kernel.name] == "default":
             used[kernel.name] = "tf32"

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 import tvm
 from ..schedules import default_schedule
 from ..schedules.common import is_gpu
-from ..schedules.cuda import tf32_applies
 from ..schedules.split_k import persistent_blocks
-from ..kernels import Kernel, tf32
+from ..kernels import Kernel
 from ..program.passes import all_programs, half_precision_choices, loop_block_caps
 
-from .records import best_latency_us, workload
+from .records import as_built, best_latency_us, workload
 
 
 REFERENCE_LENGTH = 300  # Deep Speech 2's T: the sequence length task weights are counted at
@@ -76,7 +75,7 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
     (:func:`tvmrnn.program.passes.half_precision_choices`): on CPUs a bf16 build's bf16 kernels;
     on GPUs, a half configuration, one with ``tensor_core_steps``, or any with ``allow_tf32``,
     has the kernels its build runs on TF32 tiles as their TF32 workloads
-    (:func:`tvmrnn.schedules.cuda.tf32_applies`, as :func:`tvmrnn.tune.records.scheduler` applies it).
+    (:func:`tvmrnn.tune.records.as_built`, as the build's scheduler takes them).
     """
     tasks: dict[str, Task] = {}
     target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
@@ -85,19 +84,16 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
         return default_schedule(kernel, target) if persistent_blocks(kernel.func) else kernel.func
 
     for config in configs:
-        on_tensor_cores = False
+        tf32_on = False
         if target is not None:  # the options and TF32 choice a build makes (CPU bf16 GEMMs, TF32 on GPUs);
             # an fp32 configuration asking for TF32 steps builds only with allow_tf32
-            options, on_tensor_cores = half_precision_choices(
+            options, tf32_on = half_precision_choices(
                 config, config.options, target, allow_tf32 or bool(config.options.tensor_core_steps))
             config = dataclasses.replace(config, options=options)
-            on_tensor_cores = on_tensor_cores and is_gpu(target)
         blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
         for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
-                kernel = program.kernels[name]
-                if on_tensor_cores and tf32_applies(kernel, target, steps=config.options.tf32_steps):
-                    kernel = tf32(kernel)
+                kernel = as_built(program.kernels[name], target, tf32_on, config.options.tf32_steps)
                 task = tasks.setdefault(kernel.name, Task(kernel, 0))
                 task.calls += count
     return sorted(tasks.values(), key=lambda t: -t.calls)
