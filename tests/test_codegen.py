@@ -79,9 +79,40 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     assert any(k.endswith("_d2_persistent") for k in bidirectional.schedules)
     large = tvmrnn.build("lstm", input_size=24, hidden_size=1024, batch_size=256, dtype="float16",
                          target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
+    # the input projections on half operands (``half_operands``), the steps on TF32 tiles; the
+    # backward's GEMMs on TF32
     assert {k: v for k, v in large.schedules.items() if "step" in k} == {
         "recurrent_step_lstm_infer_n256_h1024_tf32": "tf32", "recurrent_step_lstm_train_n256_h1024_tf32": "tf32",
         "backward_step_lstm_n256_h1024": "default"}
+    assert "input_projection_t256_n256_k24_h1024_g4_f16" in large.schedules
+    assert "recurrent_backward_n256_h1024_g4_tf32" in large.schedules
+    assert not any(k.endswith("_f16") for k in large.schedules if "gradient" in k or "backward" in k)
+    source = large.executable.mod.imports[0].inspect_source()
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in source and "ldmatrix.sync.aligned.m8n8.x4" in source
+
+
+def test_half_operands_follow_the_dtype_unless_told_not_to(monkeypatch):
+    """``half_operands``: a bf16 build's input projections take bf16 operands, True its tensor-core
+    steps too, False keeps them on TF32, and an fp32 build cannot ask for them."""
+    def build(dtype, **options):
+        return tvmrnn.build("gru", input_size=40, hidden_size=64, batch_size=8, dtype=dtype, target="nvidia/nvidia-h100",
+                            tuning_logs=False, cache=False, options=BuildOptions(**options))
+    bf16 = build("bfloat16")
+    assert any(k.startswith("input_projection") and k.endswith("_bf16") for k in bf16.schedules), bf16.schedules
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in bf16.executable.mod.imports[0].inspect_source()
+    # True: the steps of ``tensor_core_steps`` too (here at any size)
+    from tvmrnn.schedules import common
+    monkeypatch.setattr(common, "GPU_TF32_STEP_ROWS", 1)
+    monkeypatch.setattr(common, "GPU_TF32_STEP_WORK", 1)
+    steps = build("bfloat16", half_operands=True, persistent="off")
+    assert any(k.startswith("recurrent_step") and k.endswith("_bf16") for k in steps.schedules), steps.schedules
+    off = build("float16", half_operands=False)
+    assert not any(k.endswith(("_f16", "_bf16")) for k in off.schedules)
+    assert any(k.startswith("input_projection") and k.endswith("_tf32") for k in off.schedules)
+    with pytest.raises(ValueError, match="half_operands.*half dtype"):
+        build("float32", half_operands=True)
+    with pytest.raises(ValueError, match="half_operands.*GPU"):
+        tvmrnn.build("gru", 8, 16, dtype="bfloat16", options=BuildOptions(half_operands=True), cache=False)
 
 
 def test_tensor_core_steps_are_refused_where_they_cannot_apply():

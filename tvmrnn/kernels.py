@@ -673,14 +673,25 @@ def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
     return dataclasses.replace(kernel, name=f"{kernel.name}_persistent", func=func, unmasked=twin)
 
 
-def tf32(kernel: Kernel) -> Kernel:
-    """The same GEMM kernel, its products on TF32 tensor cores (a build with ``allow_tf32``,
-    :func:`tvmrnn.schedules.cuda.gpu_matmul_tf32`). A workload of its own (the attribute is
-    part of its function), so that records tuned for the fp32 schedule never apply to it."""
+def tf32(kernel: Kernel, operands: str = "tf32") -> Kernel:
+    """The same GEMM kernel, its products on tensor cores (a build with ``allow_tf32``,
+    :func:`tvmrnn.schedules.cuda.gpu_matmul_tf32`): on TF32, or with ``operands`` "float16" or
+    "bfloat16" on operands rounded to that half type (a half build's forward GEMMs, whose inputs
+    and weights are half values already). A workload of its own (the attributes are part of its
+    function), so that records tuned for the fp32 schedule never apply to it."""
     func = kernel.func.with_attr("tvmrnn.tf32", 1)
-    # a masked step's twin is the unmasked step's TF32 form, whose records it replays
-    return dataclasses.replace(kernel, name=f"{kernel.name}_tf32", func=func,
-                               unmasked=tf32(kernel.unmasked) if kernel.unmasked is not None else None)
+    suffix = "_tf32"
+    if operands != "tf32":
+        func = func.with_attr("tvmrnn.tensor_core_operands", operands)
+        suffix = {"float16": "_f16", "bfloat16": "_bf16"}[operands]
+    # a masked step's twin is the unmasked step's form, whose records it replays
+    return dataclasses.replace(kernel, name=f"{kernel.name}{suffix}", func=func,
+                               unmasked=tf32(kernel.unmasked, operands) if kernel.unmasked is not None else None)
+
+
+def reads_gradients(kernel: Kernel) -> bool:
+    """Whether the kernel belongs to a backward pass (its gradients' roles are named ``d...``)."""
+    return any(role.startswith("d") for role in kernel.roles)
 
 
 def fill_zero(size) -> Kernel:

@@ -114,14 +114,14 @@ class BuildOptions:
         ``y``, ``hy``, ``cy`` and the input and state gradients in it; the weights are packed
         rounded to it (from fp32 or half parameters); the weight gradients come back fp32, for an
         optimizer's master weights. Inside, sums are fp32 and so are the states between steps
-        (torch.nn and cuDNN round ``h`` to half at every step; tvmrnn does not, so its errors are
-        at most theirs). CPUs: ``bfloat16`` only, its forward GEMMs those of ``bf16_projections``
+        (torch.nn and cuDNN round ``h`` to half at every step; tvmrnn keeps it fp32, and only a
+        step on half operands, ``half_operands``, reads it rounded, so its errors are at most theirs). CPUs: ``bfloat16`` only, its forward GEMMs those of ``bf16_projections``
         (AMX or AVX512-BF16) where they apply, else fp32 GEMMs on the rounded values (a hidden
         size without 16-unit weight panels, a state too large for the stack); the casts in and out
         run on TVM's threads. CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
-        ``allow_tf32``, exact on half operands), the steps' recurrent GEMMs in fp32 except the
-        large forward steps of ``tensor_core_steps``, the backward's steps in fp32; fp16/bf16
-        ``mma`` tiles are not built yet (issue 39).
+        ``allow_tf32``, exact on half operands; the forward's on half operands, ``half_operands``),
+        the steps' recurrent GEMMs in fp32 except the large forward steps of ``tensor_core_steps``,
+        the backward's steps in fp32.
     tensor_core_steps : bool or None
         GPU: a forward step whose recurrent GEMM is large (128 rows or more a direction, 2^27
         multiply-adds a direction, :func:`tvmrnn.schedules.common.tf32_step`) runs on the TF32
@@ -133,6 +133,17 @@ class BuildOptions:
         TF32 every step (10 mantissa bits, as many as fp16: cuDNN's half path rounds it to half).
         None: half builds (``dtype``) yes, fp32 builds no; True in an fp32 build needs
         ``allow_tf32`` (errors of TF32, ~1e-3, in every step); GPU builds only.
+    half_operands : bool or None
+        GPU half builds: the forward passes' tensor-core GEMMs round their operands to ``dtype`` as
+        they stage them in shared memory and multiply them with ``mma.m16n8k16`` (fragments
+        loaded by ``ldmatrix``), twice TF32's rate on half the shared memory, instead of the TF32
+        tiles. Exact for the inputs and weights (half values already); a step's hidden state
+        reaches its GEMM rounded to half, as in cuDNN's half path. None: the input projections
+        (GEMMs over all steps) of half builds; their steps (``tensor_core_steps``) stay on TF32
+        tiles, which were 7-15% faster on the H200 (the steps' copies from global memory, fp32
+        and a float at a time, bound them, not the multiply-adds; notes v51). True: the steps too;
+        False: neither. The backward's GEMMs stay TF32 (gradients rounded to fp16 would
+        underflow). True needs a half ``dtype``.
     """
 
     persistent: str = field(default_factory=_persistent_default)
@@ -151,6 +162,7 @@ class BuildOptions:
     bf16_projections: bool = False
     dtype: str = "float32"
     tensor_core_steps: bool | None = None
+    half_operands: bool | None = None
 
     def __post_init__(self):
         persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent)
@@ -163,7 +175,8 @@ class BuildOptions:
         for name in ("persist_stacked", "shared_kernels", "time_loop_regions", "variable_lengths", "bf16_projections"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected True or False, got {getattr(self, name)!r}")
-        for name in ("stack_directions", "interleave_projections", "weight_panels", "gradient_panels", "tensor_core_steps"):
+        for name in ("stack_directions", "interleave_projections", "weight_panels", "gradient_panels", "tensor_core_steps",
+                     "half_operands"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected None, True or False, got {getattr(self, name)!r}")
         if self.chunk_steps is not None:
@@ -191,6 +204,13 @@ class BuildOptions:
         builds; CPU builds never act on it)."""
         return self.tensor_core_steps if self.tensor_core_steps is not None else self.dtype != "float32"
 
+    @property
+    def tensor_core_operands(self) -> tuple[str, str]:
+        """What a GPU build's forward tensor-core GEMMs multiply, ``(GEMMs over all steps,
+        steps)``: ``dtype`` or "tf32", as ``half_operands`` says."""
+        half = self.dtype != "float32" and self.half_operands is not False
+        return (self.dtype if half else "tf32", self.dtype if half and self.half_operands else "tf32")
+
     def to_dict(self) -> dict:
         """JSON-ready fields (for package metadata and records)."""
         out = dataclasses.asdict(self)
@@ -200,6 +220,8 @@ class BuildOptions:
             del out["dtype"]
         if out["tensor_core_steps"] is None:  # (the same)
             del out["tensor_core_steps"]
+        if out["half_operands"] is None:  # (the same)
+            del out["half_operands"]
         if out["chunk_steps"] is not None:
             out["chunk_steps"] = list(out["chunk_steps"])
         return out

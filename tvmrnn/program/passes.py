@@ -248,6 +248,11 @@ def half_precision_choices(config: Config, options: BuildOptions, target, allow_
     call. ``tvmrnn.build`` and tuning's tasks (:func:`tvmrnn.tune.tasks.extract_tasks`) ask it."""
     if options.tensor_core_steps and not is_gpu(target):
         raise ValueError("options.tensor_core_steps: GPU builds only (CPU steps have no TF32 tiles)")
+    if options.half_operands and not is_gpu(target):
+        raise ValueError("options.half_operands: GPU builds only (CPU half builds have bf16_projections)")
+    if options.half_operands and options.dtype == "float32":
+        raise ValueError("options.half_operands=True needs a half dtype ('float16' or 'bfloat16'); an fp32 "
+                         "build's tensor cores take TF32 operands")
     if options.dtype == "float32":
         if options.tensor_core_steps and not allow_tf32:
             raise ValueError("options.tensor_core_steps=True in a float32 build needs allow_tf32=True "

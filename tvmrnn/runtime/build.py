@@ -156,7 +156,8 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 
 
 def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
-    schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32, tf32_steps=options.tf32_steps)
+    schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32, tf32_steps=options.tf32_steps,
+                                       operands=options.tensor_core_operands)
     blocks = loop_block_caps(config, target)
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
     with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,

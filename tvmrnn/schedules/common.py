@@ -114,6 +114,13 @@ def uses_tf32(func) -> bool:
     return bool(func.attrs is not None and int(func.attrs.get("tvmrnn.tf32", 0)))
 
 
+def tensor_core_operands(func) -> str:
+    """What a tensor-core kernel's GEMM multiplies (:func:`tvmrnn.kernels.tf32`): "tf32", or the
+    half type its operands are rounded to."""
+    value = func.attrs.get("tvmrnn.tensor_core_operands") if func.attrs is not None else None
+    return str(value) if value is not None else "tf32"
+
+
 def persistent_blocks(func) -> int | None:
     """The block limit of a persistent kernel's function (:func:`tvmrnn.kernels.persistent`), else None."""
     value = func.attrs.get("tvmrnn.persistent_blocks") if func.attrs is not None else None

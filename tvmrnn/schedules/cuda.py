@@ -11,7 +11,7 @@ from tvm.s_tir import dlight
 from . import tensor_cores
 from ..kernels import Kernel
 
-from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param, fused_epilogue, is_gpu,
+from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param, fused_epilogue, is_gpu, tensor_core_operands,
                      sum_slices_per_output, tf32_step)
 from .split_k import persistent_blocks
 
@@ -30,6 +30,11 @@ def tf32_applies(kernel: Kernel, target, steps: bool = False) -> bool:
     if fused_epilogue(sch, kernel):
         return steps and tf32_step(sch, kernel)
     return _gpu_kind(sch, kernel, False) == "matmul"
+
+
+def fuses_epilogue(kernel: Kernel) -> bool:
+    """Whether ``kernel``'s GEMM is a step's, fused with its gate math (:func:`fused_epilogue`)."""
+    return kernel.gemm is not None and bool(fused_epilogue(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel))
 
 
 def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:
@@ -355,7 +360,8 @@ def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict
             return 1
         return tf32_k_slices(m_total, n_total, k_total, chosen, sms) if k_slices is None else k_slices
     main, _, k_inner, n_slices = normalize_matmul(sch, kernel, slices, chosen["k_tile"])
-    tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, epilogue=epilogue, **chosen)
+    tensor_cores.tf32_tiles(sch, main, k_inner, split_k=n_slices > 1, keep=kernel.gemm, epilogue=epilogue,
+                            operands=tensor_core_operands(sch.mod["main"]), **chosen)
     if epilogue:
         _epilogue_kernel(sch)
 

@@ -61,6 +61,118 @@ def c_inverse(lane, r):
     return lane // 4 + ((r // 2) % 2) * 8, (r // 4) * 8 + (lane % 4) * 2 + r % 2
 
 
+# Half operands (``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}``): a fragment covers 16
+# reduction steps. ``A`` (16 x 16): lane ``4 g + t`` holds ``A[g, 2t..2t+1], A[g + 8, 2t..2t+1],
+# A[g, 2t+8..2t+9], A[g + 8, 2t+8..2t+9]``; ``B`` (16 x 16 as ``[n, k]``, two n8 halves): lane
+# ``4 g + t`` holds ``B[g, 2t..2t+1], B[g, 2t+8..2t+9]``, then the same at ``n + 8``; ``C`` as for
+# TF32. The registers are in the order in which ``ldmatrix.x4`` fills them from four 8 x 8
+# matrices, so one ``ldmatrix`` loads a fragment.
+K_HALF = 16
+HALF_LOCAL = 16 * K_HALF // WARP  # 8 halves a lane, A's and B's
+
+
+def a_map_half(i, k):
+    return (i % 8) * 4 + (k % 8) // 2, (k // 8) * 4 + (i // 8) * 2 + k % 2
+
+
+def b_map_half(j, k):
+    return (j % 8) * 4 + (k % 8) // 2, (j // 8) * 4 + (k // 8) * 2 + k % 2
+
+
+def _ldmatrix_rows(operand: str, reduction_major: bool, lane):
+    """The (row, column) of the shared tile whose 8 elements ``lane`` points ``ldmatrix.x4`` at:
+    lanes ``8 m .. 8 m + 7`` give the rows of the ``m``-th 8 x 8 matrix, matrices in register
+    order (:func:`a_map_half`, :func:`b_map_half`); a reduction-major tile is read transposed."""
+    row8, second, upper = lane % 8, (lane // 8) % 2, lane // 16
+    # which 8-block of (fragment row, reduction) the m-th matrix is: A: (0,0) (8,0) (0,8) (8,8);
+    # B: (0,0) (0,8) (8,0) (8,8)
+    rows_block, k_block = (second, upper) if operand == "a" else (upper, second)
+    if reduction_major:  # the tile is [k, rows]: its rows are reduction steps
+        return row8 + 8 * k_block, 8 * rows_block
+    return row8 + 8 * rows_block, 8 * k_block
+
+
+def _ldmatrix_intrin(dtype: str, operand: str, reduction_major: bool):
+    """shared ``[16, 16]`` (``[k, rows]`` if ``reduction_major``) half tile -> a warp fragment,
+    by one ``ldmatrix.x4`` (``.trans`` for a reduction-major tile)."""
+    fragment_map = a_map_half if operand == "a" else b_map_half
+    shape = (K_HALF, 16) if reduction_major else (16, K_HALF)
+    order = (1, 0) if reduction_major else (0, 1)
+
+    def at(buf, r, k):
+        return buf[k, r] if reduction_major else buf[r, k]
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, w: T.handle) -> None:
+        A = T.match_buffer(a, shape, dtype, scope=SHARED, offset_factor=1)
+        W = T.match_buffer(w, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(A[0:shape[0], 0:shape[1]])
+            T.writes(W[0:WARP, 0:HALF_LOCAL])
+            for r, k in T.grid(16, K_HALF):
+                with T.sblock("load"):
+                    v0, v1 = T.axis.remap("SS", [(r, k)[order[0]], (r, k)[order[1]]])
+                    vr, vk = T.meta_var(((v0, v1)[order[0]], (v0, v1)[order[1]]))
+                    lane, reg = T.meta_var(fragment_map(vr, vk))
+                    W[lane, reg] = at(A, vr, vk)
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, w: T.handle) -> None:
+        s0 = T.int32()
+        s1 = T.int32()
+        A = T.match_buffer(a, shape, dtype, scope=SHARED, offset_factor=1, strides=[s0, s1])
+        W = T.match_buffer(w, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(A[0:shape[0], 0:shape[1]])
+            T.writes(W[0:WARP, 0:HALF_LOCAL])
+            for tx in T.thread_binding(0, WARP, "threadIdx.x"):
+                row, col = T.meta_var(_ldmatrix_rows(operand, reduction_major, tx))
+                T.evaluate(T.ptx_legacy.ldmatrix(
+                    reduction_major, 4, ".b16", W.data, W.elem_offset + tx * HALF_LOCAL,
+                    A.access_ptr("r"), row * s0 + col, dtype=dtype))
+
+    return desc, impl
+
+
+def _mma_half_intrin(dtype: str):
+    ptx = PTX_TYPE[dtype]
+
+    @T.prim_func(s_tir=True)
+    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
+        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:HALF_LOCAL], B[0:WARP, 0:HALF_LOCAL])
+            T.writes(C[0:WARP, 0:C_LOCAL])
+            for i, j, k in T.grid(M, N, K_HALF):
+                with T.sblock("C"):
+                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+                    lc, rc = T.meta_var(c_map(vi, vj))
+                    la, ra = T.meta_var(a_map_half(vi, vk))
+                    lb, rb = T.meta_var(b_map_half(vj, vk))
+                    C[lc, rc] = C[lc, rc] + T.Cast("float32", A[la, ra]) * T.Cast("float32", B[lb, rb])
+
+    @T.prim_func(s_tir=True)
+    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
+        A = T.match_buffer(a, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
+        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:HALF_LOCAL], B[0:WARP, 0:HALF_LOCAL])
+            T.writes(C[0:WARP, 0:C_LOCAL])
+            for tx in T.thread_binding(0, WARP, "threadIdx.x"):
+                for half in T.unroll(2):  # the two 8-column halves of the tile
+                    T.evaluate(T.ptx_legacy.mma(
+                        "m16n8k16", "row", "col", ptx, ptx, "fp32",
+                        A.data, A.elem_offset + tx * HALF_LOCAL,
+                        B.data, B.elem_offset + tx * HALF_LOCAL + half * (HALF_LOCAL // 2),
+                        C.data, C.elem_offset + tx * C_LOCAL + half * (C_LOCAL // 2),
+                        False, dtype="float32"))
+
+    return desc, impl
+
+
 def _load_intrin(fragment_map, inverse, rows: int, local: int, reduction_major: bool):
     """shared ``[rows, K]`` (``[K, rows]`` if ``reduction_major``) -> a warp fragment."""
     shape = (K, rows) if reduction_major else (rows, K)
@@ -205,6 +317,26 @@ MMA = "tvmrnn_tf32_mma_m16n16k8"
 FILL = "tvmrnn_tf32_fill"
 STORE = "tvmrnn_tf32_store_shared"
 
+# The operands a tensor-core GEMM can take: "tf32" (fp32 data, m16n8k8) or a half type whose
+# values the copies into shared memory round to (m16n8k16, fragments loaded by ``ldmatrix``).
+PTX_TYPE = {"float16": "fp16", "bfloat16": "bf16"}
+OPERANDS = ("tf32", *PTX_TYPE)
+
+
+def _half_names(dtype: str) -> dict:
+    return {"a": f"tvmrnn_{dtype}_ldmatrix_a", "a_t": f"tvmrnn_{dtype}_ldmatrix_a_reduction_major",
+            "b": f"tvmrnn_{dtype}_ldmatrix_b", "b_t": f"tvmrnn_{dtype}_ldmatrix_b_reduction_major",
+            "mma": f"tvmrnn_{dtype}_mma_m16n16k16"}
+
+
+def _names(operands: str) -> dict:
+    if operands == "tf32":
+        return {"a": LOAD_A, "a_t": LOAD_A_T, "b": LOAD_B, "b_t": LOAD_B_T, "mma": MMA}
+    if operands not in PTX_TYPE:
+        raise ValueError(f"tensor-core operands: {operands!r}, not one of {OPERANDS}")
+    return _half_names(operands)
+
+
 _registered = False
 
 
@@ -219,11 +351,18 @@ def register() -> None:
                        (LOAD_B_T, _load_intrin(b_map, b_inverse, N, B_LOCAL, True)),
                        (MMA, _mma_intrin()), (FILL, _fill_intrin()), (STORE, _store_intrin())):
         s_tir.TensorIntrin.register(name, *pair, override=True)
+    for dtype in PTX_TYPE:
+        names = _half_names(dtype)
+        for key, operand, reduction_major in (("a", "a", False), ("a_t", "a", True), ("b", "b", False),
+                                              ("b_t", "b", True)):
+            s_tir.TensorIntrin.register(names[key], *_ldmatrix_intrin(dtype, operand, reduction_major), override=True)
+        s_tir.TensorIntrin.register(names["mma"], *_mma_half_intrin(dtype), override=True)
     _registered = True
 
 
 def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int = 32, pad: int = 4,
-               split_k: bool = False, keep: str | None = None, pipeline: bool = False, epilogue: bool = False) -> None:
+               split_k: bool = False, keep: str | None = None, pipeline: bool = False, epilogue: bool = False,
+               operands: str = "tf32") -> None:
     """Tile the normalised GEMM ``main`` (``C[s, i, j] += A[s, i, k] * B[s, j, k]``) for TF32
     tensor cores.
 
@@ -242,8 +381,18 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     Everything sits in dynamic shared memory (``shared.dyn``): the 128 x 128 tile takes 101 KB,
     more than a block's 48 KB of static shared memory. With ``pipeline`` the operand tiles are
     double-buffered (TIR's software pipeline): the next tile's copies are issued before this
-    tile's multiply-adds."""
+    tile's multiply-adds.
+
+    ``operands`` (:data:`OPERANDS`): "tf32", or a half type: then the copies round the operands to
+    it as they write the shared tiles (``unsafe_set_dtype``: half the shared memory, and exact
+    where the values are half already, as a half build's inputs and weights are), fragments
+    cover 16 reduction steps and are loaded by ``ldmatrix``, and the products run as
+    ``mma.m16n8k16`` (twice TF32's rate); rows of the shared tiles are padded by 8 halves."""
     register()
+    names = _names(operands)
+    half = operands != "tf32"
+    k_step = K_HALF if half else K
+    maps = (a_map_half, b_map_half) if half else (a_map, b_map)
     (wi, wj), (fi, fj) = warps, fragments
     bm, bn = wi * fi * M, wj * fj * N
     warps_total = wi * wj
@@ -251,12 +400,12 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     s, i, j, k = sch.get_loops(main)
     i, i_tc = sch.split(i, [None, M])
     j, j_tc = sch.split(j, [None, N])
-    k, k_tc = sch.split(k, [None, K])
+    k, k_tc = sch.split(k, [None, k_step])
     sch.reorder(i, j, k, i_tc, j_tc, k_tc)
     outer = sch.blockize(i_tc)
     bi, ty_i, f_i = sch.split(i, [None, wi, fi])
     bj, ty_j, f_j = sch.split(j, [None, wj, fj])
-    ko, ki = sch.split(k, [None, k_tile // K])
+    ko, ki = sch.split(k, [None, k_tile // k_step])
     sch.reorder(s, bi, bj, ty_i, ty_j, ko, ki, f_i, f_j)
     sch.bind(s, "blockIdx.z")
     sch.bind(bi, "blockIdx.y")
@@ -271,13 +420,18 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
 
     def to_shared(index, contiguous_k):
         copy = sch.cache_read(outer, index, SHARED)
+        if half:
+            sch.unsafe_set_dtype(copy, 0, operands)
         sch.compute_at(copy, ko, preserve_unit_loops=True)
         m, kk = sch.get_loops(copy)[-2:]
         if not contiguous_k:
             sch.reorder(kk, m)
             sch.transform_layout(copy, ("write", 0), lambda b, m, kk: (b, kk, m))
         by_threads(sch.get_loops(copy)[-2:])
-        sch.storage_align(copy, 0, axis=1, factor=32, offset=pad if contiguous_k else 2 * pad)
+        if half:  # rows of 16-byte multiples (``ldmatrix``), 8 of them a row of all 32 banks
+            sch.storage_align(copy, 0, axis=1, factor=64, offset=8)
+        else:
+            sch.storage_align(copy, 0, axis=1, factor=32, offset=pad if contiguous_k else 2 * pad)
         return copy
 
     copies = [to_shared(0, k_inner[0]), to_shared(1, k_inner[1])]
@@ -291,18 +445,18 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
         r, kk = sch.get_loops(frag)[-2:]
         if contiguous_k:
             sch.transform_layout(frag, ("write", 0),
-                                 lambda b, r, kk: (b, r // 16, kk // K, *fragment_map(r % 16, kk % K)))
+                                 lambda b, r, kk: (b, r // 16, kk // k_step, *fragment_map(r % 16, kk % k_step)))
         else:
             r, kk = kk, r
             sch.reorder(r, kk)
             sch.transform_layout(frag, ("write", 0),
-                                 lambda b, kk, r: (b, r // 16, kk // K, *fragment_map(r % 16, kk % K)))
+                                 lambda b, kk, r: (b, r // 16, kk // k_step, *fragment_map(r % 16, kk % k_step)))
         ro, ri = sch.split(r, [None, 16])
         sch.tensorize(ri, intrin)
         _unroll(sch, ro)
 
-    to_warp(0, a_map, k_inner[0], LOAD_A if k_inner[0] else LOAD_A_T)
-    to_warp(1, b_map, k_inner[1], LOAD_B if k_inner[1] else LOAD_B_T)
+    to_warp(0, maps[0], k_inner[0], names["a" if k_inner[0] else "a_t"])
+    to_warp(1, maps[1], k_inner[1], names["b" if k_inner[1] else "b_t"])
 
     staged = sch.cache_write(outer, 0, SHARED)
     acc = sch.cache_write(outer, 0, "warp")
@@ -329,7 +483,7 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     init = _innermost(sch, sch.decompose_reduction(outer, ko))
     sch.tensorize(sch.get_loops(init)[-2], FILL)
     sch.tensorize(ri, STORE)
-    sch.tensorize(sch.get_loops(_innermost(sch, outer))[-3], MMA)
+    sch.tensorize(sch.get_loops(_innermost(sch, outer))[-3], names["mma"])
     for loop in (ki, f_i, f_j, ro, co):
         _unroll(sch, loop)
     if pipeline:  # under ko: the two copies, then the loop over the tile's fragments

@@ -33,12 +33,12 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Trace
 
-from ..kernels import Kernel, tf32
+from ..kernels import Kernel, reads_gradients, tf32
 from ..schedules import apply, default_schedule, ended_rows, fast_math
 from ..schedules.variants import variants
 from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
-from ..schedules.cuda import tf32_applies
+from ..schedules.cuda import fuses_epilogue, tf32_applies
 from ..program.sequence import SHARED_WITHOUT_OPT_IN, shared_memory_bytes, shared_memory_problem
 from ..options import TUNED_FIELDS, BuildOptions, left_to_target
 from .pass_checks import PassChecks, config_key
@@ -639,14 +639,21 @@ def _shared_bytes_when_lowered(func, target) -> tuple[int, int]:
                key=sum)
 
 
-def as_built(kernel: Kernel, target, allow_tf32: bool, tf32_steps: bool) -> Kernel:
-    """The kernel a build with these choices schedules for ``kernel``: its TF32 workload
-    (:func:`kernels.tf32`) where it runs on TF32 tiles (:func:`tvmrnn.schedules.cuda.tf32_applies`),
-    else ``kernel``. :func:`scheduler` and tuning's tasks (:func:`tvmrnn.tune.tasks.extract_tasks`) ask it."""
-    return tf32(kernel) if allow_tf32 and tf32_applies(kernel, target, steps=tf32_steps) else kernel
+def as_built(kernel: Kernel, target, allow_tf32: bool, tf32_steps: bool, operands: tuple = ("tf32", "tf32")) -> Kernel:
+    """The kernel a build with these choices schedules for ``kernel``: its tensor-core workload
+    (:func:`kernels.tf32`) where it runs on tensor cores (:func:`tvmrnn.schedules.cuda.tf32_applies`),
+    else ``kernel``. A forward kernel's operands are ``operands[0]`` for a GEMM over all steps,
+    ``operands[1]`` for a step (:attr:`BuildOptions.tensor_core_operands`), a backward kernel's
+    TF32. :func:`scheduler` and tuning's tasks (:func:`tvmrnn.tune.tasks.extract_tasks`) ask it."""
+    if not (allow_tf32 and tf32_applies(kernel, target, steps=tf32_steps)):
+        return kernel
+    if reads_gradients(kernel):
+        return tf32(kernel)
+    return tf32(kernel, operands[1] if fuses_epilogue(kernel) else operands[0])
 
 
-def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False, tf32_steps: bool = False):
+def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False, tf32_steps: bool = False,
+              operands: tuple = ("tf32", "tf32")):
     """``kernel -> scheduled PrimFunc``: the fastest record of the kernel's workload among the raw
     logs (:func:`logs_folder`) and the shipped records (:func:`records_file`) that the driver can
     embed and that no whole-pass check vetoed (:mod:`.pass_checks`), else the default schedule.
@@ -669,7 +676,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     picked: dict[str, dict] = {}
 
     def schedule(kernel: Kernel):
-        built = as_built(kernel, target, allow_tf32, tf32_steps)
+        built = as_built(kernel, target, allow_tf32, tf32_steps, operands)
         on_tensor_cores, kernel = built is not kernel, built
         func = pick(kernel)
         if on_tensor_cores and used[kernel.name] == "default":

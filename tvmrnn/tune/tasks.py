@@ -93,7 +93,8 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
         blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
         for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
-                kernel = as_built(program.kernels[name], target, tf32_on, config.options.tf32_steps)
+                kernel = as_built(program.kernels[name], target, tf32_on, config.options.tf32_steps,
+                                  config.options.tensor_core_operands)
                 task = tasks.setdefault(kernel.name, Task(kernel, 0))
                 task.calls += count
     return sorted(tasks.values(), key=lambda t: -t.calls)
