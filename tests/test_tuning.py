@@ -756,3 +756,27 @@ def _mask_reads_are_last(func) -> bool:
         return mutator.default_mutate(block)
     tvm_ffi.structural_mutate(func.body, [(tvm.s_tir.SBlock, visit)])
     return bool(found) and all(found)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("operands", ["tf32", "float16"])
+def test_the_tuning_builder_compiles_tensor_core_candidates(operands):
+    """The tuner's builder compiles GPU candidates as builds do, without TIR's CSE: with it,
+    ``LowerWarpMemory`` could not find the lane of a tensor-core kernel's warp stores, and every
+    TF32 candidate, the default's too, failed to build (the first TF32 search, notes v51)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvmrnn import kernels
+    from tvmrnn.schedules import apply
+    from tvmrnn.cells import get_cell
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    kernel = kernels.tf32(kernels.recurrent_step(get_cell("lstm"), 128, 1024, train=False), operands)
+    mod = records.workload(kernel)
+    sch = tvm.s_tir.Schedule(mod)
+    apply(sch, kernel, target)
+    builder = tuner.default_builder(target)
+    try:
+        result, = builder.build([ms.builder.BuilderInput(sch.mod, target)])
+    finally:
+        if builder._pool is not None:
+            builder._pool.shutdown()
+    assert result.error_msg is None, result.error_msg[-1500:]

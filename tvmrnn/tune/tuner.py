@@ -144,9 +144,14 @@ class PoolBuilder(ms.builder.PyBuilder):
                                                           timeout=self.timeout_sec), 0
         self._batches += 1
         def build(mod, target, _params):  # pickled by value: the worker needs only TVM
+            import tvm
             from tvm.driver import build as tvm_build
             from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-            return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
+            # GPU kernels without TIR's CSE, as builds compile them (program.sequence.compile_module):
+            # it hides the lane of the tensor-core kernels' warp stores from LowerWarpMemory, and
+            # every TF32 candidate failed (notes v51)
+            with tvm.transform.PassContext(config={"tirx.disable_cse_tir": target.kind.name == "cuda"}):
+                return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
         results = []
         for r in self._pool.map_with_error_catching(
