@@ -780,3 +780,19 @@ def test_the_tuning_builder_compiles_tensor_core_candidates(operands):
         if builder._pool is not None:
             builder._pool.shutdown()
     assert result.error_msg is None, result.error_msg[-1500:]
+
+
+def test_shared_memory_is_counted_for_gpus_without_fp8():
+    """The check of a record's shared memory (``embeddable``) counts it on an A100 (sm_80) as on
+    an H100: it raised there (TVM's FP8StorageLegalize on a target without a host), so an A100
+    search rejected every large-shared-memory candidate (notes v50, v51)."""
+    from tvmrnn import kernels
+    from tvmrnn.cells import get_cell
+    from tvmrnn.schedules import cuda
+    kernel = kernels.tf32(kernels.recurrent_step(get_cell("lstm"), 128, 1024, train=False))
+    sch = tvm.s_tir.Schedule(records.workload(kernel))
+    cuda.gpu_matmul_tf32(sch, kernel)
+    counted = {tag: records._shared_bytes_when_lowered(sch.mod["main"], tvm.target.Target(tag))
+               for tag in ("nvidia/nvidia-a100", "nvidia/nvidia-h100")}
+    assert counted["nvidia/nvidia-a100"] == counted["nvidia/nvidia-h100"] and sum(counted["nvidia/nvidia-h100"]) > 49152
+    assert records.embeddable(sch.mod["main"], tvm.target.Target("nvidia/nvidia-a100"))
