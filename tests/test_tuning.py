@@ -604,20 +604,22 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     assert any(f == "matmul_tf32" and str(name).startswith("recurrent_step") for f, name in families)  # the TF32 step
 
 
-def test_a_tf32_record_loads_in_a_fresh_process(tmp_path):
-    """A record of a TF32 kernel names tvmrnn's TF32 tensor intrinsics, which TVM knows only once
-    registered: a process that reads it before scheduling any TF32 kernel (a build taking its
-    record, a resumed tuning run, ``--distill``) registers them first."""
+@pytest.mark.parametrize("operands", ["tf32", "float16"])
+def test_a_tf32_record_loads_in_a_fresh_process(tmp_path, operands):
+    """A record of a tensor-core kernel names tvmrnn's tensor intrinsics (TF32's, or the half
+    operands' ``ldmatrix`` and ``mma``), which TVM knows only once registered: a process that
+    reads it before scheduling any such kernel (a build taking its record, a resumed tuning run,
+    ``--distill``) registers them first."""
     import json as json_
     from tvm.s_tir import meta_schedule as ms
     from tvmrnn import kernels
     from tvmrnn.schedules import apply
     target = tvm.target.Target("nvidia/nvidia-h100")
-    kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4))
+    kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4), operands)
     mod = records.workload(kernel)
     sch = tvm.s_tir.Schedule(mod)
     apply(sch, kernel, target)
-    assert "tvmrnn_tf32_" in json_.dumps(records._plain(sch.trace.as_json()))
+    assert f"tvmrnn_{operands}_" in json_.dumps(records._plain(sch.trace.as_json()))
     record = [records._plain(sch.trace.as_json()), [1e-5], records._plain(target.export()),
               [records._plain(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]]
     records.record_from_json(record, ms.database.Workload(mod))  # (this process has them registered)
@@ -628,7 +630,7 @@ def test_a_tf32_record_loads_in_a_fresh_process(tmp_path):
         "from tvm.s_tir import meta_schedule as ms\n"
         "from tvmrnn import kernels\n"
         "from tvmrnn.tune import records\n"
-        "kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4))\n"
+        f"kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4), {operands!r})\n"
         "loaded = records.record_from_json(json.load(open(sys.argv[1])), ms.database.Workload(records.workload(kernel)))\n"
         "print('replayed', len(loaded.trace.insts))\n")
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)

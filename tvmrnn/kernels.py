@@ -390,7 +390,8 @@ def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kerne
     return _with_unmasked(kernel, masked, lambda: pointwise_backward(cell, batch, hidden))
 
 
-def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False) -> Kernel:
+def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False,
+                  gemm_mask: bool = False) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
 
     ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
@@ -401,7 +402,10 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
     buffer as ``dh_direct_in``: each element is read before it is written, by the same thread).
     ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter. ``panel``:
-    the weights' panels (:func:`backward_weight_shape`).
+    the weights' panels (:func:`backward_weight_shape`). ``gemm_mask`` (with ``masked``): an input
+    ``gemm_mask``, the mask of step t (the GEMM's step; ``mask`` is step t-1's), which no block
+    reads: a CPU schedule's tasks test it to skip their GEMM where none of their rows ran at step
+    t, whose gate gradients are then zero (:mod:`tvmrnn.schedules.ended_rows`).
     """
     G = cell.num_gates
     lead = _lead(directions)
@@ -420,6 +424,8 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
     else:
         carried = lambda *i: mm[i]  # noqa: E731
+    if masked and gemm_mask:
+        inputs["gemm_mask"] = te.placeholder(lead + (batch,), F32, "gemm_mask")
     kernel = _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
                                  f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
                                  f"{_lead_suffix(directions)}{_MASKED if masked else ''}",
@@ -676,8 +682,9 @@ def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
 def tf32(kernel: Kernel, operands: str = "tf32") -> Kernel:
     """The same GEMM kernel, its products on tensor cores (a build with ``allow_tf32``,
     :func:`tvmrnn.schedules.cuda.gpu_matmul_tf32`): on TF32, or with ``operands`` "float16" or
-    "bfloat16" on operands rounded to that half type (a half build's forward GEMMs, whose inputs
-    and weights are half values already). A workload of its own (the attributes are part of its
+    "bfloat16" on operands rounded to that half type (a half build's forward GEMMs: its inputs
+    and weights are half values already; a later layer's input and a step's hidden state are
+    rounded, as cuDNN's half path stores them). A workload of its own (the attributes are part of its
     function), so that records tuned for the fp32 schedule never apply to it."""
     func = kernel.func.with_attr("tvmrnn.tf32", 1)
     suffix = "_tf32"
@@ -690,7 +697,8 @@ def tf32(kernel: Kernel, operands: str = "tf32") -> Kernel:
 
 
 def reads_gradients(kernel: Kernel) -> bool:
-    """Whether the kernel belongs to a backward pass (its gradients' roles are named ``d...``)."""
+    """Whether a GEMM kernel belongs to a backward pass (its gradients' roles are named ``d...``;
+    not meaningful for copies, whose output is ``dst``)."""
     return any(role.startswith("d") for role in kernel.roles)
 
 

@@ -114,8 +114,9 @@ class BuildOptions:
         ``y``, ``hy``, ``cy`` and the input and state gradients in it; the weights are packed
         rounded to it (from fp32 or half parameters); the weight gradients come back fp32, for an
         optimizer's master weights. Inside, sums are fp32 and so are the states between steps
-        (torch.nn and cuDNN round ``h`` to half at every step; tvmrnn keeps it fp32, and only a
-        step on half operands, ``half_operands``, reads it rounded, so its errors are at most theirs). CPUs: ``bfloat16`` only, its forward GEMMs those of ``bf16_projections``
+        (torch.nn and cuDNN round ``h`` to half at every step; tvmrnn keeps it fp32, and only the GEMMs
+        on half operands read it, and the layers' outputs, rounded (``half_operands``), so its
+        errors are at most theirs). CPUs: ``bfloat16`` only, its forward GEMMs those of ``bf16_projections``
         (AMX or AVX512-BF16) where they apply, else fp32 GEMMs on the rounded values (a hidden
         size without 16-unit weight panels, a state too large for the stack); the casts in and out
         run on TVM's threads. CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
@@ -136,9 +137,10 @@ class BuildOptions:
     half_operands : bool or None
         GPU half builds: the forward passes' tensor-core GEMMs round their operands to ``dtype`` as
         they stage them in shared memory and multiply them with ``mma.m16n8k16`` (fragments
-        loaded by ``ldmatrix``), twice TF32's rate on half the shared memory, instead of the TF32
-        tiles. Exact for the inputs and weights (half values already); a step's hidden state
-        reaches its GEMM rounded to half, as in cuDNN's half path. None: the input projections
+        loaded by ``ldmatrix``), twice TF32's rate, instead of the TF32 tiles. Exact for the first
+        layer's inputs and the weights (half values already); a later layer's input (the layer
+        below's output) and a step's hidden state reach their GEMMs rounded to half, as cuDNN's
+        half path stores them (fp16: values past 65504 become inf there too). None: the input projections
         (GEMMs over all steps) of half builds; their steps (``tensor_core_steps``) stay on TF32
         tiles, which were 7-15% faster on the H200 (the steps' copies from global memory, fp32
         and a float at a time, bound them, not the multiply-adds; notes v51). True: the steps too;

@@ -1,8 +1,8 @@
 """TF32 tensor-core tiles for the GPU's all-steps GEMMs (``build(..., allow_tf32=True)``) and for
 the large forward steps of half builds (``BuildOptions.tensor_core_steps``).
 
-TVM ships tensor intrinsics for ``mma.sync`` on float16, int8 and float8 operands, not on TF32;
-this module registers the five a TF32 GEMM needs, in the same form (``s_tir.TensorIntrin``: a
+TVM ships tensor intrinsics for ``mma.sync`` on float16, int8 and float8 operands, not on TF32
+or bf16; this module registers the ones a TF32 GEMM needs, in the same form (``s_tir.TensorIntrin``: a
 description that tensorize matches, an implementation it substitutes), for PTX's
 ``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32``. Each intrinsic covers a warp's 16 x 16
 output tile over 8 steps of the reduction (two ``m16n8k8`` instructions), with the warp's
@@ -23,6 +23,10 @@ cuBLAS is handed fp32 data with TF32 allowed). Products are summed in fp32.
 normalises it, block tiles in shared memory, warp tiles of these 16 x 16 fragments, and the
 output staged through shared memory so that the fused epilogue writes it with whole warps along
 the output's rows.
+
+With half operands (``operands="float16"`` or ``"bfloat16"``) the same tiles hold fp16/bf16 values
+and multiply them with ``mma.sync.aligned.m16n8k16`` (intrinsics below: TVM's fp16 ones have no
+bf16 twin), each 16 x 16 fragment loaded by one ``ldmatrix.x4``.
 """
 from __future__ import annotations
 
@@ -384,10 +388,11 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     tile's multiply-adds.
 
     ``operands`` (:data:`OPERANDS`): "tf32", or a half type: then the copies round the operands to
-    it as they write the shared tiles (``unsafe_set_dtype``: half the shared memory, and exact
-    where the values are half already, as a half build's inputs and weights are), fragments
-    cover 16 reduction steps and are loaded by ``ldmatrix``, and the products run as
-    ``mma.m16n8k16`` (twice TF32's rate); rows of the shared tiles are padded by 8 halves."""
+    it as they write the shared tiles (``unsafe_set_dtype``: half the bytes an operand tile, and
+    exact where the values are half already, as a half build's inputs and weights are; a later
+    layer's inputs, fp32 in the passes, are rounded), fragments cover 16 reduction steps and
+    are loaded by ``ldmatrix``, and the products run as ``mma.m16n8k16`` (twice TF32's rate);
+    rows of the shared tiles are padded to an odd multiple of 16 bytes (``pad`` is TF32's)."""
     register()
     names = _names(operands)
     half = operands != "tf32"
@@ -428,8 +433,8 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
             sch.reorder(kk, m)
             sch.transform_layout(copy, ("write", 0), lambda b, m, kk: (b, kk, m))
         by_threads(sch.get_loops(copy)[-2:])
-        if half:  # rows of 16-byte multiples (``ldmatrix``), 8 of them a row of all 32 banks
-            sch.storage_align(copy, 0, axis=1, factor=64, offset=8)
+        if half:  # rows of odd multiples of 16 bytes (``ldmatrix``): 8 of them reach all 32 banks
+            sch.storage_align(copy, 0, axis=1, factor=16, offset=8)
         else:
             sch.storage_align(copy, 0, axis=1, factor=32, offset=pad if contiguous_k else 2 * pad)
         return copy

@@ -433,8 +433,8 @@ def record_from_json(record_json, logged: ms.database.Workload) -> ms.database.T
     from ..schedules import bf16, tensor_cores
     text = json.dumps(trace_json)
     bf16.register_from_trace(text)  # the AMX intrinsics it names (one per shape)
-    if "tvmrnn_tf32_" in text:  # the TF32 tiles' (registered when first used)
-        tensor_cores.register()
+    if any(f"tvmrnn_{kind}_" in text for kind in tensor_cores.OPERANDS):  # the tensor-core tiles'
+        tensor_cores.register()  # (registered when first used)
     sch = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(logged.mod["main"])}))
     Trace.apply_json_to_schedule(trace_json, sch)
     return ms.database.TuningRecord(sch.trace, logged, [float(x) for x in run_secs] if run_secs is not None else None,
@@ -662,11 +662,12 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     """``kernel -> scheduled PrimFunc``: the fastest record of the kernel's workload among the raw
     logs (:func:`logs_folder`) and the shipped records (:func:`records_file`) that the driver can
     embed and that no whole-pass check vetoed (:mod:`.pass_checks`), else the default schedule.
-    With ``allow_tf32``, the GPU's all-steps GEMMs become TF32 workloads (:func:`kernels.tf32`),
+    With ``allow_tf32``, the GPU's all-steps GEMMs become tensor-core workloads (:func:`kernels.tf32`;
+    ``operands`` as :func:`as_built`),
     and with ``tf32_steps`` too (``BuildOptions.tensor_core_steps``) the large steps launched one
     a step (:func:`tvmrnn.schedules.cuda.tf32_applies`).
 
-    Returns the function and two dicts it fills: kernel name -> "tuned", "default", "tf32" (a TF32
+    Returns the function and two dicts it fills: kernel name -> "tuned", "default", "tf32" (a tensor-core
     kernel's default schedule, where it has no record) or "unmasked record" (a masked step
     of a variable-lengths build, scheduled by its unmasked twin's record: :attr:`Kernel.unmasked`);
     and kernel name -> the record used (``{"workload": key, "where": file and line, "record":
@@ -690,6 +691,8 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             return fast_math.nan_propagating(fast_math.accurate_tanh(func))
         if kernel.name.startswith("recurrent_step"):  # a masked step's tasks skip their GEMM where all their rows have ended
             func = ended_rows.skip_ended_rows(func, kernel.gemm)
+        elif "gemm_mask" in kernel.roles:  # a masked backward step's, where none of their rows ran at the GEMM's step
+            func = ended_rows.skip_ended_rows(func, kernel.gemm, "gemm_mask")
         return fast_math.vectorisable(fast_math.nan_propagating(func))
 
     def candidates(mod):
