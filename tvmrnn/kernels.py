@@ -390,8 +390,7 @@ def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kerne
     return _with_unmasked(kernel, masked, lambda: pointwise_backward(cell, batch, hidden))
 
 
-def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False,
-                  gemm_mask: bool = False) -> Kernel:
+def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
 
     ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
@@ -402,10 +401,7 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
     buffer as ``dh_direct_in``: each element is read before it is written, by the same thread).
     ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter. ``panel``:
-    the weights' panels (:func:`backward_weight_shape`). ``gemm_mask`` (with ``masked``): an input
-    ``gemm_mask``, the mask of step t (the GEMM's step; ``mask`` is step t-1's), which no block
-    reads: a CPU schedule's tasks test it to skip their GEMM where none of their rows ran at step
-    t, whose gate gradients are then zero (:mod:`tvmrnn.schedules.ended_rows`).
+    the weights' panels (:func:`backward_weight_shape`).
     """
     G = cell.num_gates
     lead = _lead(directions)
@@ -424,8 +420,6 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
     else:
         carried = lambda *i: mm[i]  # noqa: E731
-    if masked and gemm_mask:
-        inputs["gemm_mask"] = te.placeholder(lead + (batch,), F32, "gemm_mask")
     kernel = _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
                                  f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
                                  f"{_lead_suffix(directions)}{_MASKED if masked else ''}",

@@ -458,7 +458,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
                      grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
-                     subroutines: Subroutines | None = None, gemm_mask: bool = False) -> Program:
+                     subroutines: Subroutines | None = None) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
@@ -467,8 +467,6 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     from :data:`TWO_GRADIENT_PACKS_MIN_UNITS` units on (:func:`tvmrnn.schedules.cpu.gradient_panel`),
     and the inputs they multiply in row panels of
     ``input_rows_of(K, grad_panel)`` features (:func:`tvmrnn.schedules.cpu.input_panel`).
-    ``gemm_mask`` (CPU, variable lengths): the fused backward steps also take their GEMM's step's
-    mask (:func:`kernels.backward_step`), to skip rows that did not run then.
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
     c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
@@ -595,8 +593,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             return views
 
         for group in groups:
-            fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked,
-                                          gemm_mask=gemm_mask)
+            fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
             # the last step's gate math with dhy; then one launch per step: step v's GEMM and
             # step v+1's gate math (from the end); then the first step's GEMM, into dh0
             for d in group:
@@ -608,8 +605,6 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     views.update(dgh=gemm["dgh"], w=gemm["w"])
                     if dh_direct is not None:
                         views["dh_direct_in"] = gemm["dh_direct"]
-                    if "gemm_mask" in fused.roles:  # the mask of the step whose dgh the GEMM reads
-                        views["gemm_mask"] = mask.at("n", t=_time(config, T, d, T - 1 - u))
                     return views
                 prog.call(fused, **_bind(group, views_of))
             for d in group:
@@ -738,8 +733,7 @@ def all_programs(config: Config, schedule, target=None,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
                                                             options.gradient_panels, options.weight_panels),
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
-                                                                         config.batch_size),
-                                 gemm_mask=not gpu, **how),
+                                                                         config.batch_size), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,

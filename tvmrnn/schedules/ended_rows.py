@@ -10,13 +10,9 @@ are the last ones and fill whole row tiles (this 2-core VM, bidirectional, T=100
 [50, 100]: N=20 inference 4.7% faster, training 2.8%; N=64 5.4-5.6% and 3.7-4.6%;
 notes/performance.md v49).
 
-The masked backward steps of CPU builds too, on a mask of their own: a backward step's ``mask``
-is its epilogue's step's, while its GEMM carries the gradient of the step after, which for the
-reverse direction is a row's first real step (its own last time) when the epilogue's step is
-past the row's end: that row's GEMM result passes on to ``dh0`` (a skip on ``mask`` got it
-wrong, v49). So the step takes the GEMM's step's mask too, ``gemm_mask``
-(:func:`tvmrnn.kernels.backward_step`): a row that did not run then has zero gate gradients, and
-its GEMM gives zeros (notes/performance.md v51).
+Not the backward step: its mask is its epilogue's step's, while its GEMM carries the gradient of
+the step after, which for the reverse direction is a row's first real step (its own last time)
+when the epilogue's step is past the row's end: that row's GEMM result passes on to ``dh0``.
 
 This runs on scheduled kernels (as :mod:`tvmrnn.schedules.fast_math` does), so records and
 tuning keep the kernels' plain form.
@@ -57,15 +53,14 @@ def _find_update(func, block_name: str):
     return found[0] if len(found) == 1 else None
 
 
-def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask_name: str = "mask") -> tirx.PrimFunc:
-    """``func`` (a scheduled masked step on a CPU: a ``mask_name`` parameter, one value per row
-    of each problem, 0 where the GEMM's result for that row is not used (a forward step: its
-    select keeps the old state) or is zero (a backward step's ``gemm_mask``), and the GEMM
-    ``gemm`` as an init and an update block) with the update's outermost reduction loop run only
-    where a row of the task runs. Unchanged where the structure is not
+def skip_ended_rows(func: tirx.PrimFunc, gemm: str) -> tirx.PrimFunc:
+    """``func`` (a scheduled masked forward step on a CPU: a ``mask`` parameter, one value per row
+    of each problem, selecting each output between the step's value and the old state, and the
+    GEMM ``gemm`` as an init and an update block) with the update's outermost
+    reduction loop run only where a row of the task runs. Unchanged where the structure is not
     that (a tensorized GEMM, no mask, rows padded by a predicate, more rows a task than
     :data:`MAX_ROWS_TESTED`)."""
-    mask = next((p for p in func.params if p.name == mask_name), None)
+    mask = next((p for p in func.params if p.name == "mask"), None)
     found = _find_update(func, f"{gemm}_update") if mask is not None else None
     if found is None:
         return func
