@@ -120,11 +120,13 @@ def rng():
 
 
 
-def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, bound=(1e-2, 3e-2), N=5, n=4):
+def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, bound=(1e-2, 3e-2), N=5, n=4,
+                     options=None):
     """A ``dtype=`` half build takes and returns ``dtype`` tensors (the states and the input and
     state gradients too) and fp32 weight gradients; against torch.nn in float64 on the same
     half-rounded inputs and weights, its outputs are within ``bound[0]`` and its gradients within
-    ``bound[1]`` (relative norms), at a batch of ``n`` rows on a build for ``N``."""
+    ``bound[1]`` (relative norms), at a batch of ``n`` rows on a build for ``N`` (``options``:
+    the build's ``BuildOptions``)."""
     import torch
     T = 6
     half = getattr(torch, dtype)
@@ -134,7 +136,7 @@ def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, b
            torch.nn.RNN(I, H, num_layers=layers, nonlinearity=cell.split("_")[1], bidirectional=bidirectional))
     ref = ref.to(half).double()  # the reference's weights: half values, as the build packs them
     rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=layers, bidirectional=bidirectional,
-                       batch_size=N, dtype=dtype, target=target, cache=False, tuning_logs=False)
+                       batch_size=N, dtype=dtype, target=target, cache=False, tuning_logs=False, options=options)
     assert rnn.dtype == dtype
     assert n <= N
     w = rnn.pack_weights({k: v.float().to(device) for k, v in ref.state_dict().items()})  # fp32 master weights

@@ -774,7 +774,19 @@ def test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda(dtype, cell,
     build's."""
     rnn = check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda", N=N, n=n)
     steps = [k for k, how in rnn.schedules.items() if k.startswith("recurrent_step")]
-    assert steps and all(rnn.schedules[k] == "tf32" for k in steps), rnn.schedules
+    assert steps and all(rnn.schedules[k] == "tf32" and k.endswith("_tf32") for k in steps), rnn.schedules
+    assert any(k.startswith("input_projection") and k.endswith(("_f16", "_bf16")) for k in rnn.schedules)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_builds_with_steps_on_half_operands_match_torch_on_cuda(dtype):
+    """``half_operands=True``: the large forward steps on fp16/bf16 ``mma.m16n8k16`` (``ldmatrix``
+    fragments; the hidden state rounded to half a step, as cuDNN's), within the half builds'
+    bounds against float64 (two bidirectional layers: the second layer's input rounded too)."""
+    rnn = check_half_build("lstm", 40, 515, 2, True, dtype, target="cuda", device="cuda", N=130, n=97,
+                           options=tvmrnn.BuildOptions(half_operands=True))
+    steps = [k for k in rnn.schedules if k.startswith("recurrent_step")]
+    assert steps and all(k.endswith({"float16": "_f16", "bfloat16": "_bf16"}[dtype]) for k in steps), rnn.schedules
 
 
 @pytest.mark.parametrize("cls, batch_first", [("LSTM", False), ("GRU", True)])
