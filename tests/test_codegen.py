@@ -901,3 +901,25 @@ def test_a_failed_check_in_a_called_kernel_stops_the_pass(monkeypatch, rng):
     params = {k: v.numpy() for k, v in torch.nn.GRU(6, 8).state_dict().items()}
     with pytest.raises(RuntimeError, match="a check in kernel .* failed"):
         rnn.pack_weights(params)  # (a pass too: its kernels are called)
+
+
+def test_tensor_core_staging_rows_take_the_padding_asked_for():
+    """``stage_pad`` (the ``matmul_tf32`` template's knob) pads the rows of the accumulators'
+    staging tile, where the fragments' stores otherwise meet eight rows in one bank: the
+    storage alignment has to sit on the tensorized store (tensorize dropped one set before it,
+    which is why the tiles never had it)."""
+    import tvm
+    from tvm import s_tir
+    from tvmrnn import kernels
+    from tvmrnn.cells import get_cell
+    from tvmrnn.program.sequence import compile_module
+    from tvmrnn.schedules import cuda
+    kernel = kernels.tf32(kernels.recurrent_step(get_cell("lstm"), 128, 1024, train=False), "float16")
+    pitch = {}
+    for pad in (0, 4):
+        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+        cuda.gpu_matmul_tf32(sch, kernel, tile=dict(stage_pad=pad))
+        source = compile_module(sch.mod, tvm.target.Target("nvidia/nvidia-h100")).mod.imports[0].inspect_source()
+        stores = re.findall(r"\(\(float\*\)buf_dyn_shmem_ptr\)\[[^=]*reg[^=]*\] =", source)
+        pitch[pad] = {int(p) for s in stores for p in re.findall(r"threadIdx.x\) >> 2\) \* (\d+)", s)}
+    assert pitch == {0: {64}, 4: {68}}, pitch

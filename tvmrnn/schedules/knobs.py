@@ -127,12 +127,13 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
                 # 0: whole where it fits, else the fewest phases (up to 8) whose part of the hidden state fits
                 Knob("row_phases", (0, 1, 2, 4, 8, 16), PERSISTENT_TILES["row_phases"]))
     if kind == "matmul_tf32":  # the block tile (an index into TF32_SHAPES), the reduction tile,
-        # double buffering, and the reduction split over blocks (not for a step's GEMM, whose
-        # epilogue reads whole sums)
+        # double buffering, the staging tile's row padding, and the reduction split over blocks
+        # (not for a step's GEMM, whose epilogue reads whole sums)
         own = tf32_default(kernel, model.multiprocessors or GPU_SMS)
         found = (Knob("tf32_shape", tuple(range(len(TF32_SHAPES))), TF32_SHAPES.index((own["warps"], own["fragments"]))),
                  Knob("k_tile", tuple(sorted({16, 32, 64, 128, own["k_tile"]})), own["k_tile"]),
-                 Knob("pipeline", (0, 1), int(own.get("pipeline", False))))
+                 Knob("pipeline", (0, 1), int(own.get("pipeline", False))),
+                 Knob("stage_pad", (0, 4), int(own.get("stage_pad", 0))))
         slices = slice_variants(kernel)
         return found + ((Knob("k_slices", (AUTO, *slices), AUTO),) if slices else ())
     # matmul: the block shape (an index into GPU_MATMUL_SHAPES), the reduction tile, double
@@ -157,7 +158,7 @@ def tiles_of(kernel: Kernel, target: tvm.target.Target, values: dict[str, int]) 
     if family(kernel, target) == "matmul_tf32":
         warps, fragments = TF32_SHAPES[values["tf32_shape"]]
         matmul = dict(tf32=dict(warps=warps, fragments=fragments, k_tile=values["k_tile"],
-                                pipeline=bool(values["pipeline"])))
+                                pipeline=bool(values["pipeline"]), stage_pad=values.get("stage_pad", 0)))
         if values.get("k_slices", AUTO) != AUTO:
             matmul["k_slices"] = values["k_slices"]
         return {"matmul": matmul}

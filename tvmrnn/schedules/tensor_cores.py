@@ -366,7 +366,7 @@ def register() -> None:
 
 def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int = 32, pad: int = 4,
                split_k: bool = False, keep: str | None = None, pipeline: bool = False, epilogue: bool = False,
-               operands: str = "tf32") -> None:
+               operands: str = "tf32", stage_pad: int = 0) -> None:
     """Tile the normalised GEMM ``main`` (``C[s, i, j] += A[s, i, k] * B[s, j, k]``) for TF32
     tensor cores.
 
@@ -392,7 +392,11 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     exact where the values are half already, as a half build's inputs and weights are; a later
     layer's inputs, fp32 in the passes, are rounded), fragments cover 16 reduction steps and
     are loaded by ``ldmatrix``, and the products run as ``mma.m16n8k16`` (twice TF32's rate);
-    rows of the shared tiles are padded to an odd multiple of 16 bytes (``pad`` is TF32's)."""
+    rows of the shared tiles are padded to an odd multiple of 16 bytes (``pad`` is TF32's).
+
+    ``stage_pad``: floats added to the rows of the accumulators' staging tile (0: none, its rows
+    as long as the block tile's, so that a warp's fragment stores meet eight rows in one bank; 4:
+    two-way at most; a tuning knob, unmeasured on a GPU: notes v51)."""
     register()
     names = _names(operands)
     half = operands != "tf32"
@@ -472,7 +476,6 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     co, ci = sch.split(c, [None, N])
     sch.reorder(ro, co, ri, ci)
     sch.transform_layout(acc, ("read", 0), lambda b, r, c: (b, r // M, c // N, *c_map(r % M, c % N)))
-    sch.storage_align(acc, 0, axis=1, factor=32, offset=pad)
     if split_k or epilogue:  # the partials, or the step's GEMM, go straight out (the copies out of
         # the padded, reindexed layout inlined)
         params = sch.mod["main"].params
@@ -488,6 +491,8 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     init = _innermost(sch, sch.decompose_reduction(outer, ko))
     sch.tensorize(sch.get_loops(init)[-2], FILL)
     sch.tensorize(ri, STORE)
+    if stage_pad:  # (on the tensorized block that writes the tile: tensorize drops an earlier one's)
+        sch.storage_align(sch.get_child_blocks(co)[0], 0, axis=1, factor=32, offset=stage_pad)
     sch.tensorize(sch.get_loops(_innermost(sch, outer))[-3], names["mma"])
     for loop in (ki, f_i, f_j, ro, co):
         _unroll(sch, loop)

@@ -8,7 +8,8 @@ Variants (comma-separated, :data:`VARIANTS`): "simt" (fp32 steps, TF32 all-steps
 (``half_operands=True``: the steps on half operands too), "half_any" (half-operand steps at any
 size: the step thresholds patched to 1), "tf32_128x32", "half_128x32" (128 x 32 step tiles: each
 block reads a weight column once a step), "half_k64", "half_k256", "half_p" (the step tiles'
-reduction steps a shared tile; double-buffered); medians of ms a pass."""
+reduction steps a shared tile; double-buffered), "stage_pad", "half_stage_pad" (the step tiles'
+staging rows padded by 4 floats: ``tf32_tiles(stage_pad=)``); medians of ms a pass."""
 import json, statistics, sys, time
 import torch
 import tvmrnn
@@ -30,7 +31,8 @@ VARIANTS = {"simt": (dict(tensor_core_steps=False, half_operands=False), {}),
             "half_128x32": (dict(half_operands=True), {"tiles": T128x32}),
             "half_k64": (dict(half_operands=True), {"k_tile": 64}),
             "half_k256": (dict(half_operands=True), {"k_tile": 256}),
-            "half_p": (dict(half_operands=True), {"pipeline": True})}
+            "half_p": (dict(half_operands=True), {"pipeline": True}),
+            "stage_pad": ({}, {"stage_pad": 4}), "half_stage_pad": (dict(half_operands=True), {"stage_pad": 4})}
 names = (sys.argv[3].split(",") if len(sys.argv) > 3 else ["tf32", "half"])
 shapes = sys.argv[4:] or shapes
 
