@@ -798,3 +798,15 @@ def test_shared_memory_is_counted_for_gpus_without_fp8():
                for tag in ("nvidia/nvidia-a100", "nvidia/nvidia-h100")}
     assert counted["nvidia/nvidia-a100"] == counted["nvidia/nvidia-h100"] and sum(counted["nvidia/nvidia-h100"]) > 49152
     assert records.embeddable(sch.mod["main"], tvm.target.Target("nvidia/nvidia-a100"))
+
+
+def test_a_record_made_before_a_knob_existed_keeps_its_origin(monkeypatch):
+    """A template record whose trace predates a knob (``stage_pad``, v51) has that knob's default,
+    which is the schedule as it was: its setting still matches the default or its variant."""
+    settings = [dict(tf32_shape=1, k_tile=128, pipeline=0, stage_pad=0), dict(tf32_shape=1, k_tile=128, pipeline=1,
+                                                                            stage_pad=0)]
+    for old, origin in ((dict(tf32_shape=1, k_tile=128, pipeline=0), "default"),
+                        (dict(tf32_shape=1, k_tile=128, pipeline=1), "variant"),
+                        (dict(tf32_shape=0, k_tile=128, pipeline=1), "searched")):
+        monkeypatch.setattr(records, "knob_values_json", lambda trace, old=old: dict(old))
+        assert records.record_origin([["trace"], [1e-5]], ([], settings)) == origin

@@ -343,7 +343,7 @@ def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict
                     sms: int = GPU_SMS) -> None:
     """:func:`gpu_matmul` on TF32 tensor cores (``mma.sync`` m16n8k8, :mod:`tvmrnn.schedules.tensor_cores`):
     the same normalised GEMM, block tiles of :func:`tf32_tile` (``tile`` overrides any of its
-    ``warps``, ``fragments``, ``k_tile``, or sets ``pipeline``), split-K by
+    ``warps``, ``fragments``, ``k_tile``, or sets ``pipeline`` or ``stage_pad``), split-K by
     :func:`tf32_k_slices` (or ``k_slices``), the epilogue fused into the write of the output.
     ``sms``: the GPU's SMs (:func:`tvmrnn.device.device_model`), whose waves the tiles fill.
     A step's GEMM with a fused epilogue (``BuildOptions.tensor_core_steps``) writes its tiles to

@@ -31,7 +31,7 @@ GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) 
 
 
 # The TF32 tiles' variants (``gpu_matmul_tf32``'s ``tile`` overrides): every block tile of
-# TF32_SHAPES, the other reduction tiles, and double buffering.
+# TF32_SHAPES, the other reduction tiles, double buffering, and the staging tile's padded rows.
 TF32_VARIANTS = tuple(dict(warps=w, fragments=f) for w, f in TF32_SHAPES) + (
     dict(k_tile=32), dict(k_tile=128), dict(pipeline=True), dict(stage_pad=4))
 

@@ -562,6 +562,9 @@ def record_origin(record_json, seeded: tuple | None = None) -> str:
     if values is not None:
         if settings is None:
             return "fixed"
+        # a knob added since the record was made has its default there (each new knob's default is
+        # the schedule as it was: stage_pad, v51)
+        values = {**settings[0], **values}
         for i, setting in enumerate(settings):
             if setting == values:
                 return "default" if i == 0 else "variant"
