@@ -16,8 +16,10 @@ from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _use
 from .split_k import persistent_blocks
 
 
-def tf32_applies(kernel: Kernel, target, steps: bool = False) -> bool:
-    """Whether a build with ``allow_tf32`` computes this kernel's GEMM on TF32 tensor cores: the
+def tf32_applies(kernel: Kernel, target, steps: bool = False) -> str | None:
+    """Whether a build with ``allow_tf32`` computes this kernel's GEMM on tensor cores, and as
+    what: "gemm" (an all-steps GEMM or an inlined epilogue's step) or "step" (a step whose
+    epilogue is a kernel of its own), else None. These are the
     GPU's tiled GEMMs without a fused epilogue (the all-steps GEMMs: input projections, input
     and weight gradients; and the launched steps of one-gate cells past split-K's rows, whose
     epilogue inlines), and with ``steps`` (``BuildOptions.tensor_core_steps``) the large forward
@@ -25,16 +27,11 @@ def tf32_applies(kernel: Kernel, target, steps: bool = False) -> bool:
     kernel of its own. The other per-step GEMMs (split-K, row tiles, the SIMT tiled GEMM, every
     persistent one) and every CPU kernel stay fp32."""
     if kernel.gemm is None or not is_gpu(target) or persistent_blocks(kernel.func):
-        return False
+        return None
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     if fused_epilogue(sch, kernel):
-        return steps and tf32_step(sch, kernel)
-    return _gpu_kind(sch, kernel, False) == "matmul"
-
-
-def fuses_epilogue(kernel: Kernel) -> bool:
-    """Whether ``kernel``'s GEMM is a step's, fused with its gate math (:func:`fused_epilogue`)."""
-    return kernel.gemm is not None and bool(fused_epilogue(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel))
+        return "step" if steps and tf32_step(sch, kernel) else None
+    return "gemm" if _gpu_kind(sch, kernel, False) == "matmul" else None
 
 
 def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:

@@ -96,29 +96,38 @@ def _ldmatrix_rows(operand: str, reduction_major: bool, lane):
     return row8 + 8 * rows_block, 8 * k_block
 
 
-def _ldmatrix_intrin(dtype: str, operand: str, reduction_major: bool):
-    """shared ``[16, 16]`` (``[k, rows]`` if ``reduction_major``) half tile -> a warp fragment,
-    by one ``ldmatrix.x4`` (``.trans`` for a reduction-major tile)."""
-    fragment_map = a_map_half if operand == "a" else b_map_half
-    shape = (K_HALF, 16) if reduction_major else (16, K_HALF)
-    order = (1, 0) if reduction_major else (0, 1)
+def _load_desc(dtype: str, k_step: int, local: int, fragment_map, reduction_major: bool):
+    """What a fragment load does: shared ``[16, k_step]`` (``[k_step, 16]`` if
+    ``reduction_major``) -> a warp fragment laid out by ``fragment_map``."""
+    shape = (k_step, 16) if reduction_major else (16, k_step)
 
     def at(buf, r, k):
         return buf[k, r] if reduction_major else buf[r, k]
 
+    # the block's variables in its shared tile's order, as cache_read makes them
+    order = (1, 0) if reduction_major else (0, 1)
+
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, w: T.handle) -> None:
         A = T.match_buffer(a, shape, dtype, scope=SHARED, offset_factor=1)
-        W = T.match_buffer(w, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
+        W = T.match_buffer(w, (WARP, local), dtype, scope="warp", offset_factor=1)
         with T.sblock("root"):
             T.reads(A[0:shape[0], 0:shape[1]])
-            T.writes(W[0:WARP, 0:HALF_LOCAL])
-            for r, k in T.grid(16, K_HALF):
+            T.writes(W[0:WARP, 0:local])
+            for r, k in T.grid(16, k_step):
                 with T.sblock("load"):
                     v0, v1 = T.axis.remap("SS", [(r, k)[order[0]], (r, k)[order[1]]])
                     vr, vk = T.meta_var(((v0, v1)[order[0]], (v0, v1)[order[1]]))
                     lane, reg = T.meta_var(fragment_map(vr, vk))
                     W[lane, reg] = at(A, vr, vk)
+
+    return desc
+
+
+def _ldmatrix_intrin(dtype: str, operand: str, reduction_major: bool):
+    """shared ``[16, 16]`` (``[k, rows]`` if ``reduction_major``) half tile -> a warp fragment,
+    by one ``ldmatrix.x4`` (``.trans`` for a reduction-major tile)."""
+    shape = (K_HALF, 16) if reduction_major else (16, K_HALF)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, w: T.handle) -> None:
@@ -135,71 +144,17 @@ def _ldmatrix_intrin(dtype: str, operand: str, reduction_major: bool):
                     reduction_major, 4, ".b16", W.data, W.elem_offset + tx * HALF_LOCAL,
                     A.access_ptr("r"), row * s0 + col, dtype=dtype))
 
-    return desc, impl
+    fragment_map = a_map_half if operand == "a" else b_map_half
+    return _load_desc(dtype, K_HALF, HALF_LOCAL, fragment_map, reduction_major), impl
 
 
-def _mma_half_intrin(dtype: str):
-    ptx = PTX_TYPE[dtype]
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
-        B = T.match_buffer(b, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
-        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:HALF_LOCAL], B[0:WARP, 0:HALF_LOCAL])
-            T.writes(C[0:WARP, 0:C_LOCAL])
-            for i, j, k in T.grid(M, N, K_HALF):
-                with T.sblock("C"):
-                    vi, vj, vk = T.axis.remap("SSR", [i, j, k])
-                    lc, rc = T.meta_var(c_map(vi, vj))
-                    la, ra = T.meta_var(a_map_half(vi, vk))
-                    lb, rb = T.meta_var(b_map_half(vj, vk))
-                    C[lc, rc] = C[lc, rc] + T.Cast("float32", A[la, ra]) * T.Cast("float32", B[lb, rb])
-
-    @T.prim_func(s_tir=True)
-    def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
-        B = T.match_buffer(b, (WARP, HALF_LOCAL), dtype, scope="warp", offset_factor=1)
-        C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:HALF_LOCAL], B[0:WARP, 0:HALF_LOCAL])
-            T.writes(C[0:WARP, 0:C_LOCAL])
-            for tx in T.thread_binding(0, WARP, "threadIdx.x"):
-                for half in T.unroll(2):  # the two 8-column halves of the tile
-                    T.evaluate(T.ptx_legacy.mma(
-                        "m16n8k16", "row", "col", ptx, ptx, "fp32",
-                        A.data, A.elem_offset + tx * HALF_LOCAL,
-                        B.data, B.elem_offset + tx * HALF_LOCAL + half * (HALF_LOCAL // 2),
-                        C.data, C.elem_offset + tx * C_LOCAL + half * (C_LOCAL // 2),
-                        False, dtype="float32"))
-
-    return desc, impl
-
-
-def _load_intrin(fragment_map, inverse, rows: int, local: int, reduction_major: bool):
-    """shared ``[rows, K]`` (``[K, rows]`` if ``reduction_major``) -> a warp fragment."""
-    shape = (K, rows) if reduction_major else (rows, K)
+def _load_intrin(fragment_map, inverse, local: int, reduction_major: bool):
+    """shared ``[16, K]`` (``[K, 16]`` if ``reduction_major``) fp32 tile -> a warp fragment, a
+    float at a time."""
+    shape = (K, 16) if reduction_major else (16, K)
 
     def at(buf, r, k):
         return buf[k, r] if reduction_major else buf[r, k]
-
-    # the block's variables in its shared tile's order, as cache_read makes them
-    order = (1, 0) if reduction_major else (0, 1)
-
-    @T.prim_func(s_tir=True)
-    def desc(a: T.handle, w: T.handle) -> None:
-        A = T.match_buffer(a, shape, "float32", scope=SHARED, offset_factor=1)
-        W = T.match_buffer(w, (WARP, local), "float32", scope="warp", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(A[0:shape[0], 0:shape[1]])
-            T.writes(W[0:WARP, 0:local])
-            for r, k in T.grid(rows, K):
-                with T.sblock("load"):
-                    v0, v1 = T.axis.remap("SS", [(r, k)[order[0]], (r, k)[order[1]]])
-                    vr, vk = T.meta_var(((v0, v1)[order[0]], (v0, v1)[order[1]]))
-                    lane, reg = T.meta_var(fragment_map(vr, vk))
-                    W[lane, reg] = at(A, vr, vk)
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, w: T.handle) -> None:
@@ -215,40 +170,58 @@ def _load_intrin(fragment_map, inverse, rows: int, local: int, reduction_major: 
                     r, k = T.meta_var(inverse(tx, reg))
                     W[tx, reg] = at(A, r, k)
 
-    return desc, impl
+    return _load_desc("float32", K, local, fragment_map, reduction_major), impl
 
 
-def _mma_intrin():
+def _fragments(operands: str):
+    """``(dtype, reduction steps, A's and B's elements a lane, A's map, B's map)`` of a fragment
+    on ``operands`` (:data:`OPERANDS`)."""
+    if operands == "tf32":
+        return "float32", K, A_LOCAL, B_LOCAL, a_map, b_map
+    return operands, K_HALF, HALF_LOCAL, HALF_LOCAL, a_map_half, b_map_half
+
+
+def _mma_intrin(operands: str):
+    """A warp's 16 x 16 x k-step product on ``operands`` (:data:`OPERANDS`): two ``mma.sync``
+    (m16n8k8 on TF32, m16n8k16 on a half type), fp32 accumulators. Half operands are widened to
+    fp32 in the description, as the scheduled GEMM reads them (``unsafe_set_dtype``'s casts)."""
+    is_half = operands != "tf32"
+    dtype, k_step, a_local, b_local, a_of, b_of = _fragments(operands)
+    shape, ptx = ("m16n8k16", PTX_TYPE[operands]) if is_half else ("m16n8k8", "tf32")
+
+    def widened(v):
+        return T.Cast("float32", v) if is_half else v
+
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, A_LOCAL), "float32", scope="warp", offset_factor=1)
-        B = T.match_buffer(b, (WARP, B_LOCAL), "float32", scope="warp", offset_factor=1)
+        A = T.match_buffer(a, (WARP, a_local), dtype, scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (WARP, b_local), dtype, scope="warp", offset_factor=1)
         C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
         with T.sblock("root"):
-            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:A_LOCAL], B[0:WARP, 0:B_LOCAL])
+            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:a_local], B[0:WARP, 0:b_local])
             T.writes(C[0:WARP, 0:C_LOCAL])
-            for i, j, k in T.grid(M, N, K):
+            for i, j, k in T.grid(M, N, k_step):
                 with T.sblock("C"):
                     vi, vj, vk = T.axis.remap("SSR", [i, j, k])
                     lc, rc = T.meta_var(c_map(vi, vj))
-                    la, ra = T.meta_var(a_map(vi, vk))
-                    lb, rb = T.meta_var(b_map(vj, vk))
-                    C[lc, rc] = C[lc, rc] + A[la, ra] * B[lb, rb]
+                    la, ra = T.meta_var(a_of(vi, vk))
+                    lb, rb = T.meta_var(b_of(vj, vk))
+                    C[lc, rc] = C[lc, rc] + widened(A[la, ra]) * widened(B[lb, rb])
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
-        A = T.match_buffer(a, (WARP, A_LOCAL), "float32", scope="warp", offset_factor=1)
-        B = T.match_buffer(b, (WARP, B_LOCAL), "float32", scope="warp", offset_factor=1)
+        A = T.match_buffer(a, (WARP, a_local), dtype, scope="warp", offset_factor=1)
+        B = T.match_buffer(b, (WARP, b_local), dtype, scope="warp", offset_factor=1)
         C = T.match_buffer(c, (WARP, C_LOCAL), "float32", scope="warp", offset_factor=1)
         with T.sblock("root"):
-            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:A_LOCAL], B[0:WARP, 0:B_LOCAL])
+            T.reads(C[0:WARP, 0:C_LOCAL], A[0:WARP, 0:a_local], B[0:WARP, 0:b_local])
             T.writes(C[0:WARP, 0:C_LOCAL])
             for tx in T.thread_binding(0, WARP, "threadIdx.x"):
                 for half in T.unroll(2):  # the two 8-column halves of the tile
                     T.evaluate(T.ptx_legacy.mma(
-                        "m16n8k8", "row", "col", "tf32", "tf32", "fp32",
-                        A.data, A.elem_offset + tx * A_LOCAL,
-                        B.data, B.elem_offset + tx * B_LOCAL + half * (B_LOCAL // 2),
+                        shape, "row", "col", ptx, ptx, "fp32",
+                        A.data, A.elem_offset + tx * a_local,
+                        B.data, B.elem_offset + tx * b_local + half * (b_local // 2),
                         C.data, C.elem_offset + tx * C_LOCAL + half * (C_LOCAL // 2),
                         False, dtype="float32"))
 
@@ -349,18 +322,18 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    for name, pair in ((LOAD_A, _load_intrin(a_map, a_inverse, M, A_LOCAL, False)),
-                       (LOAD_A_T, _load_intrin(a_map, a_inverse, M, A_LOCAL, True)),
-                       (LOAD_B, _load_intrin(b_map, b_inverse, N, B_LOCAL, False)),
-                       (LOAD_B_T, _load_intrin(b_map, b_inverse, N, B_LOCAL, True)),
-                       (MMA, _mma_intrin()), (FILL, _fill_intrin()), (STORE, _store_intrin())):
+    for name, pair in ((LOAD_A, _load_intrin(a_map, a_inverse, A_LOCAL, False)),
+                       (LOAD_A_T, _load_intrin(a_map, a_inverse, A_LOCAL, True)),
+                       (LOAD_B, _load_intrin(b_map, b_inverse, B_LOCAL, False)),
+                       (LOAD_B_T, _load_intrin(b_map, b_inverse, B_LOCAL, True)),
+                       (MMA, _mma_intrin("tf32")), (FILL, _fill_intrin()), (STORE, _store_intrin())):
         s_tir.TensorIntrin.register(name, *pair, override=True)
     for dtype in PTX_TYPE:
         names = _half_names(dtype)
         for key, operand, reduction_major in (("a", "a", False), ("a_t", "a", True), ("b", "b", False),
                                               ("b_t", "b", True)):
             s_tir.TensorIntrin.register(names[key], *_ldmatrix_intrin(dtype, operand, reduction_major), override=True)
-        s_tir.TensorIntrin.register(names["mma"], *_mma_half_intrin(dtype), override=True)
+        s_tir.TensorIntrin.register(names["mma"], *_mma_intrin(dtype), override=True)
     _registered = True
 
 
@@ -400,8 +373,7 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
     register()
     names = _names(operands)
     half = operands != "tf32"
-    k_step = K_HALF if half else K
-    maps = (a_map_half, b_map_half) if half else (a_map, b_map)
+    _, k_step, _, _, *maps = _fragments(operands)
     (wi, wj), (fi, fj) = warps, fragments
     bm, bn = wi * fi * M, wj * fj * N
     warps_total = wi * wj

@@ -38,7 +38,7 @@ from ..schedules import apply, default_schedule, ended_rows, fast_math
 from ..schedules.variants import variants
 from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
-from ..schedules.cuda import fuses_epilogue, tf32_applies
+from ..schedules.cuda import tf32_applies
 from ..program.sequence import SHARED_WITHOUT_OPT_IN, shared_memory_bytes, shared_memory_problem
 from ..options import TUNED_FIELDS, BuildOptions, left_to_target
 from .pass_checks import PassChecks, config_key
@@ -653,11 +653,12 @@ def as_built(kernel: Kernel, target, allow_tf32: bool, tf32_steps: bool, operand
     else ``kernel``. A forward kernel's operands are ``operands[0]`` for a GEMM over all steps,
     ``operands[1]`` for a step (:attr:`BuildOptions.tensor_core_operands`), a backward kernel's
     TF32. :func:`scheduler` and tuning's tasks (:func:`tvmrnn.tune.tasks.extract_tasks`) ask it."""
-    if not (allow_tf32 and tf32_applies(kernel, target, steps=tf32_steps)):
+    use = tf32_applies(kernel, target, steps=tf32_steps) if allow_tf32 else None
+    if use is None:
         return kernel
     if reads_gradients(kernel):
         return tf32(kernel)
-    return tf32(kernel, operands[1] if fuses_epilogue(kernel) else operands[0])
+    return tf32(kernel, operands[1] if use == "step" else operands[0])
 
 
 def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = False, tf32_steps: bool = False,
