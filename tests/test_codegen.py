@@ -57,7 +57,8 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     """A half build's forward steps of ``GPU_TF32_STEP_ROWS`` rows and ``GPU_TF32_STEP_WORK``
     multiply-adds or more (here 128 x 1800 x 600) run on the TF32 tiles, their gate math a second
     kernel (``BuildOptions.tensor_core_steps``); the backward's steps (a reduction longer than
-    their columns), ``tensor_core_steps=False`` and fewer rows keep them fp32. Run against float64
+    their columns) below 160 rows a direction, ``tensor_core_steps=False`` and fewer rows keep
+    them fp32, and the backward steps of 256 rows go TF32 too. Run against float64
     on the GPU machine (``test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda``)."""
     from tvmrnn.schedules.common import GPU_TF32_STEP_ROWS, GPU_TF32_STEP_WORK
     assert 128 * 1800 * 600 >= GPU_TF32_STEP_WORK and GPU_TF32_STEP_ROWS <= 128
@@ -80,10 +81,10 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     large = tvmrnn.build("lstm", input_size=24, hidden_size=1024, batch_size=256, dtype="float16",
                          target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
     # the input projections on half operands (``half_operands``), the steps on TF32 tiles; the
-    # backward's GEMMs on TF32
+    # backward's GEMMs on TF32, its step too (past the SIMT tiled GEMM's rows and outputs)
     assert {k: v for k, v in large.schedules.items() if "step" in k} == {
         "recurrent_step_lstm_infer_n256_h1024_tf32": "tf32", "recurrent_step_lstm_train_n256_h1024_tf32": "tf32",
-        "backward_step_lstm_n256_h1024": "default"}
+        "backward_step_lstm_n256_h1024_tf32": "tf32"}
     assert "input_projection_t256_n256_k24_h1024_g4_f16" in large.schedules
     assert "recurrent_backward_n256_h1024_g4_tf32" in large.schedules
     assert not any(k.endswith("_f16") for k in large.schedules if "gradient" in k or "backward" in k)

@@ -765,16 +765,21 @@ def test_half_deep_relu_rnn_is_as_close_to_float64_as_cudnn_half(dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("cell,I,H,layers,bidirectional,N,n", [("lstm", 40, 515, 2, True, 130, 97),
-                                                                ("gru", 24, 600, 1, False, 128, 128)])
+                                                                ("gru", 24, 600, 1, False, 128, 128),
+                                                                ("gru", 24, 600, 1, False, 160, 151)])
 def test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda(dtype, cell, I, H, layers, bidirectional, N, n):
     """Half builds whose forward steps are large enough (``GPU_TF32_STEP_ROWS``, ``_WORK``: 130 x
     2060 x 515 and 128 x 1800 x 600) run them on TF32 tiles, the gate math a kernel of its own,
-    one launch each a step (``BuildOptions.tensor_core_steps``): against float64 as the other
-    half builds, at an odd hidden size, two bidirectional layers and a run-time batch below the
-    build's."""
+    one launch each a step (``BuildOptions.tensor_core_steps``), and so do their backward steps
+    from 160 rows (``GPU_TF32_BACKWARD_STEPS``): against float64 as the other half builds, at an
+    odd hidden size, two bidirectional layers and a run-time batch below the build's."""
+    from tvmrnn.schedules.common import GPU_PERSISTENT_SPLIT_K_ROWS
     rnn = check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda", N=N, n=n)
     steps = [k for k, how in rnn.schedules.items() if k.startswith("recurrent_step")]
     assert steps and all(rnn.schedules[k] == "tf32" and k.endswith("_tf32") for k in steps), rnn.schedules
+    backward = [k for k in rnn.schedules if k.startswith("backward_step")]
+    assert backward and all((rnn.schedules[k] == "tf32") == (N >= GPU_PERSISTENT_SPLIT_K_ROWS) for k in backward), \
+        rnn.schedules
     assert any(k.startswith("input_projection") and k.endswith(("_f16", "_bf16")) for k in rnn.schedules)
 
 

@@ -121,16 +121,17 @@ class BuildOptions:
         size without 16-unit weight panels, a state too large for the stack); the casts in and out
         run on TVM's threads. CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
         ``allow_tf32``, exact on half operands; the forward's on half operands, ``half_operands``),
-        the steps' recurrent GEMMs in fp32 except the large forward steps of ``tensor_core_steps``,
-        the backward's steps in fp32.
+        the steps' recurrent GEMMs in fp32 except the large steps of ``tensor_core_steps``.
     tensor_core_steps : bool or None
         GPU: a forward step whose recurrent GEMM is large (128 rows or more a direction, 2^27
         multiply-adds a direction, :func:`tvmrnn.schedules.common.tf32_step`) runs on the TF32
         tiles of the all-steps GEMMs, one launch a step, its gate math a second kernel, instead of
         fp32 split-K, row tiles or the SIMT tiled GEMM (where ``persistent`` is ``auto``: the
         other settings keep such a loop persistent and fp32). H200 fp16, LSTM N = 128, H = 1024:
-        1.7x faster inference; N = 256, H = 512: 1.46x; smaller steps lost (notes v50). The
-        backward's steps stay fp32. The hidden state then reaches the tensor cores rounded to
+        1.7x faster inference; N = 256, H = 512: 1.46x; smaller steps lost (notes v50). So do the
+        backward's steps on the SIMT tiled GEMM and those of 160 rows or more a direction
+        (:data:`tvmrnn.schedules.common.GPU_TF32_BACKWARD_STEPS`): GRU N = 256, H = 2048 training
+        1.44x faster (notes v52). The hidden state then reaches the tensor cores rounded to
         TF32 every step (10 mantissa bits, as many as fp16: cuDNN's half path rounds it to half).
         None: half builds (``dtype``) yes, fp32 builds no; True in an fp32 build needs
         ``allow_tf32`` (errors of TF32, ~1e-3, in every step); GPU builds only.

@@ -70,6 +70,14 @@ GPU_PERSISTENT_SPLIT_K_ROWS = 160
 # columns: N = 64, H = 1024 training 9.8 -> 16.5 ms with every step on the tiles).
 GPU_TF32_STEP_ROWS = 128
 GPU_TF32_STEP_WORK = 1 << 27
+# Which backward steps (a reduction of G x H gate gradients into H columns) such a build runs on
+# the TF32 tiles: "rows", those that launches run on the SIMT tiled GEMM anyway (:func:`_gpu_kind`)
+# and those of GPU_PERSISTENT_SPLIT_K_ROWS rows a direction and the forward rule's work; "matmul",
+# the first kind only; "all", those of the forward rule; "off" (v51). On the H200, fp16, training
+# (notes/performance.md v52): GRU T = 50, N = 256, H = 2048 48.3 -> 33.5 ms and LSTM N = 256,
+# H = 1024 17.7 -> 15.2 (on the SIMT tiled GEMM before), LSTM T = 100, N = 256, H = 512 14.5 ->
+# 13.0 (split over its rows before); at N = 128, H = 1024 the tiles lost (15.8 -> 19.1).
+GPU_TF32_BACKWARD_STEPS = "rows"
 
 
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
@@ -132,7 +140,8 @@ def tf32_step(sch, kernel: Kernel) -> bool:
     (``BuildOptions.tensor_core_steps``) runs on the TF32 tiles: a GEMM fused with a step's gate
     math, not persistent, of at least :data:`GPU_TF32_STEP_ROWS` rows and
     :data:`GPU_TF32_STEP_WORK` multiply-adds a direction (problem), whose reduction is no longer
-    than its columns (a forward step; the backward's reduce G x H gate gradients into H columns).
+    than its columns (a forward step; the backward's reduce G x H gate gradients into H columns,
+    and take the tiles by :data:`GPU_TF32_BACKWARD_STEPS`).
     The one rule: :func:`_gpu_kind`, :func:`tvmrnn.schedules.cuda.tf32_applies` and
     :func:`launches_beat_persistence` ask it."""
     if kernel.gemm is None or persistent_blocks(sch.mod["main"]) is not None:
@@ -145,7 +154,16 @@ def tf32_step(sch, kernel: Kernel) -> bool:
     own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])
     columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
     total = math.prod(_extent(sch, l) for l in reduction)
-    return own_rows >= GPU_TF32_STEP_ROWS and total <= columns and own_rows * columns * total >= GPU_TF32_STEP_WORK
+    if own_rows < GPU_TF32_STEP_ROWS:
+        return False
+    work = own_rows * columns * total >= GPU_TF32_STEP_WORK
+    if total <= columns or GPU_TF32_BACKWARD_STEPS == "all":  # a forward step
+        return work
+    if GPU_TF32_BACKWARD_STEPS == "off":
+        return False
+    if _gpu_kind(sch, kernel, False) == "matmul":
+        return True
+    return GPU_TF32_BACKWARD_STEPS == "rows" and own_rows >= GPU_PERSISTENT_SPLIT_K_ROWS and work
 
 
 def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | None:

@@ -22,7 +22,7 @@ def tf32_applies(kernel: Kernel, target, steps: bool = False) -> str | None:
     epilogue is a kernel of its own), else None. These are the
     GPU's tiled GEMMs without a fused epilogue (the all-steps GEMMs: input projections, input
     and weight gradients; and the launched steps of one-gate cells past split-K's rows, whose
-    epilogue inlines), and with ``steps`` (``BuildOptions.tensor_core_steps``) the large forward
+    epilogue inlines), and with ``steps`` (``BuildOptions.tensor_core_steps``) the large
     steps launched one a step (:func:`tvmrnn.schedules.common.tf32_step`), their epilogue a
     kernel of its own. The other per-step GEMMs (split-K, row tiles, the SIMT tiled GEMM, every
     persistent one) and every CPU kernel stay fp32."""
