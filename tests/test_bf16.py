@@ -78,7 +78,7 @@ def test_bf16_needs_the_instruction():
         bf16.check_target(tvm.target.Target({"kind": "llvm", "mcpu": "znver3"}))
 
 
-def _amx_gemm(M, col_tiles, K):
+def _amx_gemm(M, col_tiles, K, row_pairs=None):
     """C (M, 16 col_tiles) = A (M, K) . B (K/2, N, 2): one call of the AMX microkernel (any M and
     even K: a short last row tile and k-chunk), for the Xeon's target."""
     from tvm.script import tirx as T
@@ -87,10 +87,10 @@ def _amx_gemm(M, col_tiles, K):
     @T.prim_func(s_tir=True)
     def gemm(A: T.Buffer((M, K), "uint16"), B: T.Buffer((K2, N, 2), "uint16"), C: T.Buffer((M, N), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
-        with T.attr(0, "pragma_import_llvm", bf16.amx_gemm_ir(col_tiles)):
+        with T.attr(0, "pragma_import_llvm", bf16.amx_gemm_ir(col_tiles, row_pairs)):
             for i, j in T.grid(M, N):
                 C[i, j] = T.float32(0)
-            T.evaluate(T.call_extern("void", f"tvmrnn_amx_bf16_n{col_tiles}", T.address_of(C[0, 0]), T.int64(N * 4),
+            T.evaluate(T.call_extern("void", bf16.amx_kernel_name(col_tiles, row_pairs), T.address_of(C[0, 0]), T.int64(N * 4),
                                      T.address_of(A[0, 0]), T.int64(K * 2), T.address_of(B[0, 0, 0]), T.int64(N * 4),
                                      T.int64(M), T.int64(K2)))
 
@@ -101,12 +101,17 @@ def _amx_runs() -> bool:
     return _cpu_has("amx_bf16") and bf16.request_amx()
 
 
-@pytest.mark.parametrize("M,col_tiles,K", [(32, 3, 96), (37, 4, 830), (1, 1, 2), (16, 6, 64)])
-def test_amx_microkernel_compiles_for_the_xeon_and_matches_float64_where_it_runs(M, col_tiles, K, rng):
+@pytest.mark.parametrize("row_pairs", [True, False], ids=["pairs", "single"])
+@pytest.mark.parametrize("M,col_tiles,K", [(32, 3, 96), (37, 4, 830), (1, 1, 2), (16, 6, 64), (20, 2, 30),
+                                           (81, 6, 34), (17, 4, 64)])
+def test_amx_microkernel_compiles_for_the_xeon_and_matches_float64_where_it_runs(M, col_tiles, K, row_pairs, rng):
     """The AMX microkernel compiles to tile instructions for Sapphire Rapids anywhere; on a CPU with
     AMX-BF16 it runs and matches float64: rows past a whole tile, a last k-chunk of 15 pairs, one
-    row and one pair, six column tiles."""
-    lib = _amx_gemm(M, col_tiles, K).jit()
+    row and one pair, six column tiles; with row pairs (``AMX_ROW_PAIRS``, an even number of column
+    tiles) also a pair whose second tile is short, a reduction shorter than a k-chunk, pairs then a
+    single last tile (81 rows), and one row past a tile."""
+    assert bf16.amx_kernel_name(col_tiles, row_pairs).endswith("_pairs") == (row_pairs and col_tiles % 2 == 0)
+    lib = _amx_gemm(M, col_tiles, K, row_pairs).jit()
     asm = lib.inspect_source("asm")
     assert asm.count("tdpbf16ps") >= 1 and "ldtilecfg" in asm and "tilerelease" in asm
     assert bf16.supports_amx(tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids"}))

@@ -58,35 +58,63 @@ AMX_FEATURE = "amx-bf16"
 # Tile registers: C's column tiles, one A tile, at least one B tile (the rest cycle through B)
 AMX_MAX_COLUMN_TILES = 6
 
+# Rows of more than one tile go through the microkernel two 16-row tiles at a time, the column
+# tiles two at a time (C's four tiles, two A tiles, two B tiles): each B tile (a weight tile, from
+# L2 or beyond) then feeds two products instead of one. A tile product takes 16 cycles and a B
+# tile's load from L2 about as long again, so one B load a product held the tile unit to about
+# half its rate (v49's "a quarter"). On this project's 2-core Sapphire Rapids-class VM, one core
+# (notes/performance.md v52, ``amx_step.c``): a step's GEMM of 20 rows 1.35-1.45x faster (H = 512,
+# 800), of 32 rows 1.3x, a projection's 160 rows 2-3x; a single tile of 16 rows slower (two A loads
+# a product pair for one row tile's work), so a last tile of 16 rows or fewer stays single.
+AMX_ROW_PAIRS = True
 
-def amx_gemm_ir(col_tiles: int) -> str:
+
+def _row_pairs(col_tiles: int, row_pairs: bool | None) -> bool:
+    """Whether the microkernel of ``col_tiles`` column tiles takes rows in pairs: asked for (None:
+    :data:`AMX_ROW_PAIRS`) and an even number of column tiles. With an odd number the last column
+    tile would go alone, two A loads for two products: the GRU's 3 tiles ran 0.74-0.95x as fast
+    as single row tiles (notes/performance.md v52)."""
+    return (AMX_ROW_PAIRS if row_pairs is None else row_pairs) and col_tiles % 2 == 0
+
+
+def amx_kernel_name(col_tiles: int, row_pairs: bool | None = None) -> str:
+    """The name of :func:`amx_gemm_ir`'s function."""
+    return f"tvmrnn_amx_bf16_n{col_tiles}" + ("_pairs" if _row_pairs(col_tiles, row_pairs) else "")
+
+
+def amx_gemm_ir(col_tiles: int, row_pairs: bool | None = None) -> str:
     """LLVM IR of ``tvmrnn_amx_bf16_n{col_tiles}(c, ldc, a, lda, b, ldb, m, k2)``: the AMX GEMM
     microkernel. ``C[m, 16 col_tiles] += A[m, 2 k2] . B``, strides in bytes: C fp32, rows ``ldc``
     apart; A bf16, rows ``lda`` apart (k-pairs one to a 32-bit word, :func:`tvmrnn.kernels.bf16_pair`:
     a row of words is a row of bf16); B ``k2`` rows of ``16 col_tiles`` k-pair words (AMX's B
     layout, VNNI's), rows ``ldb`` apart. Any ``m`` (16-row tiles, the last shorter) and ``k2``
-    (chunks of 16 pairs, the last shorter: its own tile configuration). Tile registers: C's
+    (chunks of 16 pairs, the last shorter: its own tile configuration). A single row tile: C's
     ``col_tiles`` tiles stay loaded over the whole reduction; one A tile; the rest take B tiles
-    in turn. Tile numbers are immediates of LLVM's ``*64`` tile intrinsics (no ``x86_amx`` values
-    cross TVM's legalization)."""
+    in turn. With ``row_pairs`` (None: :data:`AMX_ROW_PAIRS`) and an even ``col_tiles`` (the
+    function is then named ``..._n{col_tiles}_pairs``), rows of more than one tile go two tiles at
+    a time, the column tiles two at a time over the reduction (C tiles 0-3, A tiles 4-5, B tiles 6-7). Tile numbers
+    are immediates of LLVM's ``*64`` tile intrinsics (no ``x86_amx`` values cross TVM's legalization)."""
     nt = col_tiles
+    pairs_on = _row_pairs(nt, row_pairs)
     if not 1 <= nt <= AMX_MAX_COLUMN_TILES:
         raise ValueError(f"AMX microkernel: 1 to {AMX_MAX_COLUMN_TILES} column tiles, not {nt}")
     a_tile, b_tiles = nt, list(range(nt + 1, 8))
     lines = []
     e = lines.append
 
-    def config(tag, a_colsb, b_rows):
+    def store_config(tag, tiles):  # tiles: (colsb, rows) per tile register, as IR operands
         e("  call void @llvm.memset.p0.i64(ptr align 64 %cfg, i8 0, i64 64, i1 false)")
         e("  store i8 1, ptr %cfg")  # palette 1
-        for t in range(8):
-            colsb, rows = ("i16 64", "i8 %h8") if t < nt else (f"i16 {a_colsb}", "i8 %h8") if t == a_tile \
-                else ("i16 64", f"i8 {b_rows}")
+        for t, (colsb, rows) in enumerate(tiles):
             e(f"  %{tag}c{t} = getelementptr inbounds i8, ptr %cfg, i64 {16 + 2 * t}")
             e(f"  store {colsb}, ptr %{tag}c{t}")
             e(f"  %{tag}r{t} = getelementptr inbounds i8, ptr %cfg, i64 {48 + t}")
             e(f"  store {rows}, ptr %{tag}r{t}")
         e("  call void @llvm.x86.ldtilecfg(ptr %cfg)")
+
+    def config(tag, a_colsb, b_rows):
+        store_config(tag, [("i16 64", "i8 %h8") if t < nt else (f"i16 {a_colsb}", "i8 %h8") if t == a_tile
+                           else ("i16 64", f"i8 {b_rows}") for t in range(8)])
 
     def c_tiles(op, tag):
         for j in range(nt):
@@ -104,7 +132,37 @@ def amx_gemm_ir(col_tiles: int) -> str:
             e(f"  call void @llvm.x86.tileloadd64(i8 {bt}, ptr %{tag}bp{j}, i64 %ldb)")
             e(f"  call void @llvm.x86.tdpbf16ps(i8 {j}, i8 {a_tile}, i8 {bt})")
 
-    e(f"define linkonce_odr void @tvmrnn_amx_bf16_n{nt}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb, "
+    # the pair path: C tile 2 * row + column of the chunk, A tiles 4 + row, B tiles 6 + column
+    chunks = [tuple(range(j, min(j + 2, nt))) for j in range(0, nt, 2)]
+
+    def pair_config(tag, a_colsb, b_rows):
+        store_config(tag, [("i16 64", "i8 16"), ("i16 64", "i8 16"), ("i16 64", "i8 %h1_8"), ("i16 64", "i8 %h1_8"),
+                           (f"i16 {a_colsb}", "i8 16"), (f"i16 {a_colsb}", "i8 %h1_8"),
+                           ("i16 64", f"i8 {b_rows}"), ("i16 64", f"i8 {b_rows}")])
+
+    def pair_c(op, tag, chunk):
+        for row, base in enumerate(("%pcr", "%pcr1")):
+            for col, j in enumerate(chunk):
+                e(f"  %{tag}{row}{col} = getelementptr inbounds i8, ptr {base}, i64 {64 * j}")
+                e(f"  call void @llvm.x86.{op}(i8 {2 * row + col}, ptr %{tag}{row}{col}, i64 %ldc)")
+
+    def pair_products(tag, k, chunk):
+        e(f"  %{tag}aoff = mul i64 {k}, 64")
+        for row, base in enumerate(("%par", "%par1")):
+            e(f"  %{tag}ap{row} = getelementptr inbounds i8, ptr {base}, i64 %{tag}aoff")
+            e(f"  call void @llvm.x86.tileloadd64(i8 {4 + row}, ptr %{tag}ap{row}, i64 %lda)")
+        e(f"  %{tag}brow = mul i64 {k}, 16")
+        e(f"  %{tag}boff = mul i64 %{tag}brow, %ldb")
+        e(f"  %{tag}bk = getelementptr inbounds i8, ptr %b, i64 %{tag}boff")
+        for col, j in enumerate(chunk):
+            e(f"  %{tag}bp{col} = getelementptr inbounds i8, ptr %{tag}bk, i64 {64 * j}")
+            e(f"  call void @llvm.x86.tileloadd64(i8 {6 + col}, ptr %{tag}bp{col}, i64 %ldb)")
+        for row in range(2):
+            for col in range(len(chunk)):
+                e(f"  call void @llvm.x86.tdpbf16ps(i8 {2 * row + col}, i8 {4 + row}, i8 {6 + col})")
+
+    name = amx_kernel_name(nt, pairs_on)
+    e(f"define linkonce_odr void @{name}(ptr %c, i64 %ldc, ptr %a, i64 %lda, ptr %b, i64 %ldb, "
       "i64 %m, i64 %k2) #0 {")
     e("entry:")
     e("  %cfg = alloca [64 x i8], align 64")
@@ -113,11 +171,17 @@ def amx_gemm_ir(col_tiles: int) -> str:
     e("  %tailb = mul i64 %tail, 4")
     e("  %tailb16 = trunc i64 %tailb to i16")
     e("  %tail8 = trunc i64 %tail to i8")
+    e("  %anyfull = icmp sgt i64 %full, 0")
+    e("  %anytail = icmp sgt i64 %tail, 0")
     e("  %any = icmp sgt i64 %m, 0")
     e("  br i1 %any, label %rows, label %end")
     e("rows:")
-    e("  %r = phi i64 [ 0, %entry ], [ %r1, %store ]")
+    e("  %r = phi i64 [ 0, %entry ], [ %r1, %store ]" + (", [ %rp1, %pnext ]" if pairs_on else ""))
     e("  %left = sub i64 %m, %r")
+    if pairs_on:
+        e("  %pairq = icmp sgt i64 %left, 16")
+        e("  br i1 %pairq, label %prows, label %srows")
+        e("srows:")
     e("  %short = icmp slt i64 %left, 16")
     e("  %h = select i1 %short, i64 %left, i64 16")
     e("  %h8 = trunc i64 %h to i8")
@@ -127,10 +191,9 @@ def amx_gemm_ir(col_tiles: int) -> str:
     e("  %ar = getelementptr inbounds i8, ptr %a, i64 %aroff")
     config("f", "64", "16")
     c_tiles("tileloadd64", "lc")
-    e("  %anyfull = icmp sgt i64 %full, 0")
     e("  br i1 %anyfull, label %kloop, label %kdone")
     e("kloop:")
-    e("  %k = phi i64 [ 0, %rows ], [ %k1, %kloop ]")
+    e("  %k = phi i64 [ 0, %" + ("srows" if pairs_on else "rows") + " ], [ %k1, %kloop ]")
     e("  %kaoff = mul i64 %k, 64")
     e("  %kbrow = mul i64 %k, 16")
     products("s", "%kaoff", "%kbrow")
@@ -138,7 +201,6 @@ def amx_gemm_ir(col_tiles: int) -> str:
     e("  %more = icmp slt i64 %k1, %full")
     e("  br i1 %more, label %kloop, label %kdone")
     e("kdone:")
-    e("  %anytail = icmp sgt i64 %tail, 0")
     e("  br i1 %anytail, label %ktail, label %store")
     e("ktail:")  # the last, shorter chunk: C out, the tiles reconfigured, C back in
     c_tiles("tilestored64", "tsc")
@@ -153,6 +215,45 @@ def amx_gemm_ir(col_tiles: int) -> str:
     e("  %r1 = add i64 %r, 16")
     e("  %morerows = icmp slt i64 %r1, %m")
     e("  br i1 %morerows, label %rows, label %end")
+    if pairs_on:  # two row tiles (the second of h1 rows), the column tiles two at a time
+        e("prows:")
+        e("  %left1 = sub i64 %left, 16")
+        e("  %short1 = icmp slt i64 %left1, 16")
+        e("  %h1 = select i1 %short1, i64 %left1, i64 16")
+        e("  %h1_8 = trunc i64 %h1 to i8")
+        e("  %pcroff = mul i64 %r, %ldc")
+        e("  %pcr = getelementptr inbounds i8, ptr %c, i64 %pcroff")
+        e("  %pcroff1 = mul i64 16, %ldc")
+        e("  %pcr1 = getelementptr inbounds i8, ptr %pcr, i64 %pcroff1")
+        e("  %paroff = mul i64 %r, %lda")
+        e("  %par = getelementptr inbounds i8, ptr %a, i64 %paroff")
+        e("  %paroff1 = mul i64 16, %lda")
+        e("  %par1 = getelementptr inbounds i8, ptr %par, i64 %paroff1")
+        pair_config("pf", "64", "16")
+        for q, chunk in enumerate(chunks):  # each chunk over the full k-chunks, in the block before
+            prev = "prows" if q == 0 else f"pdone{q - 1}"
+            pair_c("tileloadd64", f"pl{q}_", chunk)
+            e(f"  br i1 %anyfull, label %ploop{q}, label %pdone{q}")
+            e(f"ploop{q}:")
+            e(f"  %pk{q} = phi i64 [ 0, %{prev} ], [ %pk{q}n, %ploop{q} ]")
+            pair_products(f"ps{q}_", f"%pk{q}", chunk)
+            e(f"  %pk{q}n = add i64 %pk{q}, 1")
+            e(f"  %pmore{q} = icmp slt i64 %pk{q}n, %full")
+            e(f"  br i1 %pmore{q}, label %ploop{q}, label %pdone{q}")
+            e(f"pdone{q}:")
+            pair_c("tilestored64", f"psc{q}_", chunk)
+        e("  br i1 %anytail, label %ptail, label %pnext")
+        e("ptail:")  # the last, shorter chunk of the reduction, for every column chunk
+        pair_config("pt", "%tailb16", "%tail8")
+        for q, chunk in enumerate(chunks):
+            pair_c("tileloadd64", f"ptl{q}_", chunk)
+            pair_products(f"pts{q}_", "%full", chunk)
+            pair_c("tilestored64", f"pts{q}_c", chunk)
+        e("  br label %pnext")
+        e("pnext:")
+        e("  %rp1 = add i64 %r, 32")
+        e("  %pmorerows = icmp slt i64 %rp1, %m")
+        e("  br i1 %pmorerows, label %rows, label %end")
     e("end:")
     e("  call void @llvm.x86.tilerelease()")
     e("  ret void")
@@ -442,28 +543,33 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: i
 # GEMM's block as the schedules leave it (rows, an optional unit loop of the weight panel, gates,
 # units, k-pairs); its implementation one call of the microkernel (:func:`amx_gemm_ir`) for the
 # whole reduction. Records name these intrinsics in their traces: :func:`register_from_trace`.
-_AMX_NAME = re.compile(r"tvmrnn_amx_l(\d)_r([\dx]+)_p(\d)_g(\d+)_u(\d+)_k(\d+)")
+_AMX_NAME = re.compile(r"tvmrnn_amx_l(\d)_r([\dx]+)_p(\d)_g(\d+)_u(\d+)_k(\d+)(_single)?")
 
 
-def amx_intrinsic(lead: int, rows: tuple, unit_loop: bool, gates: int, units: int, pairs: int) -> str:
+def amx_intrinsic(lead: int, rows: tuple, unit_loop: bool, gates: int, units: int, pairs: int,
+                  row_pairs: bool | None = None) -> str:
     """Register (once) and return the AMX intrinsic ``C[rows, G, units] += A[rows, pairs] .
     B[pairs, G, units]``: ``rows`` the extents of the tensorized row loops (a batch tile, or
     steps x batch rows: one call where they are evenly spaced, else a call per step), ``lead``
     leading unit axes of every operand (a direction), ``unit_loop`` a loop of extent 1 after the
     rows (the weight panel's, where the GEMM is computed under its task); B the packed weights
-    (k-pair words held as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`)."""
-    name = f"tvmrnn_amx_l{lead}_r{'x'.join(map(str, rows))}_p{int(unit_loop)}_g{gates}_u{units}_k{pairs}"
-    return _register(name, lambda: _amx_functions(lead, tuple(rows), unit_loop, gates, units, pairs))
+    (k-pair words held as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`). ``row_pairs``: the
+    microkernel's (None: :data:`AMX_ROW_PAIRS`; the name ends in ``_single`` without them)."""
+    row_pairs = AMX_ROW_PAIRS if row_pairs is None else row_pairs
+    name = f"tvmrnn_amx_l{lead}_r{'x'.join(map(str, rows))}_p{int(unit_loop)}_g{gates}_u{units}_k{pairs}" \
+        + ("" if row_pairs else "_single")
+    return _register(name, lambda: _amx_functions(lead, tuple(rows), unit_loop, gates, units, pairs, row_pairs))
 
 
 def register_from_trace(trace_json) -> None:
     """Register the AMX intrinsics a record's trace names (before it is replayed)."""
     for m in _AMX_NAME.finditer(json.dumps(trace_json) if not isinstance(trace_json, str) else trace_json):
-        lead, rows, unit, gates, units, pairs = m.groups()
-        amx_intrinsic(int(lead), tuple(int(r) for r in rows.split("x")), unit == "1", int(gates), int(units), int(pairs))
+        lead, rows, unit, gates, units, pairs, single = m.groups()
+        amx_intrinsic(int(lead), tuple(int(r) for r in rows.split("x")), unit == "1", int(gates), int(units), int(pairs),
+                      row_pairs=not single)
 
 
-def _amx_functions(lead, rows, unit_loop, gates, units, pairs):
+def _amx_functions(lead, rows, unit_loop, gates, units, pairs, row_pairs):
     """The description and implementation of :func:`amx_intrinsic`, as TVMScript text: the row
     loops of extent 1 have no block axis (as the scheduled block has none), so the text is made
     for each shape."""
@@ -503,7 +609,7 @@ def _amx_functions(lead, rows, unit_loop, gates, units, pairs):
     declare = "\n".join(f"    {v} = T.int32()" for v in (*c_strides, *a_strides, *b_strides) if v[0] == "s")
 
     def call(c_off, a_off, rows_, indent):
-        return (f"{indent}T.evaluate(T.call_extern(\"void\", \"tvmrnn_amx_bf16_n{col_tiles}\", "
+        return (f"{indent}T.evaluate(T.call_extern(\"void\", \"{amx_kernel_name(col_tiles, row_pairs)}\", "
                 f"C.access_ptr(\"rw\", offset={c_off}), T.int64({row_c}) * 4, A.access_ptr(\"r\", offset={a_off}), "
                 f"T.int64({row_a}) * 4, B.access_ptr(\"r\"), T.int64({b_row}) * 4, T.int64({rows_}), T.int64({pairs})))")
     if len(long_rows) == 1:
@@ -550,7 +656,7 @@ def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
 """
     from tvm.script import from_source
     desc = from_source(src_desc)
-    impl = from_source(src_impl.replace("IR)", repr(amx_gemm_ir(col_tiles)) + ")"))
+    impl = from_source(src_impl.replace("IR)", repr(amx_gemm_ir(col_tiles, row_pairs)) + ")"))
     return desc, impl
 
 
