@@ -5,8 +5,10 @@ T 1-1000, 1-3 layers, either direction, batch-first or not, padded or a PackedSe
 lengths) and a dtype, runs ``tvmrnn.torch``'s module and ``torch.nn``'s with the same weights on
 the same inputs, forward and backward, and compares outputs, final states and every gradient:
 
-- fp32: against torch.nn in fp32 (cuDNN with TF32 off on a GPU), relative error at most 1e-3
-  (both sides are ~1e-6 from float64; a wrong schedule is off by O(1));
+- fp32: against torch.nn in float64 on the CPU, within 1e-4 relative or 10x torch.nn's own fp32
+  error (the README's contract), where the case is small enough (``FP64_COST``); larger ones
+  against torch.nn in fp32 (cuDNN with TF32 off on a GPU), at most 1e-3 (2e-3 for ReLU, whose
+  units flip near 0 between summation orders);
 - fp16 / bf16 (``module.half()`` / ``.bfloat16()``): against torch.nn in fp32, at most 3x the
   error of torch.nn in the same half type, plus 1e-2.
 
@@ -19,6 +21,7 @@ CPU's cores; the GPU is shared); each prints a JSON line, and the summary lists 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import multiprocessing as mp
 import os
@@ -33,6 +36,17 @@ HIDDEN = (64, 65, 96, 128, 129, 200, 256, 320, 384, 511, 512, 640, 800, 1000, 10
 BATCH = (1, 2, 3, 8, 13, 20, 32, 64, 100, 128, 129, 160, 192, 256)
 STEPS = (1, 2, 7, 50, 100, 300, 1000)
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+# Cases of at most this many multiply-adds a pass (fp32) are checked against float64 on the CPU
+FP64_COST = 3e9
+
+
+def cost(case: dict) -> int:
+    """Multiply-adds of a case's forward pass (the first layer's input size for every layer: a bound)."""
+    D = 2 if case["bidirectional"] else 1
+    I = max(case["I"], D * case["H"])
+    return case["T"] * case["n"] * GATES[case["cell"]] * case["H"] * (I + case["H"]) * case["layers"] * D
 
 
 def draw(rng: random.Random, max_cost: float, dtypes) -> dict:
@@ -81,16 +95,17 @@ def run_case(case: dict, device: str) -> dict:
         with torch.no_grad():
             ours(big.to(half) if half else big)
 
-    def run(module, dtype):
-        xin = x.to(dtype) if dtype else x.clone()
+    def run(module, dtype, on=dev):
+        xin = x.to(on, dtype) if dtype else x.clone().to(on)
         xin.requires_grad_()
         inp = pack_padded_sequence(xin, lengths, batch_first=case["batch_first"], enforce_sorted=False) \
             if case["packed"] else xin
         y, states = module(inp)
         y = y.data if isinstance(y, PackedSequence) else y
         states = states if isinstance(states, tuple) else (states,)
-        dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(case["seed"] + 1)).to(dev)
-        ((y.float() * dy).sum() + sum(s.float().sum() for s in states)).backward()
+        dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(case["seed"] + 1)).to(on)
+        wide = torch.float64 if dtype == torch.float64 else torch.float32
+        ((y.to(wide) * dy.to(wide)).sum() + sum(s.to(wide).sum() for s in states)).backward()
         grads = [xin.grad] + [p.grad for p in module.parameters()]
         return [y.detach(), *[s.detach() for s in states]], grads
 
@@ -106,14 +121,26 @@ def run_case(case: dict, device: str) -> dict:
     for p in ours.parameters():
         p.grad = None
     got_out, got_grad = run(ours, half)
+    theirs = "cudnn_worst" if device == "cuda" else "torch_worst"
+    if not half and cost(case) <= FP64_COST:  # the documented contract: float64's within 1e-4 or 10x torch's fp32 error
+        ref64 = copy.deepcopy(ref).double().cpu()
+        for p in ref64.parameters():
+            p.grad = None
+        exact_out, exact_grad = run(ref64, torch.float64, torch.device("cpu"))
+        errors = [rel(a.cpu(), b) for a, b in zip(got_out + got_grad, exact_out + exact_grad)]
+        bound = [max(1e-4, 10 * rel(a.cpu(), b)) for a, b in zip(want_out + want_grad, exact_out + exact_grad)]
+        result = dict(case, worst=max(errors), where=errors.index(max(errors)), against="float64")
+        result["ok"] = all(e <= b for e, b in zip(errors, bound))
+        result[theirs] = max(b / 10 for b in bound)
+        return result
     errors = [rel(a, b) for a, b in zip(got_out + got_grad, want_out + want_grad)]
     result = dict(case, worst=max(errors), where=errors.index(max(errors)))
     if half:
         bound = [3 * rel(a, b) + 1e-2 for a, b in zip(base_out + base_grad, want_out + want_grad)]
         result["ok"] = all(e <= b for e, b in zip(errors, bound))
-        result["cudnn_worst" if device == "cuda" else "torch_worst"] = max((b - 1e-2) / 3 for b in bound)
-    else:
-        result["ok"] = max(errors) <= 1e-3
+        result[theirs] = max((b - 1e-2) / 3 for b in bound)
+    else:  # too large for a float64 reference here: torch's fp32 (ReLU flips near 0 apart: the README's 2e-3)
+        result["ok"] = max(errors) <= (2e-3 if case["cell"] == "rnn_relu" else 1e-3)
     return result
 
 
