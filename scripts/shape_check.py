@@ -115,9 +115,7 @@ def run_case(case: dict, device: str) -> dict:
 
     want_out, want_grad = run(ref, None)
     if half:
-        ref_half = getattr(torch.nn, name)(case["I"], case["H"], **kwargs).to(dev).to(half)
-        ref_half.load_state_dict({k: v.to(half) for k, v in ref.state_dict().items()})
-        base_out, base_grad = run(ref_half, half)
+        base_out, base_grad = run(copy.deepcopy(ref).to(half), half)
     for p in ours.parameters():
         p.grad = None
     got_out, got_grad = run(ours, half)
