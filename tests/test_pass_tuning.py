@@ -14,7 +14,7 @@ from tvmrnn.cells.definition import CELLS
 from tvmrnn.program.passes import Config
 from tvmrnn.runtime import pass_tuning
 from tvmrnn.tune import records, tuner
-from tvmrnn.tune.pass_checks import PassCheckError, PassChecks, record_digest
+from tvmrnn.tune.pass_checks import PassCheckError, PassChecks, config_key, record_digest
 from conftest import rel_error, torch_module
 
 CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
@@ -207,6 +207,29 @@ def test_options_that_do_not_hold_against_the_defaults_are_not_kept(tmp_path):
     assert verdict["tried"][0]["verdict"] == "faster" and verdict["confirmed"]["verdict"] == "same"
     assert verdict["options"] == {} and "not confirmed" in lines[-1]
     assert _build(str(tmp_path)).config.options.chunk_steps is None
+
+
+def test_options_that_leave_the_build_slower_than_no_tuning_are_retracted(tmp_path, monkeypatch):
+    """The last comparison of ``tune_passes`` (as built against no records and default options)
+    has a say: options chosen that leave the build slower are retracted, the defaults written,
+    and the build compared again (v53: ``weight_panels=False`` chosen around a slow searched
+    record, 2x slower in all, stood before)."""
+    root = str(tmp_path / "logs")
+    timer = FakeTimer(slow=lambda rnn: rnn.config.options.chunk_steps != (8, 1), factor=1.3)
+    real = pass_tuning.tuned_gain
+
+    def turned(*args, **kwargs):  # from here on the chosen options are the slow ones
+        timer.slow = lambda rnn: rnn.config.options.chunk_steps == (8, 1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(pass_tuning, "tuned_gain", turned)
+    lines = []
+    gains = pass_tuning.tune_passes([CONFIG], TARGET, root, timer, pairs=3, out=lines.append,
+                                    candidates=[("chunk_steps", (8, 1))])
+    assert any("retracted" in line for line in lines), lines
+    assert [g.verdict for g in gains] == ["same"]
+    verdict = PassChecks(os.path.join(root, records.target_key(TARGET))).options_for(config_key(CONFIG))
+    assert verdict["options"] == {} and verdict["retracted"] == {"chunk_steps": [8, 1]}
+    assert _build(root).config.options.chunk_steps is None
 
 
 def test_the_real_pass_timer_compares_two_builds():

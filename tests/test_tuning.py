@@ -163,6 +163,44 @@ def test_sampled_cpu_steps_on_gate_blocked_panels_match_the_default(cell, rng):
             np.testing.assert_allclose(got, w, rtol=1e-6, atol=1e-6)
 
 
+def test_a_task_whose_default_does_not_run_is_not_searched(tmp_path, monkeypatch):
+    """Where the default schedule cannot be measured here, no searched record may take its place:
+    ``build`` would take the record, slower or not, with nothing measured to say which. (v53: the
+    runner's process had no AMX permission, every AMX candidate died, and a DS2 bf16 projection's
+    vdpbf16ps record at 3.06 ms replaced the AMX default's 0.5 ms; the pass ran 2x slower.)"""
+    monkeypatch.setattr(tuner, "seed_defaults", lambda *args, **kwargs: 0)  # as if the default failed to run
+    results, lines = _tune(tmp_path, trials=4)
+    (task, best_us, trials), = results
+    assert best_us is None and trials == 0
+    assert any(task.kernel.name in line and "not searched" in line for line in lines), lines
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return flag in f.read().split()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _cpu_has("amx_bf16"), reason="needs a CPU with AMX-BF16")
+def test_the_tuner_measures_amx_kernels(tmp_path):
+    """The tuner's measuring process asks for AMX as ``build``'s callers do: a bf16 projection's
+    AMX default is measured (not "failed to run"), and the search's best is no slower."""
+    from tvmrnn.schedules import bf16
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": os.cpu_count() or 1})
+    config = Config(CELLS["lstm"], 32, 32, 1, False, 20, False, tvmrnn.BuildOptions(dtype="bfloat16"))
+    lines = []
+    (task, best_us, trials), = tuner.tune([config], target, log_dir=str(tmp_path), trials_per_task=2,
+                                          kernels=["input_projection_t16"], num_trials_per_iter=2, out=lines.append)
+    assert task.kernel.name.endswith("_bf16") and bf16.projection_amx_applies(
+        tvm.s_tir.Schedule(tvm.s_tir.renew_defs(task.kernel.func)), task.kernel, target)
+    default = [line for line in lines if "default schedule" in line]
+    assert default and "failed" not in default[0], lines
+    default_us = float(default[0].split("default schedule ")[1].split()[0])
+    assert trials >= 1 and best_us <= default_us + 0.05
+
+
 def test_untuned_build_says_so_once(tmp_path):
     with pytest.warns(records.UntunedWarning, match="have no tuning record"):
         tvmrnn.build("gru", input_size=3, hidden_size=5, batch_size=2, tuning_logs=str(tmp_path))

@@ -435,20 +435,48 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
 
 
 def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None,
-                out=print) -> list[Comparison]:
-    """:func:`tune_options` then :func:`check_records` for each configuration (records are checked
-    in the options the configuration will build with), then what it all comes to: the build
-    ``build`` now makes against one with no record and the target's defaults (:func:`tuned_gain`).
-    Returns those comparisons."""
+                out=print, candidates=None) -> list[Comparison]:
+    """:func:`tune_options` (over ``candidates``, default :func:`option_candidates`) then
+    :func:`check_records` for each configuration (records are checked in the options the
+    configuration will build with), then what it all comes to: the build ``build`` now makes
+    against one with no record and the target's defaults (:func:`tuned_gain`). Where that build is
+    slower, the options tuned are retracted (the defaults written as the verdict, the options kept
+    in it as ``retracted``), the records checked again in the default options, and the build
+    compared once more: options chosen around records that slow the pass (v53: a slow searched
+    bf16 projection, then ``weight_panels=False`` to avoid it, 2x slower in all) never stand.
+    Returns the last comparison of each configuration."""
     timer = timer or PassTimer()
     gains = []
     for config in configs:
         out(f"whole passes of {describe(config)} on {records.target_key(target)}:")
-        tune_options(config, target, tuning_logs, timer, pairs, out=out)
+        tune_options(config, target, tuning_logs, timer, pairs, candidates=candidates, out=out)
         _, built = _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
-        gains.append(tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built))
-        out(f"{describe(config)}, no records and default options -> as built now: {gains[-1].line()}")
+        gain = tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built)
+        out(f"{describe(config)}, no records and default options -> as built now: {gain.line()}")
+        if gain.verdict == "slower":
+            gain = _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, gain)
+        gains.append(gain)
     return gains
+
+
+def _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, gain) -> Comparison:
+    """:func:`tune_passes`'s answer to a build slower than no records and default options."""
+    folder = log_folder(tuning_logs, target)
+    key = config_key(config)
+    taken = PassChecks(folder).options_for(key)
+    if taken and taken.get("options"):
+        PassChecks(folder).add_options(key, {}, describe=describe(config), retracted=taken["options"],
+                                       reason=f"as built with them, the passes took {gain.ratio:.3f}x the time of "
+                                              "no records and default options", length=getattr(timer, "T", None))
+        out(f"  options {taken['options']} retracted: the build with them is slower; records checked again "
+            "in the default options")
+        _, built = _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
+        gain = tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built)
+        out(f"{describe(config)}, no records and default options -> as built now: {gain.line()}")
+    if gain.verdict == "slower":
+        out(f"WARNING: {describe(config)} still builds slower than with no records and default options: "
+            "`tvmrnn-tune --list` shows the records it takes; TVMRNN_TUNING_LOGS=off builds without them")
+    return gain
 
 
 def tuned_gain(config, target, tuning_logs=None, timer=None, pairs: int = 15, tuned=None) -> Comparison:

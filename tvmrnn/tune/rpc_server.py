@@ -84,7 +84,10 @@ def _exit_if_the_gpu_is_broken():
 def _serve_in_process():
     """``server_init_callback``: runs in TVM's server process before it listens."""
     from tvm.rpc import server
+
+    from ..schedules import bf16
     server.multiprocessing = types.SimpleNamespace(Process=_InProcess)
+    bf16.request_amx()  # sessions run in this process: its AMX permission is theirs (bf16 kernels)
 
 
 def start(host: str, port: int, port_end: int, tracker: str | None, key: str, silent: bool = False):
