@@ -126,6 +126,20 @@ def test_records_that_slow_the_pass_are_vetoed_one_after_another(logs, tmp_path)
     assert pass_tuning.check_records(CONFIG, TARGET, root, again, pairs=3, kernels=[STEP]) == [] and again.calls == 0
 
 
+def test_a_kernel_whose_records_keep_slowing_the_pass_gets_its_default(logs, tmp_path):
+    """After ``max_per_kernel`` vetoes in a row, every record of the kernel is vetoed at once: the
+    build takes its default schedule rather than the next record, unchecked (v53: a search had
+    logged a dozen records of one kind, all slower in the pass than the default)."""
+    root, folder = _copy(logs, tmp_path)
+    timer = FakeTimer(slow=lambda rnn: _origin(rnn) != "default")
+    lines = []
+    written = pass_tuning.check_records(CONFIG, TARGET, root, timer, pairs=3, max_per_kernel=1, out=lines.append,
+                                        kernels=[STEP])
+    assert [v["verdict"] for v in written] == ["vetoed", "vetoed"] and written[-1]["record"] == "*", written
+    assert any("every record of it vetoed" in line for line in lines), lines
+    assert _origin(_build(root)) == "default"
+
+
 def test_records_that_do_not_slow_the_pass_are_kept(logs, tmp_path):
     root, folder = _copy(logs, tmp_path)
     before = _build(root).records[STEP]["record"]

@@ -428,6 +428,12 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
                     config=describe(config), **result.summary(), length=getattr(timer, "T", None)))
                 if not vetoed:
                     break
+                if attempt == max_per_kernel - 1:  # that many in a row: the rest are not tried one by one
+                    written.append(PassChecks(folder).add_record(
+                        key, None, "vetoed", kernel=name, config=describe(config), length=getattr(timer, "T", None),
+                        reason=f"{max_per_kernel} of its records in a row slowed the pass: every record vetoed"))
+                    out(f"  {name}: {max_per_kernel} records in a row vetoed; every record of it vetoed, its "
+                        "default schedule used")
                 _forget(timer, base)
                 base = _mirrored_build(config, target, folder)  # with the veto: the kernel's next record
     _forget(timer, base)
@@ -436,9 +442,10 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
 
 def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None,
                 out=print, candidates=None) -> list[Comparison]:
-    """:func:`tune_options` (over ``candidates``, default :func:`option_candidates`) then
-    :func:`check_records` for each configuration (records are checked in the options the
-    configuration will build with), then what it all comes to: the build ``build`` now makes
+    """For each configuration, :func:`check_records` (in the options it builds with now), so that
+    the options are measured on a build whose records hold in the pass; :func:`tune_options` (over
+    ``candidates``, default :func:`option_candidates`); :func:`check_records` again (the records
+    of kernels the options chosen bring); then what it all comes to: the build ``build`` now makes
     against one with no record and the target's defaults (:func:`tuned_gain`). Where that build is
     slower, the options tuned are retracted (the defaults written as the verdict, the options kept
     in it as ``retracted``), the records checked again in the default options, and the build
@@ -449,6 +456,7 @@ def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, 
     gains = []
     for config in configs:
         out(f"whole passes of {describe(config)} on {records.target_key(target)}:")
+        _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
         tune_options(config, target, tuning_logs, timer, pairs, candidates=candidates, out=out)
         _, built = _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
         gain = tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built)
