@@ -127,16 +127,17 @@ def test_records_that_slow_the_pass_are_vetoed_one_after_another(logs, tmp_path)
 
 
 def test_a_kernel_whose_records_keep_slowing_the_pass_gets_its_default(logs, tmp_path):
-    """After ``max_per_kernel`` vetoes in a row, every record of the kernel is vetoed at once: the
-    build takes its default schedule rather than the next record, unchecked (v53: a search had
-    logged a dozen records of one kind, all slower in the pass than the default)."""
+    """After ``max_per_kernel`` vetoes in a row, the kernel's other logged records are vetoed with
+    them: the build takes its default schedule rather than the next record, unchecked (v53: a
+    search had logged a dozen records of one kind, all slower in the pass than the default)."""
     root, folder = _copy(logs, tmp_path)
     timer = FakeTimer(slow=lambda rnn: _origin(rnn) != "default")
     lines = []
     written = pass_tuning.check_records(CONFIG, TARGET, root, timer, pairs=3, max_per_kernel=1, out=lines.append,
                                         kernels=[STEP])
-    assert [v["verdict"] for v in written] == ["vetoed", "vetoed"] and written[-1]["record"] == "*", written
-    assert any("every record of it vetoed" in line for line in lines), lines
+    assert len(written) > 1 and all(v["verdict"] == "vetoed" for v in written), written
+    assert "*" not in {v["record"] for v in written}  # by digest: a later search's records are still checked
+    assert any("other logged records vetoed with them" in line for line in lines), lines
     assert _origin(_build(root)) == "default"
 
 

@@ -428,12 +428,15 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
                     config=describe(config), **result.summary(), length=getattr(timer, "T", None)))
                 if not vetoed:
                     break
-                if attempt == max_per_kernel - 1:  # that many in a row: the rest are not tried one by one
-                    written.append(PassChecks(folder).add_record(
-                        key, None, "vetoed", kernel=name, config=describe(config), length=getattr(timer, "T", None),
-                        reason=f"{max_per_kernel} of its records in a row slowed the pass: every record vetoed"))
-                    out(f"  {name}: {max_per_kernel} records in a row vetoed; every record of it vetoed, its "
-                        "default schedule used")
+                if attempt == max_per_kernel - 1:  # that many in a row: the folder's others are not tried
+                    # one by one (vetoed by digest: records a later search adds are still checked)
+                    rest = [record for _, record, _ in records.LogIndex(folder).fastest(key)]
+                    for record in rest:
+                        written.append(PassChecks(folder).add_record(
+                            key, record, "vetoed", kernel=name, config=describe(config), length=getattr(timer, "T", None),
+                            reason=f"{max_per_kernel} of the kernel's records in a row slowed the pass"))
+                    out(f"  {name}: {max_per_kernel} records in a row vetoed; its {len(rest)} other logged records "
+                        "vetoed with them")
                 _forget(timer, base)
                 base = _mirrored_build(config, target, folder)  # with the veto: the kernel's next record
     _forget(timer, base)
@@ -457,21 +460,22 @@ def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, 
     for config in configs:
         out(f"whole passes of {describe(config)} on {records.target_key(target)}:")
         _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
-        tune_options(config, target, tuning_logs, timer, pairs, candidates=candidates, out=out)
+        verdict = tune_options(config, target, tuning_logs, timer, pairs, candidates=candidates, out=out)
         _, built = _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
         gain = tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built)
         out(f"{describe(config)}, no records and default options -> as built now: {gain.line()}")
         if gain.verdict == "slower":
-            gain = _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, gain)
+            gain = _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, gain, verdict)
         gains.append(gain)
     return gains
 
 
-def _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, gain) -> Comparison:
-    """:func:`tune_passes`'s answer to a build slower than no records and default options."""
+def _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, gain, taken) -> Comparison:
+    """:func:`tune_passes`'s answer to a build slower than no records and default options: the
+    options verdict ``taken`` that :func:`tune_options` wrote in this run (None where the
+    configuration sets the options itself) is retracted."""
     folder = log_folder(tuning_logs, target)
     key = config_key(config)
-    taken = PassChecks(folder).options_for(key)
     if taken and taken.get("options"):
         PassChecks(folder).add_options(key, {}, describe=describe(config), retracted=taken["options"],
                                        reason=f"as built with them, the passes took {gain.ratio:.3f}x the time of "

@@ -550,13 +550,13 @@ def _prepare_and_search(seeded, target, db, builder, runner, out, trials_per_tas
     if warm_start_from:
         warm_start(db, [t for t in new if not is_persistent(t.kernel)], target, warm_start_from, builder, runner,
                    out=out)
-    unmeasured = set()
     if seed_default or reseed_defaults:
-        seeded_now = tasks if reseed_defaults else new
-        seed_defaults(db, seeded_now, target, builder, runner, out=out, space=space)
-        # a task whose default did not run here is not searched: a searched record could then be
-        # slower than the default ``build`` would use, with nothing measured to say so
-        unmeasured = {id(t) for t in seeded_now if best_latency_us(db.memory, t.kernel) is None}
+        seed_defaults(db, tasks if reseed_defaults else new, target, builder, runner, out=out, space=space)
+    # a task with no measured record (its default did not run here, in this run or an earlier one
+    # whose failure is logged) is not searched: a searched record could then be slower than the
+    # default ``build`` would use, with nothing measured to say so
+    unmeasured = {id(t) for t in tasks if best_latency_us(db.memory, t.kernel) is None
+                  and (records_of(db.memory, t.kernel) or seed_default or reseed_defaults)}
     # a persistent step is searched in its template space only: MetaSchedule's own rules do not
     # keep weights in shared memory across steps, which is what makes such a loop fast
     searchable = lambda t: spaces.is_template_space(t.kernel, target, space) or not is_persistent(t.kernel)  # noqa: E731
