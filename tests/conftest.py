@@ -59,6 +59,15 @@ def cli(name: str) -> list[str]:
     return [script] if os.path.exists(script) else [sys.executable, "-m", "tvmrnn.cli." + name.split("-", 1)[1]]
 
 
+def cpu_has(flag: str) -> bool:
+    """Whether this CPU lists ``flag`` in /proc/cpuinfo (False where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return flag in f.read().split()
+    except OSError:
+        return False
+
+
 def rel_error(actual, expected) -> float:
     """||a - e|| / ||e||, computed in float64."""
     a = np.asarray(actual.detach().cpu() if hasattr(actual, "detach") else actual, np.float64)

@@ -10,16 +10,8 @@ import tvm
 from tvm import te
 
 import tvmrnn
-from conftest import check_half_build
+from conftest import check_half_build, cpu_has as _cpu_has
 from tvmrnn.schedules import bf16
-
-
-def _cpu_has(flag: str) -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return flag in f.read().split()
-    except OSError:
-        return False
 
 
 def _bits(a: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from tvmrnn.tune import records, tasks, tuner
 from tvmrnn.cells.definition import CELLS
 from tvmrnn.program.passes import Config
 from tvmrnn.schedules.common import is_gpu
-from conftest import rel_error, torch_module
+from conftest import cpu_has as _cpu_has, rel_error, torch_module
 
 CONFIG = Config(CELLS["rnn_tanh"], 4, 8, 1, False, 2, False)
 STEP = "recurrent_step_rnn_tanh_infer_n2_h8"
@@ -173,14 +173,6 @@ def test_a_task_whose_default_does_not_run_is_not_searched(tmp_path, monkeypatch
     (task, best_us, trials), = results
     assert best_us is None and trials == 0
     assert any(task.kernel.name in line and "not searched" in line for line in lines), lines
-
-
-def _cpu_has(flag: str) -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return flag in f.read().split()
-    except OSError:
-        return False
 
 
 @pytest.mark.skipif(not _cpu_has("amx_bf16"), reason="needs a CPU with AMX-BF16")
