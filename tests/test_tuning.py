@@ -634,22 +634,38 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     assert any(f == "matmul_tf32" and str(name).startswith("recurrent_step") for f, name in families)  # the TF32 step
 
 
-@pytest.mark.parametrize("operands", ["tf32", "float16"])
-def test_a_tf32_record_loads_in_a_fresh_process(tmp_path, operands):
-    """A record of a tensor-core kernel names tvmrnn's tensor intrinsics (TF32's, or the half
-    operands' ``ldmatrix`` and ``mma``), which TVM knows only once registered: a process that
-    reads it before scheduling any such kernel (a build taking its record, a resumed tuning run,
-    ``--distill``) registers them first."""
+# (a kernel, as the fresh process makes it too; its target; what its record's trace names)
+_INTRINSIC_KERNELS = {
+    "tf32": ("kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4), 'tf32')", "nvidia/nvidia-h100", "tvmrnn_tf32_"),
+    "float16": ("kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4), 'float16')", "nvidia/nvidia-h100",
+                "tvmrnn_float16_"),
+    # bf16 CPU kernels: the word-pair dot product (one row a step), and AMX's (many rows)
+    "bf16 pairs": ("kernels.recurrent_step(get_cell('lstm'), 1, 32, False, panel=16, bf16=True)",
+                   {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}, "tvmrnn_dot_pair_words_packed_bf16"),
+    "bf16 amx": ("kernels.input_projection(4, 20, 64, 96, 4, panel=16, bf16=True)",
+                 {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}, "tvmrnn_amx_"),
+}
+
+
+@pytest.mark.parametrize("operands", list(_INTRINSIC_KERNELS))
+def test_a_tensor_intrinsic_record_loads_in_a_fresh_process(tmp_path, operands):
+    """A record of a kernel scheduled with one of tvmrnn's tensor intrinsics (TF32's, the half
+    operands' ``ldmatrix`` and ``mma``, the bf16 word-pair dot product, an AMX microkernel) names
+    it, and TVM knows it only once registered: a process that reads the record before scheduling
+    any such kernel (a build taking its record, a resumed tuning run, ``--distill``) registers it
+    first. (``import tvmrnn`` registers none: TVMScript's parser takes about 0.5 s a function.)"""
     import json as json_
     from tvm.s_tir import meta_schedule as ms
-    from tvmrnn import kernels
+    from tvmrnn import kernels  # noqa: F401 (the kernels' expressions below)
+    from tvmrnn.cells.definition import get_cell  # noqa: F401
     from tvmrnn.schedules import apply
-    target = tvm.target.Target("nvidia/nvidia-h100")
-    kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4), operands)
+    make, target, name = _INTRINSIC_KERNELS[operands]
+    target = tvm.target.Target(target)
+    kernel = eval(make)
     mod = records.workload(kernel)
     sch = tvm.s_tir.Schedule(mod)
     apply(sch, kernel, target)
-    assert f"tvmrnn_{operands}_" in json_.dumps(records._plain(sch.trace.as_json()))
+    assert name in json_.dumps(records._plain(sch.trace.as_json()))
     record = [records._plain(sch.trace.as_json()), [1e-5], records._plain(target.export()),
               [records._plain(a.as_json()) for a in ms.arg_info.ArgInfo.from_prim_func(mod["main"])]]
     records.record_from_json(record, ms.database.Workload(mod))  # (this process has them registered)
@@ -659,8 +675,9 @@ def test_a_tf32_record_loads_in_a_fresh_process(tmp_path, operands):
         "import json, sys, tvm\n"
         "from tvm.s_tir import meta_schedule as ms\n"
         "from tvmrnn import kernels\n"
+        "from tvmrnn.cells.definition import get_cell\n"
         "from tvmrnn.tune import records\n"
-        f"kernel = kernels.tf32(kernels.input_projection(4, 20, 64, 96, 4), {operands!r})\n"
+        f"kernel = {make}\n"
         "loaded = records.record_from_json(json.load(open(sys.argv[1])), ms.database.Workload(records.workload(kernel)))\n"
         "print('replayed', len(loaded.trace.insts))\n")
     done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True, timeout=300)

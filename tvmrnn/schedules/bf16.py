@@ -300,37 +300,40 @@ def check_target(target) -> None:
         raise ValueError(f"target: bf16 dot products need a CPU with AVX512-BF16 ({FEATURE}); {mcpu!r} has none")
 
 
-@T.prim_func(s_tir=True)
-def _dot_16x2_desc(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((16, 2), "uint16", offset_factor=1),
-                   C: T.Buffer((16,), "float32", offset_factor=1)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:2], B[0:16, 0:2])
-        T.writes(C[0:16])
-        for i in T.serial(0, 16):
-            for k in T.serial(0, 2):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.reinterpret(T.shift_left(T.cast(A[vk], "uint32"), T.uint32(16)), dtype="float32") \
-                        * T.reinterpret(T.shift_left(T.cast(B[vi, vk], "uint32"), T.uint32(16)), dtype="float32")
+def _dot_16x2_intrinsic():
+    """``C[16] += dot2(A[2], B[16, 2])`` in bf16 pairs: its description and implementation
+    (parsed when first registered, :func:`register_from_trace`)."""
+    @T.prim_func(s_tir=True)
+    def desc(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((16, 2), "uint16", offset_factor=1),
+             C: T.Buffer((16,), "float32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:2], B[0:16, 0:2])
+            T.writes(C[0:16])
+            for i in T.serial(0, 16):
+                for k in T.serial(0, 2):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.reinterpret(T.shift_left(T.cast(A[vk], "uint32"), T.uint32(16)), dtype="float32") \
+                            * T.reinterpret(T.shift_left(T.cast(B[vi, vk], "uint32"), T.uint32(16)), dtype="float32")
 
-
-@T.prim_func(s_tir=True)
-def _dot_16x2_impl(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((16, 2), "uint16", offset_factor=1),
-                   C: T.Buffer((16,), "float32", offset_factor=1)) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:2], B[0:16, 0:2])
-        T.writes(C[0:16])
-        with T.attr(0, "pragma_import_llvm", _LLVM_IR):
-            pair = T.reinterpret(A.vload([0], "uint16x2"), dtype="int32")
-            a = T.reinterpret(T.broadcast(pair, 16), dtype="int16x32")
-            b = T.reinterpret(B.vload([0, 0], dtype="uint16x32"), dtype="int16x32")
-            C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
-                                                         C.vload([0], dtype="float32x16"), a, b)
+    @T.prim_func(s_tir=True)
+    def impl(A: T.Buffer((2,), "uint16", offset_factor=1), B: T.Buffer((16, 2), "uint16", offset_factor=1),
+             C: T.Buffer((16,), "float32", offset_factor=1)) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:16], A[0:2], B[0:16, 0:2])
+            T.writes(C[0:16])
+            with T.attr(0, "pragma_import_llvm", _LLVM_IR):
+                pair = T.reinterpret(A.vload([0], "uint16x2"), dtype="int32")
+                a = T.reinterpret(T.broadcast(pair, 16), dtype="int16x32")
+                b = T.reinterpret(B.vload([0, 0], dtype="uint16x32"), dtype="int16x32")
+                C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
+                                                             C.vload([0], dtype="float32x16"), a, b)
+    return desc, impl
 
 
 def register() -> str:
     """Register :data:`DOT_16X2` with TVM (once) and return its name, for ``sch.tensorize``."""
-    return _register(DOT_16X2, lambda: (_dot_16x2_desc, _dot_16x2_impl))
+    return _register(DOT_16X2, _dot_16x2_intrinsic)
 
 
 DOT_PAIR_WORDS_PACKED = "tvmrnn_dot_pair_words_packed_bf16"
@@ -562,8 +565,16 @@ def amx_intrinsic(lead: int, rows: tuple, unit_loop: bool, gates: int, units: in
 
 
 def register_from_trace(trace_json) -> None:
-    """Register the AMX intrinsics a record's trace names (before it is replayed)."""
-    for m in _AMX_NAME.finditer(json.dumps(trace_json) if not isinstance(trace_json, str) else trace_json):
+    """Register the intrinsics a record's trace names (before it is replayed): the word-pair and
+    pair dot products, and the AMX intrinsics (one per shape). Not at import: each TVMScript
+    function takes TVM's parser about 0.5 s (``inspect.stack``), which every ``import tvmrnn``
+    (and each measuring or RPC process) would pay."""
+    text = json.dumps(trace_json) if not isinstance(trace_json, str) else trace_json
+    if DOT_PAIR_WORDS_PACKED in text:
+        register_pair_words_packed()
+    if DOT_16X2 in text:
+        register()
+    for m in _AMX_NAME.finditer(text):
         lead, rows, unit, gates, units, pairs, single = m.groups()
         amx_intrinsic(int(lead), tuple(int(r) for r in rows.split("x")), unit == "1", int(gates), int(units), int(pairs),
                       row_pairs=not single)
@@ -759,8 +770,3 @@ def cpu_gemm_amx(sch, kernel, target, tasks_per_core: int = 2, panel_blocks: int
     init = sch.decompose_reduction(mm, t_in)
     _vectorize(sch, sch.get_loops(init)[-1], vector_lanes(target))
     sch.tensorize(t_in, amx_intrinsic(0, (tr, nr), False, gates, units, pairs))
-
-
-# Registered at import: ``build`` replays tuning records of bf16 kernels, whose traces name these
-# intrinsics, before any default schedule would have registered them.
-register_pair_words_packed()
