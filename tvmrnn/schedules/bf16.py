@@ -379,10 +379,13 @@ def _register(name: str, make) -> str:
     """Register the tensor intrinsic ``name`` (``make()``: its description and implementation)
     with TVM once, and return the name, for ``sch.tensorize``."""
     from tvm.s_tir import TensorIntrin
+
+    from .common import tvmscript_frames_without_source
     try:
         TensorIntrin.get(name)
     except Exception:  # noqa: BLE001 - not registered yet
-        TensorIntrin.register(name, *make())
+        with tvmscript_frames_without_source():
+            TensorIntrin.register(name, *make())
     return name
 
 

@@ -3,7 +3,12 @@ and which GPU GEMM template a kernel takes.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
+import sys
+import threading
+
 import tvm
 import tvm_ffi
 from tvm import s_tir
@@ -312,3 +317,43 @@ def sum_slices_per_output(sch, gemm, consumer) -> None:
     sch.set_scope(gemm, 0, "local")
     for loop in sch.get_loops(gemm)[2:]:
         sch.unroll(loop)
+
+
+class _FramesWithoutSource:
+    """``inspect`` as TVMScript's ``@T.prim_func`` uses it, with ``stack()`` returning the frames
+    without their source lines (see :func:`tvmscript_frames_without_source`)."""
+
+    def __getattr__(self, name):
+        return getattr(inspect, name)
+
+    @staticmethod
+    def stack(context: int = 1):
+        frames, frame = [], sys._getframe(1)
+        while frame is not None:
+            frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name,
+                                            None, None))
+            frame = frame.f_back
+        return frames
+
+
+_SCRIPT_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def tvmscript_frames_without_source():
+    """Parse ``@T.prim_func`` functions (tensor intrinsics) in this block without
+    ``inspect.stack()``'s cost. TVM's decorator calls it for the caller's frames, whose locals it
+    reads (closure variables that ``from __future__ import annotations`` hides); but ``stack()``
+    also finds each frame's source line, searching ``sys.modules`` a frame at a time: 0.5 s a
+    function here, and 0.9 s under a torch import and a test's stack, so registering the 17
+    tensor-core intrinsics took 15 s of a process's first half-precision GPU build. The frames
+    are the same; only their ``code_context`` is left out (TVM reads it to tell a function
+    defined in an ``@I.ir_module`` class, which these are not)."""
+    from tvm.tirx.script.parser import entry
+    with _SCRIPT_LOCK:
+        real = entry.inspect
+        entry.inspect = _FramesWithoutSource()
+        try:
+            yield
+        finally:
+            entry.inspect = real

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 from tvm.script import tirx as T
-from .common import _writes_param
+from .common import _writes_param, tvmscript_frames_without_source
 
 WARP = 32
 SHARED = "shared.dyn"  # the scope of the operand and output tiles
@@ -322,6 +322,12 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    with tvmscript_frames_without_source():
+        _register_all()
+    _registered = True
+
+
+def _register_all() -> None:
     for name, pair in ((LOAD_A, _load_intrin(a_map, a_inverse, A_LOCAL, False)),
                        (LOAD_A_T, _load_intrin(a_map, a_inverse, A_LOCAL, True)),
                        (LOAD_B, _load_intrin(b_map, b_inverse, B_LOCAL, False)),
@@ -334,7 +340,6 @@ def register() -> None:
                                               ("b_t", "b", True)):
             s_tir.TensorIntrin.register(names[key], *_ldmatrix_intrin(dtype, operand, reduction_major), override=True)
         s_tir.TensorIntrin.register(names["mma"], *_mma_intrin(dtype), override=True)
-    _registered = True
 
 
 def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int = 32, pad: int = 4,
