@@ -247,6 +247,55 @@ def test_options_that_leave_the_build_slower_than_no_tuning_are_retracted(tmp_pa
     assert _build(root).config.options.chunk_steps is None
 
 
+def test_a_retraction_that_does_not_help_is_undone(tmp_path, monkeypatch):
+    """A retraction stands only if the build without the options is no slower than with them:
+    here the options are slower against no tuning but faster than the retracted build (the timer
+    turns twice), so they are written back and ``build`` applies them."""
+    root = str(tmp_path / "logs")
+    timer = FakeTimer(slow=lambda rnn: rnn.config.options.chunk_steps != (8, 1), factor=1.3)
+    real_gain, real_with = pass_tuning.tuned_gain, pass_tuning._build_with
+
+    def turned(*args, **kwargs):  # the first comparison with no tuning: the chosen options slow
+        if not hasattr(timer, "turned"):
+            timer.turned, timer.slow = True, lambda rnn: rnn.config.options.chunk_steps == (8, 1)
+        return real_gain(*args, **kwargs)
+
+    def turned_back(*args, **kwargs):  # ... and against the retracted build, they are faster
+        timer.slow = lambda rnn: rnn.config.options.chunk_steps != (8, 1)
+        return real_with(*args, **kwargs)
+    monkeypatch.setattr(pass_tuning, "tuned_gain", turned)
+    monkeypatch.setattr(pass_tuning, "_build_with", turned_back)
+    lines = []
+    pass_tuning.tune_passes([CONFIG], TARGET, root, timer, pairs=3, out=lines.append,
+                            candidates=[("chunk_steps", (8, 1))])
+    assert any("retracted" in line for line in lines) and any("restored" in line for line in lines), lines
+    verdict = PassChecks(os.path.join(root, records.target_key(TARGET))).options_for(config_key(CONFIG))
+    assert verdict["options"] == {"chunk_steps": [8, 1]} and verdict["restored"]
+    assert _build(root).config.options.chunk_steps == (8, 1)
+
+
+def test_records_are_first_checked_in_the_default_options(logs, tmp_path, monkeypatch):
+    """``tune_passes`` checks the records before it tunes the options, in the options that
+    ``tune_options`` measures from (the target's defaults), not in an earlier run's choice."""
+    root, folder = _copy(logs, tmp_path)
+    PassChecks(folder).add_options(config_key(CONFIG), {"chunk_steps": [8, 1]})
+    assert _build(root).config.options.chunk_steps == (8, 1)  # (what build takes now)
+    seen = []
+    timer = FakeTimer(slow=lambda rnn: seen.append(rnn.config.options.chunk_steps) or False)
+
+    class Stop(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Stop
+    monkeypatch.setattr(pass_tuning, "tune_options", stop)
+    lines = []
+    with pytest.raises(Stop):
+        pass_tuning.tune_passes([CONFIG], TARGET, root, timer, pairs=3, out=lines.append)
+    assert any("with it -> on its default" in line for line in lines), lines  # a record was checked
+    assert seen and set(seen) == {None}, set(seen)
+
+
 def test_the_real_pass_timer_compares_two_builds():
     a = tvmrnn.build("rnn_tanh", 4, 8, batch_size=2, target=TARGET, tuning_logs=False, cache=False)
     b = tvmrnn.build("rnn_tanh", 4, 8, batch_size=2, target=TARGET, tuning_logs=False, cache=False,

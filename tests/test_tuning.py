@@ -178,7 +178,8 @@ def test_a_task_whose_default_does_not_run_is_not_searched(tmp_path, monkeypatch
 @pytest.mark.skipif(not _cpu_has("amx_bf16"), reason="needs a CPU with AMX-BF16")
 def test_the_tuner_measures_amx_kernels(tmp_path):
     """The tuner's measuring process asks for AMX as ``build``'s callers do: a bf16 projection's
-    AMX default is measured (not "failed to run"), and the search's best is no slower."""
+    AMX default is measured (not "failed to run"), and every logged candidate calling the AMX
+    microkernel ran (without the request each died at its first tile instruction, v53)."""
     from tvmrnn.schedules import bf16
     target = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": os.cpu_count() or 1})
     config = Config(CELLS["lstm"], 32, 32, 1, False, 20, False, tvmrnn.BuildOptions(dtype="bfloat16"))
@@ -189,8 +190,11 @@ def test_the_tuner_measures_amx_kernels(tmp_path):
         tvm.s_tir.Schedule(tvm.s_tir.renew_defs(task.kernel.func)), task.kernel, target)
     default = [line for line in lines if "default schedule" in line]
     assert default and "failed" not in default[0], lines
-    default_us = float(default[0].split("default schedule ")[1].split()[0])
-    assert trials >= 1 and best_us <= default_us + 0.05
+    assert trials >= 1 and best_us is not None
+    logged = records.load_records(os.path.join(tmp_path, records.target_key(target))).get_all_tuning_records()
+    amx = [r for r in logged if "tvmrnn_amx_" in str(r.trace)]
+    assert amx and all(r.run_secs is not None and max(float(t) for t in r.run_secs) < 1 for r in amx), \
+        [(str(r.trace)[:80], r.run_secs) for r in amx]
 
 
 def test_untuned_build_says_so_once(tmp_path):

@@ -40,7 +40,7 @@ import warnings
 import tvm
 
 from ..device import SMALL_STEP_BATCH, multiprocessors
-from ..options import TUNED_FIELDS, left_to_target
+from ..options import TUNED_FIELDS, BuildOptions, left_to_target
 from ..program.passes import loop_block_caps, stack_directions
 from ..schedules.common import is_gpu
 from ..tune import records
@@ -215,9 +215,10 @@ def _mirror(folder: str, vetoes=(), options: bool = False, defaults_for=None):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _mirrored_build(config, target, folder, vetoes=()):
-    """``config`` built as ``build`` would from ``folder`` (its verdicts too), plus ``vetoes``."""
-    with _mirror(folder, vetoes, options=True) as root:
+def _mirrored_build(config, target, folder, vetoes=(), default_options: bool = False):
+    """``config`` built as ``build`` would from ``folder`` (its verdicts too), plus ``vetoes``;
+    with ``default_options``, in the target's default options (no options verdict applied)."""
+    with _mirror(folder, vetoes, options=not default_options, defaults_for=config if default_options else None) as root:
         return _build(config, target, root)
 
 
@@ -370,12 +371,17 @@ def check_records(config, target, tuning_logs=None, timer=None, pairs: int = 15,
     return _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_per_kernel, processes)[0]
 
 
-def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_per_kernel=3, processes=None):
-    """:func:`check_records`, returning also the last build: the one ``build`` now makes."""
+def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_per_kernel=3, processes=None,
+                   default_options: bool = False):
+    """:func:`check_records`, returning also the last build: the one ``build`` now makes (with
+    ``default_options``: in the target's default options, whatever options verdict there is)."""
     timer = timer or PassTimer()
     folder = log_folder(tuning_logs, target)
     written = []
-    base = _mirrored_build(config, target, folder)
+
+    def mirrored(vetoes=()):
+        return _mirrored_build(config, target, folder, vetoes, default_options)
+    base = mirrored()
     # the kernels of the options the build took (a tuned chunk size names other GEMMs)
     known = {t.kernel.name: t.kernel for t in extract_tasks([base.config], target=target)}
 
@@ -397,7 +403,8 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
             if found and all(found[0] != key for key, _, _ in first.values()):
                 first[name] = found
         # each kernel's build on its default, over a mirror that lives through the checks
-        roots = {name: stack.enter_context(_mirror(folder, vetoes=[(key, None)], options=True))
+        roots = {name: stack.enter_context(_mirror(folder, vetoes=[(key, None)], options=not default_options,
+                                                   defaults_for=config if default_options else None))
                  for name, (key, _, _) in first.items()}
         processes = build_processes() if processes is None else processes
         if processes > 1 and len(roots) > 1 and CELLS.get(config.cell.name) is config.cell and runnable_here(target):
@@ -413,7 +420,7 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
                     if attempt == 0:
                         without = _build(config, target, roots[name], cache=True)  # the kernel on its default
                     else:
-                        without = _mirrored_build(config, target, folder, vetoes=[(key, None)])
+                        without = mirrored(vetoes=[(key, None)])
                 except Exception as err:  # noqa: BLE001 - said, and the next kernel checked
                     out(f"  {name}: the build with it on its default failed ({type(err).__name__}: "
                         f"{str(err)[:120]}); not checked")
@@ -438,15 +445,16 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
                     out(f"  {name}: {max_per_kernel} records in a row vetoed; its {len(rest)} other logged records "
                         "vetoed with them")
                 _forget(timer, base)
-                base = _mirrored_build(config, target, folder)  # with the veto: the kernel's next record
+                base = mirrored()  # with the veto: the kernel's next record
     _forget(timer, base)
     return written, base
 
 
 def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, kernels=None,
                 out=print, candidates=None) -> list[Comparison]:
-    """For each configuration, :func:`check_records` (in the options it builds with now), so that
-    the options are measured on a build whose records hold in the pass; :func:`tune_options` (over
+    """For each configuration, :func:`check_records` in the target's default options (those
+    :func:`tune_options` measures from, whatever an earlier run chose), so that the options are
+    measured on a build whose records hold in the pass; :func:`tune_options` (over
     ``candidates``, default :func:`option_candidates`); :func:`check_records` again (the records
     of kernels the options chosen bring); then what it all comes to: the build ``build`` now makes
     against one with no record and the target's defaults (:func:`tuned_gain`). Where that build is
@@ -459,7 +467,7 @@ def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, 
     gains = []
     for config in configs:
         out(f"whole passes of {describe(config)} on {records.target_key(target)}:")
-        _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
+        _check_records(config, target, tuning_logs, timer, pairs, kernels, out, default_options=True)
         verdict = tune_options(config, target, tuning_logs, timer, pairs, candidates=candidates, out=out)
         _, built = _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
         gain = tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built)
@@ -473,7 +481,9 @@ def tune_passes(configs, target, tuning_logs=None, timer=None, pairs: int = 15, 
 def _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, gain, taken) -> Comparison:
     """:func:`tune_passes`'s answer to a build slower than no records and default options: the
     options verdict ``taken`` that :func:`tune_options` wrote in this run (None where the
-    configuration sets the options itself) is retracted."""
+    configuration sets the options itself) is retracted and the records checked again; then the
+    build with the options is timed against it once more, and where the options are faster after
+    all (the records were what slowed it), they are written back (``restored``)."""
     folder = log_folder(tuning_logs, target)
     key = config_key(config)
     if taken and taken.get("options"):
@@ -483,12 +493,33 @@ def _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, ga
         out(f"  options {taken['options']} retracted: the build with them is slower; records checked again "
             "in the default options")
         _, built = _check_records(config, target, tuning_logs, timer, pairs, kernels, out)
+        # the retraction stands only if it helped: the same records with the options again
+        restored = _build_with(config, target, folder, taken["options"])
+        back = compare(built, restored, timer, pairs)
+        _forget(timer, restored)
+        if back.verdict == "faster":
+            PassChecks(folder).add_options(key, taken["options"], describe=describe(config), restored=True,
+                                           reason=f"with the records as checked again, the options took "
+                                                  f"{back.ratio:.3f}x the passes' time without them",
+                                           length=getattr(timer, "T", None))
+            out(f"  options {taken['options']} restored: without them -> with them: {back.line()}")
+            _forget(timer, built)
+            built = None
         gain = tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built)
         out(f"{describe(config)}, no records and default options -> as built now: {gain.line()}")
     if gain.verdict == "slower":
         out(f"WARNING: {describe(config)} still builds slower than with no records and default options: "
             "`tvmrnn-tune --list` shows the records it takes; TVMRNN_TUNING_LOGS=off builds without them")
     return gain
+
+
+def _build_with(config, target, folder, options: dict):
+    """``config`` built from ``folder``'s records and record verdicts in ``options`` (an options
+    verdict's fields) over its own, whatever options verdict the folder holds."""
+    chosen = BuildOptions.from_dict({k: v for k, v in options.items() if k in TUNED_FIELDS})
+    with _mirror(folder, defaults_for=config) as root:
+        return _build(config, target, root, dataclasses.replace(config.options, **{k: getattr(chosen, k)
+                                                                                 for k in options if k in TUNED_FIELDS}))
 
 
 def tuned_gain(config, target, tuning_logs=None, timer=None, pairs: int = 15, tuned=None) -> Comparison:

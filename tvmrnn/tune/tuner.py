@@ -13,7 +13,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.ir.utils import derived_object
 from . import spaces
 from ..options import BuildOptions, use_cpu_threads
-from ..schedules import apply as default_schedule_apply
+from ..schedules import apply as default_schedule_apply, bf16
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..schedules.variants import variants as default_variants
@@ -306,7 +306,9 @@ def default_runner(target, rpc_tracker: str | None = None, rpc_key: str | None =
         runner = ms.runner.RPCRunner(config, evaluator_config=evaluator, max_workers=devices)
         runner.devices, runner.rpc = devices, (rpc_tracker, rpc_key)
         return runner
-    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=evaluator, initializer=allow_amx)
+    # (only where the target has AMX: the initializer imports tvmrnn into every measuring process)
+    return ms.runner.LocalRunner(timeout_sec=60, evaluator_config=evaluator,
+                                 initializer=allow_amx if bf16.supports_amx(target) else None)
 
 
 @derived_object
