@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import sys
@@ -113,9 +114,58 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
 
 
+def pytest_addoption(parser):
+    parser.addoption("--full-grid", action="store_true", default=False,
+                     help="tvmrnn: every configuration of the configuration grids (tests marked slow); by default "
+                          "a covering subset, every pair of settings at least once (conftest.grid)")
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # (stable: the rest keep their order)
+    if not config.getoption("--full-grid"):
+        skip = pytest.mark.skip(reason="beyond the pairwise grid: --full-grid runs it")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip)
+
+
+def covering_rows(axes: dict) -> list[tuple]:
+    """Rows of the product of ``axes`` (name -> values) that hold every pair of values of any two
+    axes at least once: greedy, deterministic, each next row the one covering most pairs not yet
+    covered (for 4 cells x 2 x 2 x 2 settings, 8 rows of 32). A configuration bug that needs two
+    settings together shows up in such a subset (the pairwise testing of combinatorial designs);
+    one that needs three may not, which ``--full-grid`` and tests/fuzz.py's random draws are for."""
+    names = list(axes)
+    rows = list(itertools.product(*(axes[n] for n in names)))
+
+    def pairs(row):
+        return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
+    left = set().union(*(pairs(r) for r in rows)) if len(names) > 1 else set()
+    chosen = [] if left else rows[:1]
+    while left:
+        best = max(rows, key=lambda r: len(pairs(r) & left))
+        chosen.append(best)
+        left -= pairs(best)
+    return sorted(chosen, key=rows.index)
+
+
+def grid(axes: dict, ids: dict | None = None, every: dict | None = None):
+    """``pytest.mark.parametrize`` arguments for the product of ``axes`` (name -> values) times
+    the product of ``every`` (values always all run, such as lengths a build serves): the rows of
+    :func:`covering_rows` as they are, the others marked slow (run by ``--full-grid``). ``ids``:
+    name -> a function of a value, for the test ids."""
+    every = every or {}
+    names = [*axes, *every]
+    covered = set(covering_rows(axes))
+    ids = ids or {}
+    params = []
+    for row in itertools.product(*axes.values()):
+        for more in itertools.product(*every.values()):
+            values = (*row, *more)
+            label = "-".join(str(ids.get(n, lambda v: v)(v)) for n, v in zip(names, values))
+            params.append(pytest.param(*values, id=label, marks=() if row in covered else pytest.mark.slow))
+    return ",".join(names), params
 
 
 # Tests use default schedules unless they say otherwise: the committed logs are for other machines.

@@ -26,7 +26,7 @@ from tvmrnn.runtime import loader, package
 from tvmrnn.tune import tasks, tuner
 from tvmrnn.cells.autodiff import derive
 from tvmrnn.program.passes import Config
-from conftest import H, I, N, built, rel_error, torch_module
+from conftest import H, I, N, built, grid, rel_error, torch_module
 from test_autodiff import evaluate
 
 TOL = 1e-4
@@ -86,11 +86,11 @@ def _check(name, num_layers, bidirectional, T, rng, batch_first=False, with_stat
 
 
 # ---- correctness against the PyTorch references -------------------------------------------------
-@pytest.mark.parametrize("T", [1, 7])
-@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bidir"])
-@pytest.mark.parametrize("num_layers", [1, 2])
-@pytest.mark.parametrize("name", EXAMPLES)
+@pytest.mark.parametrize(*grid({"name": list(EXAMPLES), "num_layers": [1, 2], "bidirectional": [False, True]},
+                              every={"T": [1, 7]}, ids={"bidirectional": lambda b: "bidir" if b else "uni"}))
 def test_matches_pytorch_reference(name, num_layers, bidirectional, T, rng):
+    """Every example cell, 1 and 2 layers, 1 and 2 directions: each pair of settings in the
+    default run (two builds a cell, :func:`conftest.grid`), all with ``--full-grid``."""
     _check(name, num_layers, bidirectional, T, rng)
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tvmrnn
-from conftest import H, I, N, built, rel_error, torch_module
+from conftest import H, I, N, built, grid, rel_error, torch_module
 
 CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 TOL = 1e-4
@@ -77,20 +77,22 @@ def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=Tru
         assert rel_error(grads[name], e) < tol, name
 
 
-@pytest.mark.parametrize("T", [1, 7, 50])
-@pytest.mark.parametrize("batch_first", [False, True], ids=["seq_first", "batch_first"])
-@pytest.mark.parametrize("bidirectional", [False, True], ids=["uni", "bidir"])
-@pytest.mark.parametrize("num_layers", [1, 2])
-@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize(*grid({"cell": CELLS, "num_layers": [1, 2], "bidirectional": [False, True],
+                               "batch_first": [False, True]}, every={"T": [1, 7, 50]},
+                              ids={"bidirectional": lambda b: "bidir" if b else "uni",
+                                   "batch_first": lambda b: "batch_first" if b else "seq_first"}))
 def test_matches_torch(cell, num_layers, bidirectional, batch_first, T, rng):
+    """Every cell, layer count, direction count and layout: each pair of settings in the default
+    run (8 builds of 32, :func:`conftest.grid`), all with ``--full-grid``; T = 1, 7 and 50 a build."""
     _check(cell, num_layers, bidirectional, batch_first, T, rng)
 
 
 @pytest.mark.parametrize("cell,bidirectional,batch_first", [
-    ("lstm", True, False), ("gru", True, True), ("rnn_tanh", False, False), ("rnn_relu", True, False)])
+    ("lstm", True, False), ("gru", True, True), pytest.param("rnn_tanh", False, False, marks=pytest.mark.slow),
+    pytest.param("rnn_relu", True, False, marks=pytest.mark.slow)])
 def test_three_layers_match_torch(cell, bidirectional, batch_first, rng):
-    """A middle layer (inputs from a layer, outputs to one): one case a cell (a 3-layer build takes
-    15-35 s on 2 cores; tests/fuzz.py draws more stacks)."""
+    """A middle layer (inputs from a layer, outputs to one): one case a cell, the Elman ones with
+    ``--full-grid`` (a 3-layer build takes 15-35 s on 2 cores; tests/fuzz.py draws more stacks)."""
     for T in (1, 50):
         _check(cell, 3, bidirectional, batch_first, T, rng)
 
@@ -118,7 +120,8 @@ def _same_bits(results: list, what=None) -> None:
         assert (a is None and b is None) or np.array_equal(a, b), what
 
 
-@pytest.mark.parametrize("cell", CELLS + ["peephole_lstm"])
+@pytest.mark.parametrize("cell", ["lstm", "gru", *(pytest.param(c, marks=pytest.mark.slow)
+                                                   for c in ("rnn_tanh", "rnn_relu", "peephole_lstm"))])
 def test_stacked_directions_match_one_after_the_other(cell, rng):
     """Both directions in one launch per step (the default) compute what a time loop per direction
     does, bit for bit: same kernels but for the leading direction axis, same reduction order. At
