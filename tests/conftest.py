@@ -139,10 +139,12 @@ def covering_rows(axes: dict) -> list[tuple]:
     names = list(axes)
     rows = list(itertools.product(*(axes[n] for n in names)))
 
-    def pairs(row):
+    def pairs(row):  # (a single axis: each value, all of them)
+        if len(row) == 1:
+            return {row}
         return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
-    left = set().union(*(pairs(r) for r in rows)) if len(names) > 1 else set()
-    chosen = [] if left else rows[:1]
+    left = set().union(*(pairs(r) for r in rows))
+    chosen = []
     while left:
         best = max(rows, key=lambda r: len(pairs(r) & left))
         chosen.append(best)

@@ -87,6 +87,27 @@ def test_matches_torch(cell, num_layers, bidirectional, batch_first, T, rng):
     _check(cell, num_layers, bidirectional, batch_first, T, rng)
 
 
+def test_the_default_grid_holds_every_pair_of_settings():
+    """:func:`conftest.covering_rows`, which chooses the default run's configurations: every
+    pair of values of any two axes in some row, each value of a single axis, and fewer rows than
+    the product where pairs allow it."""
+    import itertools
+
+    from conftest import covering_rows
+    for axes in ({"cell": CELLS, "layers": [1, 2], "bidirectional": [False, True], "batch_first": [False, True]},
+                 {"name": list("abcdefg"), "layers": [1, 2], "bidirectional": [False, True]},
+                 {"x": [1, 2, 3], "y": [1, 2, 3], "z": [1, 2, 3]}, {"only": [1, 2, 3]}):
+        rows = covering_rows(axes)
+        values = list(axes.values())
+        assert set(rows) <= set(itertools.product(*values)) and len(set(rows)) == len(rows)
+        for i, j in itertools.combinations(range(len(values)), 2):
+            assert {(r[i], r[j]) for r in rows} == set(itertools.product(values[i], values[j])), (axes, i, j)
+        assert all({r[i] for r in rows} == set(v) for i, v in enumerate(values))
+    assert len(covering_rows({"cell": CELLS, "layers": [1, 2], "bidirectional": [False, True],
+                              "batch_first": [False, True]})) == 8  # of 32
+    assert len(covering_rows({"x": [1, 2, 3], "y": [1, 2, 3], "z": [1, 2, 3]})) < 27
+
+
 @pytest.mark.parametrize("cell,bidirectional,batch_first", [
     ("lstm", True, False), ("gru", True, True), pytest.param("rnn_tanh", False, False, marks=pytest.mark.slow),
     pytest.param("rnn_relu", True, False, marks=pytest.mark.slow)])
