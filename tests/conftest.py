@@ -130,6 +130,11 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+def slow(*values):
+    """A ``pytest.mark.parametrize`` case marked slow: run by ``--full-grid`` only."""
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
 def covering_rows(axes: dict) -> list[tuple]:
     """Rows of the product of ``axes`` (name -> values) that hold every pair of values of any two
     axes at least once: greedy, deterministic, each next row the one covering most pairs not yet

@@ -10,6 +10,7 @@ import pytest
 
 import tvmrnn
 from tvmrnn import BuildOptions
+from conftest import slow
 
 SIZES = dict(input_size=64, hidden_size=64, num_layers=2, bidirectional=True, batch_size=4)
 
@@ -28,7 +29,7 @@ def test_avx512_code_uses_zmm_registers(cell):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-@pytest.mark.parametrize("cell", ["lstm", pytest.param("gru", marks=pytest.mark.slow), pytest.param("rnn_relu", marks=pytest.mark.slow)])  # (the others: --full-grid)
+@pytest.mark.parametrize("cell", ["lstm", slow("gru"), slow("rnn_relu")])
 def test_cuda_sm90_compiles(cell):
     rnn = tvmrnn.build(cell, **SIZES, target={"kind": "cuda", "arch": "sm_90"})
     device_modules = rnn.executable.mod.imports
@@ -160,7 +161,7 @@ def test_cuda_default_schedules(sizes):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-@pytest.mark.parametrize("cell", ["lstm", pytest.param("rnn_tanh", marks=pytest.mark.slow)])  # 4 gates and 1 (the GRU's 3 took 22 s more)
+@pytest.mark.parametrize("cell", ["lstm", slow("rnn_tanh")])  # 4 gates and 1 (the GRU's 3 took 22 s more)
 def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
     """Every shape that tuning seeds a per-step GEMM with compiles for sm_90, is a distinct
     schedule, and keeps its static shared memory within the 48 KB a block may have."""

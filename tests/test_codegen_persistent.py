@@ -12,6 +12,7 @@ import tvmrnn
 from test_codegen import _kernel_definitions, _launch_flags, _ptxas
 from tvmrnn import BuildOptions
 from tvmrnn.device import multiprocessors
+from conftest import slow
 
 H100 = "nvidia/nvidia-h100"
 
@@ -290,7 +291,7 @@ def test_launch_flags_keep_dynamic_shared_memory_last():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-@pytest.mark.parametrize("cell", ["lstm", pytest.param("gru", marks=pytest.mark.slow), pytest.param("rnn_relu", marks=pytest.mark.slow)])  # (the others: --full-grid)
+@pytest.mark.parametrize("cell", ["lstm", slow("gru"), slow("rnn_relu")])
 def test_cuda_persistent_forward_by_default_launched_cooperatively(cell, tmp_path):
     """By default (``persistent="auto"``; PDL ``wait``) both forwards' time loops (inference and
     training) are persistent where the step's weights fit in the SMs' shared memory, the backward's

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tvmrnn
-from conftest import H, I, N, built, grid, rel_error, torch_module
+from conftest import H, I, N, built, grid, rel_error, slow, torch_module
 
 CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 TOL = 1e-4
@@ -109,8 +109,7 @@ def test_the_default_grid_holds_every_pair_of_settings():
 
 
 @pytest.mark.parametrize("cell,bidirectional,batch_first", [
-    ("lstm", True, False), ("gru", True, True), pytest.param("rnn_tanh", False, False, marks=pytest.mark.slow),
-    pytest.param("rnn_relu", True, False, marks=pytest.mark.slow)])
+    ("lstm", True, False), ("gru", True, True), slow("rnn_tanh", False, False), slow("rnn_relu", True, False)])
 def test_three_layers_match_torch(cell, bidirectional, batch_first, rng):
     """A middle layer (inputs from a layer, outputs to one): one case a cell, the Elman ones with
     ``--full-grid`` (a 3-layer build takes 15-35 s on 2 cores; tests/fuzz.py draws more stacks)."""
@@ -146,8 +145,7 @@ def _same_bits(results: list, what=None) -> None:
         assert (a is None and b is None) or np.array_equal(a, b), what
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru", *(pytest.param(c, marks=pytest.mark.slow)
-                                                   for c in ("rnn_tanh", "rnn_relu", "peephole_lstm"))])
+@pytest.mark.parametrize("cell", ["lstm", "gru", slow("rnn_tanh"), slow("rnn_relu"), slow("peephole_lstm")])
 def test_stacked_directions_match_one_after_the_other(cell, rng):
     """Both directions in one launch per step (the default) compute what a time loop per direction
     does, bit for bit: same kernels but for the leading direction axis, same reduction order. At

@@ -40,7 +40,7 @@ import warnings
 import tvm
 
 from ..device import SMALL_STEP_BATCH, multiprocessors
-from ..options import TUNED_FIELDS, BuildOptions, left_to_target
+from ..options import left_to_target
 from ..program.passes import loop_block_caps, stack_directions
 from ..schedules.common import is_gpu
 from ..tune import records
@@ -215,10 +215,9 @@ def _mirror(folder: str, vetoes=(), options: bool = False, defaults_for=None):
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _mirrored_build(config, target, folder, vetoes=(), default_options: bool = False):
-    """``config`` built as ``build`` would from ``folder`` (its verdicts too), plus ``vetoes``;
-    with ``default_options``, in the target's default options (no options verdict applied)."""
-    with _mirror(folder, vetoes, options=not default_options, defaults_for=config if default_options else None) as root:
+def _mirrored_build(config, target, folder, vetoes=()):
+    """``config`` built as ``build`` would from ``folder`` (its verdicts too), plus ``vetoes``."""
+    with _mirror(folder, vetoes, options=True) as root:
         return _build(config, target, root)
 
 
@@ -379,8 +378,12 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
     folder = log_folder(tuning_logs, target)
     written = []
 
+    def mirror(vetoes=()):  # the folder's logs and verdicts (not its options, with default_options)
+        return _mirror(folder, vetoes, options=not default_options, defaults_for=config if default_options else None)
+
     def mirrored(vetoes=()):
-        return _mirrored_build(config, target, folder, vetoes, default_options)
+        with mirror(vetoes) as root:
+            return _build(config, target, root)
     base = mirrored()
     # the kernels of the options the build took (a tuned chunk size names other GEMMs)
     known = {t.kernel.name: t.kernel for t in extract_tasks([base.config], target=target)}
@@ -403,9 +406,7 @@ def _check_records(config, target, tuning_logs, timer, pairs, kernels, out, max_
             if found and all(found[0] != key for key, _, _ in first.values()):
                 first[name] = found
         # each kernel's build on its default, over a mirror that lives through the checks
-        roots = {name: stack.enter_context(_mirror(folder, vetoes=[(key, None)], options=not default_options,
-                                                   defaults_for=config if default_options else None))
-                 for name, (key, _, _) in first.items()}
+        roots = {name: stack.enter_context(mirror([(key, None)])) for name, (key, _, _) in first.items()}
         processes = build_processes() if processes is None else processes
         if processes > 1 and len(roots) > 1 and CELLS.get(config.cell.name) is config.cell and runnable_here(target):
             _prebuild(config, target, [(root, config.options) for root in roots.values()], processes, cache, out)
@@ -496,15 +497,14 @@ def _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, ga
         # the retraction stands only if it helped: the same records with the options again
         restored = _build_with(config, target, folder, taken["options"])
         back = compare(built, restored, timer, pairs)
-        _forget(timer, restored)
         if back.verdict == "faster":
             PassChecks(folder).add_options(key, taken["options"], describe=describe(config), restored=True,
                                            reason=f"with the records as checked again, the options took "
                                                   f"{back.ratio:.3f}x the passes' time without them",
                                            length=getattr(timer, "T", None))
             out(f"  options {taken['options']} restored: without them -> with them: {back.line()}")
-            _forget(timer, built)
-            built = None
+            built, restored = restored, built  # (the build that build now makes)
+        _forget(timer, restored)
         gain = tuned_gain(config, target, tuning_logs, timer, pairs, tuned=built)
         out(f"{describe(config)}, no records and default options -> as built now: {gain.line()}")
     if gain.verdict == "slower":
@@ -516,10 +516,8 @@ def _retract_options(config, target, tuning_logs, timer, pairs, kernels, out, ga
 def _build_with(config, target, folder, options: dict):
     """``config`` built from ``folder``'s records and record verdicts in ``options`` (an options
     verdict's fields) over its own, whatever options verdict the folder holds."""
-    chosen = BuildOptions.from_dict({k: v for k, v in options.items() if k in TUNED_FIELDS})
     with _mirror(folder, defaults_for=config) as root:
-        return _build(config, target, root, dataclasses.replace(config.options, **{k: getattr(chosen, k)
-                                                                                 for k in options if k in TUNED_FIELDS}))
+        return _build(config, target, root, records.with_tuned_fields(config.options, options))
 
 
 def tuned_gain(config, target, tuning_logs=None, timer=None, pairs: int = 15, tuned=None) -> Comparison:

@@ -366,11 +366,17 @@ def tuned_options(config, target, tuning_logs, options):
         where = path
     if not verdict or not verdict.get("options"):
         return options
-    fields = {k: v for k, v in verdict["options"].items() if k in TUNED_FIELDS}
     try:
-        chosen = BuildOptions.from_dict(fields)
+        return with_tuned_fields(options, verdict["options"])
     except (TypeError, ValueError) as err:
         raise TuningLogError(f"{where}: options of {verdict.get('describe')}: {err}") from None
+
+
+def with_tuned_fields(options, fields: dict):
+    """``options`` with the pass-level fields of an options verdict (``fields``: JSON values, as
+    ``pass_checks.json`` holds them) in place of its own; the verdict's other keys are ignored."""
+    fields = {k: v for k, v in fields.items() if k in TUNED_FIELDS}
+    chosen = BuildOptions.from_dict(fields)
     return dataclasses.replace(options, **{k: getattr(chosen, k) for k in fields})
 
 
