@@ -459,15 +459,22 @@ def test_capped_persistent_blocks_match_torch_on_cuda(cell, hidden, bidirectiona
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,rows", [
     ("lstm", 128, 184, 2, False, None), ("gru", 130, 216, 1, True, None), ("rnn_tanh", 131, 360, 1, False, None),
     ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129),
-    ("lstm", 160, 384, 1, False, None)])  # (its backward's weights and rows do not fit a block: one launch a step)
+    ("lstm", 160, 384, 1, False, None), ("lstm", 131, 390, 1, True, 130)])
 def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rows, rng):
     """Batches from 128 rows take row tiles (their blocks split the rows and the units, the epilogue
     on each thread's registers), in persistent time loops for every pass (each block's weights in
     shared memory): odd and prime row counts, odd unit counts, both directions in one launch,
-    fewer rows than the build's."""
+    fewer rows than the build's. The LSTM's backward steps at H = 384 and 390 (a 4H-long
+    reduction) stage their rows a chunk of the reduction at a time beside the weights
+    (``row_tiles.PersistentTile.row_chunk``): 131 rows padded to the block's, 1,560 columns in
+    chunks of 156."""
     for T in (1, 7):
         _check(cell, num_layers, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
                input_size=hidden, batch=batch, rows=rows, tol=1e-4)
+    if cell == "lstm" and hidden >= 384:  # the chunked rows'
+        rnn = built(cell, num_layers, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
+                    target="cuda")
+        assert all(rnn.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
 
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional", [

@@ -4,6 +4,7 @@ a tile of rows x units, with the epilogue on each thread's register tile (:func:
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from ..kernels import Kernel
 
@@ -14,6 +15,15 @@ from .split_k import _copy_by_threads
 # The annotation of a persistent step's block loop whose blocks each own all of a problem's units
 # for their rows: no block reads what another wrote, so its time loop needs no grid barrier.
 INDEPENDENT_BLOCKS = "tvmrnn.independent_blocks"
+
+
+# A persistent row tile whose block's rows of the step's input (``4 * reduction`` bytes a row) do
+# not fit beside its weights stages them this many columns of the reduction at a time (the row
+# tiles' ``k_tile``): an LSTM's backward step at H = 384 (a 1,536-long reduction) keeps its
+# weights on chip so (:func:`persistent_row_tiles`).
+ROW_CHUNK = 16
+# ... and as many more (doubling) as fit, up to this many bytes (static shared memory: 48 KB at most)
+MAX_ROW_CHUNK_BYTES = 32 * 1024
 
 
 def independent_blocks(loop) -> bool:
@@ -56,8 +66,8 @@ def _near_divisor(n: int, at_most: int) -> int:
 
 def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int, max_blocks: int,
                          budget: int, thread_rows: int | None = None, thread_units: int | None = None,
-                         row_threads: int | None = None, unit_threads: int | None = None
-                         ) -> tuple[int, int, int, int] | None:
+                         row_threads: int | None = None, unit_threads: int | None = None,
+                         row_chunk: int = ROW_CHUNK) -> PersistentTile | None:
     """The tile of a persistent :func:`gpu_row_tiles` step: ``(thread_rows, thread_units,
     row_threads, unit_threads)`` with at most ``max_blocks`` blocks (all resident), each block's
     units' weights (``units x inner x reduction`` floats a block) and its rows of the hidden state
@@ -83,12 +93,35 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     It is taken wherever it fits, even where it reads more shared memory a step than a tile with
     a grid barrier (the barrier cost more, notes/performance.md v42)."""
     given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
-    found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 256, given)
-    # (a prime row count may leave no tile of at most 256 threads within the blocks)
-    return found or _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, 1024, given)
+    for chunk in (0, row_chunk):  # the rows staged whole, else a chunk of the reduction at a time
+        for most_threads in (256, 1024):  # (a prime row count may leave no tile of at most 256 threads)
+            found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads,
+                                     given, chunk)
+            if found and not chunk:
+                return PersistentTile(*found)
+            if found:  # the largest chunk that fits (each chunk's copy waits on L2 before its columns run)
+                tr, tu, rt, ut = found
+                weights = 4 * reduction * min(ut * tu, units) * inner
+                while (2 * chunk <= reduction and weights + 8 * chunk * rt * tr <= budget
+                       and 8 * chunk * rt * tr <= MAX_ROW_CHUNK_BYTES):
+                    chunk *= 2
+                return PersistentTile(*found, row_chunk=chunk)
+    return None
 
 
-def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads, given):
+class PersistentTile(NamedTuple):
+    """A persistent row tile (:func:`persistent_row_tiles`): threads' register tile, the block's
+    threads, and how the block's rows of the step's input are staged in shared memory: whole at
+    each step's start (``row_chunk`` 0), else ``row_chunk`` columns of the reduction at a time
+    (static shared memory, beside the weights in dynamic shared memory)."""
+    thread_rows: int
+    thread_units: int
+    row_threads: int
+    unit_threads: int
+    row_chunk: int = 0
+
+
+def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads, given, chunk):
     def candidates(name, values):
         return (given[name],) if given[name] else values
     best, best_score = {}, {}  # by whether the tile's blocks are independent (own all the units)
@@ -108,7 +141,8 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
                         continue
                     row_blocks, unit_blocks = -(-rows // (rt * tr)), -(-units // (ut * tu))
                     blocks = problems * row_blocks * unit_blocks
-                    staged = 4 * reduction * (min(ut * tu, units) * inner + rt * tr)
+                    weights = 4 * reduction * min(ut * tu, units) * inner
+                    staged = weights + 4 * (chunk or reduction) * rt * tr
                     if blocks > max_blocks or staged > budget:
                         continue
                     padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
@@ -168,14 +202,17 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     chosen = None
     if max_blocks and stationary_bytes:  # a persistent kernel: its tile must fit the blocks and shared memory
         chosen = persistent_row_tiles(rows, units, inner, reduction_total, problems, max_blocks, stationary_bytes,
-                                      thread_rows, thread_units, row_threads, unit_threads)
+                                      thread_rows, thread_units, row_threads, unit_threads, row_chunk=k_tile)
     # else (none fits) the kernel's tile of one launch a step, operands staged per reduction tile:
     # a time loop does not run it persistent (too many blocks, or no weights on chip)
     stationary = chosen is not None
     if chosen is None:
         chosen = default_row_tiles(rows, units, inner, problems, sms, thread_rows, thread_units, row_threads,
                                    unit_threads)
-    tr, tu, rt, ut = chosen
+    rows_whole = not stationary or not chosen.row_chunk
+    if not rows_whole:
+        k_tile = chosen.row_chunk
+    tr, tu, rt, ut = chosen[:4]
     threads = rt * ut
 
     # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
@@ -214,13 +251,15 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         sch.unroll(loop)
     for loop in sch.get_loops(init)[2:]:
         sch.unroll(loop)
-    if stationary and _stage_for_the_time_loop(sch, kernel, gemm, block, threads):
+    if stationary and _stage_for_the_time_loop(sch, kernel, gemm, block, threads, rows_whole):
         _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
+        if rows_whole:
+            return
+    elif not stage:
         return
-    if not stage:
-        return
-    # each k tile's operands in shared memory, copied by the whole block: the copies sit under the
-    # thread loop's parent (the block), so every thread takes part
+    # each k tile's operands (or, where the weights stay on chip, the rows') in shared memory,
+    # copied by the whole block: the copies sit under the thread loop's parent (the block), so
+    # every thread takes part
     reads = sch.get(gemm).reads
     for index in reversed(range(len(reads))):
         if reads[index].source.scope() != "global":  # the accumulators
@@ -267,13 +306,14 @@ def _prefetch_epilogue_inputs(sch, kernel: Kernel, consumers, thread) -> None:
             sch.unroll(loop)
 
 
-def _stage_for_the_time_loop(sch, kernel: Kernel, gemm, block, threads: int) -> bool:
+def _stage_for_the_time_loop(sch, kernel: Kernel, gemm, block, threads: int, rows_whole: bool = True) -> bool:
     """A persistent row-tile step's operands in dynamic shared memory, each copied whole at the
     block's top by all its threads: the weights (the time loop hoists their copy: they do not move
-    with the step) and the hidden state's rows (the tile's bytes were checked by
-    :func:`persistent_row_tiles`). False, with nothing changed, where the GEMM does not read
-    exactly those two (weights alone, the rows read from memory, measured no faster than one
-    launch a step: notes/performance.md v34)."""
+    with the step) and, with ``rows_whole``, the hidden state's rows (the tile's bytes were checked
+    by :func:`persistent_row_tiles`; else the caller stages them a reduction tile at a time).
+    False, with nothing changed, where the GEMM does not read exactly those two (weights alone,
+    the rows read by each thread from memory, measured no faster than one launch a step:
+    notes/performance.md v34)."""
     if "w" not in kernel.roles:
         return False
     wbuf = sch.mod["main"].params[kernel.roles.index("w")]
@@ -282,7 +322,7 @@ def _stage_for_the_time_loop(sch, kernel: Kernel, gemm, block, threads: int) -> 
     rows = [i for i, r in enumerate(reads) if i != index and r.source.scope() == "global"]
     if index is None or len(rows) != 1:
         return False
-    for i in sorted([index, rows[0]], reverse=True):  # each copy goes to the block's top
+    for i in sorted([index, rows[0]] if rows_whole else [index], reverse=True):  # each copy to the block's top
         copy = sch.cache_read(gemm, i, "shared.dyn", consumer_blocks=[gemm])
         sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
         _copy_by_threads(sch, copy, threads)
