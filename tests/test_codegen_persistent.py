@@ -462,12 +462,12 @@ def test_row_group_tiles_wherever_the_weights_fit():
 
     for rows, units, inner in ((128, 128, 3), (256, 64, 4), (131, 57, 4), (128, 100, 4), (192, 96, 3)):
         for problems in (1, 2):
-            tr, tu, rt, ut = tile(rows, units, inner, problems)
+            tr, tu, rt, ut, _ = tile(rows, units, inner, problems)
             assert ut * tu >= units and rt * ut <= 1024, (rows, units, inner, problems)  # all the units
             assert problems * -(-rows // (tr * rt)) <= 132
             assert 4 * units * (units * inner + tr * rt) <= budget
     # the LSTM's 256 KB at H=128 fit no block: units split over blocks, with a barrier
-    tr, tu, rt, ut = tile(128, 128, 4)
+    tr, tu, rt, ut, _ = tile(128, 128, 4)
     assert ut * tu < 128
     # an Elman RNN at H=200: its independent tile (256 threads, one row), though it reads 4/3 the
     # shared memory a step of a barrier tile with two rows a thread (0.47 against 0.61 ms on the H200)
@@ -475,3 +475,24 @@ def test_row_group_tiles_wherever_the_weights_fit():
     assert chosen[3] * chosen[1] >= 200
     given = tile(128, 128, 3, thread_rows=2, unit_threads=32)  # a tuning candidate's knobs are kept
     assert given[0] == 2 and given[3] == 32
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_backward_rows_staged_in_chunks_beside_the_weights(tmp_path):
+    """An LSTM's backward step at N = 160, H = 384 (H200 v55): a block's weights (32 units x 1,536
+    columns, 192 KB) and its 16 rows of ``dgh`` whole (96 KB) do not fit 227 KB together, so the
+    rows are staged 512 columns at a time (3 chunks a step, 32 KB of static shared memory) while
+    the weights stay in dynamic shared memory for every step: the backward's time loop is
+    persistent (it was one launch a step: 38.8 against 20.5 us a step), compiled unspilled."""
+    rnn = tvmrnn.build("lstm", input_size=256, hidden_size=384, batch_size=160, target=H100, tuning_logs=False,
+                       cache=False)
+    assert all(rnn.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
+    source = rnn.executable.mod.imports[0].inspect_source()
+    loops = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k and "dgx_ptr" in k]
+    assert len(loops) == 1
+    before, loop = loops[0].split("for (int step = 0; step < ", 1)
+    assert re.search(r"__shared__ alignas\(\d+\) float \w+\[8192\];", before)  # 16 rows x 512 columns
+    assert re.search(r"for \(int \w+ = 0; \w+ < 3; \+\+\w+\) \{\s*__syncthreads\(\);", loop)  # 3 chunks a step
+    assert "w_ptr[" in before and "w_ptr[" not in loop  # the weights' copy hoisted out of the time loop
+    report = _ptxas(source, tmp_path)
+    assert "spill" in report and not re.search(r"[1-9]\d* bytes spill", report)

@@ -91,7 +91,15 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     the one-block loops of small batches, notes/performance.md v39, are the case of one row group).
     A block's threads then span up to 256 units (the next power of two at or above the units).
     It is taken wherever it fits, even where it reads more shared memory a step than a tile with
-    a grid barrier (the barrier cost more, notes/performance.md v42)."""
+    a grid barrier (the barrier cost more, notes/performance.md v42).
+
+    Where no tile fits with its rows whole (an LSTM's backward step, whose reduction is 4H: at
+    H = 384 a block's 32 units of weights take 192 KB and its 16 rows 96 KB), the rows are staged
+    ``row_chunk`` columns of the reduction at a time beside the weights, and the chunk is then
+    doubled while it fits (up to :data:`MAX_ROW_CHUNK_BYTES`): that step took 20.5 us in its
+    persistent loop on the H200 against 38.8 as one launch a step, and 32 KB chunks were 5-6%
+    faster in the pass than 8 or 16 KB (notes/performance.md v55). Returned as
+    :class:`PersistentTile`, its ``row_chunk`` 0 for rows staged whole."""
     given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
     for chunk in (0, row_chunk):  # the rows staged whole, else a chunk of the reduction at a time
         for most_threads in (256, 1024):  # (a prime row count may leave no tile of at most 256 threads)
