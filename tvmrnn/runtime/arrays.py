@@ -98,8 +98,15 @@ def huge_empty(shape, dtype=np.float32) -> np.ndarray:
     return buf[start:start + nbytes].view(dtype).reshape(shape)
 
 
+_TORCH_TYPES: dict = {}  # type -> whether it is a torch tensor type (a call's inputs are checked often)
+
+
 def _is_torch(a) -> bool:
-    return type(a).__module__.startswith("torch") and hasattr(a, "is_contiguous")
+    kind = type(a)
+    found = _TORCH_TYPES.get(kind)
+    if found is None:
+        found = _TORCH_TYPES[kind] = kind.__module__.startswith("torch") and hasattr(kind, "is_contiguous")
+    return found
 
 
 class Frame:
@@ -107,6 +114,7 @@ class Frame:
 
     def __init__(self, kind: str, device):
         self.kind, self.device = kind, device  # kind: "numpy" or "torch"
+        self.device_kind = "cpu" if kind == "numpy" else device.type
 
     @staticmethod
     def of(name: str, a) -> "Frame":
@@ -115,10 +123,6 @@ class Frame:
         if _is_torch(a):
             return Frame("torch", a.device)
         raise TypeError(f"{name}: expected a numpy.ndarray or a torch.Tensor, got {type(a).__name__}")
-
-    @property
-    def device_kind(self) -> str:
-        return "cpu" if self.kind == "numpy" else self.device.type
 
     def describe(self) -> str:
         return "a NumPy array (CPU)" if self.kind == "numpy" else f"a torch tensor on {self.device}"

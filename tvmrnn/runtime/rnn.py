@@ -235,7 +235,9 @@ class RNN:
                 arrays[name] = (frame.empty(shape, kept=name in kept) if name in results
                                 else self._scratch(frame, program, name, shape))
             a = arrays[name]
-            args.append(a if isinstance(a, tvm.runtime.Tensor) else to_tvm(a))
+            # torch tensors go as they are (TVM's FFI takes them through DLPack, faster than a
+            # conversion here); NumPy arrays through to_tvm (a read-only one needs a copy)
+            args.append(to_tvm(a) if isinstance(a, np.ndarray) else a)
         if frame.kind == "torch" and frame.device_kind == "cuda":
             import tvm_ffi
             with tvm_ffi.use_torch_stream():  # launch on PyTorch's current stream, in its order
@@ -330,6 +332,8 @@ class RNN:
     def _check_weights(self, w):
         if not isinstance(w, PackedWeights):
             raise TypeError(f"w: expected the result of pack_weights, got {type(w).__name__}")
+        if w.owner is self:
+            return w.flat
         mine, theirs = self.config, w.owner.config  # the build options matter where they change the layout
         if (dataclasses.replace(theirs, options=mine.options) != mine
                 or theirs.options.weight_panels != mine.options.weight_panels
@@ -379,11 +383,15 @@ class RNN:
 
     def _zeros(self, frame, shape):
         """Zero states for an omitted ``h0``, ``c0``, ``dhy`` or ``dcy`` (the passes only read
-        them). On a CPU one array per shape is kept and handed to every call: a fresh
+        them): one array per shape and device is kept and handed to every call. On a CPU a fresh
         ``torch.zeros`` of 16,000 floats or more is a parallel PyTorch op, whose OpenMP threads
-        then spin on the cores the passes' kernels need (notes/performance.md v25)."""
-        if frame.device_kind != "cpu":
-            return frame.zeros(shape)
+        then spin on the cores the passes' kernels need (notes/performance.md v25); on a GPU it
+        is a launch a state, which a batch-1 pass of 100 us notices (not while a CUDA graph is
+        captured: a tensor zeroed by a captured op is zero only when the graph runs)."""
+        if frame.device_kind == "cuda":
+            import torch
+            if torch.cuda.is_current_stream_capturing():
+                return frame.zeros(shape)
         key = (frame.kind, str(frame.device), tuple(shape))
         held = self._zero_states.get(key)
         if held is None:
