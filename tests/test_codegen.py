@@ -313,19 +313,22 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     # uneven split's predicate and add past the end
     assert launches(kernels.recurrent_step(lstm, 3, 37, train=False), block_slices=4) == 1
     # whole models: the partial sums' global scratch is one pool that the driver allocates once,
-    # every call's partial sums a view into it from its start (sequence.Program._pooled)
+    # every call's partial sums a pointer to its start (sequence.Program.scratch_pointers; each
+    # launch a function of its own, sequence.GpuKernels)
     from tvmrnn.schedules import split_k
     monkeypatch.setattr(split_k, "GPU_BLOCK_SLICE", 8)  # read by split_k.default_block_slices
     rnn = tvmrnn.build("lstm", input_size=13, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
                        target="nvidia/nvidia-h100", options=BuildOptions(chunk_steps=(1,)))  # (a quicker build)
+    kernels_table = rnn.programs["forward"].subroutines  # one table for every pass
+    sizes = [math.prod(int(d) for d in shape) for entry in kernels_table._entries.values() if entry
+             for shape, _, _ in entry[1]]
     for name in ("forward", "forward_train", "backward"):
         script = rnn.programs[name].build().script()
         pools = re.findall(r"scratch_pool = T.sblock_alloc_buffer\(\((\d+),\)(.*)\)\n", script)
         assert len(pools) == 1 and "scope" not in pools[0][1], name  # global, once per driver
-        views = re.findall(r"\w+_rf(?:_\d+)? = T.decl_buffer\(\(([\d, ]+)\), data=scratch_pool.data", script)
-        assert views and not re.search(r"\w+_rf = T.sblock_alloc_buffer", script), name
-        largest = max(math.prod(int(d) for d in v.split(",") if d.strip()) for v in views)
-        assert largest <= int(pools[0][0]) < 2 * sum(math.prod(int(d) for d in v.split(",") if d.strip()) for v in views)
+        assert re.search(r'scratch_pool\.data, T\.Cast\("int64", 0\) \* T\.int64\(4\)', script), name
+        assert not re.search(r"\w+_rf = T.sblock_alloc_buffer", script), name
+        assert max(sizes) <= int(pools[0][0]) < 2 * sum(sizes)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
@@ -749,7 +752,7 @@ def test_cuda_shared_kernels(tmp_path):
     # an accumulating kernel's input and output are one view: one pointer, not two __restrict__ ones
     accumulating = 0
     for definition in _kernel_definitions(source_on):
-        params = re.findall(r"(\w+)_ptr\b", definition.split("{", 1)[0])
+        params = [re.sub(r"_ptr$", "", p) for p in re.findall(r"\*\s*(?:__restrict__\s+)?(\w+)", definition.split("{", 1)[0])]
         for name in params:
             if name.endswith("_acc"):
                 accumulating += 1

@@ -43,7 +43,7 @@ from ..schedules.cpu import gradient_panel, input_panel, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
 from ..device import dependent_launch, persistent_block_caps, shared_kernels
-from .sequence import Program, Stacked, Subroutines
+from .sequence import GpuKernels, Program, Stacked, Subroutines
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
 # static shapes: as many of the first size as fit, then the next... (``Program.chunked``). The chunk
@@ -307,7 +307,7 @@ def _check_bf16_projections(target, config: Config, panel: int) -> None:
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
-                    subroutines: Subroutines | None = None, tail_flops: int = 0) -> Program:
+                    subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
@@ -458,7 +458,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
                      grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
-                     subroutines: Subroutines | None = None) -> Program:
+                     subroutines: Subroutines | GpuKernels | None = None) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
@@ -662,7 +662,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
 
 
 def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0,
-                    view_pointers: bool = False, subroutines: Subroutines | None = None,
+                    view_pointers: bool = False, subroutines: Subroutines | GpuKernels | None = None,
                     backward: bool = True) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
     every parameter transposed for the forward kernels (the weights in column panels of ``panel``
@@ -709,7 +709,9 @@ def all_programs(config: Config, schedule, target=None,
     one_region = time_loop_regions(target, options)
     # (a CPU time loop that is one parallel region embeds its kernels, views as pointers)
     pointers = shared and (gpu or one_region)
-    subroutines = Subroutines() if shared and not pointers else None
+    # (GPU: each distinct kernel lowered once, a function launching it that the passes call)
+    subroutines = (GpuKernels(target, dependent_launch(target, options)) if gpu else Subroutines()) if shared and (
+        gpu or not pointers) else None
     how = dict(chunks=chunk_steps(target, options), stacked=stack_directions(target, options),
                one_region=one_region, view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)

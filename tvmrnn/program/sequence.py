@@ -516,7 +516,10 @@ def merge_identical_kernels(mod, _ctx):
     build or load of a package on the H100 machine. Runs after ``SplitHostDevice`` (whose host
     code names each kernel in a ``call_ffi_kernel``) and after :func:`cooperative_grid_barriers`
     (launch flags are part of a kernel's identity). Kernels that differ only in their views' offsets are
-    identical only where the views are pointers (``BuildOptions.shared_kernels``)."""
+    identical only where the views are pointers (``BuildOptions.shared_kernels``). Since v55 a
+    kernel's launches are device functions of their own (:class:`GpuKernels`), one per call
+    signature; this still merges the persistent loops' kernels, which stay embedded, and a
+    kernel whose call signatures differ but whose code does not."""
     canonical, keep = {}, {}  # kernel name -> the name of the one kept; structural hash -> kept kernels
     for gvar, func in mod.functions.items():
         if not _is_kernel(func):
@@ -756,13 +759,151 @@ class Subroutines:
         return gvar, [(b.shape, b.dtype, b.name) for b in scratch]
 
 
+class GpuKernels:
+    """GPU: each distinct kernel lowered once, as a function the passes call, which launches it.
+
+    A pass that embeds a launch at every call site (each layer, direction and chunk size) is one
+    function that TVM's lowering passes walk whole before it splits host from device code; they
+    grew faster than the call sites (a 4-layer bidirectional LSTM: 84 of 93 s of its build in
+    passes over the drivers, FlattenBuffer alone 30 s, while the device kernels' own passes took
+    1.2 s; the same 55 distinct kernels as at 2 layers, which built in a third of the time,
+    notes/performance.md v54, v55). Here a call site calls a private function of the module
+    instead, one per kernel and call signature, which holds the kernel alone: TVM splits it into
+    a host stub (the launch) and the device kernel. Its parameters are those of the embedded
+    kernel with its views as pointers (``view_pointers``): a pointer per view, computed by the
+    caller, so that the kernel compiles to the code :func:`merge_identical_kernels` kept of the
+    embedded launches, plus the strides that vary (with the sequence length) and the kernel's
+    global scratch. A persistent time loop still embeds its kernel (the loop moves inside it).
+    Kernels are ``tirx.noalias`` as the passes are: distinct views never overlap, and one view
+    bound to two parameters is one pointer."""
+
+    def __init__(self, target, dependent_launch: bool | str = False):
+        self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
+        self.functions: dict = {}  # GlobalVar -> PrimFunc
+        # the device target without its host, given to each kernel's function: TVM binds a
+        # function that host code calls to the host's target unless it has one, splits host
+        # from device code only in functions whose target has a host, and launches a call from
+        # host code to a device function as that kernel (LowerDeviceKernelLaunch)
+        exported = dict(target.export())
+        exported.pop("host", None)
+        self.target = tvm.target.Target(exported)
+        # programmatic dependent launch for every kernel here (``Program.dependent_launch``:
+        # False, "wait" or "early"; ``device.dependent_launch``)
+        self.dependent_launch = dependent_launch
+
+    def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt | None:
+        """The calls of ``kernel``'s launches on ``views`` (role -> view), defining their
+        functions at the first call with these constant strides and these shared views; None
+        where the kernel is not a sequence of launches alone (the caller embeds it)."""
+        func = program.scheduled(kernel.name)
+        pointers, strides_of, aliases = [], [], []
+        for param, role in zip(func.params, kernel.roles):
+            data, offset, strides = _view_layout(views[role], param)
+            pointer = _byte_offset(data, offset)
+            same = next((i for i, (p, st) in enumerate(zip(pointers, strides_of))
+                         if aliases[i] is None and tvm_ffi.structural_equal((p, st), (pointer, strides))), None)
+            pointers.append(pointer)
+            strides_of.append(strides)
+            aliases.append(same)
+        signature = tuple(tuple(int(x) if isinstance(x, tirx.IntImm) else None for x in strides)
+                          for strides in strides_of)
+        key = (kernel.name, signature, tuple(aliases))
+        if key not in self._entries:
+            names = tuple(f"{_view_tensor(views[role]).name}_{param.name}" for param, role in zip(func.params, kernel.roles))
+            self._entries[key] = self._define(func, signature, aliases, names, kernel.name)
+        entry = self._entries[key]
+        if entry is None:
+            return None
+        launches, scratch = entry
+        scratch_pointers = program.scratch_pointers(scratch)
+        calls = []
+        for gvar, params, scratch_used in launches:
+            args = [pointers[i] for i in params]
+            args += [x for i in params for x in strides_of[i] if not isinstance(x, tirx.IntImm)]
+            args += [scratch_pointers[i] for i in scratch_used]
+            calls.append(tirx.Evaluate(tvm.ir.Call(gvar, args, ret_ty=tvm.ir.PrimType("void"))))
+        return tirx.SeqStmt(calls) if len(calls) > 1 else calls[0]
+
+    def _define(self, func, signature, aliases, names, name) -> tuple | None:
+        """``(launches, scratch)``: for each launch of the kernel, its function, the kernel
+        parameters it takes (those it uses, one of each set of aliases) and the scratch it uses;
+        the kernel's global scratch, ``(shape, dtype, name)`` each. None where the kernel's body
+        is not launches alone."""
+        func = s_tir.renew_defs(func)  # variables of its own
+        body = _hoist_scratch(func.body, scratch := [])
+        regions = _launch_regions(body)
+        if regions is None:
+            return None
+        launches = []
+        for index, region in enumerate(regions):
+            params, decls, mapping, stride_params, used = [], [], [], [], []
+            for i, (param, strides, same, view_name) in enumerate(zip(func.params, signature, aliases, names)):
+                if same is not None or not any(_uses(region, p) for j, p in enumerate(func.params)
+                                               if j == i or aliases[j] == i):
+                    continue
+                used.append(i)
+                pointer = tirx.Var(view_name, tvm.ir.PointerType(tvm.ir.PrimType(F32)))
+                params.append(pointer)
+                full = []
+                for k, x in enumerate(strides):
+                    if x is None:
+                        x = tirx.Var(f"{param.name}_stride{k}", I32)
+                        stride_params.append(x)
+                    full.append(_const(x))
+                buf = tirx.decl_buffer(param.shape, F32, view_name, strides=full, elem_offset=0, data_alignment=4,
+                                       offset_factor=1)
+                decls.append(tirx.DeclBuffer(buf, data=pointer))
+                mapping.append((param, buf))
+                mapping += [(p, buf) for j, p in enumerate(func.params) if aliases[j] == i]
+            scratch_params, scratch_used = [], []
+            for k, b in enumerate(scratch):
+                if not _uses(region, b):
+                    continue
+                scratch_used.append(k)
+                pointer = tirx.Var(b.name, tvm.ir.PointerType(tvm.ir.PrimType(b.dtype)))
+                scratch_params.append(pointer)
+                buf = tirx.decl_buffer(b.shape, b.dtype, b.name, elem_offset=0, data_alignment=4, offset_factor=1)
+                decls.append(tirx.DeclBuffer(buf, data=pointer))
+                mapping.append((b, buf))
+            launch = kernels._substitute(region, dict(mapping))
+            if self.dependent_launch:
+                launch = with_grid_dependencies(launch, early=self.dependent_launch == "early")
+            sub = tirx.PrimFunc(params + stride_params + scratch_params, tirx.SeqStmt(decls + [launch]))
+            sub = sub.with_attr("tirx.noalias", True).with_attr("target", self.target)
+            if self.dependent_launch:
+                sub = sub.with_attr(LAUNCH_PARAMS, [DEPENDENT])
+            gvar = tvm.ir.GlobalVar(f"{name}_{len(self.functions)}")
+            self.functions[gvar] = sub
+            launches.append((gvar, used, scratch_used))
+        return launches, [(b.shape, b.dtype, b.name) for b in scratch]
+
+
+def _launch_regions(body) -> list | None:
+    """A scheduled GPU kernel's launches (the statements of its root block, each a grid of
+    thread blocks), each in a root block of its own with the allocations it uses; None where a
+    statement there is not a launch (it would run on the host)."""
+    if not isinstance(body, s_tir.SBlockRealize):
+        return None
+    block = body.block
+    stmts = list(block.body.seq) if isinstance(block.body, tirx.SeqStmt) else [block.body]
+    if not stmts or not all(isinstance(s, tirx.For) and s.thread_binding is not None for s in stmts):
+        return None
+    regions = []
+    for stmt in stmts:
+        allocs = [b for b in block.alloc_buffers if _uses(stmt, b)]
+        regions.append(s_tir.SBlockRealize(body.iter_values, body.predicate, s_tir.SBlock(
+            block.iter_vars, block.reads, block.writes, block.name_hint, stmt, block.init, allocs,
+            block.match_buffers, block.annotations)))
+    return regions
+
+
 class Program:
     """Builds one driver PrimFunc from kernel calls and loops over symbolic extents."""
 
     def __init__(self, name: str, schedule: Callable[[Kernel], tirx.PrimFunc],
                  persistent_blocks: int | tuple[int, ...] | None = None,
                  one_region: bool = False, barrier_param: bool = True, view_pointers: bool = False,
-                 options: BuildOptions | None = None, subroutines: Subroutines | None = None):
+                 options: BuildOptions | None = None, subroutines: Subroutines | GpuKernels | None = None):
         options = options if options is not None else BuildOptions()
         self.name = name
         # the persistent loops' grid-barrier counter: a parameter of the driver (a pass), or its
@@ -906,8 +1047,10 @@ class Program:
         if self._in_step_loop:
             self._step_loops[-1][1] += 1
         if self.subroutines is not None and self._persistent is None and self._region is None:
-            self._stack[-1].append(self.subroutines.call(self, kernel, views))
-            return
+            called = self.subroutines.call(self, kernel, views)
+            if called is not None:
+                self._stack[-1].append(called)
+                return
         func = s_tir.renew_defs(self._scheduled[kernel.name])  # fresh variables per embedding
         decls, mapping = [], []
         # a persistent loop's views stay offsets: `hoist_invariant_copies` reads them to tell

@@ -22,7 +22,7 @@ INDEPENDENT_BLOCKS = "tvmrnn.independent_blocks"
 # tiles' ``k_tile``): an LSTM's backward step at H = 384 (a 1,536-long reduction) keeps its
 # weights on chip so (:func:`persistent_row_tiles`).
 ROW_CHUNK = 16
-# ... and as many more (doubling) as fit, up to this many bytes (static shared memory: 48 KB at most)
+# ... and as many more (doubling) as fit, up to this many bytes
 MAX_ROW_CHUNK_BYTES = 32 * 1024
 
 
@@ -121,7 +121,7 @@ class PersistentTile(NamedTuple):
     """A persistent row tile (:func:`persistent_row_tiles`): threads' register tile, the block's
     threads, and how the block's rows of the step's input are staged in shared memory: whole at
     each step's start (``row_chunk`` 0), else ``row_chunk`` columns of the reduction at a time
-    (static shared memory, beside the weights in dynamic shared memory)."""
+    (beside the weights; both in dynamic shared memory)."""
     thread_rows: int
     thread_units: int
     row_threads: int
@@ -267,12 +267,14 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         return
     # each k tile's operands (or, where the weights stay on chip, the rows') in shared memory,
     # copied by the whole block: the copies sit under the thread loop's parent (the block), so
-    # every thread takes part
+    # every thread takes part. Chunks of the rows beside the weights are dynamic shared memory
+    # too: TVM opts a kernel into more than 48 KB only for its dynamic part
+    scope = "shared" if rows_whole else "shared.dyn"
     reads = sch.get(gemm).reads
     for index in reversed(range(len(reads))):
         if reads[index].source.scope() != "global":  # the accumulators
             continue
-        copy = sch.cache_read(gemm, index, "shared", consumer_blocks=[gemm])  # not the epilogue's
+        copy = sch.cache_read(gemm, index, scope, consumer_blocks=[gemm])  # not the epilogue's
         sch.compute_at(copy, k_outer, preserve_unit_loops=True)
         loops = sch.get_loops(copy)
         at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(k_outer)))
@@ -281,7 +283,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         outer, t = sch.split(fused, [None, threads])
         sch.bind(t, "threadIdx.x")
         sch.unroll(outer)  # a thread's loads of the tile all in flight at once (a loop waits for each)
-    _operands_to_registers(sch, gemm, k_unrolled, "shared")
+    _operands_to_registers(sch, gemm, k_unrolled, scope)
 
 
 # Inputs the same at every step (the bias, per-unit parameters): cached on chip after the first
