@@ -498,3 +498,37 @@ def test_backward_rows_staged_in_chunks_beside_the_weights(tmp_path):
     assert "w_ptr[" in before and "w_ptr[" not in loop  # the weights' copy hoisted out of the time loop
     report = _ptxas(source, tmp_path)
     assert "spill" in report and not re.search(r"[1-9]\d* bytes spill", report)
+
+
+def test_row_chunk_knob_stages_rows_in_chunks_of_its_value():
+    """The persistent row tiles' ``row_chunk`` knob (tuning's choice of how a block stages its
+    rows): AUTO keeps the rule (whole where they fit: the GRU's backward at H = 384; else the
+    largest chunk: the LSTM's, 512 columns), a value stages that many columns at a time whether or
+    not the rows fit whole. Only persistent steps have it. Read in TIR (no GPU, no compile)."""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules import default_schedule, knobs
+    from tvmrnn.schedules.common import _divisor
+    target = tvm.target.Target(H100)
+
+    def chunk_loops(func):  # the extents of the serial loops around a copy of the rows into shared memory
+        lines = func.script().splitlines()
+        found = []
+        for i, line in enumerate(lines):
+            if 'with T.sblock("dgh_shared' in line:
+                loops = [re.match(r"\s*for \w+ in range\((\d+)\):", x) for x in lines[max(0, i - 8):i]]
+                found += [int(m.group(1)) for m in loops if m]
+        return found
+
+    for cell, auto in (("lstm", 3), ("gru", None)):
+        step = kernels.persistent(kernels.backward_step(CELLS[cell], 160, 384), 132)
+        found = {k.name: k for k in knobs.knobs(step, target)}
+        assert found["row_chunk"].default == knobs.AUTO
+        G = CELLS[cell].num_gates
+        values = knobs.defaults(tuple(found.values()))
+        rule = chunk_loops(default_schedule(step, target, **knobs.tiles_of(step, target, values)))
+        assert (rule == [auto]) if auto else not rule, (cell, rule)
+        given = chunk_loops(default_schedule(step, target, **knobs.tiles_of(step, target, {**values, "row_chunk": 128})))
+        assert given == [384 // _divisor(384, 128 // G)], (cell, given)  # chunks of whole units (all G gates)
+    assert "row_chunk" not in {k.name for k in knobs.knobs(kernels.backward_step(CELLS["lstm"], 160, 384), target)}

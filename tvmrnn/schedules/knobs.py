@@ -112,10 +112,14 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
                 Knob("min_blocks", (100, 200, 400), 200), Knob("block_slices", (AUTO, 1, 2, 4, 8, 16), AUTO),
                 Knob("unroll", (1, 4, 8, 16), 8), Knob("accumulators", (24, 48, 96), 96))
     if kind == "row_tiles":  # AUTO: the rule of default_row_tiles() (a register tile, blocks that fill the GPU)
-        return (Knob("thread_rows", (AUTO, 1, 2, 4, 8), AUTO), Knob("thread_units", (AUTO, 1, 2, 4), AUTO),
-                Knob("row_threads", (AUTO, 1, 2, 4, 8, 16), AUTO), Knob("unit_threads", (AUTO, 8, 16, 32, 64), AUTO),
-                Knob("k_tile", (8, 16, 32), 16), Knob("unroll", (1, 2, 4, 8), 4), Knob("stage", (0, 1), 1),
-                Knob("prefetch", (0, 1), 1))
+        found = (Knob("thread_rows", (AUTO, 1, 2, 4, 8), AUTO), Knob("thread_units", (AUTO, 1, 2, 4), AUTO),
+                 Knob("row_threads", (AUTO, 1, 2, 4, 8, 16), AUTO), Knob("unit_threads", (AUTO, 8, 16, 32, 64), AUTO),
+                 Knob("k_tile", (8, 16, 32), 16), Knob("unroll", (1, 2, 4, 8), 4), Knob("stage", (0, 1), 1),
+                 Knob("prefetch", (0, 1), 1))
+        if persistent_blocks(kernel.func):  # how a block stages its rows: AUTO whole where they fit, else
+            # the largest chunk that fits (row_tiles.persistent_row_tiles); a value: chunks of that many columns
+            found += (Knob("row_chunk", (AUTO, 64, 128, 256, 512), AUTO),)
+        return found
     if kind == "persistent":
         shared = tuple(b for b in (48 * 1024, 96 * 1024, 160 * 1024) if b <= model.shared_bytes_per_block)
         return (Knob("threads", (256, 512, MAX_THREADS), PERSISTENT_TILES["threads"]),

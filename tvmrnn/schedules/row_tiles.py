@@ -67,7 +67,7 @@ def _near_divisor(n: int, at_most: int) -> int:
 def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int, max_blocks: int,
                          budget: int, thread_rows: int | None = None, thread_units: int | None = None,
                          row_threads: int | None = None, unit_threads: int | None = None,
-                         row_chunk: int = ROW_CHUNK) -> PersistentTile | None:
+                         row_chunk: int = ROW_CHUNK, chunk: int | None = None) -> PersistentTile | None:
     """The tile of a persistent :func:`gpu_row_tiles` step: ``(thread_rows, thread_units,
     row_threads, unit_threads)`` with at most ``max_blocks`` blocks (all resident), each block's
     units' weights (``units x inner x reduction`` floats a block) and its rows of the hidden state
@@ -99,8 +99,17 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     doubled while it fits (up to :data:`MAX_ROW_CHUNK_BYTES`): that step took 20.5 us in its
     persistent loop on the H200 against 38.8 as one launch a step, and 32 KB chunks were 5-6%
     faster in the pass than 8 or 16 KB (notes/performance.md v55). Returned as
-    :class:`PersistentTile`, its ``row_chunk`` 0 for rows staged whole."""
+    :class:`PersistentTile`, its ``row_chunk`` 0 for rows staged whole. A given ``chunk`` (a
+    tuning candidate's ``row_chunk`` knob) stages the rows in chunks of that many columns
+    (at most the reduction), whether or not they would fit whole."""
     given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
+    if chunk:  # a tuning candidate's chunk (the ``row_chunk`` knob): rows staged so, whether or not they fit whole
+        for most_threads in (256, 1024):
+            found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads,
+                                     given, min(chunk, reduction))
+            if found:
+                return PersistentTile(*found, row_chunk=min(chunk, reduction))
+        return None
     for chunk in (0, row_chunk):  # the rows staged whole, else a chunk of the reduction at a time
         for most_threads in (256, 1024):  # (a prime row count may leave no tile of at most 256 threads)
             found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads,
@@ -167,7 +176,7 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
 def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_units: int | None = None,
                   row_threads: int | None = None, unit_threads: int | None = None, k_tile: int = 16,
                   unroll: int = 4, stage: bool = True, sms: int = 132, max_blocks: int | None = None,
-                  stationary_bytes: int = 0, prefetch: bool = True) -> None:
+                  stationary_bytes: int = 0, prefetch: bool = True, row_chunk: int | None = None) -> None:
     """A per-step GEMM with many rows and its fused epilogue (the gate math, or the backward's
     pointwise): a block of ``row_threads x unit_threads`` threads owns a tile of rows x units (every
     unit with all its columns: the G gates), each thread ``thread_rows x thread_units`` of it in
@@ -191,6 +200,9 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     Where no such tile fits, the kernel gets its one-launch-a-step tile, which no time loop runs
     persistent (:meth:`tvmrnn.program.sequence.Program.call`).
 
+    ``row_chunk`` (persistent kernels): stage the rows this many columns of the reduction at a
+    time (:func:`persistent_row_tiles`' ``chunk``); None: whole where they fit.
+
     ``prefetch``: the epilogue's per-step inputs from memory (the step's input projection, the
     carried cell state, the mask) are loaded into the thread's registers before its GEMM,
     so that their latency passes during the GEMM instead of after it (:func:`_prefetch_epilogue_inputs`)."""
@@ -210,7 +222,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     chosen = None
     if max_blocks and stationary_bytes:  # a persistent kernel: its tile must fit the blocks and shared memory
         chosen = persistent_row_tiles(rows, units, inner, reduction_total, problems, max_blocks, stationary_bytes,
-                                      thread_rows, thread_units, row_threads, unit_threads, row_chunk=k_tile)
+                                      thread_rows, thread_units, row_threads, unit_threads, row_chunk=k_tile,
+                                      chunk=row_chunk)
     # else (none fits) the kernel's tile of one launch a step, operands staged per reduction tile:
     # a time loop does not run it persistent (too many blocks, or no weights on chip)
     stationary = chosen is not None
