@@ -647,6 +647,33 @@ def _hoist_scratch(body, scratch: list):
     return s_tir.SBlockRealize(body.iter_values, body.predicate, block)
 
 
+def _called_strides(param, strides, stride_params: list) -> list:
+    """The strides of a called kernel's view of ``param``: the constant ones as they are
+    (``strides``: an int, or None for one that varies), a new integer parameter for each other
+    one, appended to ``stride_params``."""
+    full = []
+    for i, x in enumerate(strides):
+        if x is None:
+            x = tirx.Var(f"{param.name}_stride{i}", I32)
+            stride_params.append(x)
+        full.append(_const(x))
+    return full
+
+
+def _scratch_parameters(scratch, decls: list, mapping: list) -> list:
+    """A pointer parameter for each of a called kernel's global scratch buffers ``scratch`` (the
+    caller passes where its pool places them), each declared in ``decls`` and mapped in
+    ``mapping`` from the kernel's own buffer."""
+    params = []
+    for b in scratch:
+        pointer = tirx.Var(b.name, tvm.ir.PointerType(tvm.ir.PrimType(b.dtype)))
+        params.append(pointer)
+        buf = tirx.decl_buffer(b.shape, b.dtype, b.name, elem_offset=0, data_alignment=4, offset_factor=1)
+        decls.append(tirx.DeclBuffer(buf, data=pointer))
+        mapping.append((b, buf))
+    return params
+
+
 class Subroutines:
     """CPU: each distinct kernel compiled once, as a function the passes call.
 
@@ -727,24 +754,12 @@ class Subroutines:
             pointer = bases[next(own)]
             offset = tirx.Var(f"{param.name}_offset", I32)
             params.append(offset)
-            full = []
-            for i, x in enumerate(strides):
-                if x is None:
-                    x = tirx.Var(f"{param.name}_stride{i}", I32)
-                    stride_params.append(x)
-                full.append(_const(x))
-            buf = tirx.decl_buffer(param.shape, F32, param.name, strides=full, elem_offset=offset, data_alignment=4,
-                                   offset_factor=1)
+            buf = tirx.decl_buffer(param.shape, F32, param.name, strides=_called_strides(param, strides, stride_params),
+                                   elem_offset=offset, data_alignment=4, offset_factor=1)
             decls.append(tirx.DeclBuffer(buf, data=pointer))
             mapping.append((param, buf))
         body = _hoist_scratch(func.body, scratch := [])
-        scratch_params = []
-        for b in scratch:
-            pointer = tirx.Var(b.name, tvm.ir.PointerType(tvm.ir.PrimType(b.dtype)))
-            scratch_params.append(pointer)
-            buf = tirx.decl_buffer(b.shape, b.dtype, b.name, elem_offset=0, data_alignment=4, offset_factor=1)
-            decls.append(tirx.DeclBuffer(buf, data=pointer))
-            mapping.append((b, buf))
+        scratch_params = _scratch_parameters(scratch, decls, mapping)
 
         body = kernels._substitute(body, dict(mapping))
         sub = tirx.PrimFunc(bases + params + stride_params + scratch_params,
@@ -835,7 +850,7 @@ class GpuKernels:
         if regions is None:
             return None
         launches = []
-        for index, region in enumerate(regions):
+        for region in regions:
             params, decls, mapping, stride_params, used = [], [], [], [], []
             for i, (param, strides, same, view_name) in enumerate(zip(func.params, signature, aliases, names)):
                 if same is not None or not any(_uses(region, p) for j, p in enumerate(func.params)
@@ -844,27 +859,13 @@ class GpuKernels:
                 used.append(i)
                 pointer = tirx.Var(view_name, tvm.ir.PointerType(tvm.ir.PrimType(F32)))
                 params.append(pointer)
-                full = []
-                for k, x in enumerate(strides):
-                    if x is None:
-                        x = tirx.Var(f"{param.name}_stride{k}", I32)
-                        stride_params.append(x)
-                    full.append(_const(x))
-                buf = tirx.decl_buffer(param.shape, F32, view_name, strides=full, elem_offset=0, data_alignment=4,
-                                       offset_factor=1)
+                buf = tirx.decl_buffer(param.shape, F32, view_name, strides=_called_strides(param, strides, stride_params),
+                                       elem_offset=0, data_alignment=4, offset_factor=1)
                 decls.append(tirx.DeclBuffer(buf, data=pointer))
                 mapping.append((param, buf))
                 mapping += [(p, buf) for j, p in enumerate(func.params) if aliases[j] == i]
-            scratch_params, scratch_used = [], []
-            for k, b in enumerate(scratch):
-                if not _uses(region, b):
-                    continue
-                scratch_used.append(k)
-                pointer = tirx.Var(b.name, tvm.ir.PointerType(tvm.ir.PrimType(b.dtype)))
-                scratch_params.append(pointer)
-                buf = tirx.decl_buffer(b.shape, b.dtype, b.name, elem_offset=0, data_alignment=4, offset_factor=1)
-                decls.append(tirx.DeclBuffer(buf, data=pointer))
-                mapping.append((b, buf))
+            scratch_used = [k for k, b in enumerate(scratch) if _uses(region, b)]
+            scratch_params = _scratch_parameters([scratch[k] for k in scratch_used], decls, mapping)
             launch = kernels._substitute(region, dict(mapping))
             if self.dependent_launch:
                 launch = with_grid_dependencies(launch, early=self.dependent_launch == "early")
