@@ -103,26 +103,21 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     tuning candidate's ``row_chunk`` knob) stages the rows in chunks of that many columns
     (at most the reduction), whether or not they would fit whole."""
     given = dict(tr=thread_rows, tu=thread_units, rt=row_threads, ut=unit_threads)
-    if chunk:  # a tuning candidate's chunk (the ``row_chunk`` knob): rows staged so, whether or not they fit whole
-        for most_threads in (256, 1024):
-            found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads,
-                                     given, min(chunk, reduction))
-            if found:
-                return PersistentTile(*found, row_chunk=min(chunk, reduction))
-        return None
-    for chunk in (0, row_chunk):  # the rows staged whole, else a chunk of the reduction at a time
+    # the rows staged whole (chunk 0), else a chunk of the reduction at a time; a tuning
+    # candidate's chunk (the ``row_chunk`` knob) alone, whether or not they would fit whole
+    for staged in ((min(chunk, reduction),) if chunk else (0, row_chunk)):
         for most_threads in (256, 1024):  # (a prime row count may leave no tile of at most 256 threads)
             found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads,
-                                     given, chunk)
-            if found and not chunk:
-                return PersistentTile(*found)
-            if found:  # the largest chunk that fits (each chunk's copy waits on L2 before its columns run)
+                                     given, staged)
+            if not found:
+                continue
+            if staged and not chunk:  # the largest chunk that fits (each chunk's copy waits on L2 before its columns run)
                 tr, tu, rt, ut = found
                 weights = 4 * reduction * min(ut * tu, units) * inner
-                while (2 * chunk <= reduction and weights + 8 * chunk * rt * tr <= budget
-                       and 8 * chunk * rt * tr <= MAX_ROW_CHUNK_BYTES):
-                    chunk *= 2
-                return PersistentTile(*found, row_chunk=chunk)
+                while (2 * staged <= reduction and weights + 8 * staged * rt * tr <= budget
+                       and 8 * staged * rt * tr <= MAX_ROW_CHUNK_BYTES):
+                    staged *= 2
+            return PersistentTile(*found, row_chunk=staged)
     return None
 
 
