@@ -70,6 +70,23 @@ def candidates(kernel, epilogue, sms):
     return (rows, cols, red), out
 
 
+def _init_worker(target, config_paths):
+    """A spawned worker (CUDA cannot be used in a child forked after its parent touched it): the
+    same kernels, found again."""
+    global TARGET
+    warnings.simplefilter("ignore")
+    TARGET = tvmrnn.device.resolve(target)
+    for k, _, _ in gemm_kernels(_configs(config_paths), TARGET):
+        KERNELS[k.name] = k
+
+
+def _configs(paths):
+    configs = []
+    for path in paths:
+        configs += configs_from(argparse.Namespace(config=path, cells=None, dtype="float32"))
+    return configs
+
+
 def build_one(job):
     name, c, path = job
     kernel = KERNELS[name]
@@ -92,17 +109,17 @@ def main():
     p.add_argument("configs", nargs="+")
     p.add_argument("--target", default="cuda")
     p.add_argument("--list", action="store_true", help="count the candidates only (no GPU)")
+    p.add_argument("--kernels", nargs="*", help="only kernels whose name contains one of these")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     a = p.parse_args()
     warnings.simplefilter("ignore")
     TARGET = tvmrnn.device.resolve(a.target)
     sms = tvmrnn.device.device_model(TARGET).multiprocessors or 132
-    configs = []
-    for path in a.configs:
-        configs += configs_from(argparse.Namespace(config=path, cells=None, dtype="float32"))
-    kernels = gemm_kernels(configs, TARGET)
+    kernels = gemm_kernels(_configs(a.configs), TARGET)
     jobs, meta = [], {}
     tmp = tempfile.mkdtemp()
+    if a.kernels:
+        kernels = [x for x in kernels if any(s in x[0].name for s in a.kernels)]
     for k, calls, epilogue in kernels:
         KERNELS[k.name] = k
         extents, cands = candidates(k, epilogue, sms)
@@ -116,9 +133,9 @@ def main():
         return
     dev = tvm.cuda(0)
     t0 = time.time()
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")
     results = {}
-    with ctx.Pool(a.workers) as pool, open(a.out, "w") as out:
+    with ctx.Pool(a.workers, _init_worker, (a.target, a.configs)) as pool, open(a.out, "w") as out:
         for job, (path, err) in zip(jobs, pool.imap(build_one, jobs, chunksize=2)):
             name, c, _ = job
             row = dict(kernel=name, **meta[name], **c, shape_tiles=GPU_MATMUL_SHAPES[c["shape"]])
@@ -129,7 +146,7 @@ def main():
                     mod = tvm.runtime.load_module(path)
                     func = KERNELS[name].func
                     rng = np.random.default_rng(0)
-                    args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in func.buffer_map[q].shape])
+                    args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in q.shape])
                                                .astype("float32"), device=dev) for q in func.params]
                     timer = mod.time_evaluator("main", dev, number=30, repeat=7)
                     row["us"] = float(np.median(timer(*args).results)) * 1e6
