@@ -283,6 +283,36 @@ def test_torch_dropin_under_cuda_graphs(cell):
         ref.zero_grad()
 
 
+def test_passes_run_on_torchs_current_stream_with_scratch_of_their_own():
+    """The passes' kernels go to PyTorch's current stream (TVM's FFI takes it from the torch
+    arguments): on side streams each held back by a long kernel, a forward reads the input that a
+    copy on its stream wrote just before it. The two streams' passes then run at the same time,
+    each with the scratch it keeps for its own stream (``RNN._scratch``), and both match cuDNN;
+    so does a call on the default stream after them."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    T, H = 7, 37
+    ref = torch.nn.LSTM(I, H).cuda()
+    rnn = tvmrnn.build("lstm", I, H, batch_size=N, target="cuda", cache=False, tuning_logs=False)
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    inputs = [torch.randn(T, N, I, device="cuda") for _ in range(2)]
+    xs = [torch.zeros(T, N, I, device="cuda") for _ in range(2)]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outputs = []
+    for stream, x, new in zip(streams, xs, inputs):
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(20_000_000)  # ~10 ms of this stream before the copy and the pass
+            x.copy_(new)
+            outputs.append(rnn.forward(w, x)[0])
+    torch.cuda.synchronize()
+    outputs.append(rnn.forward(w, inputs[0])[0])
+    with torch.no_grad():
+        for y, x in zip(outputs, inputs + inputs[:1]):
+            yr = ref(x)[0]
+            assert float((y - yr).norm() / yr.norm()) < 1e-4
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_persistent_inference_forward_under_a_cuda_graph(cell):
     """The default build's inference forward is a persistent kernel, launched cooperatively: it

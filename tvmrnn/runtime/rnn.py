@@ -93,6 +93,17 @@ class _WorkspacePool:
             self._free.clear()
 
 
+# The largest GPU scratch array a call keeps for the next call on its thread and stream (RNN._scratch).
+HELD_GPU_SCRATCH_BYTES = 1 << 20
+
+
+def _size(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 def _unshared(arrays: dict, name: str) -> bool:
     """Whether ``arrays[name]`` is referred to by that dict alone (no other reference, no view)."""
     if sys.getrefcount(arrays[name]) != 2:  # the dict's reference and getrefcount's argument
@@ -238,23 +249,35 @@ class RNN:
             # torch tensors go as they are (TVM's FFI takes them through DLPack, faster than a
             # conversion here); NumPy arrays through to_tvm (a read-only one needs a copy)
             args.append(to_tvm(a) if isinstance(a, np.ndarray) else a)
-        if frame.kind == "torch" and frame.device_kind == "cuda":
-            import tvm_ffi
-            with tvm_ffi.use_torch_stream():  # launch on PyTorch's current stream, in its order
-                self._function(program)(*args)
-        else:
-            self._function(program)(*args)
+        # A torch CUDA tensor among the arguments makes TVM's FFI launch the call's kernels on
+        # PyTorch's current stream of its device, in PyTorch's order (the FFI reads the stream
+        # through PyTorch's DLPack exchange API and sets it for the call, as
+        # ``tvm_ffi.use_torch_stream`` does; that context cost 6 us a call on the H200 host, v55)
+        self._function(program)(*args)
 
     def _scratch(self, frame: Frame, program: str, name: str, shape):
         """A temporary of a pass (e.g. the input projections of a chunk of steps, 4 MB for a DS2 LSTM),
         kept from call to call on the CPU: a fresh one costs the OS's zeroing of every page at
         first touch, which was a fifth of a DS2 LSTM inference on the dev machine (cuDNN asks
         for the same thing as its workspace). Per thread, so concurrent calls from several
-        threads stay apart; on GPUs PyTorch's caching allocator already makes it cheap and keeps
-        streams apart, so there each call allocates."""
+        threads stay apart.
+
+        On GPUs a small one (up to :data:`HELD_GPU_SCRATCH_BYTES`) is kept per thread and stream:
+        the calls of one thread on one stream run in the stream's order, so each finds it free,
+        and a ``torch.empty`` is 2-3 us of a short pass's host time (v56). Larger ones come from
+        PyTorch's caching allocator at each call (their passes are long, and held they would be
+        memory that the training step's other tensors cannot reuse), as does everything while a
+        CUDA graph is captured (a graph keeps the addresses it captured)."""
         if frame.device_kind != "cpu":
-            return frame.empty(shape)
-        key = (threading.get_ident(), frame.kind, program, name)
+            if frame.device_kind != "cuda" or 4 * _size(shape) > HELD_GPU_SCRATCH_BYTES:
+                return frame.empty(shape)
+            import torch
+            if torch.cuda.is_current_stream_capturing():
+                return frame.empty(shape)
+            index = frame.device.index if frame.device.index is not None else torch.cuda.current_device()
+            key = (threading.get_ident(), index, torch._C._cuda_getCurrentRawStream(index), program, name)
+        else:
+            key = (threading.get_ident(), frame.kind, program, name)
         held = self._scratch_arrays.get(key)
         if held is None or tuple(held.shape) != tuple(shape):
             held = self._scratch_arrays[key] = frame.empty(shape, kept=True)
