@@ -326,6 +326,27 @@ def test_autocast_and_half_modules_return_what_torch_nn_returns(theirs, kwargs):
     assert rel_error(yh.float(), y32) < 3e-2  # bf16 parameters against fp32 ones
 
 
+def test_malformed_packed_sequences_are_a_clear_error_and_the_module_stays_usable():
+    """A PackedSequence whose batch_sizes do not describe its data (``pack_padded_sequence`` given a
+    length longer than the padded sequence; batch sizes that grow, or are zero; batch_sizes not on
+    the host) is refused with a ValueError saying so, not an IndexError from inside the module."""
+    from torch.nn.utils.rnn import PackedSequence
+    torch.manual_seed(0)
+    ours = tt.LSTM(5, 7)
+    x = torch.randn(6, 3, 5)
+    with pytest.raises(ValueError, match="add up to 15 rows, but its data has 14"):
+        ours(pack_padded_sequence(x, torch.tensor([7, 6, 2]), enforce_sorted=False))
+    good = pack_padded_sequence(x, torch.tensor([6, 4, 2]))
+    for sizes in ([1, 2, 3, 3, 1, 1, 1], [3, 3, 0, 3, 3]):
+        with pytest.raises(ValueError, match="positive and non-increasing"):
+            ours(PackedSequence(good.data[:sum(sizes)], torch.tensor(sizes)))
+    with pytest.raises(ValueError, match="1-d int64 CPU tensor"):
+        ours(PackedSequence(good.data, good.batch_sizes.to(torch.int32)))
+    ref = torch.nn.LSTM(5, 7)
+    ref.load_state_dict(ours.state_dict())
+    assert rel_error(ours(good)[0].data, ref(good)[0].data) < 1e-5
+
+
 @pytest.mark.parametrize("theirs", [torch.nn.LSTM, torch.nn.GRU])
 def test_float64_modules_and_empty_batches_behave_as_torch_nn(theirs):
     """What the fp32 kernels do not run goes to torch.nn's own implementation: a float64 module

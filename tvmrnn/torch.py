@@ -78,6 +78,27 @@ def _cast(a, dtype: torch.dtype):
     return a.to(dtype)
 
 
+def _checked_batch_sizes(packed) -> np.ndarray:
+    """A ``PackedSequence``'s ``batch_sizes`` as NumPy, or a ValueError naming what is wrong with
+    them: each step's rows, from the first step's (the batch) down to at least 1, adding up to the
+    rows of its data. ``pack_padded_sequence`` with a length longer than the padded sequence
+    given to it makes one that does not (torch.nn then fails inside its kernel)."""
+    sizes = packed.batch_sizes
+    if sizes.device.type != "cpu" or sizes.dim() != 1 or sizes.dtype != torch.int64:
+        raise ValueError(f"input: a PackedSequence's batch_sizes must be a 1-d int64 CPU tensor, as "
+                         f"pack_padded_sequence makes it; got {tuple(sizes.shape)} {sizes.dtype} on {sizes.device}")
+    sizes = sizes.numpy()
+    if sizes.size == 0 or sizes.min() < 1 or np.any(np.diff(sizes) > 0):
+        raise ValueError(f"input: a PackedSequence's batch_sizes must be positive and non-increasing "
+                         f"(the rows still running at each step); got {sizes.tolist()}")
+    rows = int(sizes.sum())
+    if packed.data.dim() < 1 or packed.data.shape[0] != rows:
+        raise ValueError(f"input: a PackedSequence whose batch_sizes add up to {rows} rows, but its data has "
+                         f"{packed.data.shape[0] if packed.data.dim() else 0}: were the lengths given to "
+                         f"pack_padded_sequence longer than the padded sequence?")
+    return sizes
+
+
 def _packed_places(sizes, batch_first: bool, device) -> torch.Tensor:
     """Each row of a PackedSequence's ``data`` (``sizes``: its ``batch_sizes``): its row in the
     padded batch, flattened: ``t * N + b`` (``b * T + t`` batch first), ``b`` in the packed order."""
@@ -592,7 +613,7 @@ class _Mixin:
         GPU). The lengths and the packed rows' places follow from ``batch_sizes``, which
         PackedSequence keeps on the host: one gather in, one out, and no wait for the GPU
         (``pad_packed_sequence`` copies a step at a time, and reads the lengths back)."""
-        sizes = packed.batch_sizes.numpy()
+        sizes = _checked_batch_sizes(packed)
         T, N = len(sizes), int(sizes[0])
         lengths = torch.from_numpy((sizes[None, :] > np.arange(N)[:, None]).sum(axis=1))  # sorted rows'
         data = packed.data
