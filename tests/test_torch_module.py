@@ -326,6 +326,24 @@ def test_autocast_and_half_modules_return_what_torch_nn_returns(theirs, kwargs):
     assert rel_error(yh.float(), y32) < 3e-2  # bf16 parameters against fp32 ones
 
 
+def test_gradients_taken_with_create_graph_match_and_a_second_derivative_is_refused():
+    """A gradient taken with ``create_graph=True`` (a gradient penalty's first step) matches
+    torch.nn's; differentiating it again raises, as through cuDNN's RNNs, rather than the
+    gradient silently not requiring grad (then "element 0 of tensors does not require grad")."""
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(5, 7, 2, bidirectional=True)
+    ours = tt.GRU(5, 7, 2, bidirectional=True)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 3, 5, requires_grad=True)
+    g, = torch.autograd.grad(ours(x)[0].square().sum(), x, create_graph=True)
+    gr, = torch.autograd.grad(ref(x)[0].square().sum(), x, create_graph=True)
+    assert rel_error(g, gr) < 1e-5
+    assert g.requires_grad
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()
+    assert rel_error(ours(x)[0], ref(x)[0]) < 1e-5  # still usable
+
+
 def test_malformed_packed_sequences_are_a_clear_error_and_the_module_stays_usable():
     """A PackedSequence whose batch_sizes do not describe its data (``pack_padded_sequence`` given a
     length longer than the padded sequence; batch sizes that grow, or are zero; batch_sizes not on

@@ -165,6 +165,9 @@ class _Fused(torch.autograd.Function):
         return (y, hy) if cy is None else (y, hy, cy)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # (as cuDNN's RNNs: no double backward; a gradient
+    # taken with create_graph=True raises when differentiated again, instead of silently not
+    # requiring grad)
     def backward(ctx, dy, dhy, dcy=None):
         has_c = dcy is not None
         grads = ctx.rnn.backward(ctx.w, ctx.ws, dy.contiguous(), dhy.contiguous(),
