@@ -7,6 +7,7 @@ compiling; ``tvmrnn.load`` reads them from an exported library without compiling
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import threading
 import weakref
@@ -95,13 +96,6 @@ class _WorkspacePool:
 
 # The largest GPU scratch array a call keeps for the next call on its thread and stream (RNN._scratch).
 HELD_GPU_SCRATCH_BYTES = 1 << 20
-
-
-def _size(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def _unshared(arrays: dict, name: str) -> bool:
@@ -269,7 +263,7 @@ class RNN:
         memory that the training step's other tensors cannot reuse), as does everything while a
         CUDA graph is captured (a graph keeps the addresses it captured)."""
         if frame.device_kind != "cpu":
-            if frame.device_kind != "cuda" or 4 * _size(shape) > HELD_GPU_SCRATCH_BYTES:
+            if frame.device_kind != "cuda" or 4 * math.prod(shape) > HELD_GPU_SCRATCH_BYTES:
                 return frame.empty(shape)
             import torch
             if torch.cuda.is_current_stream_capturing():
