@@ -50,9 +50,11 @@ class BuildOptions:
         every step). ``auto``: both forward passes, where the step's weights fit on chip (fastest
         on the H100 at Deep Speech 2 sizes, notes v10, v14, v21), and the backward where its step
         takes row tiles (128 rows or more a direction) with its weights on chip (many-row training
-        0.48-0.84x -> 0.74-1.29x cuDNN on the H200, notes v34); ``forward``: the inference
-        forward, whether or not they fit; ``all``: every pass's (the backward's split-K steps
-        too: slower at Deep Speech 2 sizes; for studies);
+        0.48-0.84x -> 0.74-1.29x cuDNN on the H200, notes v34) or split-K with less than
+        2^24 multiply-adds a step (few rows, small H: LSTM N = 8, H = 128 training 0.80 -> 0.57 ms,
+        notes v57); ``forward``: the inference
+        forward, whether or not they fit; ``all``: every pass's (the backward's larger split-K steps
+        too: slower at Deep Speech 2 sizes; and steps whose weights do not fit on chip; for studies);
         ``off``: one launch per step. Default: ``TVMRNN_PERSISTENT``, else ``auto``.
     persistent_blocks : int or None
         At most this many thread blocks per persistent kernel (each then owns more of the step's

@@ -23,7 +23,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from .. import kernels
 from ..kernels import Kernel
-from ..schedules.common import _gpu_kind, is_gpu, launches_beat_persistence
+from ..schedules.common import backward_launches_beat_persistence, is_gpu, launches_beat_persistence
 from ..schedules.row_tiles import INDEPENDENT_BLOCKS, independent_blocks
 from ..schedules.split_k import keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
@@ -279,12 +279,6 @@ def _sblocks(stmt) -> list:
 def _grid_blocks(func) -> int | None:
     """The ``blockIdx.x`` extent of a scheduled GPU kernel (its first such loop), if constant."""
     return _bound_extent(func.body, "blockIdx.x")
-
-
-def _row_tiles(kernel: Kernel) -> bool:
-    """Whether a GPU step kernel's GEMM takes row tiles (:func:`tvmrnn.schedules.common._gpu_kind`)."""
-    return kernel.gemm is not None and _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles"
-
 
 
 def hoist_invariant_copies(decls, grid_body, var):
@@ -1160,13 +1154,14 @@ class Program:
         if kernel.name in self._persistent_choice:
             return self._persistent_choice[kernel.name]
         chosen = None
-        # "auto" in the backward: only steps of row tiles (many rows); its split-K steps (a few
-        # rows) were faster as per-step launches (notes v10, v34). Nor, in any pass, a large step
-        # of many rows, whose launches take the tiled GEMM: the LSTM's persistent forward at
-        # N = 256, H = 1024 (split-K, every block all 256 rows) took 58.7 ms on the H200, its
-        # launches 7.8 (v42; common.launches_beat_persistence)
+        # "auto" in the backward: steps of row tiles (many rows), and split-K's steps (a few rows)
+        # below a step's work from which they were faster as per-step launches (notes v10, v57;
+        # common.backward_launches_beat_persistence). Nor, in any pass, a large step of many rows,
+        # whose launches take the tiled GEMM: the LSTM's persistent forward at N = 256, H = 1024
+        # (split-K, every block all 256 rows) took 58.7 ms on the H200, its launches 7.8 (v42;
+        # common.launches_beat_persistence)
         declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel, self.tf32_steps) or (
-            self.name == "backward" and not _row_tiles(kernels.persistent(kernel, self.persistent_caps[0]))))
+            self.name == "backward" and backward_launches_beat_persistence(kernels.persistent(kernel, self.persistent_caps[0]))))
         if not declined:
             for cap in self.persistent_caps:
                 persistent = kernels.persistent(kernel, cap)

@@ -70,7 +70,8 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     """
     kind = _gpu_kind(sch, kernel)
     if kind == "column sum":
-        gpu_column_sum(sch, kernel, **{k: v for k, v in tiles.items() if k in ("columns", "slices", "unroll")})
+        gpu_column_sum(sch, kernel, sms=device_model(target).multiprocessors or GPU_SMS,
+                       **{k: v for k, v in tiles.items() if k in ("columns", "slices", "unroll")})
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "row tiles":

@@ -64,6 +64,17 @@ GPU_STEP_MATMUL_OUTPUTS = 1 << 18
 GPU_PERSISTENT_SPLIT_K_ROWS = 160
 
 
+# A backward step that split-K runs (few rows: a reduction of G x H gate gradients into H columns
+# a row) runs persistent, its slice of the weights on chip, below this many multiply-adds a step
+# (all its directions); from it, as one launch a step. On the H200 (notes/performance.md v57; LSTM,
+# training, persistent against launches): N = 8, H = 128 0.80 -> 0.57 ms (T = 100); N = 4, H = 512
+# 2.15 -> 1.94 ms (T = 200); N = 32, H = 256 1.44 -> 1.37 ms; at DS2's N = 20, H = 800 (51 M a step)
+# 9.04 -> 10.76 ms (T = 300), as on the H100 in v10. Launches read the weights from L2 a step but
+# take as many blocks as the step fills; the persistent form saves the launch and the reload,
+# which matter less the longer the step.
+GPU_BACKWARD_PERSISTENT_WORK = 1 << 24
+
+
 # A build with TF32 steps (``BuildOptions.tensor_core_steps``: half builds) runs a step of at
 # least GPU_TF32_STEP_ROWS rows and GPU_TF32_STEP_WORK multiply-adds a direction, whose reduction
 # is no longer than its columns (a forward step: H against G x H; :func:`tf32_step`), as the TF32
@@ -192,7 +203,6 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
     if n_rows == 0:  # a sum into one row (the bias gradient)
         return "column sum"
     rows = math.prod(_extent(sch, l) for l in spatial[:n_rows])
-    consumers = sch.get_consumers(gemm)
     # a fused epilogue (several sibling outputs, or outputs reading whole gate groups): split-K for
     # few rows, else row tiles, and past row tiles' units the tiled GEMM with the epilogue as a
     # second kernel; in a persistent kernel row tiles from GPU_ROW_TILE_ROWS rows a problem
@@ -227,6 +237,18 @@ def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False) -> boo
     spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
     n_rows = len(spatial) - len(kernel.columns)
     return math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows]) >= GPU_PERSISTENT_SPLIT_K_ROWS
+
+
+def backward_launches_beat_persistence(kernel: Kernel) -> bool:
+    """Whether a backward step kernel that split-K runs (not row tiles) runs faster as one launch a
+    step than persistent: from :data:`GPU_BACKWARD_PERSISTENT_WORK` multiply-adds a step."""
+    if kernel.gemm is None:
+        return False
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    if _gpu_kind(sch, kernel) == "row tiles":
+        return False
+    stmt = sch.get(sch.get_sblock(kernel.gemm))
+    return math.prod(int(iv.dom.extent) for iv in stmt.iter_vars) >= GPU_BACKWARD_PERSISTENT_WORK
 
 
 def fused_epilogue(sch, kernel: Kernel) -> bool:

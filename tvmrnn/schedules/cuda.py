@@ -16,6 +16,11 @@ from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _use
 from .split_k import persistent_blocks
 
 
+# Streaming multiprocessors a default shape is chosen for where the device model knows none
+# (:func:`tvmrnn.device.device_model`): the H100's.
+GPU_SMS = 132
+
+
 def tf32_applies(kernel: Kernel, target, steps: bool = False) -> str | None:
     """Whether a build with ``allow_tf32`` computes this kernel's GEMM on tensor cores, and as
     what: "gemm" (an all-steps GEMM or an inlined epilogue's step) or "step" (a step whose
@@ -34,30 +39,78 @@ def tf32_applies(kernel: Kernel, target, steps: bool = False) -> str | None:
     return "gemm" if _gpu_kind(sch, kernel, False) == "matmul" else None
 
 
-def gpu_column_sum(sch, kernel: Kernel, columns: int = 32, slices: int = 8, unroll: int = 8) -> None:
+# :func:`gpu_column_sum`'s threads a block; its columns a block are the most of these that still
+# give half the SMs a block (the bias gradient at N = 128, H = 128: 512 outputs, 16 blocks of 32
+# columns took 133 us of the LSTM's 2.3 ms training pass on the H200, notes/performance.md v56)
+GPU_COLUMN_SUM_THREADS = 256
+GPU_COLUMN_SUM_COLUMNS = (32, 16, 8)
+
+
+def column_sum_tile(outputs: int, sms: int = GPU_SMS) -> tuple[int, int]:
+    """``(columns, slices)`` of :func:`gpu_column_sum` for ``outputs`` sums: the most columns of
+    :data:`GPU_COLUMN_SUM_COLUMNS` that give at least half the SMs a block (else the fewest), and
+    :data:`GPU_COLUMN_SUM_THREADS` threads a block."""
+    columns = next((c for c in GPU_COLUMN_SUM_COLUMNS if -(-outputs // c) >= sms // 2), GPU_COLUMN_SUM_COLUMNS[-1])
+    return columns, GPU_COLUMN_SUM_THREADS // columns
+
+
+def gpu_column_sum(sch, kernel: Kernel, columns: int | None = None, slices: int | None = None, unroll: int = 8,
+                   sms: int = GPU_SMS) -> None:
     """A reduction to one row (the bias gradient: ``db[g, j] += sum_{t,n} dg[t, n, j, g]``), few
-    outputs (800-3200) over a long reduction (320 per 16-step chunk at DS2 sizes): a block of
-    ``columns`` x ``slices`` threads, ``threadIdx.x`` along the output (consecutive threads read
-    consecutive columns), the reduction split over ``threadIdx.y`` and added up by TVM's
-    cross-thread reduction. (One thread per output left 7-25 blocks of threads each running a
-    320-long chain of loads: 52 us per chunk on the H100; dlight's ``GeneralReduction``, one block
-    per output, took 960 us.)"""
+    outputs (512-3200) over a long reduction (320 per 16-step chunk at DS2 sizes, 32,768 for 256
+    steps of 128 rows): a block of ``columns`` x ``slices`` threads, ``threadIdx.x`` along the
+    output in the order of the input's memory (consecutive threads read consecutive addresses:
+    the gates innermost), the reduction split over ``threadIdx.y`` and added up by TVM's
+    cross-thread reduction. ``columns`` and ``slices``: None, :func:`column_sum_tile`'s for the
+    GPU's ``sms``. (One thread per output left 7-25 blocks of threads each running a 320-long
+    chain of loads: 52 us per chunk on the H100; dlight's ``GeneralReduction``, one block per
+    output, took 960 us.)"""
     gemm = sch.get_sblock(kernel.gemm)
     output = sch.get_consumers(gemm)[0]
-    out_loops = sch.get_loops(output)
+    out_loops = _in_input_order(sch, gemm, output)
     fused = sch.fuse(*out_loops) if len(out_loops) > 1 else out_loops[0]
-    block, thread = sch.split(fused, [None, min(columns, _extent(sch, fused))])
+    auto_columns, auto_slices = column_sum_tile(_extent(sch, fused), sms)
+    block, thread = sch.split(fused, [None, min(columns or auto_columns, _extent(sch, fused))])
     sch.bind(block, "blockIdx.x")
     sch.bind(thread, "threadIdx.x")
     sch.compute_at(gemm, thread, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "local")
     _, reduction = _gemm_axes(sch, gemm)
     red = sch.fuse(*reduction) if len(reduction) > 1 else reduction[0]
-    per_thread, across = sch.split(red, [None, min(slices, _extent(sch, red))])
+    per_thread, across = sch.split(red, [None, min(slices or auto_slices, _extent(sch, red))])
     sch.reorder(across, per_thread)
     sch.bind(across, "threadIdx.y")
     _, unrolled = sch.split(per_thread, [None, _divisor(_extent(sch, per_thread), unroll)])
     sch.unroll(unrolled)
+
+
+def _in_input_order(sch, gemm, output) -> list:
+    """The loops of the column sum's ``output`` block, reordered (where they map one to one onto
+    its iteration variables) as the sum's input is laid out: the loop of its last index innermost."""
+    loops = sch.get_loops(output)
+    out_block, sum_block = sch.get(output), sch.get(gemm)
+    if len(loops) < 2 or len(loops) != len(out_block.iter_vars):
+        return loops
+    result = sum_block.writes[0].source
+    inputs = [r for r in sum_block.reads if not r.source.same_as(result)]
+    read = next((r for r in out_block.reads if r.source.same_as(result)), None)
+    if len(inputs) != 1 or read is None:
+        return loops
+    input_vars = [r.min for r in inputs[0].region]
+
+    def place(out_var):  # where the sum's input holds the sum's variable that this output variable reads
+        at = next((i for i, r in enumerate(read.region) if r.min.same_as(out_var)), None)
+        if at is None:
+            return None
+        sum_var = sum_block.writes[0].region[at].min
+        return next((i for i, v in enumerate(input_vars) if v.same_as(sum_var)), None)
+
+    places = [place(iv.var) for iv in out_block.iter_vars]
+    if None in places or sorted(places) == places:
+        return loops
+    order = [loop for _, loop in sorted(zip(places, loops), key=lambda pair: pair[0])]
+    sch.reorder(*order)
+    return order
 
 
 # :func:`gpu_matmul`'s block shapes, (rows, cols) as (micro-tiles, threads, micro-tile size) along
@@ -76,11 +129,6 @@ GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16,
 # large step's GEMM (its epilogue a kernel of its own): on the H200, 32 steps or double buffers
 # ran its passes at 0.86-1.05x the speed of these (notes/performance.md v50).
 GPU_MATMUL = dict(k_tile=16, pipeline=False)
-
-
-# Streaming multiprocessors a default shape is chosen for where the device model knows none
-# (:func:`tvmrnn.device.device_model`): the H100's.
-GPU_SMS = 132
 
 
 def matmul_shape(rows: int, cols: int, sms: int = GPU_SMS):

@@ -106,7 +106,9 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
     if kind == "gpu_pointwise":
         return (Knob("threads", (32, 64, 128, 256, 512, MAX_THREADS), GPU_THREADS),)
     if kind == "column_sum":
-        return (Knob("columns", (16, 32, 64), 32), Knob("slices", (4, 8, 16), 8), Knob("unroll", (1, 4, 8), 8))
+        # AUTO: cuda.column_sum_tile (columns that give half the SMs a block, 256 threads)
+        return (Knob("columns", (AUTO, 8, 16, 32, 64), AUTO), Knob("slices", (AUTO, 4, 8, 16, 32), AUTO),
+                Knob("unroll", (1, 4, 8), 8))
     if kind == "split_k":
         return (Knob("threads", (64, 128, 256, 512), 256), Knob("thread_columns", (1, 2, 4, 8), 4),
                 Knob("min_blocks", (100, 200, 400), 200), Knob("block_slices", (AUTO, 1, 2, 4, 8, 16), AUTO),

@@ -1,0 +1,73 @@
+"""A/B of two default rules (v57), each shape built the old way and the new way in one process:
+both builds' gradients on the same inputs compared (largest difference relative to the largest
+gradient), and their passes timed in turn (``pass_tuning.compare``, 11 pairs).
+
+- ``backward``: split-K backward steps persistent below ``common.GPU_BACKWARD_PERSISTENT_WORK``
+  multiply-adds a step (old: always one launch a step).
+- ``column_sum``: the bias gradient's block of ``cuda.column_sum_tile`` (columns that give half
+  the SMs a block) with threads along the input's memory order (old: 32 x 8 threads, along the
+  output's order).
+
+    python notes/bench/v57/rules_ab.py backward lstm:8:128:128:100 gru:8:128:128:100
+    TARGET=llvm python notes/bench/v57/rules_ab.py backward gru:4:16:16:20   # this CPU (no change: a dry run)
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+
+import tvmrnn
+from tvmrnn.runtime import pass_tuning
+from tvmrnn.schedules import common, cuda
+
+
+def old_rule(rule):
+    if rule == "backward":
+        common.GPU_BACKWARD_PERSISTENT_WORK = 0
+    else:
+        cuda.column_sum_tile = lambda outputs, sms=132: (32, 8)
+        cuda._in_input_order = lambda sch, gemm, output: sch.get_loops(output)
+
+
+def gradients(rnn, cell, n, h, T):
+    rng = np.random.default_rng(0)
+    G = {"lstm": 4, "gru": 3}.get(cell, 1)
+    params = {"weight_ih_l0": rng.uniform(-0.1, 0.1, (G * h, h)), "weight_hh_l0": rng.uniform(-0.1, 0.1, (G * h, h)),
+              "bias_ih_l0": rng.uniform(-0.1, 0.1, G * h), "bias_hh_l0": rng.uniform(-0.1, 0.1, G * h)}
+    w = rnn.pack_weights({k: v.astype(np.float32) for k, v in params.items()})
+    x = rng.standard_normal((T, n, h)).astype(np.float32)
+    dy = rng.standard_normal((T, n, h)).astype(np.float32)
+    if rnn.target.kind.name == "cuda":
+        import torch
+        x, dy = torch.from_numpy(x).cuda(), torch.from_numpy(dy).cuda()
+    _, *_, ws = rnn.forward_train(w, x)
+    grads = rnn.backward(w, ws, dy=dy)
+    return {k: v.cpu().numpy() if hasattr(v, "cpu") else np.asarray(v) for k, v in grads.items()}
+
+
+def main(rule, shapes):
+    warnings.simplefilter("ignore")
+    for shape in shapes:
+        cell, n, h, i, T = shape.split(":")
+        n, h, T = int(n), int(h), int(T)
+        sizes = dict(input_size=int(i), hidden_size=h, batch_size=n, target=os.environ.get("TARGET", "cuda"),
+                     tuning_logs=False, cache=False)
+        saved = (common.GPU_BACKWARD_PERSISTENT_WORK, cuda.column_sum_tile, cuda._in_input_order)
+        old_rule(rule)
+        before = tvmrnn.build(cell, **sizes)
+        common.GPU_BACKWARD_PERSISTENT_WORK, cuda.column_sum_tile, cuda._in_input_order = saved
+        after = tvmrnn.build(cell, **sizes)
+        persistent = {name: [p for p in ("forward", "forward_train", "backward") if rnn.programs[p].uses_persistent_loops]
+                      for name, rnn in (("old", before), ("new", after))}
+        a, b = gradients(before, cell, n, h, T), gradients(after, cell, n, h, T)
+        err = max(float(np.abs(a[k] - b[k]).max() / max(np.abs(a[k]).max(), 1e-30)) for k in a)
+        result = pass_tuning.compare(before, after, pass_tuning.PassTimer(T), pairs=11)
+        print(f"{rule} {shape} persistent {persistent}; gradients agree to {err:.1e}; old -> new, {result.line()}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
