@@ -962,3 +962,38 @@ def test_bias_gradient_reads_along_memory_and_fills_the_gpu():
         g = re.search(r"v_g = T.axis.spatial\(4, ([^\n]*)\)\n", script).group(1)
         # the gate (dg's last index) follows threadIdx.x: g = (... + x) % 4
         assert loops["threadIdx.x"][0] in g and "% 4" in g, g
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell, rows, hidden, gates", [("lstm", 128, 96, 4), ("gru", 130, 128, 3)])
+def test_gate_threads_template(cell, rows, hidden, gates, tmp_path):
+    """``gpu_row_tiles(gate_threads=True)`` on a persistent step of independent blocks (a row a
+    block, every unit's weights on chip): a thread a gate column (G x H threads), each summing
+    its one output in a register over the whole reduction, reading its weights one float a
+    reduction index (consecutive threads, consecutive addresses); the sums meet in shared memory,
+    the gate math runs on H of the threads after a barrier; the step's input projection, cell
+    state and hidden state are staged together first. It compiles without spills. A tile it does
+    not fit (blocks that split the units: LSTM H = 184) is refused by name, the schedule untouched.
+    (A template parameter until a GPU has checked and timed it: not the default, not a knob.)"""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules import default_schedule
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    step = kernels.persistent(kernels.recurrent_step(CELLS[cell], rows, hidden, train=False), 132)
+    func = default_schedule(step, target, gate_threads=True)
+    script = func.script()
+    assert re.search(r"T.thread_binding\(%d, thread=\"blockIdx.x\", annotations=\{\"tvmrnn.independent_blocks\": 1\}"
+                     % rows, script), "a block a row, independent"
+    assert set(re.findall(r"T.thread_binding\((\d+), thread=\"threadIdx.x\"", script)) == {str(gates * hidden)}
+    assert "recurrent_projection_shared_local = T.sblock_alloc_buffer((%d, %d, %d), scope=\"local\")" % (
+        rows, hidden, gates) in script
+    source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+    body = source.split("extern \"C\" __global__")[-1]
+    assert "__launch_bounds__(%d)" % (gates * hidden) in body
+    assert "if (((int)threadIdx.x) < %d)" % hidden in body  # the gate math on a thread a unit
+    report = _ptxas(source, tmp_path)
+    assert " 0 bytes spill stores" in report, report
+    wide = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 128, 184, train=False), 132)
+    with pytest.raises(tvm.s_tir.ScheduleError, match="gate threads"):
+        default_schedule(wide, target, gate_threads=True)

@@ -73,6 +73,14 @@ GPU_PERSISTENT_SPLIT_K_ROWS = 160
 # take as many blocks as the step fills; the persistent form saves the launch and the reload,
 # which matter less the longer the step.
 GPU_BACKWARD_PERSISTENT_WORK = 1 << 24
+# ... with at most this many a block: a persistent backward loop takes the next, larger block count
+# (``Program.persistent_caps``) where its step would leave a block more. The caps that few rows get
+# for the forward (one block where one holds the weights: device.small_step_blocks) gave the GRU
+# at N = 8, H = 128 one block of 393 K a step: 0.84 -> 1.10 ms training against launches, where
+# the LSTM's 8 blocks of 65 K (0.95 -> 0.60) and the GRU's 16 of 98 K at H = 256 (1.09 -> 0.75)
+# were faster (H200, notes/performance.md v57). (The GRU's 4 blocks of 98 K at N = 8, H = 128
+# that this gives were not measured.)
+GPU_BACKWARD_BLOCK_WORK = 1 << 17
 
 
 # A build with TF32 steps (``BuildOptions.tensor_core_steps``: half builds) runs a step of at
@@ -239,16 +247,20 @@ def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False) -> boo
     return math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows]) >= GPU_PERSISTENT_SPLIT_K_ROWS
 
 
+def gemm_work(kernel: Kernel) -> int:
+    """The multiply-adds of a kernel's GEMM (every iteration of its block), 0 without one."""
+    if kernel.gemm is None:
+        return 0
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    return math.prod(int(iv.dom.extent) for iv in sch.get(sch.get_sblock(kernel.gemm)).iter_vars)
+
+
 def backward_launches_beat_persistence(kernel: Kernel) -> bool:
     """Whether a backward step kernel that split-K runs (not row tiles) runs faster as one launch a
     step than persistent: from :data:`GPU_BACKWARD_PERSISTENT_WORK` multiply-adds a step."""
-    if kernel.gemm is None:
+    if kernel.gemm is None or _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles":
         return False
-    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    if _gpu_kind(sch, kernel) == "row tiles":
-        return False
-    stmt = sch.get(sch.get_sblock(kernel.gemm))
-    return math.prod(int(iv.dom.extent) for iv in stmt.iter_vars) >= GPU_BACKWARD_PERSISTENT_WORK
+    return gemm_work(kernel) >= GPU_BACKWARD_PERSISTENT_WORK
 
 
 def fused_epilogue(sch, kernel: Kernel) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from tvm import s_tir
+
 from ..kernels import Kernel
 
 from .common import _divisor, _extent, _gemm_axes, _vectorize
@@ -171,7 +173,8 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
 def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_units: int | None = None,
                   row_threads: int | None = None, unit_threads: int | None = None, k_tile: int = 16,
                   unroll: int = 4, stage: bool = True, sms: int = 132, max_blocks: int | None = None,
-                  stationary_bytes: int = 0, prefetch: bool = True, row_chunk: int | None = None) -> None:
+                  stationary_bytes: int = 0, prefetch: bool = True, row_chunk: int | None = None,
+                  gate_threads: bool = False) -> None:
     """A per-step GEMM with many rows and its fused epilogue (the gate math, or the backward's
     pointwise): a block of ``row_threads x unit_threads`` threads owns a tile of rows x units (every
     unit with all its columns: the G gates), each thread ``thread_rows x thread_units`` of it in
@@ -200,7 +203,14 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
 
     ``prefetch``: the epilogue's per-step inputs from memory (the step's input projection, the
     carried cell state, the mask) are loaded into the thread's registers before its GEMM,
-    so that their latency passes during the GEMM instead of after it (:func:`_prefetch_epilogue_inputs`)."""
+    so that their latency passes during the GEMM instead of after it (:func:`_prefetch_epilogue_inputs`).
+
+    ``gate_threads`` (a persistent tile of independent blocks, one row a thread): each thread of
+    the GEMM computes one column of a unit (one gate) instead of all of them, its result to
+    shared memory, and the epilogue runs on one thread a unit after a ``__syncthreads``
+    (:func:`_gate_threads`): G times the threads to hide the weights' shared-memory loads behind
+    (an LSTM's step at N = 128, H = 96: 4 warps a block, 60% of its stalls on those loads, v57).
+    Not yet measured on a GPU: a template parameter, not a default."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
@@ -230,6 +240,12 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         k_tile = chosen.row_chunk
     tr, tu, rt, ut = chosen[:4]
     threads = rt * ut
+    if gate_threads:
+        if not (stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and rt * units * inner <= 1024):
+            raise s_tir.ScheduleError(f"{kernel.name}: gate threads need a persistent tile of independent blocks "
+                                      f"with rows staged whole and at most 1024 gate columns a block")
+        _gate_threads(sch, kernel, gemm, out, nb, n_rows, rt * tr, units * inner, k_tile, unroll)
+        return
 
     # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
     row = sch.fuse(*out[nb:n_rows]) if n_rows - nb > 1 else out[nb]
@@ -294,9 +310,72 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     _operands_to_registers(sch, gemm, k_unrolled, scope)
 
 
+def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: int, columns: int, k_tile: int,
+                  unroll: int) -> None:
+    """:func:`gpu_row_tiles`' ``gate_threads`` form: blocks of ``rows`` rows, each thread of the
+    GEMM one (row, column) output (``rows x columns`` threads), its sum in shared memory; the
+    epilogue's loop over the block's (row, unit) pairs on the same threads (TVM gives every
+    ``threadIdx.x`` loop of a kernel one extent), the rest predicated off."""
+    threads = rows * columns
+    row = sch.fuse(*out[nb:n_rows]) if n_rows - nb > 1 else out[nb]
+    r_block, r_in = sch.split(row, [None, rows])
+    sch.reorder(*out[:nb], r_block, r_in, out[n_rows])
+    block = sch.fuse(*out[:nb], r_block)
+    _, thread = sch.split(sch.fuse(r_in, out[n_rows]), [None, threads])
+    sch.bind(block, "blockIdx.x")
+    sch.bind(thread, "threadIdx.x")
+    sch.annotate(block, INDEPENDENT_BLOCKS, 1)
+    # the GEMM: one output a thread, summed in a register, then to shared memory for the epilogue
+    sch.compute_at(gemm, block, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "shared")
+    result = sch.cache_write(gemm, 0, "local")
+    loops = sch.get_loops(gemm)
+    at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(block)))
+    spatial, reduction = _gemm_axes(sch, gemm)
+    own = [l for l in loops[at + 1:] if not any(sch.get(l).same_as(sch.get(r)) for r in reduction)]
+    _, g_thread = sch.split(sch.fuse(*own) if len(own) > 1 else own[0], [None, threads])
+    sch.bind(g_thread, "threadIdx.x")
+    sch.reverse_compute_at(result, g_thread, preserve_unit_loops=True)
+    first, rest = reduction[0], reduction[1:]
+    rest_total = math.prod(_extent(sch, l) for l in rest)
+    k_tile = _divisor(_extent(sch, first), max(1, k_tile // rest_total))
+    k_outer, k_in = sch.split(first, [None, k_tile])
+    k_in, k_unrolled = sch.split(k_in, [None, _divisor(k_tile, max(1, unroll // rest_total))])
+    for loop in [k_unrolled, *rest]:
+        sch.unroll(loop)
+    sch.decompose_reduction(gemm, k_outer)
+    # the epilogue's per-step inputs (the input projection, the cell state) staged in shared
+    # memory at the step's start beside the hidden state, their loads' latency overlapping its
+    for copy in _epilogue_inputs(sch, kernel, sch.get_consumers(result), "shared"):
+        sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
+        _copy_by_threads(sch, copy, threads)
+    if not _stage_for_the_time_loop(sch, kernel, gemm, block, threads, True):
+        raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
+    _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
+
+
 # Inputs the same at every step (the bias, per-unit parameters): cached on chip after the first
 # step, so not worth registers a step (and a time loop should not read its weights' buffer a step)
 _STEP_INVARIANT_ROLES = ("w", "b", "unit")
+
+
+def _epilogue_inputs(sch, kernel: Kernel, consumers, scope: str) -> list:
+    """A copy in ``scope`` (a new block, not yet placed) of each global input that the epilogue's
+    blocks ``consumers`` read and do not write and that moves with the step (not one of
+    :data:`_STEP_INVARIANT_ROLES`), read by them from the copy."""
+    params = sch.mod["main"].params
+    invariant = [params[i] for i, role in enumerate(kernel.roles) if role in _STEP_INVARIANT_ROLES]
+    written = [w.source for c in consumers for w in sch.get(c).writes]
+    copies = []
+    for param in params:
+        if any(param.same_as(p) for p in invariant) or any(param.same_as(w) for w in written):
+            continue
+        readers = [c for c in consumers if any(r.source.same_as(param) for r in sch.get(c).reads)]
+        if not readers:
+            continue
+        index = next(i for i, r in enumerate(sch.get(readers[0]).reads) if r.source.same_as(param))
+        copies.append(sch.cache_read(readers[0], index, scope, consumer_blocks=readers))
+    return copies
 
 
 def _prefetch_epilogue_inputs(sch, kernel: Kernel, consumers, thread) -> None:

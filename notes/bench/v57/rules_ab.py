@@ -7,8 +7,12 @@ gradient), and their passes timed in turn (``pass_tuning.compare``, 11 pairs).
 - ``column_sum``: the bias gradient's block of ``cuda.column_sum_tile`` (columns that give half
   the SMs a block) with threads along the input's memory order (old: 32 x 8 threads, along the
   output's order).
+- ``gate_threads``: the forwards' persistent row-tile steps of independent blocks with
+  ``gpu_row_tiles(gate_threads=True)`` (one thread a gate column, v57; not a default yet) where
+  it applies ("new"), against the default ("old"). Which steps took it is printed.
 
     python notes/bench/v57/rules_ab.py backward lstm:8:128:128:100 gru:8:128:128:100
+    python notes/bench/v57/rules_ab.py gate_threads lstm:128:96:96:100 gru:128:128:128:100
     TARGET=llvm python notes/bench/v57/rules_ab.py backward gru:4:16:16:20   # this CPU (no change: a dry run)
 """
 from __future__ import annotations
@@ -24,7 +28,32 @@ from tvmrnn.runtime import pass_tuning
 from tvmrnn.schedules import common, cuda
 
 
+GATE_THREADS = []  # the steps that took gate threads
+
+
+def new_rule(rule):
+    if rule != "gate_threads":
+        return
+    import tvm
+    import tvmrnn.schedules as schedules
+    plain = schedules.gpu_row_tiles
+
+    def gate_threads(sch, kernel, **tiles):
+        if kernel.name.startswith("recurrent_step") and tiles.get("max_blocks"):
+            try:
+                plain(sch, kernel, gate_threads=True, **tiles)  # (raises before changing sch where it does not apply)
+                GATE_THREADS.append(kernel.name)
+                return
+            except tvm.s_tir.ScheduleError:
+                pass
+        plain(sch, kernel, **tiles)
+    schedules.gpu_row_tiles = gate_threads
+    return plain
+
+
 def old_rule(rule):
+    if rule == "gate_threads":
+        return
     if rule == "backward":
         common.GPU_BACKWARD_PERSISTENT_WORK = 0
     else:
@@ -59,7 +88,13 @@ def main(rule, shapes):
         old_rule(rule)
         before = tvmrnn.build(cell, **sizes)
         common.GPU_BACKWARD_PERSISTENT_WORK, cuda.column_sum_tile, cuda._in_input_order = saved
+        plain = new_rule(rule)
         after = tvmrnn.build(cell, **sizes)
+        if plain is not None:
+            import tvmrnn.schedules as schedules
+            schedules.gpu_row_tiles = plain
+            print(f"  gate threads: {GATE_THREADS}", flush=True)
+            GATE_THREADS.clear()
         persistent = {name: [p for p in ("forward", "forward_train", "backward") if rnn.programs[p].uses_persistent_loops]
                       for name, rnn in (("old", before), ("new", after))}
         a, b = gradients(before, cell, n, h, T), gradients(after, cell, n, h, T)
