@@ -997,3 +997,45 @@ def test_gate_threads_template(cell, rows, hidden, gates, tmp_path):
     wide = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 128, 184, train=False), 132)
     with pytest.raises(tvm.s_tir.ScheduleError, match="gate threads"):
         default_schedule(wide, target, gate_threads=True)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_gate_threads_with_weights_in_registers(monkeypatch, tmp_path):
+    """``gpu_row_tiles(gate_threads=True, register_weights=True)``: each thread's column of the
+    weights (96 floats at LSTM H = 96) in an array of its own that ptxas keeps in registers (no
+    local memory, no spills), copied from global memory at the persistent loop's first step only
+    (``if (step == 0)``, sequence.first_step_only); a step reads only the hidden state from shared
+    memory. Where a thread's weights would not fit its share of the registers (GRU H = 100 at 2
+    rows a block: 600 threads), refused by name. (Not yet run on a GPU: not a default.)"""
+    import tvm
+    import tvmrnn.schedules as schedules
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    plain = schedules.gpu_row_tiles
+    taken = []
+
+    def registers(sch, kernel, **tiles):
+        if kernel.name.startswith("recurrent_step") and tiles.get("max_blocks"):
+            taken.append(kernel.name)
+            return plain(sch, kernel, gate_threads=True, register_weights=True, **tiles)
+        return plain(sch, kernel, **tiles)
+    monkeypatch.setattr(schedules, "gpu_row_tiles", registers)
+    rnn = tvmrnn.build("lstm", 96, 96, batch_size=128, target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
+    assert sorted(taken) == ["recurrent_step_lstm_infer_n128_h96_persistent", "recurrent_step_lstm_train_n128_h96_persistent"]
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+    source = rnn.executable.mod.imports[0].inspect_source()
+    forward = next(d for d in _kernel_definitions(source) if re.match(r"\s*void\s+__launch_bounds__\(384\)\s+forward_kernel\(", d))
+    assert "float w_local_ptr[96];" in forward
+    loop = forward.split("for (int step = 0; step < T; ++step) {", 1)[1]
+    first = loop.split("if (step == 0) {", 1)
+    assert len(first) == 2 and "w_local_ptr[95] = w_ptr[" in first[1].split("}", 1)[0]
+    stores = re.compile(r"w_local_ptr\[\d+\] = ")
+    assert not stores.search(first[0]) and not stores.search(first[1].split("}", 1)[1])  # the first step only
+    report = _ptxas(source, tmp_path)
+    forward_report = report.split("Compiling entry function 'forward_kernel'", 1)[1].split("Compiling entry", 1)[0]
+    assert " 0 bytes spill stores" in forward_report and " 0 bytes stack frame" in forward_report, forward_report
+    monkeypatch.undo()
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    wide = kernels.persistent(kernels.recurrent_step(CELLS["gru"], 160, 100, train=False), 132)
+    with pytest.raises(tvm.s_tir.ScheduleError, match="registers"):
+        schedules.default_schedule(wide, target, gate_threads=True, register_weights=True)

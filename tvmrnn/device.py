@@ -98,6 +98,7 @@ class DeviceModel:
     arch: str | None = None  # "sm_90" (without the "a" of arch-specific features)
     multiprocessors: int | None = None
     shared_bytes_per_block: int = SHARED_BYTES_WITHOUT_OPT_IN
+    registers_per_block: int = 65536  # 32-bit registers a block may use: every CUDA GPU since sm_50
     cores: int | None = None
     vector_lanes: int | None = None  # float32 lanes of the widest vectors
     # whether AVX512-BF16's dot products (vdpbf16ps, 32 products an instruction) outrun fp32 FMAs

@@ -26,7 +26,7 @@ from ..kernels import Kernel
 from ..schedules import common
 from ..schedules.common import backward_launches_beat_persistence, gemm_work, is_gpu, launches_beat_persistence
 from ..schedules.row_tiles import INDEPENDENT_BLOCKS, independent_blocks
-from ..schedules.split_k import keeps_weights_on_chip
+from ..schedules.split_k import FIRST_STEP_ONLY, keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
 from ..options import BuildOptions
 
@@ -280,6 +280,17 @@ def _sblocks(stmt) -> list:
 def _grid_blocks(func) -> int | None:
     """The ``blockIdx.x`` extent of a scheduled GPU kernel (its first such loop), if constant."""
     return _bound_extent(func.body, "blockIdx.x")
+
+
+def first_step_only(stmt, var):
+    """``stmt`` with each block annotated :data:`tvmrnn.schedules.split_k.FIRST_STEP_ONLY` (a
+    thread's copy of its weights into registers) run at the first step of the time loop over
+    ``var`` only: its registers then hold the weights for every step."""
+    def visit(realize, mutator):
+        if FIRST_STEP_ONLY not in realize.block.annotations:
+            return mutator.default_mutate(realize)
+        return s_tir.SBlockRealize(realize.iter_values, tirx.And(realize.predicate, var == 0), realize.block)
+    return tvm_ffi.structural_mutate(stmt, [(s_tir.SBlockRealize, visit)])
 
 
 def hoist_invariant_copies(decls, grid_body, var):
@@ -1230,6 +1241,7 @@ class Program:
             reset, declare = [], []
             sync = grid_barrier(None, None, threads)
         outer_decls, step_decls, hoisted, per_step = hoist_invariant_copies(decls, grid.body, var)
+        per_step = [first_step_only(s, var) for s in per_step]
         steps = tirx.For(var, _const(0), _const(extent), tirx.ForKind.SERIAL,
                          tirx.SeqStmt(step_decls + per_step + [sync]))
         new_grid = tirx.For(grid.loop_var, grid.min, grid.extent, grid.kind,

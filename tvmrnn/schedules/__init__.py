@@ -75,7 +75,8 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     elif kind == "split-K":
         gpu_split_k(sch, kernel, **tiles)
     elif kind == "row tiles":
-        gpu_row_tiles(sch, kernel, sms=device_model(target).multiprocessors or GPU_SMS, **tiles)
+        model = device_model(target)
+        gpu_row_tiles(sch, kernel, sms=model.multiprocessors or GPU_SMS, registers=model.registers_per_block, **tiles)
     elif kind == "matmul":
         sms = device_model(target).multiprocessors or GPU_SMS
         config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}

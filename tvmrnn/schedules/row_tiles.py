@@ -11,12 +11,17 @@ from tvm import s_tir
 from ..kernels import Kernel
 
 from .common import _divisor, _extent, _gemm_axes, _vectorize
-from .split_k import _copy_by_threads
+from .split_k import FIRST_STEP_ONLY, _copy_by_threads
 
 
 # The annotation of a persistent step's block loop whose blocks each own all of a problem's units
 # for their rows: no block reads what another wrote, so its time loop needs no grid barrier.
 INDEPENDENT_BLOCKS = "tvmrnn.independent_blocks"
+
+
+# Registers a thread of gpu_row_tiles(register_weights=True) needs beside its column of the weights
+# (ptxas on sm_90: the LSTM's step at H = 96 used 123 registers, the GRU's at H = 128 158)
+REGISTERS_BESIDE_WEIGHTS = 32
 
 
 # A persistent row tile whose block's rows of the step's input (``4 * reduction`` bytes a row) do
@@ -174,7 +179,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
                   row_threads: int | None = None, unit_threads: int | None = None, k_tile: int = 16,
                   unroll: int = 4, stage: bool = True, sms: int = 132, max_blocks: int | None = None,
                   stationary_bytes: int = 0, prefetch: bool = True, row_chunk: int | None = None,
-                  gate_threads: bool = False) -> None:
+                  gate_threads: bool = False, register_weights: bool = False, registers: int = 65536) -> None:
     """A per-step GEMM with many rows and its fused epilogue (the gate math, or the backward's
     pointwise): a block of ``row_threads x unit_threads`` threads owns a tile of rows x units (every
     unit with all its columns: the G gates), each thread ``thread_rows x thread_units`` of it in
@@ -210,7 +215,12 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     shared memory, and the epilogue runs on one thread a unit after a ``__syncthreads``
     (:func:`_gate_threads`): G times the threads to hide the weights' shared-memory loads behind
     (an LSTM's step at N = 128, H = 96: 4 warps a block, 60% of its stalls on those loads, v57).
-    Not yet measured on a GPU: a template parameter, not a default."""
+    ``register_weights`` (with ``gate_threads``): each thread keeps its column's weights in
+    registers for every step (copied at a persistent loop's first step, :data:`FIRST_STEP_ONLY`),
+    the reduction unrolled whole; only the hidden state is read from shared memory a step (a
+    broadcast); where a thread's column and :data:`REGISTERS_BESIDE_WEIGHTS` more fit its share of
+    the block's ``registers`` (the device model's) and of a thread's 255. Not yet measured on a GPU:
+    template parameters, not defaults."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
@@ -244,8 +254,14 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         if not (stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and rt * units * inner <= 1024):
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads need a persistent tile of independent blocks "
                                       f"with rows staged whole and at most 1024 gate columns a block")
-        _gate_threads(sch, kernel, gemm, out, nb, n_rows, rt * tr, units * inner, k_tile, unroll)
+        wanted = reduction_total + REGISTERS_BESIDE_WEIGHTS
+        if register_weights and (wanted > 255 or wanted * rt * tr * units * inner > registers):
+            raise s_tir.ScheduleError(f"{kernel.name}: a thread's {reduction_total} weights in registers do not fit "
+                                      f"{rt * tr * units * inner} threads' share of {registers}")
+        _gate_threads(sch, kernel, gemm, out, nb, n_rows, rt * tr, units * inner, k_tile, unroll, register_weights)
         return
+    if register_weights:
+        raise s_tir.ScheduleError(f"{kernel.name}: weights in registers need gate threads")
 
     # the epilogue's nest: (problems..., rows..., units) -> blocks of tiles, threads, a thread's tile
     row = sch.fuse(*out[nb:n_rows]) if n_rows - nb > 1 else out[nb]
@@ -311,7 +327,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
 
 
 def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: int, columns: int, k_tile: int,
-                  unroll: int) -> None:
+                  unroll: int, register_weights: bool = False) -> None:
     """:func:`gpu_row_tiles`' ``gate_threads`` form: blocks of ``rows`` rows, each thread of the
     GEMM one (row, column) output (``rows x columns`` threads), its sum in shared memory; the
     epilogue's loop over the block's (row, unit) pairs on the same threads (TVM gives every
@@ -341,17 +357,41 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
     k_tile = _divisor(_extent(sch, first), max(1, k_tile // rest_total))
     k_outer, k_in = sch.split(first, [None, k_tile])
     k_in, k_unrolled = sch.split(k_in, [None, _divisor(k_tile, max(1, unroll // rest_total))])
-    for loop in [k_unrolled, *rest]:
-        sch.unroll(loop)
+    for loop in [k_unrolled, *rest] + ([k_outer, k_in] if register_weights else []):
+        sch.unroll(loop)  # (weights in registers: the whole reduction, so each index is a register)
     sch.decompose_reduction(gemm, k_outer)
     # the epilogue's per-step inputs (the input projection, the cell state) staged in shared
     # memory at the step's start beside the hidden state, their loads' latency overlapping its
     for copy in _epilogue_inputs(sch, kernel, sch.get_consumers(result), "shared"):
         sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
         _copy_by_threads(sch, copy, threads)
-    if not _stage_for_the_time_loop(sch, kernel, gemm, block, threads, True):
+    if register_weights:  # a thread's column of the weights to its registers, the rows to shared memory
+        reads = sch.get(gemm).reads
+        wbuf = sch.mod["main"].params[kernel.roles.index("w")]
+        w_index = next(i for i, r in enumerate(reads) if r.source.same_as(wbuf))
+        rows_read = [i for i, r in enumerate(reads) if i != w_index and r.source.scope() == "global"]
+        if len(rows_read) != 1:
+            raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
+        copy = sch.cache_read(gemm, rows_read[0], "shared.dyn", consumer_blocks=[gemm])
+        sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
+        _copy_by_threads(sch, copy, threads)
+        # (under the GEMM's own thread loop, so that TVM gives the array one thread's column)
+        w_index = next(i for i, r in enumerate(sch.get(gemm).reads) if r.source.same_as(wbuf))
+        copy = sch.cache_read(gemm, w_index, "local", consumer_blocks=[gemm])
+        sch.compute_at(copy, g_thread, preserve_unit_loops=True)
+        for loop in _loops_after(sch, copy, g_thread):
+            sch.unroll(loop)
+        sch.annotate(copy, FIRST_STEP_ONLY, 1)
+    elif not _stage_for_the_time_loop(sch, kernel, gemm, block, threads, True):
         raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
     _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
+
+
+def _loops_after(sch, block, loop) -> list:
+    """The loops of ``block`` inside ``loop``."""
+    loops = sch.get_loops(block)
+    at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(loop)))
+    return loops[at + 1:]
 
 
 # Inputs the same at every step (the bias, per-unit parameters): cached on chip after the first

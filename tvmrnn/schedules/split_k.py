@@ -473,8 +473,15 @@ def _stage_epilogue_inputs(sch, kernel: Kernel, per_block: int, room: int) -> No
         _copy_by_threads(sch, copy, threads)
 
 
+# The annotation of a copy (into a thread's registers) that a persistent time loop runs at its first
+# step only: what it copies stays in the registers for every step
+# (``row_tiles.gpu_row_tiles(register_weights=True)``; ``sequence.Program._persistent_loop``)
+FIRST_STEP_ONLY = "tvmrnn.first_step_only"
+
+
 def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
-    """Whether a scheduled kernel copies its weights (role ``w``) into shared memory, as
+    """Whether a scheduled kernel copies its weights (role ``w``) into shared memory (or into its
+    threads' registers at a persistent loop's first step: a copy annotated :data:`FIRST_STEP_ONLY`), as
     :func:`_stationary_weights` does for a persistent kernel whose block slices fit there (or the
     row tiles' :func:`tvmrnn.schedules.row_tiles._stage_for_the_time_loop`; whether the default
     schedule or a tuned one did it)."""
@@ -485,7 +492,9 @@ def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
 
     def visit(realize, mutator):
         b = realize.block
-        if any(r.source.same_as(wbuf) for r in b.reads) and any(w.source.scope() == "shared.dyn" for w in b.writes):
+        if any(r.source.same_as(wbuf) for r in b.reads) and any(
+                w.source.scope() == "shared.dyn" or (w.source.scope() == "local" and FIRST_STEP_ONLY in b.annotations)
+                for w in b.writes):
             found.append(b)
         return mutator.default_mutate(realize)  # and the blocks inside it
 

@@ -10,9 +10,12 @@ gradient), and their passes timed in turn (``pass_tuning.compare``, 11 pairs).
 - ``gate_threads``: the forwards' persistent row-tile steps of independent blocks with
   ``gpu_row_tiles(gate_threads=True)`` (one thread a gate column, v57; not a default yet) where
   it applies ("new"), against the default ("old"). Which steps took it is printed.
+- ``registers``: the same with ``register_weights=True`` too (each thread's weights in registers
+  for every step) where that fits, else gate threads alone where they apply.
 
     python notes/bench/v57/rules_ab.py backward lstm:8:128:128:100 gru:8:128:128:100
     python notes/bench/v57/rules_ab.py gate_threads lstm:128:96:96:100 gru:128:128:128:100
+    python notes/bench/v57/rules_ab.py registers lstm:128:96:96:100 gru:128:128:128:100
     TARGET=llvm python notes/bench/v57/rules_ab.py backward gru:4:16:16:20   # this CPU (no change: a dry run)
 """
 from __future__ import annotations
@@ -32,7 +35,7 @@ GATE_THREADS = []  # the steps that took gate threads
 
 
 def new_rule(rule):
-    if rule != "gate_threads":
+    if rule not in ("gate_threads", "registers"):
         return
     import tvm
     import tvmrnn.schedules as schedules
@@ -40,19 +43,20 @@ def new_rule(rule):
 
     def gate_threads(sch, kernel, **tiles):
         if kernel.name.startswith("recurrent_step") and tiles.get("max_blocks"):
-            try:
-                plain(sch, kernel, gate_threads=True, **tiles)  # (raises before changing sch where it does not apply)
-                GATE_THREADS.append(kernel.name)
-                return
-            except tvm.s_tir.ScheduleError:
-                pass
+            for registers in ((True, False) if rule == "registers" else (False,)):
+                try:  # (each raises before changing sch where it does not apply)
+                    plain(sch, kernel, gate_threads=True, register_weights=registers, **tiles)
+                    GATE_THREADS.append(kernel.name + (" (registers)" if registers else ""))
+                    return
+                except tvm.s_tir.ScheduleError:
+                    pass
         plain(sch, kernel, **tiles)
     schedules.gpu_row_tiles = gate_threads
     return plain
 
 
 def old_rule(rule):
-    if rule == "gate_threads":
+    if rule in ("gate_threads", "registers"):
         return
     if rule == "backward":
         common.GPU_BACKWARD_PERSISTENT_WORK = 0
