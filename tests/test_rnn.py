@@ -643,3 +643,34 @@ def test_huge_pages_for_what_we_keep(rng, monkeypatch, frame):
     monkeypatch.setenv("TVMRNN_HUGE_PAGES", "maybe")
     with pytest.raises(ValueError, match="TVMRNN_HUGE_PAGES: expected auto, 0 or 1"):
         huge_pages()
+
+
+def test_a_build_for_a_cpu_this_one_is_not_is_refused_at_its_first_run(monkeypatch):
+    """A build for another CPU target (to export it) builds anywhere; run on a CPU without the
+    instructions it compiled in, it raises a RuntimeError naming them before any of its code runs
+    (never an illegal instruction), and says the same at every later call. (The CPU's flags are
+    those of a CPU with AVX2 only, whatever this one has.)"""
+    import tvm
+    from tvmrnn import device
+    from tvmrnn.device import missing_host_features
+    monkeypatch.setattr(device, "_cpu_flags", lambda: {"sse4_2", "avx", "avx2", "fma", "f16c"})
+    avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})
+    assert missing_host_features(avx512) == ["avx512f", "avx512bw", "avx512vl", "avx512dq"]
+    assert missing_host_features(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})) == []
+    assert missing_host_features(tvm.target.Target("nvidia/nvidia-h100")) == []
+    rnn = tvmrnn.build("gru", 5, 7, batch_size=2, target={"kind": "llvm", "mcpu": "skylake-avx512"},
+                       tuning_logs=False, cache=False)
+    params = tvmrnn.params_from_torch(torch.nn.GRU(5, 7))
+    for _ in range(2):  # (packing runs the build's code too)
+        with pytest.raises(RuntimeError, match=r"skylake-avx512\) uses avx512f, avx512bw, avx512vl, avx512dq, which this CPU"):
+            rnn.pack_weights(params)
+    # a bf16 build for AMX builds anywhere; at its first run on a CPU with AMX whose OS refuses the
+    # process its tiles, it says so (before a tile instruction would kill the process)
+    from tvmrnn.schedules import bf16
+    monkeypatch.setattr(device, "_cpu_flags", lambda: {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                                                       "avx512_bf16", "amx_tile", "amx_bf16"})
+    monkeypatch.setattr(bf16, "request_amx", lambda: False)
+    amx = tvmrnn.build("lstm", 32, 32, batch_size=4, target={"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2},
+                       tuning_logs=False, cache=False, options=tvmrnn.BuildOptions(bf16_projections=True))
+    with pytest.raises(RuntimeError, match="OS refused this process their use"):
+        amx.pack_weights(tvmrnn.params_from_torch(torch.nn.LSTM(32, 32)))

@@ -10,7 +10,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 import tvmrnn
 import tvmrnn.torch as tt
-from conftest import H, I, N, built, rel_error
+from conftest import H, I, N, built, cpu_has, rel_error
 
 
 def _train(cls, steps=20, **kwargs):
@@ -310,7 +310,12 @@ def test_autocast_and_half_modules_return_what_torch_nn_returns(theirs, kwargs):
             if theirs is torch.nn.GRU and inp is not packed and inp.dtype == torch.bfloat16:
                 continue  # torch.nn's GRU is not autocast on CPUs: a bf16 input meets fp32 weights (an error)
             y, states = ours(inp)
-            yr, states_r = ref(inp)
+            try:
+                yr, states_r = ref(inp)
+            except RuntimeError as err:  # PyTorch's own bf16 LSTM through oneDNN, on a CPU without AVX512-BF16
+                if "primitive descriptor" not in str(err):
+                    raise
+                pytest.skip(f"torch.nn's own {theirs.__name__} does not run under CPU bf16 autocast here: {err}")
             y, yr = (y.data, yr.data) if inp is packed else (y, yr)
             assert y.dtype == yr.dtype, (inp is packed, inp.dtype if inp is not packed else None)
             for s, sr in zip(states if isinstance(states, tuple) else (states,),
@@ -501,12 +506,13 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
     # FMAs, so the rounding makes the bf16 build slower) keeps fp32; AMD's Zen 4 and later, and
     # Xeons with AMX (whose tiles run the GEMMs), take bf16
     from tvmrnn.torch import _bf16_refused, _cpu_bf16_pays
+    from tvmrnn.schedules import bf16
     assert not _cpu_bf16_pays(json.dumps({"kind": "llvm", "mcpu": "cooperlake", "num-cores": 16}))
     spr = json.dumps({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
-    assert _cpu_bf16_pays(spr)
+    with mock.patch.object(bf16, "request_amx", lambda: True):  # (as on a host with AMX: this one need not have it)
+        assert _cpu_bf16_pays.__wrapped__(spr)
     assert _cpu_bf16_pays(json.dumps({"kind": "llvm", "mcpu": "znver4", "num-cores": 16}))
     # where the OS refuses AMX's tiles, the AMX target keeps fp32 (its bf16 build could not run)
-    from tvmrnn.schedules import bf16
     refused = mock.patch.object(bf16, "request_amx", lambda: False)
     with refused:
         assert not _cpu_bf16_pays.__wrapped__(spr)
@@ -517,5 +523,9 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
     assert "too large" in _bf16_refused("lstm", spr, hidden_size=2048, batch_size=256, **sizes)
     other = tt.GRU(8, 32, target={"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        other(torch.randn(5, 2, 8))
+        if cpu_has("avx512f"):
+            other(torch.randn(5, 2, 8))
+        else:  # (an AVX-512 build on a CPU without it: refused by name at its first run, not a crash)
+            with pytest.raises(RuntimeError, match="avx512f.*which this CPU does not have"):
+                other(torch.randn(5, 2, 8))
     assert [k[5] for k in other._built] == [False]

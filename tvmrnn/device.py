@@ -22,6 +22,28 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
+# The x86 features an LLVM CPU target may compile in that a CPU must have to run its code, as LLVM
+# names them and as Linux's /proc/cpuinfo does
+_X86_FEATURES = {"avx2": "avx2", "fma": "fma", "avx512f": "avx512f", "avx512bw": "avx512bw",
+                 "avx512vl": "avx512vl", "avx512dq": "avx512dq", "avx512bf16": "avx512_bf16",
+                 "amx-tile": "amx_tile", "amx-bf16": "amx_bf16"}
+
+
+def missing_host_features(target: tvm.target.Target) -> list[str]:
+    """The instruction-set features that code built for the CPU ``target`` uses and this machine's
+    CPU does not report (its /proc/cpuinfo flags): running that code would die of an illegal
+    instruction. Empty for other targets, for this machine's own (:func:`host_target`: what it
+    reports, by construction), and where the flags cannot be read."""
+    if target.kind.name != "llvm" or str(target) == str(host_target()):
+        return []
+    flags = _cpu_flags()
+    if not flags:
+        return []
+    from tvm.target import codegen
+    return [linux for llvm, linux in _X86_FEATURES.items()
+            if linux not in flags and codegen.target_has_features(llvm, target)]
+
+
 def host_target() -> tvm.target.Target:
     """This machine's CPU as an LLVM target, from LLVM's host detection.
 

@@ -17,6 +17,7 @@ import tvm
 
 from . import package
 from .arrays import Frame, cpu_cast, round_to, to_device, to_tvm
+from ..device import missing_host_features
 from ..program.passes import Config
 
 _INT32_MAX = 2**31 - 1
@@ -136,7 +137,8 @@ class RNN:
 
     def __init__(self, config: Config, target: tvm.target.Target, module, signatures: dict,
                  executable=None, device_index: int = 0):
-        self.config, self.target, self.module = config, target, module
+        self.config, self.target, self._module = config, target, module
+        self._amx_asked = False  # (a bf16 build for AMX asks the OS for its tiles before it first runs)
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
@@ -165,7 +167,24 @@ class RNN:
         self.allow_tf32 = False  # GEMMs over all steps on TF32 tensor cores (build's allow_tf32)
         self.device_kind = "cuda" if target.kind.name == "cuda" else "cpu"
         self.device_index = device_index if self.device_kind == "cuda" else 0
-        _allow_amx(config, target)
+
+    @property
+    def module(self):
+        """The compiled passes (a ``tvm.runtime.Module``). Before a CPU build first runs, this CPU
+        must have the instructions its target compiled in (else a clear error, not an illegal
+        instruction), and a bf16 build that runs AMX tiles asks the OS for them
+        (:func:`_allow_amx`): at the first run, not at the build, so that a build for another CPU
+        (to export) works anywhere."""
+        if not self._amx_asked:
+            missing = missing_host_features(self.target)
+            if missing:
+                mcpu = self.target.attrs.get("mcpu", "")
+                raise RuntimeError(f"tvmrnn: this build's target ({mcpu or self.target}) uses {', '.join(missing)}, "
+                                   f"which this CPU does not have; build for this CPU (target=None) to run here, "
+                                   f"or run the build (or its export) on a CPU that has them")
+            _allow_amx(self.config, self.target)
+            self._amx_asked = True
+        return self._module
 
     def __repr__(self):
         c = self.config
