@@ -21,9 +21,8 @@ also from one flat buffer.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-
-import numpy as np
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class Slot:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.torch_shape))
+        return math.prod(self.torch_shape)
 
 
 @dataclass(frozen=True)
