@@ -251,7 +251,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     tr, tu, rt, ut = chosen[:4]
     threads = rt * ut
     if gate_threads:
-        if not (stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and rt * units * inner <= 1024):
+        if not (stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and rt * tr * units * inner <= 1024):
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads need a persistent tile of independent blocks "
                                       f"with rows staged whole and at most 1024 gate columns a block")
         wanted = reduction_total + REGISTERS_BESIDE_WEIGHTS
