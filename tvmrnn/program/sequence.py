@@ -23,8 +23,8 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from .. import kernels
 from ..kernels import Kernel
-from ..schedules import common
-from ..schedules.common import backward_launches_beat_persistence, gemm_work, is_gpu, launches_beat_persistence
+from ..schedules.common import (backward_blocks_too_few, backward_launches_beat_persistence, is_gpu,
+                                launches_beat_persistence)
 from ..schedules.row_tiles import INDEPENDENT_BLOCKS, independent_blocks
 from ..schedules.split_k import FIRST_STEP_ONLY, keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
@@ -1183,7 +1183,7 @@ class Program:
                 if self.check_resident and (_grid_blocks(scheduled) or 0) > cap:
                     continue  # more blocks than are surely resident (a tile that did not fit)
                 if (self.persistent_if_on_chip and self.name == "backward" and cap != self.persistent_caps[-1]
-                        and gemm_work(kernel) > common.GPU_BACKWARD_BLOCK_WORK * (_grid_blocks(scheduled) or cap)):
+                        and backward_blocks_too_few(kernel, _grid_blocks(scheduled) or cap)):
                     continue  # too much of a backward step a block: more blocks (the next cap)
                 self._scheduled[persistent.name] = scheduled
                 self.kernels[persistent.name] = persistent

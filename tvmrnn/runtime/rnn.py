@@ -138,7 +138,7 @@ class RNN:
     def __init__(self, config: Config, target: tvm.target.Target, module, signatures: dict,
                  executable=None, device_index: int = 0):
         self.config, self.target, self._module = config, target, module
-        self._amx_asked = False  # (a bf16 build for AMX asks the OS for its tiles before it first runs)
+        self._host_checked = False  # (whether this CPU can run it: checked before it first runs)
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
         self.programs = {}  # pass name -> Program, when built here (a loaded package has none)
@@ -175,7 +175,7 @@ class RNN:
         instruction), and a bf16 build that runs AMX tiles asks the OS for them
         (:func:`_allow_amx`): at the first run, not at the build, so that a build for another CPU
         (to export) works anywhere."""
-        if not self._amx_asked:
+        if not self._host_checked:
             missing = missing_host_features(self.target)
             if missing:
                 mcpu = self.target.attrs.get("mcpu", "")
@@ -183,7 +183,7 @@ class RNN:
                                    f"which this CPU does not have; build for this CPU (target=None) to run here, "
                                    f"or run the build (or its export) on a CPU that has them")
             _allow_amx(self.config, self.target)
-            self._amx_asked = True
+            self._host_checked = True
         return self._module
 
     def __repr__(self):
@@ -352,7 +352,7 @@ class RNN:
             if self.device_kind == "cuda":
                 flat = tvm.runtime.tensor(flat, device=tvm.cuda(self.device_index))
                 packed = tvm.runtime.empty((layout.packed_total,), "float32", device=tvm.cuda(self.device_index))
-                self.module[program](flat, packed)
+                self._function(program)(flat, packed)
                 return PackedWeights(self, packed, forward_only=program == "pack_forward")
         recycle = not zeroed and frame.device_kind == "cpu"
         key = (frame.kind, str(frame.device))

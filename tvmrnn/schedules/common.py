@@ -119,6 +119,13 @@ def _extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
 
+def _loops_after(sch, block, loop) -> list:
+    """The loops of ``block`` inside ``loop`` (one of its loops)."""
+    loops = sch.get_loops(block)
+    at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(loop)))
+    return loops[at + 1:]
+
+
 def vector_lanes(target: tvm.target.Target) -> int:
     """float32 lanes of the CPU target's widest vectors (:func:`tvmrnn.device.device_model`)."""
     return device_model(target).vector_lanes
@@ -261,6 +268,12 @@ def backward_launches_beat_persistence(kernel: Kernel) -> bool:
     if kernel.gemm is None or _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel) == "row tiles":
         return False
     return gemm_work(kernel) >= GPU_BACKWARD_PERSISTENT_WORK
+
+
+def backward_blocks_too_few(kernel: Kernel, blocks: int) -> bool:
+    """Whether ``blocks`` blocks of a persistent backward step would each do more than
+    :data:`GPU_BACKWARD_BLOCK_WORK` of its multiply-adds a step."""
+    return gemm_work(kernel) > GPU_BACKWARD_BLOCK_WORK * blocks
 
 
 def fused_epilogue(sch, kernel: Kernel) -> bool:

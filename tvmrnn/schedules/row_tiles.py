@@ -10,7 +10,7 @@ from tvm import s_tir
 
 from ..kernels import Kernel
 
-from .common import _divisor, _extent, _gemm_axes, _vectorize
+from .common import _divisor, _extent, _gemm_axes, _loops_after, _vectorize
 from .split_k import FIRST_STEP_ONLY, _copy_by_threads
 
 
@@ -251,13 +251,14 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     tr, tu, rt, ut = chosen[:4]
     threads = rt * ut
     if gate_threads:
-        if not (stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and rt * tr * units * inner <= 1024):
+        gate_columns = rt * tr * units * inner  # the block's threads: one a (row, gate column)
+        if not (stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and gate_columns <= 1024):
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads need a persistent tile of independent blocks "
                                       f"with rows staged whole and at most 1024 gate columns a block")
         wanted = reduction_total + REGISTERS_BESIDE_WEIGHTS
-        if register_weights and (wanted > 255 or wanted * rt * tr * units * inner > registers):
+        if register_weights and (wanted > 255 or wanted * gate_columns > registers):
             raise s_tir.ScheduleError(f"{kernel.name}: a thread's {reduction_total} weights in registers do not fit "
-                                      f"{rt * tr * units * inner} threads' share of {registers}")
+                                      f"{gate_columns} threads' share of {registers}")
         _gate_threads(sch, kernel, gemm, out, nb, n_rows, rt * tr, units * inner, k_tile, unroll, register_weights)
         return
     if register_weights:
@@ -316,9 +317,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
             continue
         copy = sch.cache_read(gemm, index, scope, consumer_blocks=[gemm])  # not the epilogue's
         sch.compute_at(copy, k_outer, preserve_unit_loops=True)
-        loops = sch.get_loops(copy)
-        at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(k_outer)))
-        copy_loops = loops[at + 1:]
+        copy_loops = _loops_after(sch, copy, k_outer)
         fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
         outer, t = sch.split(fused, [None, threads])
         sch.bind(t, "threadIdx.x")
@@ -345,10 +344,8 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
     sch.compute_at(gemm, block, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "shared")
     result = sch.cache_write(gemm, 0, "local")
-    loops = sch.get_loops(gemm)
-    at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(block)))
-    spatial, reduction = _gemm_axes(sch, gemm)
-    own = [l for l in loops[at + 1:] if not any(sch.get(l).same_as(sch.get(r)) for r in reduction)]
+    _, reduction = _gemm_axes(sch, gemm)
+    own = [l for l in _loops_after(sch, gemm, block) if not any(sch.get(l).same_as(sch.get(r)) for r in reduction)]
     _, g_thread = sch.split(sch.fuse(*own) if len(own) > 1 else own[0], [None, threads])
     sch.bind(g_thread, "threadIdx.x")
     sch.reverse_compute_at(result, g_thread, preserve_unit_loops=True)
@@ -366,10 +363,8 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
         sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
         _copy_by_threads(sch, copy, threads)
     if register_weights:  # a thread's column of the weights to its registers, the rows to shared memory
-        reads = sch.get(gemm).reads
         wbuf = sch.mod["main"].params[kernel.roles.index("w")]
-        w_index = next(i for i, r in enumerate(reads) if r.source.same_as(wbuf))
-        rows_read = [i for i, r in enumerate(reads) if i != w_index and r.source.scope() == "global"]
+        rows_read = [i for i, r in enumerate(sch.get(gemm).reads) if not r.source.same_as(wbuf) and r.source.scope() == "global"]
         if len(rows_read) != 1:
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
         copy = sch.cache_read(gemm, rows_read[0], "shared.dyn", consumer_blocks=[gemm])
@@ -387,13 +382,6 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
     _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
 
 
-def _loops_after(sch, block, loop) -> list:
-    """The loops of ``block`` inside ``loop``."""
-    loops = sch.get_loops(block)
-    at = next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(loop)))
-    return loops[at + 1:]
-
-
 # Inputs the same at every step (the bias, per-unit parameters): cached on chip after the first
 # step, so not worth registers a step (and a time loop should not read its weights' buffer a step)
 _STEP_INVARIANT_ROLES = ("w", "b", "unit")
@@ -402,7 +390,8 @@ _STEP_INVARIANT_ROLES = ("w", "b", "unit")
 def _epilogue_inputs(sch, kernel: Kernel, consumers, scope: str) -> list:
     """A copy in ``scope`` (a new block, not yet placed) of each global input that the epilogue's
     blocks ``consumers`` read and do not write and that moves with the step (not one of
-    :data:`_STEP_INVARIANT_ROLES`), read by them from the copy."""
+    :data:`_STEP_INVARIANT_ROLES`), read by them from the copy (:func:`_prefetch_epilogue_inputs`
+    places them in a thread's registers, :func:`_gate_threads` in shared memory)."""
     params = sch.mod["main"].params
     invariant = [params[i] for i, role in enumerate(kernel.roles) if role in _STEP_INVARIANT_ROLES]
     written = [w.source for c in consumers for w in sch.get(c).writes]
@@ -426,20 +415,9 @@ def _prefetch_epilogue_inputs(sch, kernel: Kernel, consumers, thread) -> None:
     in the epilogue, after the reduction (a step's input projection comes from L2 or memory,
     hundreds of cycles, which otherwise follow the GEMM every step). Inputs are taken by
     parameter, not by position in a block's reads (a masked kernel's lists differ)."""
-    params = sch.mod["main"].params
-    invariant = [params[i] for i, role in enumerate(kernel.roles) if role in _STEP_INVARIANT_ROLES]
-    written = [w.source for c in consumers for w in sch.get(c).writes]
-    for param in params:
-        if any(param.same_as(p) for p in invariant) or any(param.same_as(w) for w in written):
-            continue
-        readers = [c for c in consumers if any(r.source.same_as(param) for r in sch.get(c).reads)]
-        if not readers:
-            continue
-        index = next(i for i, r in enumerate(sch.get(readers[0]).reads) if r.source.same_as(param))
-        copy = sch.cache_read(readers[0], index, "local", consumer_blocks=readers)
+    for copy in _epilogue_inputs(sch, kernel, consumers, "local"):
         sch.compute_at(copy, thread, preserve_unit_loops=True, index=0)
-        at = next(i for i, l in enumerate(sch.get_loops(copy)) if sch.get(l).same_as(sch.get(thread)))
-        for loop in sch.get_loops(copy)[at + 1:]:
+        for loop in _loops_after(sch, copy, thread):
             sch.unroll(loop)
 
 

@@ -11,7 +11,7 @@ import tvm_ffi
 from tvm import s_tir
 from ..kernels import Kernel
 
-from .common import (_all_blocks, _divisor, _extent, _gemm_axes, _thread_extent_of, _vectorize, _writes_param, persistent_blocks,
+from .common import (_all_blocks, _divisor, _extent, _gemm_axes, _loops_after, _thread_extent_of, _vectorize, _writes_param, persistent_blocks,
                      sum_slices_per_output)
 
 
@@ -398,11 +398,7 @@ def _copy_by_threads(sch, copy, threads: int, vector: int = 1, after=None) -> No
     ``vector``: each thread moves ``vector`` consecutive elements at a time, where the copy's size
     is a multiple of it (only for a copy of a whole contiguous buffer: its vectors are aligned).
     ``after``: the copy sits under this loop (inside the threads' own loop), not the block's."""
-    loops = sch.get_loops(copy)
-    if after is None:
-        loops = loops[1:]
-    else:
-        loops = loops[next(i for i, l in enumerate(loops) if sch.get(l).same_as(sch.get(after))) + 1:]
+    loops = sch.get_loops(copy)[1:] if after is None else _loops_after(sch, copy, after)
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     total = _extent(sch, fused)
     if vector > 1 and total % vector == 0 and total >= vector * threads:
