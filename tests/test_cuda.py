@@ -348,8 +348,8 @@ def test_persistent_inference_forward_under_a_cuda_graph(cell):
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_tuned_persistent_step_is_used_and_matches_torch_on_cuda(cell, tmp_path, rng):
-    """Tuning the forwards' persistent steps (inference and training, both persistent with
-    ``persistent="auto"``, the default):
+    """Tuning the persistent steps (the forwards' for inference and training, and the backward's,
+    all persistent with ``persistent="auto"``, the default):
     every listed shape measured as a loop of steps in one launch, logged per step; a build then
     takes the fastest and still matches PyTorch."""
     from tvmrnn import schedules
@@ -360,10 +360,14 @@ def test_tuned_persistent_step_is_used_and_matches_torch_on_cuda(cell, tmp_path,
     options = BuildOptions(persistent="auto")
     config = Config(CELL_DEFS[cell], I, 37, 1, False, N, False, options)
     results = tuner.tune([config], target, log_dir=str(tmp_path), trials_per_task=1, kernels=["_persistent"])
-    assert sorted(task.kernel.name.split("_")[3] for task, _, _ in results) == ["infer", "train"]
+    # (the backward's step too: split-K steps this small run persistent, v57)
+    assert sorted(task.kernel.name.split("_n")[0] for task, _, _ in results) == [
+        f"backward_step_{cell}", f"recurrent_step_{cell}_infer", f"recurrent_step_{cell}_train"]
     for task, best, trials in results:
         assert tasks.is_persistent(task.kernel) and 1 < trials <= len(schedules.PERSISTENT_VARIANTS)
-        assert 0.5 < best < 100, best  # microseconds a step (a step loop's time divided by its steps)
+        # microseconds a step (a step loop's time divided by its steps): the GRU's step at N = 3,
+        # H = 37 took 0.44 us on the H200 (v58)
+        assert 0.1 < best < 100, best
     rnn = tvmrnn.build(cell, input_size=I, hidden_size=37, batch_size=N, target="cuda", tuning_logs=str(tmp_path),
                        options=options)
     assert all(rnn.schedules[task.kernel.name] == "tuned" for task, _, _ in results)

@@ -121,6 +121,9 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         if persistent_blocks(kernel.func):  # how a block stages its rows: AUTO whole where they fit, else
             # the largest chunk that fits (row_tiles.persistent_row_tiles); a value: chunks of that many columns
             found += (Knob("row_chunk", (AUTO, 64, 128, 256, 512), AUTO),)
+            # a thread a gate column, each thread's weights in registers: AUTO both in a forward
+            # step where they fit (row_tiles.gpu_row_tiles), a value: that form or not
+            found += (Knob("gate_threads", (AUTO, 0, 1), AUTO), Knob("register_weights", (AUTO, 0, 1), AUTO))
         return found
     if kind == "persistent":
         shared = tuple(b for b in (48 * 1024, 96 * 1024, 160 * 1024) if b <= model.shared_bytes_per_block)
@@ -175,7 +178,7 @@ def tiles_of(kernel: Kernel, target: tvm.target.Target, values: dict[str, int]) 
             matmul["k_slices"] = values["k_slices"]
         return {"matmul": matmul}
     tiles = {name: value for name, value in values.items() if value != AUTO}
-    for flag in ("stage_epilogue", "stage"):
+    for flag in ("stage_epilogue", "stage", "gate_threads", "register_weights"):
         if flag in tiles:
             tiles[flag] = bool(tiles[flag])
     return tiles

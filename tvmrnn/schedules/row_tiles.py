@@ -24,6 +24,11 @@ INDEPENDENT_BLOCKS = "tvmrnn.independent_blocks"
 REGISTERS_BESIDE_WEIGHTS = 32
 
 
+# The GEMM block of a forward step (tvmrnn.kernels.recurrent_step): the only steps that get gate
+# threads by default (the backward's were neither measured nor tested on a GPU with them)
+FORWARD_STEP_GEMM = "recurrent_projection"
+
+
 # A persistent row tile whose block's rows of the step's input (``4 * reduction`` bytes a row) do
 # not fit beside its weights stages them this many columns of the reduction at a time (the row
 # tiles' ``k_tile``): an LSTM's backward step at H = 384 (a 1,536-long reduction) keeps its
@@ -179,7 +184,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
                   row_threads: int | None = None, unit_threads: int | None = None, k_tile: int = 16,
                   unroll: int = 4, stage: bool = True, sms: int = 132, max_blocks: int | None = None,
                   stationary_bytes: int = 0, prefetch: bool = True, row_chunk: int | None = None,
-                  gate_threads: bool = False, register_weights: bool = False, registers: int = 65536) -> None:
+                  gate_threads: bool | None = None, register_weights: bool | None = None,
+                  registers: int = 65536) -> None:
     """A per-step GEMM with many rows and its fused epilogue (the gate math, or the backward's
     pointwise): a block of ``row_threads x unit_threads`` threads owns a tile of rows x units (every
     unit with all its columns: the G gates), each thread ``thread_rows x thread_units`` of it in
@@ -219,8 +225,15 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     registers for every step (copied at a persistent loop's first step, :data:`FIRST_STEP_ONLY`),
     the reduction unrolled whole; only the hidden state is read from shared memory a step (a
     broadcast); where a thread's column and :data:`REGISTERS_BESIDE_WEIGHTS` more fit its share of
-    the block's ``registers`` (the device model's) and of a thread's 255. Not yet measured on a GPU:
-    template parameters, not defaults."""
+    the block's ``registers`` (the device model's) and of a thread's 255.
+
+    Both None (the default): gate threads with the weights in registers in a forward step of a
+    gated cell (G > 1) whose blocks hold one row each, wherever both apply, else neither. On the H200 (notes/performance.md
+    v58) that made the LSTM's inference at N = 128, H = 96 1.8x faster and the GRU's at N = H = 128
+    1.3x; at two rows a block it was slower (the GRU at N = 256, H = 64: 1.9x), and so were gate
+    threads without the registers (the GRU at N = 200, H = 100: 1.6x); an Elman RNN's (one gate:
+    no more threads) was 1% slower at N = H = 128. True: that
+    form or a :class:`ScheduleError`; False: not that form."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols, nb = len(kernel.columns), kernel.batch
@@ -250,13 +263,20 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         k_tile = chosen.row_chunk
     tr, tu, rt, ut = chosen[:4]
     threads = rt * ut
+    gate_columns = rt * tr * units * inner  # gate threads' block: a thread a (row, gate column)
+    gate_fits = stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and gate_columns <= 1024
+    wanted = reduction_total + REGISTERS_BESIDE_WEIGHTS
+    registers_fit = wanted <= 255 and wanted * gate_columns <= registers
+    if gate_threads is None:  # (weights in registers asked for: they need gate threads)
+        by_default = kernel.gemm == FORWARD_STEP_GEMM and inner > 1 and rt * tr == 1 and gate_fits and registers_fit
+        gate_threads = register_weights if register_weights is not None else by_default
     if gate_threads:
-        gate_columns = rt * tr * units * inner  # the block's threads: one a (row, gate column)
-        if not (stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and gate_columns <= 1024):
+        if not gate_fits:
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads need a persistent tile of independent blocks "
                                       f"with rows staged whole and at most 1024 gate columns a block")
-        wanted = reduction_total + REGISTERS_BESIDE_WEIGHTS
-        if register_weights and (wanted > 255 or wanted * gate_columns > registers):
+        if register_weights is None:
+            register_weights = registers_fit
+        if register_weights and not registers_fit:
             raise s_tir.ScheduleError(f"{kernel.name}: a thread's {reduction_total} weights in registers do not fit "
                                       f"{gate_columns} threads' share of {registers}")
         _gate_threads(sch, kernel, gemm, out, nb, n_rows, rt * tr, units * inner, k_tile, unroll, register_weights)
