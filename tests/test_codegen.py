@@ -1074,6 +1074,16 @@ def test_gate_threads_with_weights_in_registers(tmp_path):
     assert "w_local" in schedules.default_schedule(step, target).script()
     assert "w_local" not in schedules.default_schedule(step, target, gate_threads=False).script()
     target = tvm.target.Target("nvidia/nvidia-h100")
+    # two rows a block (GRU N = 256, H = 64: 384 threads): each thread's row is exact, so the
+    # block's GEMM covers its own 2 rows, one output a thread, no loop (it once covered 6, three
+    # times the work); not the default (its A/B ran before that fix)
+    two_rows = kernels.persistent(kernels.recurrent_step(CELLS["gru"], 256, 64, train=False), 132)
+    func = schedules.default_schedule(two_rows, target, gate_threads=True, register_weights=True)
+    body = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+    body = body.split("extern \"C\" __global__")[-1]
+    assert "__launch_bounds__(384)" in body and "for (" not in body, body[:3000]
+    assert "if ((((int)threadIdx.x) % 192) < 64)" in body  # the gate math: 64 threads of each row's 192
+    assert "w_local" not in schedules.default_schedule(two_rows, target).script()
     wide = kernels.persistent(kernels.recurrent_step(CELLS["gru"], 160, 100, train=False), 132)
     assert "w_local" not in schedules.default_schedule(wide, target).script()
     with pytest.raises(tvm.s_tir.ScheduleError, match="registers"):

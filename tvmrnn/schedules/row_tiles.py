@@ -235,8 +235,10 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     gated cell (G > 1) whose blocks hold one row each, wherever both apply, else neither. On the H200 (notes/performance.md
     v58) that made the LSTM's inference at N = 128, H = 96 1.8x faster and the GRU's at N = H = 128
     1.3x; at two rows a block it was slower (the GRU at N = 256, H = 64: 1.9x), and so were gate
-    threads without the registers (the GRU at N = 200, H = 100: 1.6x); an Elman RNN's (one gate:
-    no more threads) was 1% slower at N = H = 128. True: that
+    threads without the registers (the GRU at N = 200, H = 100, two rows: 1.6x); an Elman RNN's
+    (one gate: no more threads) was 1% slower at N = H = 128. Both two-row losses were measured
+    before a fix: a block's GEMM then covered three times its rows. Two rows a block wait for an
+    A/B of the fixed form before they join the default. True: that
     form or a :class:`ScheduleError`; False: not that form."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -365,7 +367,13 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
     r_block, r_in = sch.split(row, [None, rows])
     sch.reorder(*out[:nb], r_block, r_in, out[n_rows])
     block = sch.fuse(*out[:nb], r_block)
-    _, thread = sch.split(sch.fuse(r_in, out[n_rows]), [None, threads])
+    # a row's threads: its units, padded to its gate columns, so that a thread's row is exact
+    # (t // columns) and the GEMM's region in a block is its own rows: with the (row, unit) pairs
+    # fused and then padded, the rows a block's GEMM covered were over-estimated (6 of 2 at the
+    # GRU's N = 256, H = 64: three times the work, v58)
+    pad, unit = sch.split(out[n_rows], [None, columns])
+    sch.reorder(pad, r_in, unit)
+    thread = sch.fuse(r_in, unit)
     sch.bind(block, "blockIdx.x")
     sch.bind(thread, "threadIdx.x")
     sch.annotate(block, INDEPENDENT_BLOCKS, 1)
