@@ -66,10 +66,18 @@ class LogDatabase(ms.database.PyDatabase):
 
 
 # ---- tuning -----------------------------------------------------------------------------------
-def import_tensor_intrinsics() -> None:
-    """Import ``tvm.s_tir.tensor_intrin`` (which ``ms.TuneContext`` imports on first use) fast.
+# TVM's tensor-intrinsic modules a target's generic rules can use (``tvm.s_tir.tensor_intrin``'s
+# submodules): its package imports all of them, the CUDA ones alone 16 of the 22 s a tiny CPU
+# tuning run spent importing them on the 2-core dev VM (v58)
+INTRINSIC_MODULES = {"cuda": ("cuda",), "llvm": ("x86",)}
 
-    Its modules define ~500 TVMScript functions at import time; each ``@T.prim_func`` walks the
+
+def import_tensor_intrinsics(target=None) -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (which ``ms.TuneContext`` imports on first use) fast:
+    for a ``target`` of :data:`INTRINSIC_MODULES`, only its kind's submodules, under a package
+    module that stands in for the whole (so ``TuneContext``'s import finds it); else all of them.
+
+    Its modules define ~250 TVMScript functions at import time; each ``@T.prim_func`` walks the
     caller's frames with ``inspect``, which looks up each frame's module. For the import
     machinery's frames (``<frozen importlib._bootstrap>``: no file on disk) that lookup misses
     ``inspect``'s file-to-module cache and scans all of ``sys.modules`` every time: with PyTorch
@@ -79,23 +87,41 @@ def import_tensor_intrinsics() -> None:
     parser gets are the same (their file name, and no source lines: frozen modules have none)."""
     import importlib
     import inspect
+    import os
     import sys
-    loaded = sys.modules.get("tvm.s_tir.tensor_intrin")
-    if loaded is not None and not getattr(loaded, "tvmrnn_placeholder", False):
-        return
-    sys.modules.pop("tvm.s_tir.tensor_intrin", None)  # skip_tensor_intrinsics's
-    for name in ("importlib._bootstrap", "importlib._bootstrap_external"):
-        inspect.modulesbyfile.setdefault(f"<frozen {name}>", name)
+    import types
+    name = "tvm.s_tir.tensor_intrin"
+    loaded = sys.modules.get(name)
+    if loaded is not None and not getattr(loaded, "tvmrnn_placeholder", False) \
+            and getattr(loaded, "tvmrnn_parts", None) is None:
+        return  # the whole package
+    kind = None if target is None else tvm.target.Target(target).kind.name
+    wanted = INTRINSIC_MODULES.get(kind)
+    for module in ("importlib._bootstrap", "importlib._bootstrap_external"):
+        inspect.modulesbyfile.setdefault(f"<frozen {module}>", module)
     # and every other frame below us without a file (``<frozen runpy>`` under ``python -m``,
     # ``<string>`` in a pytest-xdist worker or ``python -c``): each missed too, the whole tiny
     # tuning run's import was still 39 of 45 s on the dev VM (v33), now a few seconds
     frame = sys._getframe()
     while frame is not None:
-        name, module = frame.f_code.co_filename, frame.f_globals.get("__name__")
-        if name.startswith("<") and module in sys.modules:
-            inspect.modulesbyfile.setdefault(name, module)
+        file, module = frame.f_code.co_filename, frame.f_globals.get("__name__")
+        if file.startswith("<") and module in sys.modules:
+            inspect.modulesbyfile.setdefault(file, module)
         frame = frame.f_back
-    importlib.import_module("tvm.s_tir.tensor_intrin")
+    if wanted is None:
+        sys.modules.pop(name, None)  # skip_tensor_intrinsics's placeholder, or a part
+        importlib.import_module(name)
+        return
+    if loaded is None or getattr(loaded, "tvmrnn_placeholder", False):
+        from tvm import s_tir
+        loaded = types.ModuleType(name)
+        loaded.__path__ = [os.path.join(os.path.dirname(s_tir.__file__), "tensor_intrin")]
+        loaded.tvmrnn_parts = set()
+        sys.modules[name] = loaded
+    for part in wanted:
+        if part not in loaded.tvmrnn_parts:
+            importlib.import_module(f"{name}.{part}")
+            loaded.tvmrnn_parts.add(part)
 
 
 def skip_tensor_intrinsics() -> None:
@@ -456,7 +482,7 @@ def warm_start(db, tasks, target, source: str, builder, runner, per_task: int = 
         mod = workload(task.kernel)
         if records_of(db.memory, task.kernel):
             continue
-        import_tensor_intrinsics()
+        import_tensor_intrinsics(target)
         context = ms.TuneContext(mod, target=target, space_generator=spaces.space_generator(task.kernel, target),
                                  search_strategy="evolutionary", task_name=task.kernel.name, num_threads=1)
         postprocs = context.space_generator.postprocs
@@ -586,7 +612,7 @@ def _search(todo, target, db, builder, runner, out, space, population, num_trial
     if all(spaces.is_template_space(t.kernel, target, space) for _, t, _ in todo):
         skip_tensor_intrinsics()
     else:
-        import_tensor_intrinsics()
+        import_tensor_intrinsics(target)
     contexts = [ms.TuneContext(workload(t.kernel), target=target,
                                space_generator=generator,
                                search_strategy=ms.search_strategy.EvolutionarySearch(
