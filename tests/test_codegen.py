@@ -1001,8 +1001,7 @@ def test_gate_threads_template(cell, rows, hidden, gates, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-@pytest.mark.parametrize("cell, hidden", [("lstm", 96), ("gru", 70)])
-def test_gate_threads_in_a_backward_step(monkeypatch, cell, hidden, tmp_path):
+def test_gate_threads_in_a_backward_step(monkeypatch, tmp_path):
     """``gpu_row_tiles(gate_threads=True)`` on a persistent backward step (a row a block), whose
     reduction runs over every gate of each unit: a thread a (unit, gate), G x H threads, each
     summing its gate's H-long share (rfactor) with that share of the weights in registers, loaded
@@ -1013,7 +1012,9 @@ def test_gate_threads_in_a_backward_step(monkeypatch, cell, hidden, tmp_path):
     H = 128 (notes/performance.md v58)."""
     import tvm
     import tvmrnn.schedules as schedules
-    G = {"lstm": 4, "gru": 3}[cell]
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    cell, hidden, G = "lstm", 96, 4
     plain = schedules.gpu_row_tiles
     taken = []
 
@@ -1037,10 +1038,15 @@ def test_gate_threads_in_a_backward_step(monkeypatch, cell, hidden, tmp_path):
     assert " 0 bytes spill stores" in backward_report and " 0 bytes stack frame" in backward_report, backward_report
     monkeypatch.undo()
     target = tvm.target.Target("nvidia/nvidia-h100")
-    from tvmrnn import kernels
-    from tvmrnn.cells.definition import CELLS
     step = kernels.persistent(kernels.backward_step(CELLS[cell], 128, hidden), 132)
     assert "matmul_rf" not in schedules.default_schedule(step, target).script()  # not the default
+    # the GRU's (3 gates, its dh_prev's direct part an input of the pointwise), the kernel alone
+    gru = kernels.persistent(kernels.backward_step(CELLS["gru"], 128, 70), 132)
+    source = tvm.compile(tvm.IRModule({"main": schedules.default_schedule(gru, target, gate_threads=True)}),
+                         target=target).mod.imports[0].inspect_source()
+    assert "__launch_bounds__(210)" in source and "float w_local_ptr[70];" in source
+    report = _ptxas(source, tmp_path)
+    assert " 0 bytes spill stores" in report and " 0 bytes stack frame" in report, report
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_gate_threads_with_weights_in_registers(tmp_path):
