@@ -598,6 +598,21 @@ def test_template_search_beats_or_matches_the_default(tmp_path):
     assert tvm.s_tir.TensorIntrin.get("dot_16x4_vnni") is not None
 
 
+def test_a_generic_search_imports_its_targets_tensor_intrinsics_only():
+    """A generic space's search imports the TVM tensor intrinsics of its target's kind only
+    (an x86 CPU's, a GPU's), all of them for another CPU or where no target is known."""
+    assert tuner._intrinsic_parts(tvmrnn.device.host_target() if cpu_is_x86() else "llvm -mtriple=x86_64-linux-gnu") == ("x86",)
+    assert tuner._intrinsic_parts({"kind": "llvm", "mcpu": "sapphirerapids", "mtriple": "x86_64-linux-gnu"}) == ("x86",)
+    assert tuner._intrinsic_parts(tvm.target.Target("nvidia/nvidia-h100")) == ("cuda",)
+    assert tuner._intrinsic_parts({"kind": "llvm", "mtriple": "aarch64-linux-gnu"}) is None
+    assert tuner._intrinsic_parts(None) is None
+
+
+def cpu_is_x86() -> bool:
+    import platform
+    return platform.machine() in ("x86_64", "AMD64")
+
+
 def test_template_spaces_hold_the_default_and_the_listed_variants():
     """Each template's space, on the CPU and the H100: the default knob setting schedules a kernel
     exactly as the default schedule does, the trace gives its setting back, every listed variant

@@ -95,8 +95,7 @@ def import_tensor_intrinsics(target=None) -> None:
     if loaded is not None and not getattr(loaded, "tvmrnn_placeholder", False) \
             and getattr(loaded, "tvmrnn_parts", None) is None:
         return  # the whole package
-    kind = None if target is None else tvm.target.Target(target).kind.name
-    wanted = INTRINSIC_MODULES.get(kind)
+    wanted = _intrinsic_parts(target)
     for module in ("importlib._bootstrap", "importlib._bootstrap_external"):
         inspect.modulesbyfile.setdefault(f"<frozen {module}>", module)
     # and every other frame below us without a file (``<frozen runpy>`` under ``python -m``,
@@ -122,6 +121,20 @@ def import_tensor_intrinsics(target=None) -> None:
         if part not in loaded.tvmrnn_parts:
             importlib.import_module(f"{name}.{part}")
             loaded.tvmrnn_parts.add(part)
+
+
+def _intrinsic_parts(target) -> tuple[str, ...] | None:
+    """The submodules of ``tvm.s_tir.tensor_intrin`` a target's generic rules can use
+    (:data:`INTRINSIC_MODULES`), or None: all of them (no target, or a CPU that is not x86)."""
+    import platform
+    if target is None:
+        return None
+    target = tvm.target.Target(target)
+    if target.kind.name == "llvm":
+        triple = str(target.attrs.get("mtriple", "") or platform.machine())
+        if not triple.startswith(("x86_64", "i686", "i386", "amd64", "AMD64")):
+            return None
+    return INTRINSIC_MODULES.get(target.kind.name)
 
 
 def skip_tensor_intrinsics() -> None:
