@@ -25,7 +25,7 @@ REGISTERS_BESIDE_WEIGHTS = 32
 
 
 # The GEMM block of a forward step (tvmrnn.kernels.recurrent_step): the only steps that get gate
-# threads by default (the backward's were neither measured nor tested on a GPU with them)
+# threads by default (the backward's form was slower at two of the three shapes measured, v58)
 FORWARD_STEP_GEMM = "recurrent_projection"
 
 
@@ -232,13 +232,13 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     and for the GRU at H = 128, so not a default).
 
     Both None (the default): gate threads with the weights in registers in a forward step of a
-    gated cell (G > 1) whose blocks hold one row each, wherever both apply, else neither. On the H200 (notes/performance.md
-    v58) that made the LSTM's inference at N = 128, H = 96 1.8x faster and the GRU's at N = H = 128
-    1.3x; at two rows a block it was slower (the GRU at N = 256, H = 64: 1.9x), and so were gate
-    threads without the registers (the GRU at N = 200, H = 100, two rows: 1.6x); an Elman RNN's
-    (one gate: no more threads) was 1% slower at N = H = 128. Both two-row losses were measured
-    before a fix: a block's GEMM then covered three times its rows. Two rows a block wait for an
-    A/B of the fixed form before they join the default. True: that
+    gated cell (G > 1) whose blocks hold one row each, wherever both apply, else neither. On the
+    H200 (notes/performance.md v58) that made the LSTM's inference at N = 128, H = 96 1.8x faster
+    and the GRU's at N = H = 128 1.3x; at two rows a block it was slower (the GRU at N = 256,
+    H = 64: 1.9x), and so were gate threads without the registers (the GRU at N = 200, H = 100, two
+    rows: 1.6x); an Elman RNN's (one gate: no more threads) was 1% slower at N = H = 128. Both
+    two-row losses were measured before a fix (a block's GEMM then covered three times its rows):
+    two rows a block wait for an A/B of the fixed form before they join the default. True: that
     form or a :class:`ScheduleError`; False: not that form."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
