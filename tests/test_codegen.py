@@ -974,7 +974,8 @@ def test_gate_threads_template(cell, rows, hidden, gates, tmp_path):
     the gate math runs on H of the threads after a barrier; the step's input projection, cell
     state and hidden state are staged together first. It compiles without spills. A tile it does
     not fit (blocks that split the units: LSTM H = 184) is refused by name, the schedule untouched.
-    (Gate threads alone are a knob's value, not a default: on the H200 they were slower alone, v58.)"""
+    (Gate threads without the weights in registers are the default only at two or more rows a
+    block: on the H200 they were faster there and slower alone at one row, v58, v59.)"""
     import tvm
     from tvmrnn import kernels
     from tvmrnn.cells.definition import CELLS
@@ -1001,31 +1002,22 @@ def test_gate_threads_template(cell, rows, hidden, gates, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_gate_threads_in_a_backward_step(monkeypatch, tmp_path):
+def test_gate_threads_in_a_backward_step(tmp_path):
     """``gpu_row_tiles(gate_threads=True)`` on a persistent backward step (a row a block), whose
     reduction runs over every gate of each unit: a thread a (unit, gate), G x H threads, each
     summing its gate's H-long share (rfactor) with that share of the weights in registers, loaded
     at the loop's first step only; the partial sums meet in shared memory and the pointwise
-    backward's H threads add them up after the barrier. Compiles without spills. Not a default
-    (a knob's value): on the H200 its gradients agreed with the default's and its training pass
-    was 10% faster for the LSTM at N = 128, H = 96 and 2-3% slower at H = 64 and for the GRU at
-    H = 128 (notes/performance.md v58)."""
+    backward's H threads add them up after the barrier. Compiles without spills. The default at
+    96 <= H < 128 only: on the H200 its gradients agreed with the plain tile's and its training
+    pass was 10-12% faster for the LSTM at N = 128, H = 96 and 112 and the GRU at H = 96, 3%
+    slower for the LSTM at H = 64 and the GRU at H = 128 (notes/performance.md v58, v59)."""
     import tvm
     import tvmrnn.schedules as schedules
     from tvmrnn import kernels
     from tvmrnn.cells.definition import CELLS
     cell, hidden, G = "lstm", 96, 4
-    plain = schedules.gpu_row_tiles
-    taken = []
-
-    def backward(sch, kernel, **tiles):
-        if kernel.name.startswith("backward_step") and tiles.get("max_blocks"):
-            taken.append(kernel.name)
-            return plain(sch, kernel, gate_threads=True, **tiles)
-        return plain(sch, kernel, **tiles)
-    monkeypatch.setattr(schedules, "gpu_row_tiles", backward)
     rnn = tvmrnn.build(cell, 24, hidden, batch_size=128, target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
-    assert taken == [f"backward_step_{cell}_n128_h{hidden}_persistent"] and rnn.programs["backward"].uses_persistent_loops
+    assert rnn.programs["backward"].uses_persistent_loops  # (the default: no knob asked)
     source = rnn.executable.mod.imports[0].inspect_source()
     kernel = next(d for d in _kernel_definitions(source)
                   if re.match(r"\s*void\s+__launch_bounds__\(%d\)\s+backward_kernel\(" % (G * hidden), d))
@@ -1036,10 +1028,14 @@ def test_gate_threads_in_a_backward_step(monkeypatch, tmp_path):
     report = _ptxas(source, tmp_path)
     backward_report = report.split("Compiling entry function 'backward_kernel'", 1)[1].split("Compiling entry", 1)[0]
     assert " 0 bytes spill stores" in backward_report and " 0 bytes stack frame" in backward_report, backward_report
-    monkeypatch.undo()
     target = tvm.target.Target("nvidia/nvidia-h100")
     step = kernels.persistent(kernels.backward_step(CELLS[cell], 128, hidden), 132)
-    assert "matmul_rf" not in schedules.default_schedule(step, target).script()  # not the default
+    assert "matmul_rf" not in schedules.default_schedule(step, target, gate_threads=False).script()
+    for name, h in [("lstm", 64), ("gru", 128)]:  # outside 96 <= H < 128: not the default
+        step = kernels.persistent(kernels.backward_step(CELLS[name], 128, h), 132)
+        assert "matmul_rf" not in schedules.default_schedule(step, target).script(), (name, h)
+    assert "matmul_rf" in schedules.default_schedule(
+        kernels.persistent(kernels.backward_step(CELLS["gru"], 128, 112), 132), target).script()
     # the GRU's (3 gates, its dh_prev's direct part an input of the pointwise), the kernel alone
     gru = kernels.persistent(kernels.backward_step(CELLS["gru"], 128, 70), 132)
     source = tvm.compile(tvm.IRModule({"main": schedules.default_schedule(gru, target, gate_threads=True)}),
@@ -1057,7 +1053,7 @@ def test_gate_threads_with_weights_in_registers(tmp_path):
     first step only (``if (step == 0)``, sequence.first_step_only); a step reads only the hidden
     state from shared memory. The knob's 0 gives the plain tile back; where a thread's weights would
     not fit its share of the registers (GRU H = 100 at 2 rows a block: 600 threads) the default is
-    the plain tile and asking for them is refused by name."""
+    gate threads reading the weights from shared memory, and asking for registers is refused by name."""
     import tvm
     import tvmrnn.schedules as schedules
     from tvmrnn import kernels
@@ -1082,15 +1078,17 @@ def test_gate_threads_with_weights_in_registers(tmp_path):
     target = tvm.target.Target("nvidia/nvidia-h100")
     # two rows a block (GRU N = 256, H = 64: 384 threads): each thread's row is exact, so the
     # block's GEMM covers its own 2 rows, one output a thread, no loop (it once covered 6, three
-    # times the work); not the default (its A/B ran before that fix)
+    # times the work); the default since the H200's A/B of that form (v59: inference 20% faster)
     two_rows = kernels.persistent(kernels.recurrent_step(CELLS["gru"], 256, 64, train=False), 132)
     func = schedules.default_schedule(two_rows, target, gate_threads=True, register_weights=True)
     body = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
     body = body.split("extern \"C\" __global__")[-1]
     assert "__launch_bounds__(384)" in body and "for (" not in body, body[:3000]
     assert "if ((((int)threadIdx.x) % 192) < 64)" in body  # the gate math: 64 threads of each row's 192
-    assert "w_local" not in schedules.default_schedule(two_rows, target).script()
+    assert "w_local" in schedules.default_schedule(two_rows, target).script()
+    assert "w_local" not in schedules.default_schedule(two_rows, target, gate_threads=False).script()
     wide = kernels.persistent(kernels.recurrent_step(CELLS["gru"], 160, 100, train=False), 132)
-    assert "w_local" not in schedules.default_schedule(wide, target).script()
+    script = schedules.default_schedule(wide, target).script()  # 2 rows: gate threads, weights shared
+    assert "w_local" not in script and "recurrent_projection_shared_local" in script
     with pytest.raises(tvm.s_tir.ScheduleError, match="registers"):
         schedules.default_schedule(wide, target, gate_threads=True, register_weights=True)

@@ -36,6 +36,10 @@ FORWARD_STEP_GEMM = "recurrent_projection"
 ROW_CHUNK = 16
 # ... and as many more (doubling) as fit, up to this many bytes
 MAX_ROW_CHUNK_BYTES = 32 * 1024
+# Hidden sizes whose backward persistent step takes gate threads by default (gpu_row_tiles): on the
+# H200 (notes/performance.md v58, v59, N = 128) training 10-12% faster for the LSTM at H = 96 and 112
+# and the GRU at H = 96, 3% slower for the LSTM at H = 64 and the GRU at H = 128
+BACKWARD_GATE_UNITS = (96, 128)
 
 
 def independent_blocks(loop) -> bool:
@@ -227,18 +231,18 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     broadcast); where a thread's column and :data:`REGISTERS_BESIDE_WEIGHTS` more fit its share of
     the block's ``registers`` (the device model's) and of a thread's 255. A backward step's
     reduction runs over every gate of each unit: there a thread takes a (unit, gate), sums that
-    gate's share (``rfactor``), and the pointwise's thread of the unit adds the G partial sums
-    (on the H200, v58: training 10% faster for the LSTM at N = 128, H = 96, 2-3% slower at H = 64
-    and for the GRU at H = 128, so not a default).
+    gate's share (``rfactor``), and the pointwise's thread of the unit adds the G partial sums.
 
-    Both None (the default): gate threads with the weights in registers in a forward step of a
-    gated cell (G > 1) whose blocks hold one row each, wherever both apply, else neither. On the
-    H200 (notes/performance.md v58) that made the LSTM's inference at N = 128, H = 96 1.8x faster
-    and the GRU's at N = H = 128 1.3x; at two rows a block it was slower (the GRU at N = 256,
-    H = 64: 1.9x), and so were gate threads without the registers (the GRU at N = 200, H = 100, two
-    rows: 1.6x); an Elman RNN's (one gate: no more threads) was 1% slower at N = H = 128. Both
-    two-row losses were measured before a fix (a block's GEMM then covered three times its rows):
-    two rows a block wait for an A/B of the fixed form before they join the default. True: that
+    Both None (the default), where gate threads fit (notes/performance.md v58, v59, the H200):
+    - a gated cell's forward step takes them with the weights in registers where those fit (LSTM
+      N = 128, H = 96: inference 1.8x faster; GRU N = H = 128: 1.3x; GRU N = 256, H = 64, two
+      rows a block: 1.25x), and without them at two or more rows a block (GRU N = 200, H = 100:
+      1.12x; LSTM N = 200, H = 96: 1.05x); not at one row without them (GRU N = H = 128: 10%
+      slower) nor for an Elman RNN (one gate: no more threads; 1% slower);
+    - a backward step takes them at ``BACKWARD_GATE_UNITS`` (96 <= H < 128: training 10-12%
+      faster for the LSTM at H = 96 and 112 and the GRU at H = 96; 3% slower for the LSTM at
+      H = 64 and the GRU at H = 128).
+    True: that
     form or a :class:`ScheduleError`; False: not that form."""
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
@@ -277,7 +281,10 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     wanted = reduction_total // split + REGISTERS_BESIDE_WEIGHTS
     registers_fit = wanted <= 255 and wanted * gate_columns <= registers
     if gate_threads is None:  # (weights in registers asked for: they need gate threads)
-        by_default = kernel.gemm == FORWARD_STEP_GEMM and inner > 1 and rt * tr == 1 and gate_fits and registers_fit
+        if kernel.gemm == FORWARD_STEP_GEMM:  # a gated cell's forward step: where the weights fit
+            by_default = inner > 1 and gate_fits and (registers_fit or rt * tr > 1)  # registers, or 2+ rows
+        else:  # a backward step: its gates' partial sums paid at 96 <= H < 128 only (v58, v59)
+            by_default = split > 1 and gate_fits and BACKWARD_GATE_UNITS[0] <= units < BACKWARD_GATE_UNITS[1]
         gate_threads = register_weights if register_weights is not None else by_default
     if gate_threads:
         if not gate_fits:
