@@ -973,7 +973,8 @@ def test_gate_threads_template(cell, rows, hidden, gates, tmp_path):
     reduction index (consecutive threads, consecutive addresses); the sums meet in shared memory,
     the gate math runs on H of the threads after a barrier; the step's input projection, cell
     state and hidden state are staged together first. It compiles without spills. A tile it does
-    not fit (blocks that split the units: LSTM H = 184) is refused by name, the schedule untouched.
+    not fit (blocks that split the units: LSTM H = 184, whose gate threads keep their weights in
+    registers, test_gate_threads_over_the_rows_of_blocks_that_split_the_units) is refused by name.
     (Gate threads without the weights in registers are the default only at two or more rows a
     block: on the H200 they were faster there and slower alone at one row, v58, v59.)"""
     import tvm
@@ -997,7 +998,7 @@ def test_gate_threads_template(cell, rows, hidden, gates, tmp_path):
     assert " 0 bytes spill stores" in report, report
     wide = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 128, 184, train=False), 132)
     with pytest.raises(tvm.s_tir.ScheduleError, match="gate threads"):
-        default_schedule(wide, target, gate_threads=True)
+        default_schedule(wide, target, gate_threads=True, register_weights=False)
 
 
 
@@ -1043,6 +1044,44 @@ def test_gate_threads_in_a_backward_step(tmp_path):
     assert "__launch_bounds__(210)" in source and "float w_local_ptr[70];" in source
     report = _ptxas(source, tmp_path)
     assert " 0 bytes spill stores" in report and " 0 bytes stack frame" in report, report
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_gate_threads_over_the_rows_of_blocks_that_split_the_units(tmp_path):
+    """The default of a gated forward step whose persistent tile splits the units over blocks (a
+    grid barrier a step: LSTM N = 128, H = 128, whose weights do not fit one block): a thread a
+    gate column of its block's 32 units (128 threads), that column's 128 weights in registers
+    (copied at the loop's first step only), its 4 rows' sums in registers, the hidden state's rows
+    read as 4-wide broadcasts from shared memory; no spills. Not independent blocks: the loop
+    still meets at its grid barrier. ``gate_threads=False`` gives the plain tile; the GRU's 8 rows a
+    block of 64 units (N = 256, H = 160: 512 (row, unit) pairs on 192 threads) loop the epilogue.
+    Asked for where a column's weights do not fit (H = 384), it is refused by name."""
+    import tvm
+    import tvmrnn.schedules as schedules
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    rnn = tvmrnn.build("lstm", 128, 128, batch_size=128, target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
+    assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+    source = rnn.executable.mod.imports[0].inspect_source()
+    forward = next(d for d in _kernel_definitions(source) if re.match(r"\s*void\s+__launch_bounds__\(128\)\s+forward_kernel\(", d))
+    assert "float w_local_ptr[128];" in forward and "grid_barrier" in forward
+    first = forward.split("for (int step = 0; step < T; ++step) {", 1)[1].split("if (step == 0) {", 1)
+    assert len(first) == 2 and "w_local_ptr[127] = w_ptr[" in first[1].split("}", 1)[0]
+    assert not re.search(r"w_local_ptr\[\d+\] = ", first[1].split("}", 1)[1])  # the first step only
+    assert "*(float4*)(h_prev_shared_dyn_local_ptr + 12) = *(float4*)(h_prev_shared_dyn_ptr + 384);" in forward
+    report = _ptxas(source, tmp_path)
+    forward_report = report.split("Compiling entry function 'forward_kernel'", 1)[1].split("Compiling entry", 1)[0]
+    assert " 0 bytes spill stores" in forward_report and " 0 bytes stack frame" in forward_report, forward_report
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    step = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 128, 128, train=True), 132)
+    assert "w_local" not in schedules.default_schedule(step, target, gate_threads=False).script()
+    eight = kernels.persistent(kernels.recurrent_step(CELLS["gru"], 256, 160, train=False), 132)
+    func = schedules.default_schedule(eight, target)
+    body = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+    assert "float w_local_ptr[160];" in body
+    with pytest.raises(tvm.s_tir.ScheduleError, match="registers"):  # 384 weights a column: too many
+        schedules.default_schedule(kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 160, 384, train=False),
+                                                      132), target, gate_threads=True)
+
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_gate_threads_with_weights_in_registers(tmp_path):

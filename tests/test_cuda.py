@@ -492,13 +492,16 @@ def test_capped_persistent_blocks_match_torch_on_cuda(cell, hidden, bidirectiona
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,rows", [
     ("lstm", 128, 184, 2, False, None), ("gru", 130, 216, 1, True, None), ("rnn_tanh", 131, 360, 1, False, None),
-    ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129),
+    ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129), ("lstm", 256, 128, 1, True, 131),
+    ("gru", 256, 160, 1, False, None),
     ("lstm", 160, 384, 1, False, None), ("lstm", 131, 390, 1, True, 130)])
 def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rows, rng):
     """Batches from 128 rows take row tiles (their blocks split the rows and the units, the epilogue
     on each thread's registers), in persistent time loops for every pass (each block's weights in
     shared memory): odd and prime row counts, odd unit counts, both directions in one launch,
-    fewer rows than the build's. The LSTM's backward steps at H = 384 and 390 (a 4H-long
+    fewer rows than the build's; gated forward steps with a thread a gate column of its block's
+    units, its weights in registers, over the block's rows (up to 8: LSTM and GRU at N = 256,
+    H = 128-216). The LSTM's backward steps at H = 384 and 390 (a 4H-long
     reduction) stage their rows a chunk of the reduction at a time beside the weights
     (``row_tiles.PersistentTile.row_chunk``): 131 rows padded to the block's, 1,560 columns in
     chunks of 156."""
@@ -513,12 +516,14 @@ def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirect
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional", [
     ("gru", 128, 128, 1, False), ("lstm", 256, 64, 1, False), ("lstm", 131, 57, 2, True), ("rnn_tanh", 129, 200, 1, False),
-    ("lstm", 128, 100, 1, False)])
+    ("lstm", 128, 100, 1, False), ("gru", 200, 100, 1, False), ("gru", 130, 112, 1, True)])
 def test_row_groups_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rng):
     """Many rows whose direction's weights fit one block: each block owns a group of rows and all
     of their units (``row_tiles.INDEPENDENT_BLOCKS``), so the persistent loops meet at
     ``__syncthreads`` with no grid barrier. Prime rows, units padded to the block's threads (57 of
-    64, 100 of 128, 200 of 256), two layers and directions; forward, training forward and every
+    64, 100 of 128, 200 of 256), two layers and directions; gate threads (a thread a gate column)
+    with the weights in registers (LSTM H = 100, N = 256 H = 64 at two rows a block) or in shared
+    memory (GRU N = 200 H = 100, two rows), and in backward steps (H = 100, 112); forward, training forward and every
     gradient against torch.nn in float64, at T = 1 and 9 (each block runs every step alone)."""
     for T in (1, 9):
         _check(cell, num_layers, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,

@@ -242,6 +242,11 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     - a backward step takes them at ``BACKWARD_GATE_UNITS`` (96 <= H < 128: training 10-12%
       faster for the LSTM at H = 96 and 112 and the GRU at H = 96; 3% slower for the LSTM at
       H = 64 and the GRU at H = 128).
+    A gated forward step whose persistent tile splits the units over blocks (its weights do not
+    fit one block: LSTM N = 128, H = 128, a grid barrier a step) takes their form over rows
+    (:func:`_unit_gate_threads`) by default where a thread's column of weights fits its registers
+    (H up to ~200): a thread a gate column of the block's units, the weights in its registers,
+    its sums for the block's rows (up to 16) in registers. (First A/B: notes/performance.md v59.)
     True: that
     form or a :class:`ScheduleError`; False: not that form."""
     gemm = sch.get_sblock(kernel.gemm)
@@ -280,6 +285,21 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     gate_fits = stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and gate_columns <= 1024
     wanted = reduction_total // split + REGISTERS_BESIDE_WEIGHTS
     registers_fit = wanted <= 255 and wanted * gate_columns <= registers
+    # ... and a tile whose blocks split the units (a grid barrier a step): a thread a gate column
+    # of its block's units, that column's weights in its registers, looping over the block's rows
+    unit_rows = rt * tr
+    unit_columns = ut * inner
+    unit_blocks = stationary and rows_whole and tu == 1 and -(-units // ut) > 1 and split == 1
+    unit_wanted = reduction_total + unit_rows + REGISTERS_BESIDE_WEIGHTS
+    unit_fits = (unit_blocks and inner > 1 and unit_rows <= 16 and unit_columns <= 1024
+                 and unit_wanted <= 255 and unit_wanted * unit_columns <= registers)
+    by_default = kernel.gemm == FORWARD_STEP_GEMM and unit_fits and gate_threads is None and register_weights is None
+    if unit_blocks and (gate_threads or by_default) and register_weights is not False:
+        if not unit_fits:
+            raise s_tir.ScheduleError(f"{kernel.name}: gate threads over a block's rows need a gated cell, at most "
+                                      f"16 rows a block and a thread's {reduction_total} weights in registers")
+        _unit_gate_threads(sch, kernel, gemm, out, nb, n_rows, unit_rows, ut, inner, k_tile, unroll)
+        return
     if gate_threads is None:  # (weights in registers asked for: they need gate threads)
         if kernel.gemm == FORWARD_STEP_GEMM:  # a gated cell's forward step: where the weights fit
             by_default = inner > 1 and gate_fits and (registers_fit or rt * tr > 1)  # registers, or 2+ rows
@@ -434,6 +454,67 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
     elif not _stage_for_the_time_loop(sch, kernel, gemm, block, threads, True):
         raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
     _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
+
+
+def _unit_gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: int, units: int, gates: int,
+                       k_tile: int, unroll: int) -> None:
+    """:func:`gpu_row_tiles`' ``gate_threads`` form for a persistent tile whose blocks split the
+    units (``rows`` rows x ``units`` units a block, a grid barrier a step): a thread a gate column
+    of the block's units (``units x gates`` threads), that column's weights in its registers
+    (copied at the time loop's first step), its sums for the block's rows in registers (each
+    weight used once a row), over the hidden state's rows broadcast from shared memory; the sums
+    to shared memory, then the epilogue on ``rows x units`` of the threads after a barrier."""
+    threads = units * gates
+    epilogue = sch.get_consumers(gemm)
+    row = sch.fuse(*out[nb:n_rows]) if n_rows - nb > 1 else out[nb]
+    r_block, r_in = sch.split(row, [None, rows])
+    u_block, u_in = sch.split(out[n_rows], [None, units])
+    sch.reorder(*out[:nb], r_block, u_block, r_in, u_in)
+    block = sch.fuse(*out[:nb], r_block, u_block)
+    _, thread = sch.split(sch.fuse(r_in, u_in), [None, threads])
+    sch.bind(block, "blockIdx.x")
+    sch.bind(thread, "threadIdx.x")
+    # the GEMM: the block's rows x units x gates, a thread a (unit, gate), the rows in its registers
+    sch.compute_at(gemm, block, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "shared")
+    result = sch.cache_write(gemm, 0, "local")
+    spatial, reduction = _gemm_axes(sch, gemm)
+    own = _loops_after(sch, gemm, block)
+    row_loops = [l for l in own[:len(own) - len(reduction)] if _extent(sch, l) > 0][:-2]
+    unit_loop, gate_loop = own[len(own) - len(reduction) - 2:len(own) - len(reduction)]
+    column = sch.fuse(unit_loop, gate_loop)
+    sch.reorder(column, *row_loops)
+    _, g_thread = sch.split(column, [None, threads])
+    sch.bind(g_thread, "threadIdx.x")
+    (first,) = reduction
+    k_tile = _divisor(_extent(sch, first), max(1, k_tile))
+    k_outer, k_in = sch.split(first, [None, k_tile])
+    k_in, k_unrolled = sch.split(k_in, [None, _divisor(k_tile, max(1, unroll))])
+    sch.reorder(k_outer, k_in, k_unrolled, *row_loops)
+    sch.reverse_compute_at(result, g_thread, preserve_unit_loops=True)
+    init = sch.decompose_reduction(gemm, k_outer)
+    for loop in [k_outer, k_in, k_unrolled, *row_loops, *_loops_after(sch, init, g_thread)]:
+        sch.unroll(loop)  # (the whole reduction: each weight's index a register)
+    for loop in _loops_after(sch, result, g_thread):
+        sch.unroll(loop)
+    for copy in _epilogue_inputs(sch, kernel, epilogue, "shared"):
+        sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
+        _copy_by_threads(sch, copy, threads)
+    wbuf = sch.mod["main"].params[kernel.roles.index("w")]
+    rows_read = [i for i, r in enumerate(sch.get(gemm).reads) if not r.source.same_as(wbuf) and r.source.scope() == "global"]
+    if len(rows_read) != 1:
+        raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
+    copy = sch.cache_read(gemm, rows_read[0], "shared.dyn", consumer_blocks=[gemm])
+    sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
+    _copy_by_threads(sch, copy, threads)
+    w_index = next(i for i, r in enumerate(sch.get(gemm).reads) if r.source.same_as(wbuf))
+    copy = sch.cache_read(gemm, w_index, "local", consumer_blocks=[gemm])
+    sch.compute_at(copy, g_thread, preserve_unit_loops=True)
+    for loop in _loops_after(sch, copy, g_thread):
+        sch.unroll(loop)
+    sch.annotate(copy, FIRST_STEP_ONLY, 1)
+    # each row's hidden state for ``unroll`` reduction indices: one vector load (a broadcast) a row
+    _operands_to_registers(sch, gemm, k_in, "shared.dyn")
 
 
 # Inputs the same at every step (the bias, per-unit parameters): cached on chip after the first
