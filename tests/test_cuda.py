@@ -492,16 +492,16 @@ def test_capped_persistent_blocks_match_torch_on_cuda(cell, hidden, bidirectiona
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,rows", [
     ("lstm", 128, 184, 2, False, None), ("gru", 130, 216, 1, True, None), ("rnn_tanh", 131, 360, 1, False, None),
-    ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129), ("lstm", 256, 128, 1, True, 131),
-    ("gru", 256, 160, 1, False, None),
+    ("rnn_relu", 256, 256, 2, True, 200), ("lstm", 192, 150, 1, True, 129), ("lstm", 131, 150, 1, False, None),
+    ("gru", 128, 160, 1, False, 100),
     ("lstm", 160, 384, 1, False, None), ("lstm", 131, 390, 1, True, 130)])
 def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirectional, rows, rng):
     """Batches from 128 rows take row tiles (their blocks split the rows and the units, the epilogue
     on each thread's registers), in persistent time loops for every pass (each block's weights in
     shared memory): odd and prime row counts, odd unit counts, both directions in one launch,
     fewer rows than the build's; gated forward steps with a thread a gate column of its block's
-    units, its weights in registers, over the block's rows (up to 8: LSTM and GRU at N = 256,
-    H = 128-216). The LSTM's backward steps at H = 384 and 390 (a 4H-long
+    units, its weights in registers, over the block's 4 rows (LSTM N = 131, H = 150; GRU N = 128,
+    H = 160). The LSTM's backward steps at H = 384 and 390 (a 4H-long
     reduction) stage their rows a chunk of the reduction at a time beside the weights
     (``row_tiles.PersistentTile.row_chunk``): 131 rows padded to the block's, 1,560 columns in
     chunks of 156."""

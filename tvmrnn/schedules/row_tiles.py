@@ -40,6 +40,11 @@ MAX_ROW_CHUNK_BYTES = 32 * 1024
 # H200 (notes/performance.md v58, v59, N = 128) training 10-12% faster for the LSTM at H = 96 and 112
 # and the GRU at H = 96, 3% slower for the LSTM at H = 64 and the GRU at H = 128
 BACKWARD_GATE_UNITS = (96, 128)
+# The most rows a block of a unit-splitting persistent tile whose forward step takes gate threads
+# over its rows by default (gpu_row_tiles): on the H200 (notes/performance.md v59, 4 rows a block)
+# inference 8-30% faster for the LSTM at N = 128, H = 128 and 200 and the GRU at H = 160 and 200;
+# at 8 rows (the LSTM at N = 256, H = 128) 19% slower
+UNIT_GATE_ROWS = 4
 
 
 def independent_blocks(loop) -> bool:
@@ -244,9 +249,11 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
       H = 64 and the GRU at H = 128).
     A gated forward step whose persistent tile splits the units over blocks (its weights do not
     fit one block: LSTM N = 128, H = 128, a grid barrier a step) takes their form over rows
-    (:func:`_unit_gate_threads`) by default where a thread's column of weights fits its registers
-    (H up to ~200): a thread a gate column of the block's units, the weights in its registers,
-    its sums for the block's rows (up to 16) in registers. (First A/B: notes/performance.md v59.)
+    (:func:`_unit_gate_threads`): a thread a gate column of the block's units, the weights in its
+    registers, its sums for the block's rows (up to 16) in registers; by default where a thread's
+    column of weights fits its registers (H up to ~200) and a block has at most
+    :data:`UNIT_GATE_ROWS` rows (H200, v59: inference 0.80 -> 0.69 ms for the LSTM at N = 128,
+    H = 128, T = 200; 0.89 -> 0.62 at H = 200; 19% slower at 8 rows a block).
     True: that
     form or a :class:`ScheduleError`; False: not that form."""
     gemm = sch.get_sblock(kernel.gemm)
@@ -293,7 +300,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     unit_wanted = reduction_total + unit_rows + REGISTERS_BESIDE_WEIGHTS
     unit_fits = (unit_blocks and inner > 1 and unit_rows <= 16 and unit_columns <= 1024
                  and unit_wanted <= 255 and unit_wanted * unit_columns <= registers)
-    by_default = kernel.gemm == FORWARD_STEP_GEMM and unit_fits and gate_threads is None and register_weights is None
+    by_default = (kernel.gemm == FORWARD_STEP_GEMM and unit_fits and unit_rows <= UNIT_GATE_ROWS
+                  and gate_threads is None and register_weights is None)
     if unit_blocks and (gate_threads or by_default) and register_weights is not False:
         if not unit_fits:
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads over a block's rows need a gated cell, at most "
