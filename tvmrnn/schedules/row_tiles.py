@@ -253,7 +253,9 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     registers, its sums for the block's rows (up to 16) in registers; by default where a thread's
     column of weights fits its registers (H up to ~200) and a block has at most
     :data:`UNIT_GATE_ROWS` rows (H200, v59: inference 0.80 -> 0.69 ms for the LSTM at N = 128,
-    H = 128, T = 200; 0.89 -> 0.62 at H = 200; 19% slower at 8 rows a block).
+    H = 128, T = 200; 0.89 -> 0.62 at H = 200; 19% slower at 8 rows a block). A backward step's
+    unit-splitting tile takes the same form on ``gate_threads=True`` (a thread a (unit, gate) of
+    the reduction, the partial sums added by the pointwise's threads; not yet timed on a GPU).
     True: that
     form or a :class:`ScheduleError`; False: not that form."""
     gemm = sch.get_sblock(kernel.gemm)
@@ -295,10 +297,10 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     # ... and a tile whose blocks split the units (a grid barrier a step): a thread a gate column
     # of its block's units, that column's weights in its registers, looping over the block's rows
     unit_rows = rt * tr
-    unit_columns = ut * inner
-    unit_blocks = stationary and rows_whole and tu == 1 and -(-units // ut) > 1 and split == 1
-    unit_wanted = reduction_total + unit_rows + REGISTERS_BESIDE_WEIGHTS
-    unit_fits = (unit_blocks and inner > 1 and unit_rows <= 16 and unit_columns <= 1024
+    unit_columns = ut * inner * split
+    unit_blocks = stationary and rows_whole and tu == 1 and -(-units // ut) > 1
+    unit_wanted = reduction_total // split + unit_rows + REGISTERS_BESIDE_WEIGHTS
+    unit_fits = (unit_blocks and inner * split > 1 and unit_rows <= 16 and unit_columns <= 1024
                  and unit_wanted <= 255 and unit_wanted * unit_columns <= registers)
     by_default = (kernel.gemm == FORWARD_STEP_GEMM and unit_fits and unit_rows <= UNIT_GATE_ROWS
                   and gate_threads is None and register_weights is None)
@@ -306,7 +308,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         if not unit_fits:
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads over a block's rows need a gated cell, at most "
                                       f"16 rows a block and a thread's {reduction_total} weights in registers")
-        _unit_gate_threads(sch, kernel, gemm, out, nb, n_rows, unit_rows, ut, inner, k_tile, unroll)
+        _unit_gate_threads(sch, kernel, gemm, out, nb, n_rows, unit_rows, ut, inner * split, k_tile, unroll)
         return
     if gate_threads is None:  # (weights in registers asked for: they need gate threads)
         if kernel.gemm == FORWARD_STEP_GEMM:  # a gated cell's forward step: where the weights fit
@@ -471,7 +473,10 @@ def _unit_gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, row
     of the block's units (``units x gates`` threads), that column's weights in its registers
     (copied at the time loop's first step), its sums for the block's rows in registers (each
     weight used once a row), over the hidden state's rows broadcast from shared memory; the sums
-    to shared memory, then the epilogue on ``rows x units`` of the threads after a barrier."""
+    to shared memory, then the epilogue on ``rows x units`` of the threads after a barrier. A
+    backward step's reduction runs over (j, g): there a thread takes a (unit, gate) of it
+    (``gates`` = G), its H weights in registers, and the epilogue's thread of a (row, unit) adds
+    the G partial sums (``rfactor``, as :func:`_gate_threads` does)."""
     threads = units * gates
     epilogue = sch.get_consumers(gemm)
     row = sch.fuse(*out[nb:n_rows]) if n_rows - nb > 1 else out[nb]
@@ -482,8 +487,21 @@ def _unit_gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, row
     _, thread = sch.split(sch.fuse(r_in, u_in), [None, threads])
     sch.bind(block, "blockIdx.x")
     sch.bind(thread, "threadIdx.x")
+    _, reduction = _gemm_axes(sch, gemm)
+    if len(reduction) > 1:  # a backward step (its reduction over (j, g)): a thread a (unit, gate) sums
+        # that gate's share (rfactor), the epilogue's thread of a (row, unit) adds the G partial sums
+        rest = sch.fuse(*reduction[1:]) if len(reduction) > 2 else reduction[1]
+        partial = sch.rfactor(rest, 0)
+        sch.compute_at(gemm, thread, preserve_unit_loops=True)
+        sch.set_scope(gemm, 0, "local")
+        for loop in _loops_after(sch, gemm, thread):
+            sch.unroll(loop)
+        gemm = partial
     # the GEMM: the block's rows x units x gates, a thread a (unit, gate), the rows in its registers
     sch.compute_at(gemm, block, preserve_unit_loops=True)
+    if len(reduction) > 1:  # (rfactor's gate loop comes first: after the unit, as in a forward step)
+        spatial, reduction = _gemm_axes(sch, gemm)
+        sch.reorder(*spatial[1:], spatial[0], *reduction)
     sch.set_scope(gemm, 0, "shared")
     result = sch.cache_write(gemm, 0, "local")
     spatial, reduction = _gemm_axes(sch, gemm)
