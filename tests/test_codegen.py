@@ -1032,7 +1032,7 @@ def test_gate_threads_in_a_backward_step(tmp_path):
     target = tvm.target.Target("nvidia/nvidia-h100")
     step = kernels.persistent(kernels.backward_step(CELLS[cell], 128, hidden), 132)
     assert "matmul_rf" not in schedules.default_schedule(step, target, gate_threads=False).script()
-    for name, h in [("lstm", 64), ("gru", 128)]:  # outside 96 <= H < 128: not the default
+    for name, h in [("lstm", 64), ("lstm", 95), ("gru", 128)]:  # outside 96 <= H < 128: not the default
         step = kernels.persistent(kernels.backward_step(CELLS[name], 128, h), 132)
         assert "matmul_rf" not in schedules.default_schedule(step, target).script(), (name, h)
     assert "matmul_rf" in schedules.default_schedule(
@@ -1044,6 +1044,22 @@ def test_gate_threads_in_a_backward_step(tmp_path):
     assert "__launch_bounds__(210)" in source and "float w_local_ptr[70];" in source
     report = _ptxas(source, tmp_path)
     assert " 0 bytes spill stores" in report and " 0 bytes stack frame" in report, report
+
+@pytest.mark.parametrize("cell, rows, hidden, bidirectional", [
+    ("lstm", 128, 120, False), ("lstm", 200, 120, False), ("lstm", 128, 120, True), ("gru", 200, 138, False)])
+def test_default_gate_threads_keep_every_pass_persistent(cell, rows, hidden, bidirectional):
+    """Where a persistent tile only just fits a block's shared memory, the default takes gate
+    threads only if their extra buffers (the gate sums, the staged step inputs) fit too, and a
+    backward step takes them only with its weights in registers: otherwise the kernel overflows
+    shared memory at build and the build falls back to one launch a step (with a warning) in every
+    pass (LSTM N = 200, H = 120: 240,000 bytes, found in review)."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        rnn = tvmrnn.build(cell, hidden, hidden, batch_size=rows, bidirectional=bidirectional,
+                           target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
+    assert all(rnn.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
+
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_gate_threads_over_the_rows_of_blocks_that_split_the_units(tmp_path):

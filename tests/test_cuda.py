@@ -512,6 +512,10 @@ def test_many_rows_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirect
         rnn = built(cell, num_layers, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
                     target="cuda")
         assert all(rnn.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
+    if (cell, batch, hidden) in (("lstm", 131, 150), ("gru", 128, 160)):  # the cases the form is here for
+        rnn = built(cell, num_layers, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
+                    target="cuda")
+        assert "float w_local_ptr[%d];" % hidden in rnn.executable.mod.imports[0].inspect_source()
 
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional", [
@@ -531,6 +535,11 @@ def test_row_groups_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirec
     rnn = built(cell, num_layers, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
                 target="cuda")
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward_train"].uses_persistent_loops
+    forms = {("lstm", 256, 64): "float w_local_ptr[64];",  # the forms the docstring names: gate threads
+             ("lstm", 128, 100): "matmul_rf",  # a backward step's gate threads
+             ("gru", 200, 100): "recurrent_projection_shared_local"}  # gate threads, weights in shared memory
+    if (cell, batch, hidden) in forms:
+        assert forms[cell, batch, hidden] in rnn.executable.mod.imports[0].inspect_source()
 
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers,bidirectional,persistent", [

@@ -121,8 +121,8 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         if persistent_blocks(kernel.func):  # how a block stages its rows: AUTO whole where they fit, else
             # the largest chunk that fits (row_tiles.persistent_row_tiles); a value: chunks of that many columns
             found += (Knob("row_chunk", (AUTO, 64, 128, 256, 512), AUTO),)
-            # a thread a gate column, each thread's weights in registers: AUTO both in a forward
-            # step where they fit (row_tiles.gpu_row_tiles), a value: that form or not
+            # a thread a gate column, each thread's weights in registers: AUTO the measured default
+            # (row_tiles.gpu_row_tiles), a value: that form or not
             found += (Knob("gate_threads", (AUTO, 0, 1), AUTO), Knob("register_weights", (AUTO, 0, 1), AUTO))
         return found
     if kind == "persistent":

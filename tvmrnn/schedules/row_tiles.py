@@ -24,8 +24,8 @@ INDEPENDENT_BLOCKS = "tvmrnn.independent_blocks"
 REGISTERS_BESIDE_WEIGHTS = 32
 
 
-# The GEMM block of a forward step (tvmrnn.kernels.recurrent_step): the only steps that get gate
-# threads by default (the backward's form was slower at two of the three shapes measured, v58)
+# The GEMM block of a forward step (tvmrnn.kernels.recurrent_step): gpu_row_tiles' default gate
+# threads differ between forward and backward steps (what the H200 measured, v58, v59)
 FORWARD_STEP_GEMM = "recurrent_projection"
 
 
@@ -241,10 +241,12 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     Both None (the default), where gate threads fit (notes/performance.md v58, v59, the H200):
     - a gated cell's forward step takes them with the weights in registers where those fit (LSTM
       N = 128, H = 96: inference 1.8x faster; GRU N = H = 128: 1.3x; GRU N = 256, H = 64, two
-      rows a block: 1.25x), and without them at two or more rows a block (GRU N = 200, H = 100:
-      1.12x; LSTM N = 200, H = 96: 1.05x); not at one row without them (GRU N = H = 128: 10%
-      slower) nor for an Elman RNN (one gate: no more threads; 1% slower);
-    - a backward step takes them at ``BACKWARD_GATE_UNITS`` (96 <= H < 128: training 10-12%
+      rows a block: 1.25x), and without them at two or more rows a block where the gate sums
+      and staged inputs fit beside the weights in shared memory (GRU N = 200, H = 100: 1.12x;
+      LSTM N = 200, H = 96: 1.05x; past that the kernel would overflow and the build lose
+      persistence); not at one row without them (GRU N = H = 128: 10% slower) nor for an Elman
+      RNN (one gate: no more threads; 1% slower);
+    - a backward step takes them, with its weights in registers, at ``BACKWARD_GATE_UNITS`` (96 <= H < 128: training 10-12%
       faster for the LSTM at H = 96 and 112 and the GRU at H = 96; 3% slower for the LSTM at
       H = 64 and the GRU at H = 128).
     A gated forward step whose persistent tile splits the units over blocks (its weights do not
@@ -292,29 +294,39 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     split = math.prod(_extent(sch, l) for l in reduction[1:])
     gate_columns = rt * tr * units * inner * split
     gate_fits = stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and gate_columns <= 1024
-    wanted = reduction_total // split + REGISTERS_BESIDE_WEIGHTS
+    per_thread = reduction_total // split  # a thread's share of the weights (H: one gate's, in a backward step)
+    wanted = per_thread + REGISTERS_BESIDE_WEIGHTS
     registers_fit = wanted <= 255 and wanted * gate_columns <= registers
+    # gate threads reading the weights from shared memory add the gate sums and the staged
+    # per-step inputs beside the tile's weights and rows: where those overflow the block's shared
+    # memory the build would drop persistence (LSTM N = 200, H = 120: 240,000 bytes)
+    shared_fits = (4 * reduction_total * (units * inner + rt * tr) + 4 * (2 * gate_columns + 3 * rt * tr * units)
+                   <= stationary_bytes)
     # ... and a tile whose blocks split the units (a grid barrier a step): a thread a gate column
     # of its block's units, that column's weights in its registers, looping over the block's rows
     unit_rows = rt * tr
     unit_columns = ut * inner * split
     unit_blocks = stationary and rows_whole and tu == 1 and -(-units // ut) > 1
-    unit_wanted = reduction_total // split + unit_rows + REGISTERS_BESIDE_WEIGHTS
+    # (the weights, the rows' sums, the hidden state's operands of ``unroll`` reduction indices)
+    unit_wanted = per_thread + unit_rows * (1 + unroll) + REGISTERS_BESIDE_WEIGHTS
     unit_fits = (unit_blocks and inner * split > 1 and unit_rows <= 16 and unit_columns <= 1024
                  and unit_wanted <= 255 and unit_wanted * unit_columns <= registers)
     by_default = (kernel.gemm == FORWARD_STEP_GEMM and unit_fits and unit_rows <= UNIT_GATE_ROWS
                   and gate_threads is None and register_weights is None)
-    if unit_blocks and (gate_threads or by_default) and register_weights is not False:
+    if unit_blocks and (gate_threads or register_weights or by_default) and register_weights is not False \
+            and gate_threads is not False:
         if not unit_fits:
-            raise s_tir.ScheduleError(f"{kernel.name}: gate threads over a block's rows need a gated cell, at most "
-                                      f"16 rows a block and a thread's {reduction_total} weights in registers")
+            raise s_tir.ScheduleError(f"{kernel.name}: gate threads over a block's rows need several gate columns "
+                                      f"a unit, at most 16 rows and 1024 columns a block, and a thread's "
+                                      f"{per_thread} weights in its registers")
         _unit_gate_threads(sch, kernel, gemm, out, nb, n_rows, unit_rows, ut, inner * split, k_tile, unroll)
         return
     if gate_threads is None:  # (weights in registers asked for: they need gate threads)
         if kernel.gemm == FORWARD_STEP_GEMM:  # a gated cell's forward step: where the weights fit
-            by_default = inner > 1 and gate_fits and (registers_fit or rt * tr > 1)  # registers, or 2+ rows
-        else:  # a backward step: its gates' partial sums paid at 96 <= H < 128 only (v58, v59)
-            by_default = split > 1 and gate_fits and BACKWARD_GATE_UNITS[0] <= units < BACKWARD_GATE_UNITS[1]
+            by_default = inner > 1 and gate_fits and (registers_fit or (rt * tr > 1 and shared_fits))
+        else:  # a backward step: with its weights in registers, at 96 <= H < 128 (v58, v59)
+            by_default = (split > 1 and gate_fits and registers_fit
+                          and BACKWARD_GATE_UNITS[0] <= units < BACKWARD_GATE_UNITS[1])
         gate_threads = register_weights if register_weights is not None else by_default
     if gate_threads:
         if not gate_fits:
@@ -323,7 +335,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         if register_weights is None:
             register_weights = registers_fit
         if register_weights and not registers_fit:
-            raise s_tir.ScheduleError(f"{kernel.name}: a thread's {reduction_total} weights in registers do not fit "
+            raise s_tir.ScheduleError(f"{kernel.name}: a thread's {per_thread} weights in registers do not fit "
                                       f"{gate_columns} threads' share of {registers}")
         _gate_threads(sch, kernel, gemm, out, nb, n_rows, rt * tr, units * inner * split, k_tile, unroll,
                       register_weights)
@@ -506,7 +518,7 @@ def _unit_gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, row
     result = sch.cache_write(gemm, 0, "local")
     spatial, reduction = _gemm_axes(sch, gemm)
     own = _loops_after(sch, gemm, block)
-    row_loops = [l for l in own[:len(own) - len(reduction)] if _extent(sch, l) > 0][:-2]
+    row_loops = own[:len(own) - len(reduction)][:-2]  # (a leading loop of the problems too: one iteration)
     unit_loop, gate_loop = own[len(own) - len(reduction) - 2:len(own) - len(reduction)]
     column = sch.fuse(unit_loop, gate_loop)
     sch.reorder(column, *row_loops)

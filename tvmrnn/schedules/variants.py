@@ -63,8 +63,8 @@ ROW_TILE_VARIANTS = ({}, dict(thread_rows=1), dict(thread_rows=2), dict(thread_r
                      dict(row_threads=4), dict(row_threads=8), dict(k_tile=32), dict(k_tile=8), dict(stage=False),
                      dict(prefetch=False))
 # ... and a persistent tile's: gate threads (the weights in registers where they fit) or not,
-# whichever the default is not (a forward of one row a block takes them by default; a backward
-# step with them was 10% faster at LSTM N = 128, H = 96 and 2-3% slower elsewhere, v58)
+# whichever the default is not (row_tiles.gpu_row_tiles' default takes them where the H200 measured
+# them faster: forward steps, and backward steps at 96 <= H < 128; elsewhere tuning decides, v58, v59)
 PERSISTENT_ROW_TILE_VARIANTS = (dict(gate_threads=True), dict(gate_threads=False))
 
 
