@@ -292,7 +292,8 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     # gate threads' block: a thread a (row, gate column), and in a backward step (whose reduction
     # runs over (j, g): every gate of each unit) a thread a gate of the reduction as well
     split = math.prod(_extent(sch, l) for l in reduction[1:])
-    gate_columns = rt * tr * units * inner * split
+    block_rows = rt * tr
+    gate_columns = block_rows * units * inner * split
     gate_fits = stationary and rows_whole and tu == 1 and -(-units // ut) == 1 and gate_columns <= 1024
     per_thread = reduction_total // split  # a thread's share of the weights (H: one gate's, in a backward step)
     wanted = per_thread + REGISTERS_BESIDE_WEIGHTS
@@ -300,30 +301,29 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     # gate threads reading the weights from shared memory add the gate sums and the staged
     # per-step inputs beside the tile's weights and rows: where those overflow the block's shared
     # memory the build would drop persistence (LSTM N = 200, H = 120: 240,000 bytes)
-    shared_fits = (4 * reduction_total * (units * inner + rt * tr) + 4 * (2 * gate_columns + 3 * rt * tr * units)
+    shared_fits = (4 * reduction_total * (units * inner + block_rows) + 4 * (2 * gate_columns + 3 * block_rows * units)
                    <= stationary_bytes)
     # ... and a tile whose blocks split the units (a grid barrier a step): a thread a gate column
     # of its block's units, that column's weights in its registers, looping over the block's rows
-    unit_rows = rt * tr
     unit_columns = ut * inner * split
     unit_blocks = stationary and rows_whole and tu == 1 and -(-units // ut) > 1
     # (the weights, the rows' sums, the hidden state's operands of ``unroll`` reduction indices)
-    unit_wanted = per_thread + unit_rows * (1 + unroll) + REGISTERS_BESIDE_WEIGHTS
-    unit_fits = (unit_blocks and inner * split > 1 and unit_rows <= 16 and unit_columns <= 1024
+    unit_wanted = per_thread + block_rows * (1 + unroll) + REGISTERS_BESIDE_WEIGHTS
+    unit_fits = (unit_blocks and inner * split > 1 and block_rows <= 16 and unit_columns <= 1024
                  and unit_wanted <= 255 and unit_wanted * unit_columns <= registers)
-    by_default = (kernel.gemm == FORWARD_STEP_GEMM and unit_fits and unit_rows <= UNIT_GATE_ROWS
+    by_default = (kernel.gemm == FORWARD_STEP_GEMM and unit_fits and block_rows <= UNIT_GATE_ROWS
                   and gate_threads is None and register_weights is None)
-    if unit_blocks and (gate_threads or register_weights or by_default) and register_weights is not False \
-            and gate_threads is not False:
+    if unit_blocks and gate_threads is not False and register_weights is not False \
+            and (gate_threads or register_weights or by_default):
         if not unit_fits:
             raise s_tir.ScheduleError(f"{kernel.name}: gate threads over a block's rows need several gate columns "
                                       f"a unit, at most 16 rows and 1024 columns a block, and a thread's "
                                       f"{per_thread} weights in its registers")
-        _unit_gate_threads(sch, kernel, gemm, out, nb, n_rows, unit_rows, ut, inner * split, k_tile, unroll)
+        _unit_gate_threads(sch, kernel, gemm, out, nb, n_rows, block_rows, ut, inner * split, k_tile, unroll)
         return
     if gate_threads is None:  # (weights in registers asked for: they need gate threads)
         if kernel.gemm == FORWARD_STEP_GEMM:  # a gated cell's forward step: where the weights fit
-            by_default = inner > 1 and gate_fits and (registers_fit or (rt * tr > 1 and shared_fits))
+            by_default = inner > 1 and gate_fits and (registers_fit or (block_rows > 1 and shared_fits))
         else:  # a backward step: with its weights in registers, at 96 <= H < 128 (v58, v59)
             by_default = (split > 1 and gate_fits and registers_fit
                           and BACKWARD_GATE_UNITS[0] <= units < BACKWARD_GATE_UNITS[1])
@@ -337,7 +337,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
         if register_weights and not registers_fit:
             raise s_tir.ScheduleError(f"{kernel.name}: a thread's {per_thread} weights in registers do not fit "
                                       f"{gate_columns} threads' share of {registers}")
-        _gate_threads(sch, kernel, gemm, out, nb, n_rows, rt * tr, units * inner * split, k_tile, unroll,
+        _gate_threads(sch, kernel, gemm, out, nb, n_rows, block_rows, units * inner * split, k_tile, unroll,
                       register_weights)
         return
     if register_weights:
@@ -427,15 +427,8 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
     sch.bind(thread, "threadIdx.x")
     sch.annotate(block, INDEPENDENT_BLOCKS, 1)
     _, reduction = _gemm_axes(sch, gemm)
-    if len(reduction) > 1:  # a backward step: a thread a gate of the reduction too, the gates'
-        # partial sums (rfactor) added up by the epilogue's thread of the unit
-        rest = sch.fuse(*reduction[1:]) if len(reduction) > 2 else reduction[1]
-        partial = sch.rfactor(rest, 0)
-        sch.compute_at(gemm, thread, preserve_unit_loops=True)
-        sch.set_scope(gemm, 0, "local")
-        for loop in _loops_after(sch, gemm, thread):
-            sch.unroll(loop)
-        gemm = partial
+    if len(reduction) > 1:  # a backward step: a thread a gate of the reduction too
+        gemm = _gate_partial_sums(sch, gemm, reduction, thread)
     # the GEMM: one output a thread, summed in a register, then to shared memory for the epilogue
     sch.compute_at(gemm, block, preserve_unit_loops=True)
     sch.set_scope(gemm, 0, "shared")
@@ -458,21 +451,8 @@ def _gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, rows: in
     for copy in _epilogue_inputs(sch, kernel, epilogue, "shared"):
         sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
         _copy_by_threads(sch, copy, threads)
-    if register_weights:  # a thread's column of the weights to its registers, the rows to shared memory
-        wbuf = sch.mod["main"].params[kernel.roles.index("w")]
-        rows_read = [i for i, r in enumerate(sch.get(gemm).reads) if not r.source.same_as(wbuf) and r.source.scope() == "global"]
-        if len(rows_read) != 1:
-            raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
-        copy = sch.cache_read(gemm, rows_read[0], "shared.dyn", consumer_blocks=[gemm])
-        sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
-        _copy_by_threads(sch, copy, threads)
-        # (under the GEMM's own thread loop, so that TVM gives the array one thread's column)
-        w_index = next(i for i, r in enumerate(sch.get(gemm).reads) if r.source.same_as(wbuf))
-        copy = sch.cache_read(gemm, w_index, "local", consumer_blocks=[gemm])
-        sch.compute_at(copy, g_thread, preserve_unit_loops=True)
-        for loop in _loops_after(sch, copy, g_thread):
-            sch.unroll(loop)
-        sch.annotate(copy, FIRST_STEP_ONLY, 1)
+    if register_weights:
+        _weights_to_registers(sch, kernel, gemm, block, g_thread, threads)
     elif not _stage_for_the_time_loop(sch, kernel, gemm, block, threads, True):
         raise s_tir.ScheduleError(f"{kernel.name}: gate threads need the weights and the rows on chip")
     _operands_to_registers(sch, gemm, k_unrolled, "shared.dyn")
@@ -500,15 +480,8 @@ def _unit_gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, row
     sch.bind(block, "blockIdx.x")
     sch.bind(thread, "threadIdx.x")
     _, reduction = _gemm_axes(sch, gemm)
-    if len(reduction) > 1:  # a backward step (its reduction over (j, g)): a thread a (unit, gate) sums
-        # that gate's share (rfactor), the epilogue's thread of a (row, unit) adds the G partial sums
-        rest = sch.fuse(*reduction[1:]) if len(reduction) > 2 else reduction[1]
-        partial = sch.rfactor(rest, 0)
-        sch.compute_at(gemm, thread, preserve_unit_loops=True)
-        sch.set_scope(gemm, 0, "local")
-        for loop in _loops_after(sch, gemm, thread):
-            sch.unroll(loop)
-        gemm = partial
+    if len(reduction) > 1:  # a backward step (its reduction over (j, g)): a thread a (unit, gate)
+        gemm = _gate_partial_sums(sch, gemm, reduction, thread)
     # the GEMM: the block's rows x units x gates, a thread a (unit, gate), the rows in its registers
     sch.compute_at(gemm, block, preserve_unit_loops=True)
     if len(reduction) > 1:  # (rfactor's gate loop comes first: after the unit, as in a forward step)
@@ -538,6 +511,29 @@ def _unit_gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, row
     for copy in _epilogue_inputs(sch, kernel, epilogue, "shared"):
         sch.compute_at(copy, block, preserve_unit_loops=True, index=0)
         _copy_by_threads(sch, copy, threads)
+    _weights_to_registers(sch, kernel, gemm, block, g_thread, threads)
+    # each row's hidden state for ``unroll`` reduction indices: one vector load (a broadcast) a row
+    _operands_to_registers(sch, gemm, k_in, "shared.dyn")
+
+
+def _gate_partial_sums(sch, gemm, reduction, thread):
+    """A backward step's gate threads (its reduction over (j, g)): the GEMM ``rfactor``-ed over the
+    gates, each partial sum a gate's share (computed by a thread a (unit, gate)); the G partials
+    added up in registers by the epilogue's ``thread`` of the unit. Returns the partial block."""
+    rest = sch.fuse(*reduction[1:]) if len(reduction) > 2 else reduction[1]
+    partial = sch.rfactor(rest, 0)
+    sch.compute_at(gemm, thread, preserve_unit_loops=True)
+    sch.set_scope(gemm, 0, "local")
+    for loop in _loops_after(sch, gemm, thread):
+        sch.unroll(loop)
+    return partial
+
+
+def _weights_to_registers(sch, kernel: Kernel, gemm, block, g_thread, threads: int) -> None:
+    """Gate threads' operands: a thread's column of the weights to its registers, copied under the
+    GEMM's own thread loop ``g_thread`` (so that TVM gives the array one thread's column) at the
+    time loop's first step only (:data:`FIRST_STEP_ONLY`); the rows to shared memory at the
+    ``block``'s top, copied by its ``threads``."""
     wbuf = sch.mod["main"].params[kernel.roles.index("w")]
     rows_read = [i for i, r in enumerate(sch.get(gemm).reads) if not r.source.same_as(wbuf) and r.source.scope() == "global"]
     if len(rows_read) != 1:
@@ -551,8 +547,6 @@ def _unit_gate_threads(sch, kernel: Kernel, gemm, out, nb: int, n_rows: int, row
     for loop in _loops_after(sch, copy, g_thread):
         sch.unroll(loop)
     sch.annotate(copy, FIRST_STEP_ONLY, 1)
-    # each row's hidden state for ``unroll`` reduction indices: one vector load (a broadcast) a row
-    _operands_to_registers(sch, gemm, k_in, "shared.dyn")
 
 
 # Inputs the same at every step (the bias, per-unit parameters): cached on chip after the first
