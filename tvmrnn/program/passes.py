@@ -55,8 +55,13 @@ from .sequence import GpuKernels, Program, Stacked, Subroutines
 # inference 60 against 81 ms). The 4-step chunks cover the tail: a one-step weight gradient reads
 # and writes all of dW for one step's work (LSTM: 893 us a step alone, 512 in a 4-step chunk, 295
 # in a 16-step one, dev machine); the DS2 LSTM backward took 336-337 ms instead of 348-356 so.
+# On GPUs the 128- and 64-step sizes cover sequences between the 256- and 32-step chunks with fewer,
+# larger GEMMs (a 32-step chunk of 128 rows a step ran at ~20 TFLOP/s on the H200, a 256-step one
+# at 35-42): against (256, 32, 4, 1), inference / training, LSTM N=128 H=128 T=200 0.684 / 2.010 ->
+# 0.656 / 1.906 ms, GRU the same 0.374 / 1.367 -> 0.342 / 1.200, LSTM N=64 H=1024 T=100 3.81 /
+# 12.55 -> 3.83 / 12.21; builds 2-9 s longer (more kernels; notes/performance.md v60).
 CHUNK_STEPS = (16, 4, 1)
-GPU_CHUNK_STEPS = (256, 32, 4, 1)
+GPU_CHUNK_STEPS = (256, 128, 64, 32, 4, 1)
 # GPU forwards cover the steps left after whole chunks with one more chunk of the same size,
 # overlapping steps done before (``Program.chunked``'s ``tail_waste``), where the steps it computes
 # twice hold at most this many multiply-adds (x2: FLOPs) in all: a few microseconds of work, about

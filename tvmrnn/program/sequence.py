@@ -1263,7 +1263,7 @@ class Program:
         GPU's all-steps input projections, each step's rows written from its own inputs alone):
         where the steps left after a size's whole chunks would take more than one chunk of the
         next size, one more chunk of this size ending at ``length`` covers them, recomputing at
-        most ``tail_waste`` steps that a chunk before it covered. At T = 60 with (256, 32, 4, 1)
+        most ``tail_waste`` steps that a chunk before it covered. At T = 60 with the GPU's chunks
         that is 2 launches (0-32, 28-60) instead of 8 (one of 32, seven of 4): a small GEMM's
         launch costs more than its work (LSTM N = 1, H = 96 on the H200: 3.3 us each, the eight
         a third of the forward's kernel time, notes/performance.md v45).

@@ -289,7 +289,7 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False)]
-    found += [("chunk_steps", steps) for steps in (((64, 8, 1),) if gpu else ((32, 8, 1), (8, 1)))]
+    found += [("chunk_steps", steps) for steps in (((256, 32, 4, 1), (64, 8, 1)) if gpu else ((32, 8, 1), (8, 1)))]
     return found
 
 
