@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -96,6 +97,8 @@ def test_bench_sweeps_shapes_into_one_table(tmp_path):
     assert "gru T=4 N=2 I=3 H=5 L=1" in table and "nosuchcell" in table
     assert "inference: geometric mean" in table and "(1 of 2 shapes)" in table
     assert (tmp_path / "r.json").exists()
+    # each shape's line also gives both sides' median times, which ratios alone lose
+    assert re.search(r"gru T=4 N=2 .* inference \d+\.\d+ / \d+\.\d+ ms  training \d+\.\d+ / \d+\.\d+ ms", out), out
 
 
 @pytest.mark.parametrize("module,args", [("torch", ["lstm", "--device", "cpu"]), ("matplotlib", ["--plot", "x.json"])])

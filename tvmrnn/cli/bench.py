@@ -504,8 +504,13 @@ def sweep(a) -> list[dict]:
             error = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
             inference, training = ratios.get("inference" + main_row), ratios.get("training" + main_row)
             rows.append((name, inference, training, error))
-            print(f"{name:44s} inference {_x(inference)}  training {_x(training)}  {error}", flush=True)
+            ms = "  ".join(f"{r['pass_']} {r['tvmrnn_ms']:.3f} / {r['torch_ms']:.3f} ms" for r in found
+                           if "tvmrnn_ms" in r and r["pass_"] in ("inference" + main_row, "training" + main_row))
+            print(f"{name:44s} inference {_x(inference)}  training {_x(training)}  {ms}  {error}", flush=True)
             results += found
+            if a.json:  # after every shape, so a cut-off sweep keeps what it measured
+                with open(a.json, "w") as f:
+                    json.dump(dict(results=results), f, indent=1)
     print(f"\n{'shape':44s} {'inference':>9s} {'training':>9s}")
     for name, inf, train, error in rows:
         print(f"{name:44s} {_x(inf):>9s} {_x(train):>9s}  {error}")
@@ -532,10 +537,7 @@ def main(argv=None):
     if _missing("torch"):  # the other side of every comparison (imported later: see below)
         raise SystemExit("tvmrnn-bench times tvmrnn against PyTorch, which is not installed: pip install torch")
     if a.sweep:
-        results = sweep(a)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(dict(results=results), f, indent=1)
+        sweep(a)  # (writes a.json after every shape)
         return
     os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))  # before TVM starts its thread pool
     if a.torch_huge_pages:
