@@ -423,6 +423,28 @@ def test_cuda_chunks_cover_sequences_with_few_large_gemms():
     cpu = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=3, tuning_logs=False)
     assert calls(cpu, "backward", 200, "input_gradient") == {"t16": 12, "t4": 2}
 
+
+def test_cuda_matmul_schedules_a_symbolic_step_count():
+    """Groundwork for one launch per GEMM whatever the chunk (v60, not used by builds yet): the
+    tiled GEMM (``gpu_matmul`` with its block shape given) schedules and compiles a chunk whose
+    step count is a variable, rows guarded by predicates and the grid sized at launch; for the
+    weight gradient the variable is the reduction's length (unsplit)."""
+    import tvm
+    from tvm import s_tir, tirx
+    from tvmrnn import kernels
+    from tvmrnn.schedules.cuda import GPU_MATMUL_SHAPES, gpu_matmul
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    steps = tirx.Var("steps", "int32")
+    for kernel, shape in ((kernels.input_projection(steps, 20, 96, 80, 4), 0),
+                          (kernels.input_gradient(steps, 20, 96, 80, 4, accumulate=True), 0),
+                          (kernels.weight_gradient(steps, 20, 96, 80, 4), 1)):
+        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+        rows, cols = GPU_MATMUL_SHAPES[shape]
+        gpu_matmul(sch, kernel, rows=rows, cols=cols, k_slices=1)
+        func = sch.mod["main"].with_attr("target", target)
+        source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
+        assert re.search(r"< \(?steps", source) or re.search(r"\(steps \* 5\)", source), kernel.name
+
 # the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)
 ON_CHIP = re.compile(r"(_(shared|local)_ptr(_\d+)?|^buf_dyn_shmem_ptr)$")
 

@@ -263,6 +263,11 @@ def _split_reduction(sch, gemm, slices: int):
     return partial
 
 
+def _static(extent):
+    """An extent as an int where it is a constant, else the expression (a symbolic row count)."""
+    return int(extent) if isinstance(extent, tvm.tirx.IntImm) else extent
+
+
 def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
     """Bring the kernel's GEMM block to the form ``C[s, i, j] += A[s, i, k] * B[s, j, k]``
     (``reindex`` and ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the
@@ -275,7 +280,7 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
     operand is contiguous along the reduction, and the slice count."""
     main = sch.get_sblock(kernel.gemm)
     stmt = sch.get(main)
-    extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+    extent = {iv.var: _static(iv.dom.extent) for iv in stmt.iter_vars}
     S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
     totals = tuple(math.prod(extent[v] for v in vs) for vs in (I, J, K))
     k_slices = slices(*totals)
@@ -285,7 +290,7 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
                                       f"in {k_tile}-long tiles")
         main = _split_reduction(sch, main, k_slices)
         stmt = sch.get(main)
-        extent = {iv.var: int(iv.dom.extent) for iv in stmt.iter_vars}
+        extent = {iv.var: _static(iv.dom.extent) for iv in stmt.iter_vars}
         S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
     ivs = [iv.var for iv in stmt.iter_vars]
 
@@ -457,10 +462,12 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
         return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms) if k_slices is None else k_slices
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile)
-    default_rows, default_cols = matmul_shape(m_total, n_total, sms)
+    if not isinstance(m_total, int) and not (rows and cols):  # (a step count only known at launch)
+        raise s_tir.ScheduleError(f"{kernel.name}: a symbolic row count needs its block shape (rows=, cols=)")
+    default_rows, default_cols = matmul_shape(m_total, n_total, sms) if isinstance(m_total, int) else (rows, cols)
     vi, ti, mi = rows or default_rows
     vj, tj, mj = cols or default_cols
-    if m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread
+    if isinstance(m_total, int) and m_total <= vi * ti * mi // 2:  # a small GEMM: one micro-tile row per thread
         vi = 1
     if n_total <= vj * tj * mj // 2:
         vj = 1
