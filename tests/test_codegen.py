@@ -406,21 +406,25 @@ def test_cuda_short_chunk_gemms_split_their_reduction_over_blocks():
 
 
 def test_cuda_chunks_cover_sequences_with_few_large_gemms():
-    """GPU builds run the all-steps GEMMs over chunks of 256, 128, 64, 32, 4 and 1 steps
-    (``passes.GPU_CHUNK_STEPS``): a 200-step backward is 128 + 64 + 2 x 4 steps (four launches of
-    each gradient GEMM, not six of 32 and two of 4), 300 steps 256 + 32 + 3 x 4; a small
-    forward's projections cover 200 steps with two overlapping 128-step chunks (its tail
-    recomputes 56 steps, less work than the launches it saves); CPU builds keep 16-step chunks."""
+    """GPU builds of 64 rows or more run the all-steps GEMMs over chunks of 256, 128, 64, 32, 4 and
+    1 steps (``passes.GPU_WIDE_CHUNK_STEPS``): a 200-step backward is 128 + 64 + 2 x 4 steps (four
+    launches of each gradient GEMM, not six of 32 and two of 4), 300 steps 256 + 32 + 3 x 4; a
+    small forward's projections cover 200 steps with two overlapping 128-step chunks (its tail
+    recomputes 56 steps, less work than the launches it saves). Fewer rows keep 256, 32, 4 and 1
+    (the shipped DS2 records' sizes); CPU builds 16, 4 and 1."""
     def calls(rnn, program, T, kind):
         return {name.split("_")[2]: n for name, n in rnn.programs[program].calls(T).items()
-                if name.startswith(kind) and name.endswith("_k16_h24_g4") and n}
-    rnn = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=3, target="nvidia/nvidia-h100",
-                       tuning_logs=False, cache=False)
+                if name.startswith(kind) and "_k16_h24_g4" in name and n}
+    wide = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=64, target="nvidia/nvidia-h100",
+                        tuning_logs=False, cache=False)
     for kind in ("weight_gradient", "input_gradient"):
-        assert calls(rnn, "backward", 200, kind) == {"t128": 1, "t64": 1, "t4": 2}, kind
-        assert calls(rnn, "backward", 300, kind) == {"t256": 1, "t32": 1, "t4": 3}, kind
-    assert calls(rnn, "forward", 200, "input_projection") == {"t128": 2}
-    cpu = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=3, tuning_logs=False)
+        assert calls(wide, "backward", 200, kind) == {"t128": 1, "t64": 1, "t4": 2}, kind
+        assert calls(wide, "backward", 300, kind) == {"t256": 1, "t32": 1, "t4": 3}, kind
+    assert calls(wide, "forward", 200, "input_projection") == {"t128": 2}
+    narrow = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=63, target="nvidia/nvidia-h100",
+                          tuning_logs=False, cache=False)
+    assert calls(narrow, "backward", 200, "input_gradient") == {"t32": 6, "t4": 2}
+    cpu = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=64, tuning_logs=False)
     assert calls(cpu, "backward", 200, "input_gradient") == {"t16": 12, "t4": 2}
 
 
@@ -444,6 +448,11 @@ def test_cuda_matmul_schedules_a_symbolic_step_count():
         func = sch.mod["main"].with_attr("target", target)
         source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
         assert re.search(r"< \(?steps", source) or re.search(r"\(steps \* 5\)", source), kernel.name
+    # what no model chooses for a symbolic step count is a clear error: the block shape, the split
+    for kernel, tiles in ((kernels.input_projection(steps, 20, 96, 80, 4), dict(k_slices=1)),
+                          (kernels.weight_gradient(steps, 20, 96, 80, 4), dict(rows=rows, cols=cols, k_slices=2))):
+        with pytest.raises(s_tir.ScheduleError, match="symbolic"):
+            gpu_matmul(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel, **tiles)
 
 # the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)
 ON_CHIP = re.compile(r"(_(shared|local)_ptr(_\d+)?|^buf_dyn_shmem_ptr)$")
@@ -789,12 +798,9 @@ def test_cuda_shared_kernels(tmp_path):
         built[shared] = (names, bodies, source)
     (names_off, _, _), (names_on, bodies_on, source_on) = built[False], built[True]
     assert len(names_on) * 2 <= len(names_off), (len(names_on), len(names_off))
-    # what stays twice is code whose TIR differs only where CUDA does not show it: the extent a
-    # kernel declares for a flat parameter it indexes the same way (2 of 70 here), and one GEMM
-    # at several chunk sizes, whose grid alone differs (a launch parameter; 22 of 92 here)
-    families = [re.sub(r"_t\d+_", "_t_", re.sub(r"_\d+$", "", name)) for name in names_on]
-    distinct = len(set(zip(families, bodies_on)))
-    assert len(set(bodies_on)) >= 0.9 * distinct, (len(set(bodies_on)), distinct, len(bodies_on))
+    # what stays twice is code whose TIR differs only where CUDA does not show it (the extent a
+    # kernel declares for a flat parameter it indexes the same way): 8 of 68 at 3 layers
+    assert len(set(bodies_on)) >= 0.8 * len(bodies_on), (len(set(bodies_on)), len(bodies_on))
     # an accumulating kernel's input and output are one view: one pointer, not two __restrict__ ones
     accumulating = 0
     for definition in _kernel_definitions(source_on):

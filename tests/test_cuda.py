@@ -34,7 +34,7 @@ def built_as_checked(cell, num_layers, bidirectional, hidden=H, **build):
 # subset that still reaches every GPU code path: one and three layers (inner layers read the layer
 # below), both directions, batch-first once; T = 1 (the backward's time loop runs zero times),
 # 7 (a 4-step chunk of the all-steps GEMMs and single steps) and 50 (32- and 4-step chunks, single
-# steps); test_long_sequences reaches the 256-, 128- and 64-step chunks (passes.GPU_CHUNK_STEPS).
+# steps); test_long_sequences reaches the 256-step chunks, and at 64 rows the 128- and 64-step ones.
 LAYOUTS = [(1, False, False), (1, True, False), (3, False, False), (3, True, False), (2, True, True)]
 
 
@@ -46,10 +46,12 @@ def test_matches_torch_on_cuda(cell, num_layers, bidirectional, batch_first, T, 
     _check(cell, num_layers, bidirectional, batch_first, T, rng, target="cuda", as_array=to_cuda)
 
 
-@pytest.mark.parametrize("cell,T", [("lstm", 300), ("gru", 300), ("lstm", 231)])
-def test_long_sequences_match_torch_on_cuda(cell, T, rng):
-    """300 steps: 256 + 32 + 3 x 4-step chunks; 231: 128 + 64 + 32 + 4 + 3 x 1 (every size but 256)."""
-    _check(cell, 1, True, False, T, rng, target="cuda", as_array=to_cuda)
+@pytest.mark.parametrize("cell,T,batch", [("lstm", 300, None), ("gru", 300, None), ("lstm", 231, 64)])
+def test_long_sequences_match_torch_on_cuda(cell, T, batch, rng):
+    """300 steps: 256 + 32 + 3 x 4-step chunks. 231 steps at 64 rows (``passes.GPU_WIDE_CHUNK_STEPS``):
+    the gradients over 128 + 64 + 32 + 4 + 3 x 1 steps, the projections over two overlapping
+    128-step chunks, a 64-step one, or 128 + 64 + 32 + ... (the tail's cost decides)."""
+    _check(cell, 1, True, False, T, rng, target="cuda", as_array=to_cuda, **({"batch": batch} if batch else {}))
 
 
 @pytest.mark.parametrize("limits", ["sm_80", "sm_89"], ids=["a100", "l40s"])

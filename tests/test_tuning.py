@@ -373,22 +373,17 @@ def test_shipped_records_are_the_best_of_the_committed_logs():
 
 
 def test_the_shipped_records_serve_a_ds2_h100_build(tmp_path):
-    """Every kernel that the Deep Speech 2 LSTM build for the H100 (1 layer, N=20, I=H=800) runs at
-    T=300 has a shipped record that replays on its workload and embeds: the build is tuned out of
-    the box (its programs are made, not compiled, here). The 128- and 64-step chunks' GEMMs (v60),
-    which T=300 does not run, have no shipped record yet: they take their defaults."""
+    """Every kernel of the Deep Speech 2 LSTM build for the H100 (1 layer, T=300, N=20, I=H=800) has a
+    shipped record that replays on its workload and embeds: the build is tuned out of the box
+    (its programs are made, not compiled, here)."""
     from tvmrnn import device
     from tvmrnn.program.passes import all_programs
     target = device.resolve("nvidia/nvidia-h100")
     schedule, used, _ = records.scheduler(target, tuning_logs=str(tmp_path))  # no raw logs: the shipped ones alone
     config = Config(CELLS["lstm"], 800, 800, 1, False, 20, False)
-    runs = set()
     for program in all_programs(config, schedule, target, device.persistent_blocks(target, config.options)):
         program.build()
-        runs |= {name for name, count in program.calls(300).items() if count}
-    assert runs and runs <= set(used)
-    assert all(used[name] == "tuned" for name in runs), {k: used[k] for k in runs if used[k] != "tuned"}
-    assert {name for name in used if used[name] != "tuned"} <= {name for name in used if re.search(r"_t(128|64)_", name)}
+    assert used and all(how == "tuned" for how in used.values()), {k: v for k, v in used.items() if v != "tuned"}
 
 
 def test_records_can_be_turned_off(monkeypatch):

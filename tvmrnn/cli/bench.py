@@ -508,9 +508,10 @@ def sweep(a) -> list[dict]:
                            if "tvmrnn_ms" in r and r["pass_"] in ("inference" + main_row, "training" + main_row))
             print(f"{name:44s} inference {_x(inference)}  training {_x(training)}  {ms}  {error}", flush=True)
             results += found
-            if a.json:  # after every shape, so a cut-off sweep keeps what it measured
-                with open(a.json, "w") as f:
+            if a.json:  # after every shape, so a cut-off sweep keeps what it measured (whole files only)
+                with open(a.json + ".part", "w") as f:
                     json.dump(dict(results=results), f, indent=1)
+                os.replace(a.json + ".part", a.json)
     print(f"\n{'shape':44s} {'inference':>9s} {'training':>9s}")
     for name, inf, train, error in rows:
         print(f"{name:44s} {_x(inf):>9s} {_x(train):>9s}  {error}")

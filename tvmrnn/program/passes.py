@@ -55,13 +55,18 @@ from .sequence import GpuKernels, Program, Stacked, Subroutines
 # inference 60 against 81 ms). The 4-step chunks cover the tail: a one-step weight gradient reads
 # and writes all of dW for one step's work (LSTM: 893 us a step alone, 512 in a 4-step chunk, 295
 # in a 16-step one, dev machine); the DS2 LSTM backward took 336-337 ms instead of 348-356 so.
-# On GPUs the 128- and 64-step sizes cover sequences between the 256- and 32-step chunks with fewer,
-# larger GEMMs (a 32-step chunk of 128 rows a step ran at ~20 TFLOP/s on the H200, a 256-step one
-# at 35-42): against (256, 32, 4, 1), inference / training, LSTM N=128 H=128 T=200 0.684 / 2.010 ->
-# 0.656 / 1.906 ms, GRU the same 0.374 / 1.367 -> 0.342 / 1.200, LSTM N=64 H=1024 T=100 3.81 /
-# 12.55 -> 3.83 / 12.21; builds 2-9 s longer (more kernels; notes/performance.md v60).
+# On GPUs, for batches of GPU_WIDE_CHUNK_BATCH rows or more, 128- and 64-step sizes cover
+# sequences between the 256- and 32-step chunks with fewer, larger GEMMs (a 32-step chunk of 128
+# rows a step ran at ~20 TFLOP/s on the H200, a 256-step one at 35-42): against (256, 32, 4, 1),
+# inference / training, LSTM N=128 H=128 T=200 0.684 / 2.010 -> 0.656 / 1.906 ms, GRU the same
+# 0.374 / 1.367 -> 0.342 / 1.200, LSTM N=64 H=1024 T=100 3.81 / 12.55 -> 3.83 / 12.21, for builds
+# with two more sizes of each all-steps GEMM to compile (18 -> 27 s at N=64 H=1024;
+# notes/performance.md v60). Fewer rows were not measured, and the shipped (DS2, N=20) records
+# are for the four sizes: smaller batches keep them.
 CHUNK_STEPS = (16, 4, 1)
-GPU_CHUNK_STEPS = (256, 128, 64, 32, 4, 1)
+GPU_CHUNK_STEPS = (256, 32, 4, 1)
+GPU_WIDE_CHUNK_STEPS = (256, 128, 64, 32, 4, 1)
+GPU_WIDE_CHUNK_BATCH = 64
 # GPU forwards cover the steps left after whole chunks with one more chunk of the same size,
 # overlapping steps done before (``Program.chunked``'s ``tail_waste``), where the steps it computes
 # twice hold at most this many multiply-adds (x2: FLOPs) in all: a few microseconds of work, about
@@ -77,11 +82,14 @@ def tail_flops(target) -> int:
     return GPU_TAIL_FLOPS if target is not None and is_gpu(target) else 0
 
 
-def chunk_steps(target, options: BuildOptions) -> tuple[int, ...]:
-    """The chunk sizes the all-steps GEMMs use on ``target`` (a ``tvm.target.Target``, or None: CPU)."""
+def chunk_steps(target, options: BuildOptions, batch: int = 1) -> tuple[int, ...]:
+    """The chunk sizes the all-steps GEMMs use on ``target`` (a ``tvm.target.Target``, or None: CPU)
+    for a build of ``batch`` rows."""
     if options.chunk_steps is not None:
         return options.chunk_steps
-    return GPU_CHUNK_STEPS if target is not None and is_gpu(target) else CHUNK_STEPS
+    if target is None or not is_gpu(target):
+        return CHUNK_STEPS
+    return GPU_WIDE_CHUNK_STEPS if batch >= GPU_WIDE_CHUNK_BATCH else GPU_CHUNK_STEPS
 
 
 @dataclass(frozen=True)
@@ -718,7 +726,7 @@ def all_programs(config: Config, schedule, target=None,
     # (GPU: each distinct kernel lowered once, a function launching it that the passes call)
     subroutines = (GpuKernels(target, dependent_launch(target, options)) if gpu else Subroutines()) if shared and (
         gpu or not pointers) else None
-    how = dict(chunks=chunk_steps(target, options), stacked=stack_directions(target, options),
+    how = dict(chunks=chunk_steps(target, options, config.batch_size), stacked=stack_directions(target, options),
                one_region=one_region, view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
     if options.bf16_projections:

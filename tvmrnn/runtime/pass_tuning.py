@@ -40,8 +40,9 @@ import warnings
 import tvm
 
 from ..device import SMALL_STEP_BATCH, multiprocessors
-from ..options import left_to_target
-from ..program.passes import loop_block_caps, stack_directions
+from ..options import BuildOptions, left_to_target
+from ..program.passes import (GPU_CHUNK_STEPS, GPU_WIDE_CHUNK_STEPS, chunk_steps, loop_block_caps,
+                              stack_directions)
 from ..schedules.common import is_gpu
 from ..tune import records
 from ..tune.pass_checks import ALL_RECORDS, FILE_NAME, PassChecks, config_key, describe
@@ -289,7 +290,10 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False)]
-    found += [("chunk_steps", steps) for steps in (((256, 32, 4, 1), (64, 8, 1)) if gpu else ((32, 8, 1), (8, 1)))]
+    # on GPUs the other ladder than the batch's default (passes.chunk_steps), and one of short chunks
+    other = GPU_CHUNK_STEPS if chunk_steps(target, BuildOptions(), config.batch_size) != GPU_CHUNK_STEPS \
+        else GPU_WIDE_CHUNK_STEPS
+    found += [("chunk_steps", steps) for steps in ((other, (64, 8, 1)) if gpu else ((32, 8, 1), (8, 1)))]
     return found
 
 

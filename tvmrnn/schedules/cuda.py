@@ -285,6 +285,8 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
     totals = tuple(math.prod(extent[v] for v in vs) for vs in (I, J, K))
     k_slices = slices(*totals)
     if k_slices > 1:
+        if not isinstance(totals[2], int):
+            raise s_tir.ScheduleError(f"{kernel.name}: a reduction of symbolic length is not split over blocks")
         if totals[2] % k_slices or (totals[2] // k_slices) % k_tile:
             raise s_tir.ScheduleError(f"{kernel.name}: {k_slices} slices of a {totals[2]}-long reduction "
                                       f"in {k_tile}-long tiles")
@@ -457,13 +459,14 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is not split over blocks")
 
     def slices(m_total, n_total, k_total):
+        if not all(isinstance(x, int) for x in (m_total, n_total, k_total)) and not (rows and cols and k_slices):
+            # (a step count only known at launch: no model of the GEMM's shape chooses for it)
+            raise s_tir.ScheduleError(f"{kernel.name}: a symbolic step count needs rows=, cols= and k_slices=")
         if epilogue:
             return 1
         shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
         return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms) if k_slices is None else k_slices
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile)
-    if not isinstance(m_total, int) and not (rows and cols):  # (a step count only known at launch)
-        raise s_tir.ScheduleError(f"{kernel.name}: a symbolic row count needs its block shape (rows=, cols=)")
     default_rows, default_cols = matmul_shape(m_total, n_total, sms) if isinstance(m_total, int) else (rows, cols)
     vi, ti, mi = rows or default_rows
     vj, tj, mj = cols or default_cols

@@ -636,8 +636,10 @@ def _search(todo, target, db, builder, runner, out, space, population, num_trial
                 for (seed, t, _), generator in zip(todo, generators)]
     progress = _Progress([t.kernel.name for _, t, _ in todo], [n for _, _, n in todo], out, bar=progress_bar,
                          devices=devices)
+    # (weights at least 1: a kernel the reference length does not run, such as a 128-step chunk's
+    # GEMM at T = 300, still gets the trials it was given)
     with tempfile_dir() as work_dir:
-        ms.tune_tasks(tasks=contexts, task_weights=[float(t.calls) for _, t, _ in todo], work_dir=work_dir,
+        ms.tune_tasks(tasks=contexts, task_weights=[float(max(t.calls, 1)) for _, t, _ in todo], work_dir=work_dir,
                       max_trials_global=sum(n for _, _, n in todo), max_trials_per_task=max(n for _, _, n in todo),
                       num_trials_per_iter=num_trials_per_iter,
                       builder=builder, runner=runner,

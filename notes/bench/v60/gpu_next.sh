@@ -13,9 +13,12 @@ sweeps)
     timeout 260 python3 -m tvmrnn.cli.bench --device cuda --sweep notes/bench/v45/floor.json --max-seconds 1 \
         --json $OUT/floor.json 2>&1 | grep -v Warn | tee $OUT/floor.txt | tail -14 ;;
 chunks)
-    # the old ladder as the candidate: "faster" means the v60 default loses there
-    timeout 560 python3 notes/bench/v60/options_ab.py '{"chunk_steps": [256, 32, 4, 1]}' \
-        lstm:1:256:256:100 gru:8:512:512:150 lstm:32:512:512:200 lstm:256:256:256:100 lstm:20:800:800:120 \
-        2>&1 | grep -v Warn | tee $OUT/chunks_ab2.txt ;;
+    # below 64 rows (default 256, 32, 4, 1): the wide ladder as the candidate ("faster": widen the rule)
+    timeout 380 python3 notes/bench/v60/options_ab.py '{"chunk_steps": [256, 128, 64, 32, 4, 1]}' \
+        lstm:1:256:256:100 gru:8:512:512:150 lstm:32:512:512:200 lstm:20:800:800:120 \
+        2>&1 | grep -v Warn | tee $OUT/chunks_ab_narrow.txt
+    # at 64+ rows (default wide): the four sizes as the candidate ("faster": the v60 rule loses there)
+    timeout 180 python3 notes/bench/v60/options_ab.py '{"chunk_steps": [256, 32, 4, 1]}' \
+        lstm:256:256:256:100 gru:64:512:512:150 2>&1 | grep -v Warn | tee $OUT/chunks_ab_wide.txt ;;
 *) echo "usage: $0 tests|sweeps|chunks"; exit 2 ;;
 esac
