@@ -404,7 +404,6 @@ def test_cuda_short_chunk_gemms_split_their_reduction_over_blocks():
     assert launches(kernels.input_projection(256, 20, 1600, 800, 4)) == (1, [1])
 
 
-
 def test_cuda_chunks_cover_sequences_with_few_large_gemms():
     """GPU builds of 64 rows or more run the all-steps GEMMs over chunks of 256, 128, 64, 32, 4 and
     1 steps (``passes.GPU_WIDE_CHUNK_STEPS``): a 200-step backward is 128 + 64 + 2 x 4 steps (four
@@ -453,6 +452,7 @@ def test_cuda_matmul_schedules_a_symbolic_step_count():
                           (kernels.weight_gradient(steps, 20, 96, 80, 4), dict(rows=rows, cols=cols, k_slices=2))):
         with pytest.raises(s_tir.ScheduleError, match="symbolic"):
             gpu_matmul(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel, **tiles)
+
 
 # the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)
 ON_CHIP = re.compile(r"(_(shared|local)_ptr(_\d+)?|^buf_dyn_shmem_ptr)$")

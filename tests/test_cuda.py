@@ -46,12 +46,12 @@ def test_matches_torch_on_cuda(cell, num_layers, bidirectional, batch_first, T, 
     _check(cell, num_layers, bidirectional, batch_first, T, rng, target="cuda", as_array=to_cuda)
 
 
-@pytest.mark.parametrize("cell,T,batch", [("lstm", 300, None), ("gru", 300, None), ("lstm", 231, 64)])
+@pytest.mark.parametrize("cell,T,batch", [("lstm", 300, N), ("gru", 300, N), ("lstm", 231, 64)])
 def test_long_sequences_match_torch_on_cuda(cell, T, batch, rng):
     """300 steps: 256 + 32 + 3 x 4-step chunks. 231 steps at 64 rows (``passes.GPU_WIDE_CHUNK_STEPS``):
     the gradients over 128 + 64 + 32 + 4 + 3 x 1 steps, the projections over two overlapping
     128-step chunks, a 64-step one, or 128 + 64 + 32 + ... (the tail's cost decides)."""
-    _check(cell, 1, True, False, T, rng, target="cuda", as_array=to_cuda, **({"batch": batch} if batch else {}))
+    _check(cell, 1, True, False, T, rng, target="cuda", as_array=to_cuda, batch=batch)
 
 
 @pytest.mark.parametrize("limits", ["sm_80", "sm_89"], ids=["a100", "l40s"])
