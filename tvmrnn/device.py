@@ -132,6 +132,11 @@ class DeviceModel:
     # Sapphire Rapids-class VM: LSTM DS2 bf16 inference 2.86x PyTorch's fp32, v43)
     bf16_dot_pays: bool = False
 
+    @property
+    def async_copies(self) -> bool:
+        """Whether the GPU copies global to shared memory asynchronously (``cp.async``: sm_80 on)."""
+        return self.kind == "cuda" and bool(re.fullmatch(r"sm_(\d+)", self.arch or "")) and int(self.arch[3:]) >= 80
+
 
 def device_model(target: tvm.target.Target, device_index: int = 0) -> DeviceModel:
     """The :class:`DeviceModel` of ``target``: for CUDA, this machine's GPU when its architecture

@@ -78,8 +78,13 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
         model = device_model(target)
         gpu_row_tiles(sch, kernel, sms=model.multiprocessors or GPU_SMS, registers=model.registers_per_block, **tiles)
     elif kind == "matmul":
-        sms = device_model(target).multiprocessors or GPU_SMS
+        model = device_model(target)
+        sms = model.multiprocessors or GPU_SMS
         config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}
+        if not model.async_copies:  # (before sm_80: no cp.async, so no asynchronous stages)
+            if tiles.get("matmul", {}).get("async_stages", 0) > 1:
+                raise s_tir.ScheduleError(f"{kernel.name}: asynchronous copies need sm_80 or later, not {model.arch}")
+            config["async_stages"] = 0
         if "matmul" in tiles:  # a setting asked for (a tuning candidate, a variant): it applies or
             # raises, never falls back to the pointwise rule (which would be measured as it)
             gpu_matmul(sch, kernel, **config)

@@ -124,11 +124,15 @@ GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16,
 
 
 # The rest of its default (``tiles["matmul"]`` overrides any of it; the ``gemm_study`` (a study script, at 34424c0)
-# times others): 16 reduction steps per shared-memory tile (8 was 4-12% slower on the H100), not
-# double-buffered (no faster there: two blocks per SM hide the copies' latency). The same for a
-# large step's GEMM (its epilogue a kernel of its own): on the H200, 32 steps or double buffers
-# ran its passes at 0.86-1.05x the speed of these (notes/performance.md v50).
-GPU_MATMUL = dict(k_tile=16, pipeline=False)
+# times others): 16 reduction steps per shared-memory tile (8 was 4-12% slower on the H100), and
+# two stages of shared tiles filled by ``cp.async`` (sm_80 on; ``async_stages``): the copy of the
+# next tile runs while this one's multiply-adds do. On the H200 (notes/performance.md v61) a large
+# step's GEMM, one block an SM with nothing else to hide its copies, ran 1.2-2.3x faster so
+# (LSTM N=256 H=1024: the forward step 104 -> 67 us, the backward 221 -> 114; passes 22-24%
+# faster), GEMMs over many steps within -7% to +20%, and whole passes the same or faster at every
+# shape measured. The synchronous double buffer (``pipeline``) was no faster (v50): its copies
+# wait for their loads before the multiply-adds start.
+GPU_MATMUL = dict(k_tile=16, pipeline=False, async_stages=2)
 
 
 def matmul_shape(rows: int, cols: int, sms: int = GPU_SMS):
@@ -419,7 +423,8 @@ def gpu_matmul_tf32(sch, kernel: Kernel, k_slices: int | None = None, tile: dict
 
 
 def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipeline: bool = False,
-               pad: int = 4, k_slices: int | None = None, tf32: bool = False, sms: int = GPU_SMS) -> None:
+               pad: int = 4, k_slices: int | None = None, tf32: bool = False, sms: int = GPU_SMS,
+               async_stages: int = 0) -> None:
     """The GEMMs over chunks of steps or over weights: the classic SGEMM of CUTLASS's SIMT path.
 
     The GEMM is first normalised to ``C[s, i, j] += A[s, i, k] * B[s, j, k]`` (``reindex`` and
@@ -436,8 +441,12 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     shared-memory instructions as the FMA pipes can take (on the H100 it ran at ~23 TFLOP/s, half
     of cuBLAS, ``notes/performance.md`` v6). With ``pipeline`` the shared tiles are double-buffered
     (TIR's software pipeline): the copy of the next tile is issued before the multiply-adds of
-    this one. Global memory is read and written with scalar accesses: the sequence driver hands
-    kernels views at offsets that need not be 16-byte aligned. Shapes that are not multiples of
+    this one; with ``async_stages`` (2 or more, sm_80 on) there are that many shared tiles, filled
+    by ``cp.async`` (``software_pipeline_async_stages``; the build's pass config lowers them), so the
+    copies of the next tiles are in flight while this one's multiply-adds run (dynamic shared
+    memory where the stages pass the 48 KB of static shared memory). Global memory is read and
+    written with scalar accesses: the sequence driver hands kernels views at offsets that need not
+    be 16-byte aligned (``cp.async`` copies 4 bytes at a time so). Shapes that are not multiples of
     the tile are padded (``pad_einsum``): the copies read zeros past the edges.
 
     ``k_slices`` splits the reduction over that many blocks (:func:`matmul_k_slices` picks the
@@ -490,8 +499,14 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     accumulate = sch.cache_write(main, 0, "local")
     sch.reverse_compute_at(accumulate, tj_, preserve_unit_loops=True)
 
+    # the operands' shared tiles (``async_stages`` of them): dynamic shared memory past the 48 KB a
+    # kernel's static shared memory may take
+    stages = max(1, async_stages) if async_stages > 1 else (2 if pipeline else 1)
+    tile_bytes = 4 * stages * k_tile * (vi * ti * mi + vj * tj * mj + 2 * pad)
+    scope = "shared.dyn" if tile_bytes > 48 * 1024 else "shared"
+
     def to_shared(index, contiguous_k):
-        copy = sch.cache_read(main, index, "shared")
+        copy = sch.cache_read(main, index, scope)
         sch.compute_at(copy, ko, preserve_unit_loops=True)
         m, kk = sch.get_loops(copy)[-2:]
         if not contiguous_k:  # consecutive threads along the operand's contiguous axis
@@ -531,6 +546,10 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     sch.decompose_reduction(main, ko)
     for loop in (ki, ii, jj):
         sch.unroll(loop)
-    if pipeline:
+    if async_stages > 1:
+        sch.annotate(ko, "software_pipeline_stage", [0, 0, async_stages - 1])
+        sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
+        sch.annotate(ko, "software_pipeline_async_stages", [0])
+    elif pipeline:
         sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])

@@ -148,8 +148,11 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
     # matmul: the block shape (an index into GPU_MATMUL_SHAPES), the reduction tile, double
     # buffering, and the reduction split over blocks
     default_shape = GPU_MATMUL_SHAPES.index(_default_shape(kernel, target))
+    # the shared tiles' stages filled by cp.async (0: none; sm_80 on)
+    stages = (0, 2, 3) if model.async_copies else (0,)
     return (Knob("shape", tuple(range(len(GPU_MATMUL_SHAPES))), default_shape),
             Knob("k_tile", (8, 16, 32), GPU_MATMUL["k_tile"]), Knob("pipeline", (0, 1), int(GPU_MATMUL["pipeline"])),
+            Knob("async_stages", stages, GPU_MATMUL["async_stages"] if model.async_copies else 0),
             Knob("k_slices", (AUTO, *slice_variants(kernel)), AUTO))
 
 
@@ -173,7 +176,8 @@ def tiles_of(kernel: Kernel, target: tvm.target.Target, values: dict[str, int]) 
         return {"matmul": matmul}
     if family(kernel, target) == "matmul":
         rows, cols = GPU_MATMUL_SHAPES[values["shape"]]
-        matmul = dict(rows=rows, cols=cols, k_tile=values["k_tile"], pipeline=bool(values["pipeline"]))
+        matmul = dict(rows=rows, cols=cols, k_tile=values["k_tile"], pipeline=bool(values["pipeline"]),
+                      async_stages=values.get("async_stages", 0))
         if values["k_slices"] != AUTO:
             matmul["k_slices"] = values["k_slices"]
         return {"matmul": matmul}

@@ -27,7 +27,9 @@ GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=12
 
 # gpu_matmul's variants that tuning measures beside the default: every block shape, the
 # shorter and the double-buffered reduction tiles.
-GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (dict(k_tile=8), dict(pipeline=True))
+GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (
+    dict(k_tile=8), dict(async_stages=0), dict(async_stages=0, pipeline=True), dict(async_stages=3),
+    dict(k_tile=32))
 
 
 # The TF32 tiles' variants (``gpu_matmul_tf32``'s ``tile`` overrides): every block tile of

@@ -189,7 +189,8 @@ class PoolBuilder(ms.builder.PyBuilder):
             # GPU kernels without TIR's CSE, as builds compile them (program.sequence.compile_module):
             # it hides the lane of the tensor-core kernels' warp stores from LowerWarpMemory, and
             # every TF32 candidate failed (notes v51)
-            with tvm.transform.PassContext(config={"tirx.disable_cse_tir": target.kind.name == "cuda"}):
+            gpu = target.kind.name == "cuda"  # (and cp.async where a schedule asks for it)
+            with tvm.transform.PassContext(config={"tirx.disable_cse_tir": gpu, "tirx.use_async_copy": gpu}):
                 return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
         results = []
