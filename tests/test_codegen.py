@@ -458,20 +458,19 @@ def test_cuda_matmul_schedules_a_symbolic_step_count():
 
 def test_cuda_tiled_gemm_copies_its_tiles_asynchronously_from_sm_80():
     """The tiled GEMM's default (v61): its shared tiles filled by ``cp.async`` in two stages where
-    the device has it (sm_80 on), each of a step's loads issued before the multiply-adds of the tile
-    before it; before sm_80 the plain tile, and a setting that asks for stages there is refused."""
+    the device has it (sm_80 on), the next tile's copies in flight during this tile's multiply-adds;
+    before sm_80 the plain tile, and a setting that asks for stages there is refused."""
     import tvm
     from tvm import s_tir
     from tvmrnn import kernels
     from tvmrnn.program.sequence import compile_module
-    from tvmrnn.schedules import apply
+    from tvmrnn.schedules import default_schedule
     kernel = kernels.input_projection(32, 20, 96, 80, 4)
 
     def source(arch, **tiles):
         target = tvm.target.Target({"kind": "cuda", "arch": arch, "host": "llvm"})
-        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-        apply(sch, kernel, target, **tiles)
-        return compile_module(tvm.IRModule({"main": sch.mod["main"]}), target).mod.imports[0].inspect_source()
+        func = default_schedule(kernel, target, **tiles)
+        return compile_module(tvm.IRModule({"main": func}), target).mod.imports[0].inspect_source()
     for arch in ("sm_80", "sm_90"):
         text = source(arch)
         assert "cp.async.ca.shared.global" in text and "cp.async.wait_group" in text, arch

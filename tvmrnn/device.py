@@ -135,7 +135,8 @@ class DeviceModel:
     @property
     def async_copies(self) -> bool:
         """Whether the GPU copies global to shared memory asynchronously (``cp.async``: sm_80 on)."""
-        return self.kind == "cuda" and bool(re.fullmatch(r"sm_(\d+)", self.arch or "")) and int(self.arch[3:]) >= 80
+        number = re.fullmatch(r"sm_(\d+)", self.arch or "")
+        return self.kind == "cuda" and number is not None and int(number.group(1)) >= 80
 
 
 def device_model(target: tvm.target.Target, device_index: int = 0) -> DeviceModel:

@@ -620,7 +620,8 @@ def compile_module(mod: tvm.IRModule, target):
     subexpressions itself (the kernels' PTX was within 0.5% and used the same registers without it,
     notes/performance.md, v5). It would also hide the lane index of the TF32 kernels' warp-buffer
     stores from ``LowerWarpMemory`` (:mod:`tvmrnn.schedules.tensor_cores`). CPU builds keep it."""
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": is_gpu(target), "tirx.use_async_copy": is_gpu(target)}):
+    gpu = is_gpu(target)  # (and cp.async where a schedule asks for it: tvmrnn.schedules.cuda.gpu_matmul)
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": gpu, "tirx.use_async_copy": gpu}):
         try:
             return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
         except SharedMemoryError:

@@ -45,7 +45,7 @@ from . import bf16
 from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_kind, _writes_param, is_gpu, uses_tf32
 from .cpu import cpu_column_tile, cpu_gemm, cpu_transpose, gradient_panel, l1_blocks, weight_panel
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
-                   matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
+                   matmul_defaults, matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
 from .row_tiles import default_row_tiles, gpu_row_tiles
 from .split_k import (GPU_MAX_SHARED_BYTES, PERSISTENT_TILES, default_block_slices, gpu_split_k, keeps_weights_on_chip,
                       persistent_blocks)
@@ -80,11 +80,10 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
     elif kind == "matmul":
         model = device_model(target)
         sms = model.multiprocessors or GPU_SMS
-        config = {**GPU_MATMUL, "tf32": uses_tf32(sch.mod["main"]), "sms": sms, **tiles.get("matmul", {})}
-        if not model.async_copies:  # (before sm_80: no cp.async, so no asynchronous stages)
-            if tiles.get("matmul", {}).get("async_stages", 0) > 1:
-                raise s_tir.ScheduleError(f"{kernel.name}: asynchronous copies need sm_80 or later, not {model.arch}")
-            config["async_stages"] = 0
+        if not model.async_copies and tiles.get("matmul", {}).get("async_stages", 0) > 1:
+            raise s_tir.ScheduleError(f"{kernel.name}: asynchronous copies need sm_80 or later, not {model.arch}")
+        config = {**matmul_defaults(model.async_copies), "tf32": uses_tf32(sch.mod["main"]), "sms": sms,
+                  **tiles.get("matmul", {})}
         if "matmul" in tiles:  # a setting asked for (a tuning candidate, a variant): it applies or
             # raises, never falls back to the pointwise rule (which would be measured as it)
             gpu_matmul(sch, kernel, **config)

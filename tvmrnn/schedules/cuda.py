@@ -135,6 +135,12 @@ GPU_MATMUL_SHAPES = (((2, 16, 4), (2, 16, 4)), ((2, 8, 4), (2, 16, 4)), ((2, 16,
 GPU_MATMUL = dict(k_tile=16, pipeline=False, async_stages=2)
 
 
+def matmul_defaults(async_copies: bool) -> dict:
+    """:data:`GPU_MATMUL` on a device with or without ``cp.async`` (the device model's
+    ``async_copies``): without it, no asynchronous stages."""
+    return GPU_MATMUL if async_copies else {**GPU_MATMUL, "async_stages": 0}
+
+
 def matmul_shape(rows: int, cols: int, sms: int = GPU_SMS):
     """The block shape of :data:`GPU_MATMUL_SHAPES` for a ``rows x cols`` output: the least work
     on the busiest SM, ``ceil(blocks / sms)`` blocks of padded output elements, each weighted by
@@ -501,7 +507,7 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
 
     # the operands' shared tiles (``async_stages`` of them): dynamic shared memory past the 48 KB a
     # kernel's static shared memory may take
-    stages = max(1, async_stages) if async_stages > 1 else (2 if pipeline else 1)
+    stages = async_stages if async_stages > 1 else (2 if pipeline else 1)
     tile_bytes = 4 * stages * k_tile * (vi * ti * mi + vj * tj * mj + 2 * pad)
     scope = "shared.dyn" if tile_bytes > 48 * 1024 else "shared"
 

@@ -27,8 +27,8 @@ from ..kernels import Kernel
 from .bf16 import is_bf16_gemm, is_bf16_step, supports_amx
 from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, uses_tf32, vector_lanes
 from .cpu import is_transposition
-from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, TF32_SHAPES, matmul_extents, matmul_shape, slice_variants,
-                   tf32_default)
+from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, TF32_SHAPES, matmul_defaults, matmul_extents, matmul_shape,
+                   slice_variants, tf32_default)
 from .split_k import PERSISTENT_TILES, persistent_blocks
 from .variants import variants
 
@@ -152,7 +152,7 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
     stages = (0, 2, 3) if model.async_copies else (0,)
     return (Knob("shape", tuple(range(len(GPU_MATMUL_SHAPES))), default_shape),
             Knob("k_tile", (8, 16, 32), GPU_MATMUL["k_tile"]), Knob("pipeline", (0, 1), int(GPU_MATMUL["pipeline"])),
-            Knob("async_stages", stages, GPU_MATMUL["async_stages"] if model.async_copies else 0),
+            Knob("async_stages", stages, matmul_defaults(model.async_copies)["async_stages"]),
             Knob("k_slices", (AUTO, *slice_variants(kernel)), AUTO))
 
 

@@ -26,7 +26,8 @@ GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=12
 
 
 # gpu_matmul's variants that tuning measures beside the default: every block shape, the
-# shorter and the double-buffered reduction tiles.
+# shorter and the longer reduction tiles, no cp.async stages (the tiles copied synchronously, or
+# double-buffered so), and three stages.
 GPU_MATMUL_VARIANTS = tuple(dict(rows=r, cols=c) for r, c in GPU_MATMUL_SHAPES) + (
     dict(k_tile=8), dict(async_stages=0), dict(async_stages=0, pipeline=True), dict(async_stages=3),
     dict(k_tile=32))
