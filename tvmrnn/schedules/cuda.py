@@ -11,8 +11,8 @@ from tvm.s_tir import dlight
 from . import tensor_cores
 from ..kernels import Kernel
 
-from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param, fused_epilogue, is_gpu, tensor_core_operands,
-                     sum_slices_per_output, tf32_step)
+from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param, fused_epilogue, is_gpu, nvcc_unroll,
+                     tensor_core_operands, sum_slices_per_output, tf32_step)
 from .split_k import persistent_blocks
 
 
@@ -550,7 +550,8 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     else:
         dlight.gpu.matmul.auto_inline_consumer_chain(sch, accumulate)
     sch.decompose_reduction(main, ko)
-    for loop in (ki, ii, jj):
+    nvcc_unroll(sch, ki)  # (the micro-tile's loops inside it with it)
+    for loop in (ii, jj):
         sch.unroll(loop)
     if async_stages > 1:
         sch.annotate(ko, "software_pipeline_stage", [0, 0, async_stages - 1])

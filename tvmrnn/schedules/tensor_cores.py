@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from tvm import s_tir
 from tvm.script import tirx as T
-from .common import _writes_param, tvmscript_frames_without_source
+from .common import _writes_param, nvcc_unroll, tvmscript_frames_without_source
 
 WARP = 32
 SHARED = "shared.dyn"  # the scope of the operand and output tiles
@@ -439,7 +439,7 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
                                  lambda b, kk, r: (b, r // 16, kk // k_step, *fragment_map(r % 16, kk % k_step)))
         ro, ri = sch.split(r, [None, 16])
         sch.tensorize(ri, intrin)
-        _unroll(sch, ro)
+        nvcc_unroll(sch, ro)
 
     to_warp(0, maps[0], k_inner[0], names["a" if k_inner[0] else "a_t"])
     to_warp(1, maps[1], k_inner[1], names["b" if k_inner[1] else "b_t"])
@@ -472,18 +472,10 @@ def tf32_tiles(sch, main, k_inner, warps=(2, 4), fragments=(4, 2), k_tile: int =
         sch.storage_align(sch.get_child_blocks(co)[0], 0, axis=1, factor=32, offset=stage_pad)
     sch.tensorize(sch.get_loops(_innermost(sch, outer))[-3], names["mma"])
     for loop in (ki, f_i, f_j, ro, co):
-        _unroll(sch, loop)
+        nvcc_unroll(sch, loop)
     if pipeline:  # under ko: the two copies, then the loop over the tile's fragments
         sch.annotate(ko, "software_pipeline_stage", [0, 0, 1])
         sch.annotate(ko, "software_pipeline_order", [0, 1, 2])
-
-
-def _unroll(sch, loop) -> None:
-    """Have NVCC unroll ``loop`` (``#pragma unroll``): unrolled by TVM, the loops over fragments
-    leave constant offsets in the warp buffers' indices that ``LowerWarpMemory`` cannot split
-    into lane and register."""
-    sch.unroll(loop)
-    sch.annotate(loop, "pragma_unroll_explicit", 0)
 
 
 def _innermost(sch, block):
