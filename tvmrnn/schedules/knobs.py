@@ -130,7 +130,7 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         return (Knob("threads", (256, 512, MAX_THREADS), PERSISTENT_TILES["threads"]),
                 Knob("accumulators", (24, 32, 48, 64, 96), PERSISTENT_TILES["accumulators"]),
                 Knob("thread_columns", (1, 2, 4, 8), 4), Knob("unroll", (1, 4, 8, 16), 8),
-                Knob("row_vector", (1, 2, 4), 1), Knob("vector_k", (1, 4), PERSISTENT_TILES["vector_k"]),
+                Knob("row_vector", (1, 2, 4), 1), Knob("vector_k", (AUTO, 1, 4), AUTO),
                 Knob("stage_epilogue", (0, 1), int(PERSISTENT_TILES["stage_epilogue"])),
                 Knob("max_shared_bytes", shared, 48 * 1024),
                 # 0: whole where it fits, else the fewest phases (up to 8) whose part of the hidden state fits

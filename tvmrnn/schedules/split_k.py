@@ -18,7 +18,7 @@ from .common import (_all_blocks, _divisor, _extent, _gemm_axes, _loops_after, _
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
                 min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
                 max_blocks: int | None = None, block_slices: int | None = None,
-                stationary_bytes: int = 0, stage_rows: bool = False, vector_k: int = 1,
+                stationary_bytes: int = 0, stage_rows: bool = False, vector_k: int | None = 1,
                 stage_epilogue: bool = False, groups_outer: bool = False, row_vector: int = 1,
                 row_phases: int | None = None) -> None:
     """Split-K for a GEMM with few rows, its epilogue (a fused step's gate math) in the same kernel.
@@ -47,7 +47,9 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     its larger share). With ``stationary_bytes``, a persistent block's slice of the weights, if at
     most that large, is copied into shared memory once (:func:`_stationary_weights`).
     ``vector_k`` (where both GEMM operands are staged in shared memory): each thread sums a
-    contiguous run of the reduction, read ``vector_k`` values at a time (:func:`_vector_operand_loads`).
+    contiguous run of the reduction, read ``vector_k`` values at a time (:func:`_vector_operand_loads`);
+    None (:data:`PERSISTENT_TILES`' default): 4 where a thread's columns are 4 (one 16-byte vector
+    of weights a reduction index: an LSTM unit's gates, 4 units of a one-gate cell), else 1.
     ``stage_epilogue``: the epilogue's other global inputs (the step's input projection, the
     carried cell state) are staged at the top of the step, their loads in flight during the GEMM
     (:func:`_stage_epilogue_inputs`).
@@ -165,7 +167,7 @@ def _split_across_blocks(sch, kernel: Kernel, gemm, block_slices: int):
 
 def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_shared_bytes, min_blocks,
                        thread_columns, unroll, accumulators, max_blocks, block_slices: int = 1,
-                       vector_k: int = 1, groups_outer: bool = False, stage_bytes: int = 0,
+                       vector_k: int | None = 1, groups_outer: bool = False, stage_bytes: int = 0,
                        row_phases: int | None = None,
                        dynamic_partials: bool = False) -> tuple[int, int, int, tuple | None, tuple | None]:
     """:func:`gpu_split_k` on the GEMM block ``gemm`` whose results ``consumer`` (its epilogue, or
@@ -189,6 +191,8 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
     red_total = _extent(sch, red)
 
     per_thread = _divisor(lead, max(1, thread_columns // inner))  # lead columns per thread
+    if vector_k is None:
+        vector_k = 4 if per_thread * inner == 4 else 1
     if max_blocks:
         units = per_thread * -(-lead // (max(1, max_blocks // problems) * per_thread))
     else:
@@ -516,5 +520,12 @@ def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
 # with it were a little faster still at two of those (23.0, 19.9; 16.4 at the third) and were the
 # LSTM's best DS2 record in v18, but the GRU's DS2 training step spilled registers with them in
 # its persistent loop: a listed variant, not the default.
+# v62 (H200, ``notes/bench/v62/h200/seeds.txt``, ``tune.txt``): the persistent step's shared-memory
+# loads were its limit at N = 128, H = 1024 (Nsight Compute: the shared pipe 72% busy, the FMA pipe
+# 28%), and reading the staged hidden state 4 reduction indices a load (``vector_k=4``) took the
+# LSTM's inference step alone 56.6 -> 43.7 us, the pass 4.43 -> 3.75 ms; at N = 128, H = 768 32.6 ->
+# 29.4 us, N = 64, H = 1024 23.6 -> 22.7, DS2's N = 20 5.8 -> 5.6. The GRU's step (3 columns a
+# thread, no 16-byte vector of weights) went 35.9 -> 50.0 us at N = 128, H = 1024: ``None`` takes
+# 4 only where a thread's columns are 4 (:func:`gpu_split_k`).
 PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
-                        vector_k=1, stage_epilogue=True, groups_outer=True, row_phases=0)
+                        vector_k=None, stage_epilogue=True, groups_outer=True, row_phases=0)

@@ -45,7 +45,7 @@ TF32_VARIANTS = tuple(dict(warps=w, fragments=f) for w, f in TF32_SHAPES) + (
 # registers of partial sums a thread (``accumulators``) or more room for them
 # (``max_shared_bytes``) give 448; ``row_vector`` and ``vector_k`` were 3-4% by median in v16's
 # studies, within the rounds' ranges. v35's measurements of these: notes/bench/v35/tune_*.
-PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(stage_epilogue=False),
+PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(vector_k=1), dict(stage_epilogue=False),
                        dict(accumulators=24), dict(accumulators=24, row_vector=4), dict(accumulators=32),
                        dict(max_shared_bytes=96 * 1024), dict(max_shared_bytes=96 * 1024, row_vector=4),
                        dict(accumulators=96), dict(thread_columns=8), dict(unroll=4), dict(unroll=16),
