@@ -48,8 +48,9 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     most that large, is copied into shared memory once (:func:`_stationary_weights`).
     ``vector_k`` (where both GEMM operands are staged in shared memory): each thread sums a
     contiguous run of the reduction, read ``vector_k`` values at a time (:func:`_vector_operand_loads`);
-    None (:data:`PERSISTENT_TILES`' default): 4 where a thread's columns are 4 (one 16-byte vector
-    of weights a reduction index: an LSTM unit's gates, 4 units of a one-gate cell), else 1.
+    None (:data:`PERSISTENT_TILES`' default): 4 where a unit has 4 gate columns (an LSTM's: one
+    16-byte vector of weights a reduction index) and a problem :data:`GPU_VECTOR_K_ROWS` rows or
+    more, else 1.
     ``stage_epilogue``: the epilogue's other global inputs (the step's input projection, the
     carried cell state) are staged at the top of the step, their loads in flight during the GEMM
     (:func:`_stage_epilogue_inputs`).
@@ -192,7 +193,7 @@ def _split_k_in_blocks(sch, gemm, consumer, nb: int, ncols: int, threads, max_sh
 
     per_thread = _divisor(lead, max(1, thread_columns // inner))  # lead columns per thread
     if vector_k is None:
-        vector_k = 4 if per_thread * inner == 4 else 1
+        vector_k = 4 if inner == 4 and row_total >= GPU_VECTOR_K_ROWS else 1
     if max_blocks:
         units = per_thread * -(-lead // (max(1, max_blocks // problems) * per_thread))
     else:
@@ -524,8 +525,13 @@ def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
 # loads were its limit at N = 128, H = 1024 (Nsight Compute: the shared pipe 72% busy, the FMA pipe
 # 28%), and reading the staged hidden state 4 reduction indices a load (``vector_k=4``) took the
 # LSTM's inference step alone 56.6 -> 43.7 us, the pass 4.43 -> 3.75 ms; at N = 128, H = 768 32.6 ->
-# 29.4 us, N = 64, H = 1024 23.6 -> 22.7, DS2's N = 20 5.8 -> 5.6. The GRU's step (3 columns a
-# thread, no 16-byte vector of weights) went 35.9 -> 50.0 us at N = 128, H = 1024: ``None`` takes
-# 4 only where a thread's columns are 4 (:func:`gpu_split_k`).
+# 29.4 us, N = 64, H = 1024 23.6 -> 22.7, DS2's N = 20 5.8 -> 5.6. Not so elsewhere: the GRU's step
+# went 35.9 -> 50.0 us at N = 128, H = 1024, and in whole passes (``vector_k_ab.txt``) the tanh RNN
+# at N = 128, H = 1024 took 2.03 -> 2.47 ms inference, the ReLU RNN at DS2 sizes 1.64 -> 1.88 (the
+# LSTM there 4.39 -> 3.72, and the same at N = 64, H = 1024): ``None`` takes 4 only where a unit
+# has 4 gate columns, and from GPU_VECTOR_K_ROWS rows, where the hidden state's loads weigh most
+# (at N = 64 the pass was the same; smaller steps were not measured in whole passes, and v16 had
+# the DS2 LSTM's pass 3% slower with it on the H100).
+GPU_VECTOR_K_ROWS = 128
 PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
                         vector_k=None, stage_epilogue=True, groups_outer=True, row_phases=0)

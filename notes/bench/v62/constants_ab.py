@@ -1,5 +1,5 @@
 """A/B of default constants (v62): each shape built as it is and with ASSIGNMENTS (``module.NAME=JSON``,
-comma-separated, e.g. ``tvmrnn.schedules.common.GPU_PERSISTENT_SPLIT_K_ROWS=128``) set for the
+semicolon-separated, e.g. ``tvmrnn.schedules.common.GPU_PERSISTENT_SPLIT_K_ROWS=128``) set for the
 second build, in one process; both builds' gradients on the same inputs compared (v57's
 ``rules_ab.gradients``), build times printed, passes timed in turn (``pass_tuning.compare``, 11
 interleaved pairs). Only a constant read from its own module at build time takes effect (not one
@@ -27,7 +27,7 @@ spec.loader.exec_module(rules_ab)
 
 def parse(assignments):
     out = []
-    for item in assignments.split(","):
+    for item in assignments.split(";"):
         path, value = item.split("=", 1)
         module, name = path.rsplit(".", 1)
         module = importlib.import_module(module)
