@@ -480,6 +480,38 @@ def test_cuda_tiled_gemm_copies_its_tiles_asynchronously_from_sm_80():
         source("sm_75", matmul=dict(async_stages=2))
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell,batch,hidden,slices,rule", [("lstm", 256, 1024, 8, 4), ("gru", 257, 1040, 5, 5)])
+def test_cuda_large_step_gemm_splits_over_blocks_with_its_epilogue_after(cell, batch, hidden, slices, rule, tmp_path,
+                                                                          monkeypatch):
+    """A large step's tiled GEMM (a fused epilogue: the step's gate math a kernel of its own) split
+    over blocks: the partial GEMM into ``slices`` slices, a kernel summing them a thread an output
+    (the slice loop inside it), then the epilogue kernel. Not split by default
+    (``GPU_STEP_MATMUL_K_SLICES``) nor offered to tuning; with it on, the ``k_slices`` knob offers the splits, and the rule on
+    the backward step of the LSTM at N = 256, H = 1024 takes 4, the GRU's at N = 257 (odd rows),
+    H = 1040, 5. NVCC compiles it without spills;
+    run against torch on the GPU machine (``test_large_steps_split_over_blocks_match_torch_on_cuda``)."""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.program.sequence import compile_module
+    from tvmrnn.schedules import cuda, default_schedule, knobs
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "host": "llvm"})
+    kernel = kernels.backward_step(CELLS[cell], batch, hidden)
+    assert knobs.family(kernel, target) == "matmul"
+    assert cuda.slice_variants(kernel) == []
+    monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_K_SLICES", True)
+    assert slices in cuda.slice_variants(kernel, counts=(1, 2, 4, 5, 8))
+    func = default_schedule(kernel, target, matmul=dict(k_slices=slices))
+    source = compile_module(tvm.IRModule({"main": func}), target).mod.imports[0].inspect_source()
+    names = re.findall(r"void __launch_bounds__\(\d+\) (\w+)\(", source)
+    assert len(set(names)) == 3, names
+    assert "matmul_rf_reindex" in source  # the partial sums' buffer
+    assert "spill" not in _ptxas(source, tmp_path).replace("0 bytes spill", "")
+    rows, cols, reduction = cuda.matmul_extents(kernel)
+    assert cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols)) == rule
+
+
 # the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)
 ON_CHIP = re.compile(r"(_(shared|local)_ptr(_\d+)?|^buf_dyn_shmem_ptr)$")
 

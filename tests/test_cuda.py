@@ -5,6 +5,8 @@ float64, so cuDNN plays no part in what counts as right.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -569,6 +571,28 @@ def test_large_steps_take_the_tiled_gemm_on_cuda(cell, batch, hidden, num_layers
     backward = "matmul" if D * batch * hidden >= GPU_STEP_MATMUL_OUTPUTS else "split_k"
     assert {f for name, f in families.items() if name.startswith("backward_step_")} == {backward}, families
     assert not any(p.uses_persistent_loops for p in rnn.programs.values())
+
+
+@pytest.mark.parametrize("cell,batch,hidden", [("lstm", 160, 576), ("gru", 130, 1040)])
+def test_large_steps_split_over_blocks_match_torch_on_cuda(cell, batch, hidden, rng, monkeypatch):
+    """A large step's tiled GEMM split over blocks (``cuda.GPU_STEP_MATMUL_K_SLICES``, off by
+    default until measured: v62), its slices summed by a kernel of their own before the epilogue
+    kernel; backward steps of fewer than 2^18 outputs moved onto the tiled GEMM too, so that both
+    directions of the pass split (LSTM N=160 H=576: forward 2 slices, backward 9; GRU N=130
+    H=1040, odd rows: backward 5). Forward, training forward and every gradient against torch.nn
+    in float64; the build's step kernels are three launches each."""
+    from tvmrnn.schedules import common, cuda
+    monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_K_SLICES", True)
+    monkeypatch.setattr(common, "GPU_STEP_MATMUL_OUTPUTS", 1 << 16)
+    options = BuildOptions(persistent="off", chunk_steps=(8, 1))  # (options of its own: no cached build)
+    for T in (1, 5):
+        _check(cell, 1, False, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=hidden, batch=batch, tol=1e-4, options=options)
+    rnn = tvmrnn.build(cell, input_size=hidden, hidden_size=hidden, batch_size=batch, target="cuda",
+                       options=options, cache=False, tuning_logs=False)
+    source = rnn.executable.mod.imports[0].inspect_source()
+    backward = [n for n in re.findall(r"void __launch_bounds__\(\d+\) (backward_step_\w+)\(", source)]
+    assert len(set(backward)) == 3, backward
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

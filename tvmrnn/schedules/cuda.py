@@ -203,13 +203,14 @@ def default_matmul_shape(kernel: Kernel):
 
 
 def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10)) -> list[int]:
-    """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM: none for a
-    GEMM whose default tiles give every SM :data:`GPU_MATMUL_FILL_THREADS` threads, else every
-    count of ``counts`` that cuts the reduction into whole 16-long tiles. The TF32 template's
+    """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM (a step's with
+    a fused epilogue where :data:`GPU_STEP_MATMUL_K_SLICES` is on): none for a GEMM whose default tiles give every SM
+    :data:`GPU_MATMUL_FILL_THREADS` threads, else every count of ``counts`` that cuts the reduction
+    into whole 16-long tiles. The TF32 template's
     ``k_slices`` knob takes them too; a count whose slices its ``k_tile`` does not divide is a
     setting the template refuses (tuning rejects it)."""
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    if fused_epilogue(sch, kernel):  # its epilogue reads whole sums (gpu_matmul)
+    if fused_epilogue(sch, kernel) and not GPU_STEP_MATMUL_K_SLICES:  # (until the split is run on a GPU)
         return []
     rows, cols, reduction = matmul_extents(kernel)
     (vi, ti, mi), (vj, tj, mj) = matmul_shape(rows, cols)
@@ -226,6 +227,16 @@ GPU_MATMUL_FILL_THREADS = 512
 
 
 GPU_MATMUL_MIN_SLICE = 256
+
+
+# Whether a step's tiled GEMM with a fused epilogue (its epilogue a kernel of its own:
+# :func:`gpu_matmul`) takes :func:`matmul_k_slices`' split by default too, its slices summed by a
+# kernel of their own before the epilogue. A large backward step has few output tiles for a long
+# reduction (LSTM N = 256, H = 1024: 128 blocks of 128 threads over 4096; the rule gives 4 slices;
+# GRU N = 256, H = 2048: 8), one block an SM. v62 wrote and compiled it; it was not run on a GPU
+# yet, so it stays off, and so does the ``k_slices`` knob for such GEMMs (:func:`slice_variants`):
+# tuning would time a split without checking its sums.
+GPU_STEP_MATMUL_K_SLICES = False
 
 
 def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS) -> int:
@@ -252,10 +263,12 @@ def _k_slices(threads: int, reduction: int, k_tile: int, sms: int) -> int:
     return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
 
 
-def _split_reduction(sch, gemm, slices: int):
+def _split_reduction(sch, gemm, slices: int, sum_at_consumer: bool = True):
     """rfactor ``gemm``'s reduction into ``slices`` slices (a leading spatial axis of the partial
     block, which is returned); ``gemm`` is left adding the slices up, computed at its first
-    consumer's output, one thread per element (the epilogue kernel)."""
+    consumer's output, one thread per element (the epilogue kernel), or, without
+    ``sum_at_consumer`` (a fused epilogue reading whole gate groups), at the root, the slice loop
+    innermost, for :func:`_epilogue_kernel` to make a kernel of its own."""
     _, reduction = _gemm_axes(sch, gemm)
     # unit axes stay out of the fusion (fused in, one would be bound to a constant, which
     # transform_block_layout refuses)
@@ -266,6 +279,10 @@ def _split_reduction(sch, gemm, slices: int):
     partial = sch.rfactor(block_slice, 0)
     p_loops = sch.get_loops(partial)
     sch.reorder(p_loops[len(spatial)], *p_loops[:len(spatial)])  # the slice first, as the block binds it
+    if not sum_at_consumer:  # (rfactor leaves the slice loop where the reduction was: innermost now)
+        loops = sch.get_loops(gemm)
+        sch.reorder(*[l for l in loops if not sch.get(l).same_as(sch.get(block_slice))], block_slice)
+        return partial
     consumers = sch.get_consumers(gemm)
     if len(consumers) != 1:
         raise s_tir.ScheduleError(f"split-K: the GEMM needs one consumer, has {len(consumers)}")
@@ -278,13 +295,14 @@ def _static(extent):
     return int(extent) if isinstance(extent, tvm.tirx.IntImm) else extent
 
 
-def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
+def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int, sum_at_consumer: bool = True):
     """Bring the kernel's GEMM block to the form ``C[s, i, j] += A[s, i, k] * B[s, j, k]``
     (``reindex`` and ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the
     order its operand lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``),
     so that copies of tiles read rows of contiguous memory. ``slices(rows, cols, reduction)``
     says how many blocks share the reduction: more than one splits it first
-    (:func:`_split_reduction`; the slice becomes the leading axis ``s`` of a partial GEMM).
+    (:func:`_split_reduction`, ``sum_at_consumer`` passed on; the slice becomes the leading axis
+    ``s`` of a partial GEMM).
 
     Returns the normalised block, ``(rows, cols, reduction)`` before any split, whether each
     operand is contiguous along the reduction, and the slice count."""
@@ -300,7 +318,7 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
         if totals[2] % k_slices or (totals[2] // k_slices) % k_tile:
             raise s_tir.ScheduleError(f"{kernel.name}: {k_slices} slices of a {totals[2]}-long reduction "
                                       f"in {k_tile}-long tiles")
-        main = _split_reduction(sch, main, k_slices)
+        main = _split_reduction(sch, main, k_slices, sum_at_consumer)
         stmt = sch.get(main)
         extent = {iv.var: _static(iv.dom.extent) for iv in stmt.iter_vars}
         S, I, J, K, k_inner = _matmul_axes(stmt, kernel.name)
@@ -332,8 +350,9 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int):
 
 def _epilogue_kernel(sch, threads: int = GPU_THREADS) -> None:
     """Every loop nest left at the root without threads (a step's gate math, after its GEMM was
-    tiled into a buffer of its own) as a kernel of one thread per output element: each nest's
-    loops fused and spread over ``threads``-thread blocks (a step's sibling outputs share one)."""
+    tiled into a buffer of its own; the sum of its slices where the GEMM was split over blocks) as
+    a kernel of one thread per output element: each nest's spatial loops fused and spread over
+    ``threads``-thread blocks (a step's sibling outputs share one)."""
     root = sch.get_sblock("root")
 
     def unbound():
@@ -344,6 +363,11 @@ def _epilogue_kernel(sch, threads: int = GPU_THREADS) -> None:
         loops = sch.get_loops(pending[0])
         if not loops:
             raise s_tir.ScheduleError(f"{sch.get(pending[0]).name_hint}: an epilogue without loops")
+        if any(iv.iter_type != 0 for iv in sch.get(pending[0]).iter_vars):
+            # the sum of a split GEMM's slices (_split_reduction, its slice loop innermost): a
+            # thread an output, the slices summed in its loop
+            sch.unroll(loops[-1])
+            loops = loops[:-1]
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         block_loop, thread_loop = sch.split(fused, [None, min(threads, _extent(sch, fused))])
         sch.bind(block_loop, "blockIdx.x")
@@ -463,25 +487,26 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     A large per-step GEMM with a fused epilogue (a step's gate math reading whole gate groups,
     several sibling outputs: :data:`tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS`) keeps its
     result in a buffer in global memory, and the epilogue runs as a second kernel, one thread per
-    output element (:func:`_epilogue_kernel`); its reduction is not split.
+    output element (:func:`_epilogue_kernel`); its reduction is split over blocks where
+    ``k_slices`` asks (or by :func:`matmul_k_slices`' rule where :data:`GPU_STEP_MATMUL_K_SLICES`
+    is on), a third kernel summing the slices before the epilogue.
     """
     if tf32:  # a tiling of its own: ``tf32`` may be a dict overriding the tile (:data:`TF32_TILES`)
         gpu_matmul_tf32(sch, kernel, k_slices=k_slices, tile=tf32 if isinstance(tf32, dict) else None, sms=sms)
         return
 
     epilogue = fused_epilogue(sch, kernel)
-    if epilogue and k_slices not in (None, 1):
-        raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is not split over blocks")
 
     def slices(m_total, n_total, k_total):
         if not all(isinstance(x, int) for x in (m_total, n_total, k_total)) and not (rows and cols and k_slices):
             # (a step count only known at launch: no model of the GEMM's shape chooses for it)
             raise s_tir.ScheduleError(f"{kernel.name}: a symbolic step count needs rows=, cols= and k_slices=")
-        if epilogue:
+        if epilogue and k_slices is None and not GPU_STEP_MATMUL_K_SLICES:
             return 1
         shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
         return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms) if k_slices is None else k_slices
-    main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile)
+    main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile,
+                                                                      sum_at_consumer=not epilogue)
     default_rows, default_cols = matmul_shape(m_total, n_total, sms) if isinstance(m_total, int) else (rows, cols)
     vi, ti, mi = rows or default_rows
     vj, tj, mj = cols or default_cols
@@ -533,12 +558,15 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     for copy in copies:
         dlight.gpu.matmul.auto_inline_producers(sch, copy)
     if k_slices > 1:  # the partials go straight to global memory (the copies out of the padded
-        # and reindexed layouts inlined), where the epilogue kernel sums them
+        # and reindexed layouts inlined), where the epilogue kernel sums them (with a fused
+        # epilogue, a kernel of its own sums them first)
         while True:
             copies = [c for c in sch.get_consumers(accumulate) if sch.get(c).name_hint != kernel.gemm]
             if not copies:
                 break
             sch.reverse_compute_inline(copies[0])
+        if epilogue:
+            _epilogue_kernel(sch)
     elif epilogue:  # the tile goes to the GEMM's buffer; the epilogue is a kernel of its own
         params = sch.mod["main"].params
         while True:  # the copies out of the padded and reindexed layouts, not the epilogue's outputs

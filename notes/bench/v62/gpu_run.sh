@@ -3,6 +3,8 @@
 #   bash notes/bench/v62/gpu_run.sh tests     # the full CUDA file with the tiled GEMM unrolled by NVCC
 #   bash notes/bench/v62/gpu_run.sh ab        # large steps of 128 rows as launches against persistent split-K; ncu of the latter
 #   bash notes/bench/v62/gpu_run.sh sweeps    # against cuDNN, with absolute times
+# For the next session (v62's runbook):
+#   bash notes/bench/v62/gpu_run.sh split     # large steps' tiled GEMM split over blocks (GPU_STEP_MATMUL_K_SLICES)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 case "$1" in
 tests)
@@ -17,5 +19,11 @@ sweeps)
         --json $OUT/sweep_large.json 2>&1 | grep -v Warn | tee $OUT/sweep_large.txt | tail -14
     timeout 270 python3 -m tvmrnn.cli.bench --device cuda --sweep scripts/configs/sweep_batches.json --max-seconds 1 \
         --json $OUT/sweep_batches.json 2>&1 | grep -v Warn | tee $OUT/sweep_batches.txt | tail -14 ;;
-*) echo "usage: $0 tests|ab|sweeps"; exit 2 ;;
+split)  # the rule on, as is; then also backward steps under 2^18 outputs on the tiled GEMM (split)
+    timeout 300 python3 notes/bench/v62/constants_ab.py 'tvmrnn.schedules.cuda.GPU_STEP_MATMUL_K_SLICES=true' \
+        lstm:256:1024:1024:50 gru:256:2048:2048:50 gru:256:1024:1024:50 2>&1 | grep -v Warn | tee $OUT/split_ab.txt
+    timeout 250 python3 notes/bench/v62/constants_ab.py \
+        'tvmrnn.schedules.cuda.GPU_STEP_MATMUL_K_SLICES=true;tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS=65536' \
+        lstm:192:768:768:50 lstm:128:1024:1024:50 gru:128:1024:1024:50 2>&1 | grep -v Warn | tee $OUT/split_outputs_ab.txt ;;
+*) echo "usage: $0 tests|ab|sweeps|split"; exit 2 ;;
 esac
