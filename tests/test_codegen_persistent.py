@@ -67,7 +67,8 @@ def test_cuda_persistent_time_loops(cell, tmp_path):
 @pytest.mark.parametrize("sizes", [dict(input_size=800, hidden_size=800, batch_size=20),
                                    dict(input_size=13, hidden_size=37, batch_size=3)], ids=["ds2", "odd"])
 def test_cuda_persistent_step_options(cell, sizes, monkeypatch):
-    """The persistent step's opt-in shapes (``schedules.PERSISTENT_TILES``, not the default): ``stage_epilogue`` copies the step's input
+    """The persistent step's shapes (``schedules.PERSISTENT_TILES``; ``vector_k=4`` the default only
+    for LSTM steps of 128+ rows, not these): ``stage_epilogue`` copies the step's input
     projection into shared memory at the top of each step, so the epilogue no longer reads it from
     global memory; ``vector_k`` loads the GEMM's operands from shared memory as vectors where the
     reduction splits evenly (at DS2 sizes), scalars elsewhere; ``row_vector`` copies the hidden state

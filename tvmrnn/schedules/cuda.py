@@ -202,15 +202,15 @@ def default_matmul_shape(kernel: Kernel):
     return matmul_shape(rows, cols)
 
 
-def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10)) -> list[int]:
-    """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM (a step's with
-    a fused epilogue where :data:`GPU_STEP_MATMUL_K_SLICES` is on): none for a GEMM whose default tiles give every SM
-    :data:`GPU_MATMUL_FILL_THREADS` threads, else every count of ``counts`` that cuts the reduction
-    into whole 16-long tiles. The TF32 template's
-    ``k_slices`` knob takes them too; a count whose slices its ``k_tile`` does not divide is a
-    setting the template refuses (tuning rejects it)."""
+def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10), tf32: bool = False) -> list[int]:
+    """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM: none for a
+    GEMM whose default tiles give every SM :data:`GPU_MATMUL_FILL_THREADS` threads, else every
+    count of ``counts`` that cuts the reduction into whole 16-long tiles. A step's GEMM with a
+    fused epilogue has them only where :data:`GPU_STEP_MATMUL_K_SLICES` is on, and never on the
+    TF32 tiles (``tf32``: the TF32 template's ``k_slices`` knob, which refuses a count whose
+    slices its ``k_tile`` does not divide; tuning rejects it)."""
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    if fused_epilogue(sch, kernel) and not GPU_STEP_MATMUL_K_SLICES:  # (until the split is run on a GPU)
+    if fused_epilogue(sch, kernel) and (tf32 or not GPU_STEP_MATMUL_K_SLICES):  # (the flag: until run on a GPU)
         return []
     rows, cols, reduction = matmul_extents(kernel)
     (vi, ti, mi), (vj, tj, mj) = matmul_shape(rows, cols)
@@ -234,8 +234,8 @@ GPU_MATMUL_MIN_SLICE = 256
 # kernel of their own before the epilogue. A large backward step has few output tiles for a long
 # reduction (LSTM N = 256, H = 1024: 128 blocks of 128 threads over 4096; the rule gives 4 slices;
 # GRU N = 256, H = 2048: 8), one block an SM. v62 wrote and compiled it; it was not run on a GPU
-# yet, so it stays off, and so does the ``k_slices`` knob for such GEMMs (:func:`slice_variants`):
-# tuning would time a split without checking its sums.
+# yet, so it stays off, and so do the ``k_slices`` knob for such GEMMs (:func:`slice_variants`:
+# tuning would time a split without checking its sums) and an explicit ``k_slices`` for them.
 GPU_STEP_MATMUL_K_SLICES = False
 
 
@@ -263,6 +263,9 @@ def _k_slices(threads: int, reduction: int, k_tile: int, sms: int) -> int:
     return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
 
 
+SLICE_SUM = "tvmrnn.slice_sum"  # the block that sums a split GEMM's slices at the root (_split_reduction)
+
+
 def _split_reduction(sch, gemm, slices: int, sum_at_consumer: bool = True):
     """rfactor ``gemm``'s reduction into ``slices`` slices (a leading spatial axis of the partial
     block, which is returned); ``gemm`` is left adding the slices up, computed at its first
@@ -279,9 +282,11 @@ def _split_reduction(sch, gemm, slices: int, sum_at_consumer: bool = True):
     partial = sch.rfactor(block_slice, 0)
     p_loops = sch.get_loops(partial)
     sch.reorder(p_loops[len(spatial)], *p_loops[:len(spatial)])  # the slice first, as the block binds it
-    if not sum_at_consumer:  # (rfactor leaves the slice loop where the reduction was: innermost now)
+    if not sum_at_consumer:  # the slice loop innermost (where rfactor leaves it, made sure of),
+        # the block marked for _epilogue_kernel
         loops = sch.get_loops(gemm)
         sch.reorder(*[l for l in loops if not sch.get(l).same_as(sch.get(block_slice))], block_slice)
+        sch.annotate(gemm, SLICE_SUM, 1)
         return partial
     consumers = sch.get_consumers(gemm)
     if len(consumers) != 1:
@@ -363,7 +368,10 @@ def _epilogue_kernel(sch, threads: int = GPU_THREADS) -> None:
         loops = sch.get_loops(pending[0])
         if not loops:
             raise s_tir.ScheduleError(f"{sch.get(pending[0]).name_hint}: an epilogue without loops")
-        if any(iv.iter_type != 0 for iv in sch.get(pending[0]).iter_vars):
+        block = sch.get(pending[0])
+        if any(iv.iter_type != 0 for iv in block.iter_vars):
+            if SLICE_SUM not in block.annotations:
+                raise s_tir.ScheduleError(f"{block.name_hint}: an epilogue with a reduction")
             # the sum of a split GEMM's slices (_split_reduction, its slice loop innermost): a
             # thread an output, the slices summed in its loop
             sch.unroll(loops[-1])
@@ -496,6 +504,9 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         return
 
     epilogue = fused_epilogue(sch, kernel)
+    if epilogue and k_slices not in (None, 1) and not GPU_STEP_MATMUL_K_SLICES:
+        raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is split over blocks only with "
+                                  "GPU_STEP_MATMUL_K_SLICES on (not yet run on a GPU)")
 
     def slices(m_total, n_total, k_total):
         if not all(isinstance(x, int) for x in (m_total, n_total, k_total)) and not (rows and cols and k_slices):

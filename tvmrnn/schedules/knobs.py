@@ -130,6 +130,7 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         return (Knob("threads", (256, 512, MAX_THREADS), PERSISTENT_TILES["threads"]),
                 Knob("accumulators", (24, 32, 48, 64, 96), PERSISTENT_TILES["accumulators"]),
                 Knob("thread_columns", (1, 2, 4, 8), 4), Knob("unroll", (1, 4, 8, 16), 8),
+                # vector_k AUTO: 4 for 4-gate units of 128+ rows, else 1 (split_k.gpu_split_k)
                 Knob("row_vector", (1, 2, 4), 1), Knob("vector_k", (AUTO, 1, 4), AUTO),
                 Knob("stage_epilogue", (0, 1), int(PERSISTENT_TILES["stage_epilogue"])),
                 Knob("max_shared_bytes", shared, 48 * 1024),
@@ -143,7 +144,7 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
                  Knob("k_tile", tuple(sorted({16, 32, 64, 128, own["k_tile"]})), own["k_tile"]),
                  Knob("pipeline", (0, 1), int(own.get("pipeline", False))),
                  Knob("stage_pad", (0, 4), int(own.get("stage_pad", 0))))
-        slices = slice_variants(kernel)
+        slices = slice_variants(kernel, tf32=True)
         return found + ((Knob("k_slices", (AUTO, *slices), AUTO),) if slices else ())
     # matmul: the block shape (an index into GPU_MATMUL_SHAPES), the reduction tile, double
     # buffering, and the reduction split over blocks

@@ -44,7 +44,9 @@ TF32_VARIANTS = tuple(dict(warps=w, fragments=f) for w, f in TF32_SHAPES) + (
 # is 115 blocks of 224 threads (7 warps an SM: latency-bound, v16's Nsight Compute); fewer
 # registers of partial sums a thread (``accumulators``) or more room for them
 # (``max_shared_bytes``) give 448; ``row_vector`` and ``vector_k`` were 3-4% by median in v16's
-# studies, within the rounds' ranges. v35's measurements of these: notes/bench/v35/tune_*.
+# studies, within the rounds' ranges. v35's measurements of these: notes/bench/v35/tune_*. Since
+# v62 ``vector_k`` has a rule (4 for LSTM steps of 128+ rows), so one of its two variants is the
+# default's schedule wherever it applies.
 PERSISTENT_VARIANTS = ({}, dict(row_vector=4), dict(vector_k=4), dict(vector_k=1), dict(stage_epilogue=False),
                        dict(accumulators=24), dict(accumulators=24, row_vector=4), dict(accumulators=32),
                        dict(max_shared_bytes=96 * 1024), dict(max_shared_bytes=96 * 1024, row_vector=4),
