@@ -512,7 +512,7 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         if not all(isinstance(x, int) for x in (m_total, n_total, k_total)) and not (rows and cols and k_slices):
             # (a step count only known at launch: no model of the GEMM's shape chooses for it)
             raise s_tir.ScheduleError(f"{kernel.name}: a symbolic step count needs rows=, cols= and k_slices=")
-        if epilogue and k_slices is None and not GPU_STEP_MATMUL_K_SLICES:
+        if epilogue and not GPU_STEP_MATMUL_K_SLICES:  # (an explicit split was refused above)
             return 1
         shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
         return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms) if k_slices is None else k_slices

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -79,6 +80,28 @@ def gradients(rnn, cell, n, h, T):
     _, *_, ws = rnn.forward_train(w, x)
     grads = rnn.backward(w, ws, dy=dy)
     return {k: v.cpu().numpy() if hasattr(v, "cpu") else np.asarray(v) for k, v in grads.items()}
+
+
+def ab(shape, build_before, build_after, label):
+    """One shape ``cell:N:H:I:T`` built two ways, ``build_before(cell, sizes)`` then
+    ``build_after(cell, sizes)``, in this process: build times, both builds' gradients on the same
+    inputs compared, passes timed in turn (``pass_tuning.compare``, 11 pairs), one line printed
+    (``label`` says which way is which). The loop of v60's ``options_ab.py``, v61's
+    ``matmul_ab.py`` and v62's ``constants_ab.py``."""
+    cell, n, h, i, T = shape.split(":")
+    n, h, T = int(n), int(h), int(T)
+    sizes = dict(input_size=int(i), hidden_size=h, batch_size=n, target=os.environ.get("TARGET", "cuda"),
+                 tuning_logs=False, cache=False)
+    t0 = time.perf_counter()
+    before = build_before(cell, sizes)
+    t1 = time.perf_counter()
+    after = build_after(cell, sizes)
+    t2 = time.perf_counter()
+    a, b = gradients(before, cell, n, h, T), gradients(after, cell, n, h, T)
+    err = max(float(np.abs(a[k] - b[k]).max() / max(np.abs(a[k]).max(), 1e-30)) for k in a)
+    result = pass_tuning.compare(before, after, pass_tuning.PassTimer(T), pairs=11)
+    print(f"{shape} build {t1 - t0:.0f} -> {t2 - t1:.0f} s; gradients agree to {err:.1e}; {label}, "
+          f"{result.line()}", flush=True)
 
 
 def main(rule, shapes):
