@@ -16,7 +16,7 @@ from .common import (_all_blocks, _divisor, _extent, _gemm_axes, _loops_after, _
 
 
 def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int = 48 * 1024,
-                min_blocks: int = 200, thread_columns: int = 4, unroll: int = 8, accumulators: int = 96,
+                min_blocks: int = 200, thread_columns: int | None = None, unroll: int = 8, accumulators: int = 96,
                 max_blocks: int | None = None, block_slices: int | None = None,
                 stationary_bytes: int = 0, stage_rows: bool = False, vector_k: int | None = 1,
                 stage_epilogue: bool = False, groups_outer: bool = False, row_vector: int = 1,
@@ -78,6 +78,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     gemm = sch.get_sblock(kernel.gemm)
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols = len(kernel.columns)
+    if thread_columns is None:
+        thread_columns = GPU_SPLIT_K_THREAD_COLUMNS
     if len(spatial) == ncols or not reduction:
         raise ValueError(f"{kernel.name}: split-K needs output rows and a reduction")
     if block_slices is None:
@@ -110,6 +112,11 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
         _stage_epilogue_inputs(sch, kernel, block_outputs, room - row_bytes)
     if inner_loop is not None and row_bytes:
         _vector_operand_loads(sch, *inner_loop)
+
+
+# Output columns a thread of a launched (not persistent) split-K step keeps in registers by default
+# (``thread_columns``; a persistent step's is in PERSISTENT_TILES).
+GPU_SPLIT_K_THREAD_COLUMNS = 4
 
 
 # Reduction length a thread block's slice of a per-step GEMM gets by default (see
@@ -533,5 +540,5 @@ def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
 # (at N = 64 the pass was the same; smaller steps were not measured in whole passes, and v16 had
 # the DS2 LSTM's pass 3% slower with it on the H100).
 GPU_VECTOR_K_ROWS = 128
-PERSISTENT_TILES = dict(threads=512, accumulators=48, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
+PERSISTENT_TILES = dict(threads=512, accumulators=48, thread_columns=4, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
                         vector_k=None, stage_epilogue=True, groups_outer=True, row_phases=0)

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# This session's GPU calls (v63), each under the 600 s call limit:
+#   bash notes/bench/v63/gpu_run.sh tests     # the full CUDA file with v62's vector_k rule
+#   bash notes/bench/v63/gpu_run.sh split     # large steps' tiled GEMM split over blocks (v62's GPU_STEP_MATMUL_K_SLICES)
+#   bash notes/bench/v63/gpu_run.sh columns   # launched split-K steps with 8 output columns a thread
+#   bash notes/bench/v63/gpu_run.sh sweeps    # against cuDNN, with absolute times
+export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
+case "$1" in
+tests)
+    timeout 560 python3 -m pytest -q -n 12 -p no:cacheprovider --durations=15 tests/test_cuda.py 2>&1 | tail -45 | tee $OUT/test_cuda.txt ;;
+split)
+    bash notes/bench/v62/gpu_run.sh split ;;
+columns)
+    timeout 560 python3 notes/bench/v62/constants_ab.py 'tvmrnn.schedules.split_k.GPU_SPLIT_K_THREAD_COLUMNS=8' \
+        lstm:32:2048:2048:50 gru:64:2048:2048:50 lstm:16:1536:1536:50 gru:20:800:800:100 lstm:64:1024:1024:50 lstm:128:128:128:100 \
+        2>&1 | grep -v Warn | tee $OUT/columns_ab.txt ;;
+sweeps)
+    bash notes/bench/v62/gpu_run.sh sweeps ;;
+*) echo "usage: $0 tests|split|columns|sweeps"; exit 2 ;;
+esac
