@@ -486,11 +486,11 @@ def test_cuda_large_step_gemm_splits_over_blocks_with_its_epilogue_after(cell, b
                                                                           monkeypatch):
     """A large step's tiled GEMM (a fused epilogue: the step's gate math a kernel of its own) split
     over blocks: the partial GEMM into its slices, a kernel summing them a thread an output (the
-    slice loop inside it), then the epilogue kernel. Off by default (``GPU_STEP_MATMUL_K_SLICES``):
-    two kernels, no ``k_slices`` knob, an explicit split refused. With it on, the default splits by
-    the rule (the LSTM's backward step at N = 256, H = 1024 in 4; the GRU's at N = 257, H = 1040
-    in 5), the knob offers the splits, and NVCC compiles an explicit one without spills; run
-    against torch on the GPU machine (``test_large_steps_split_over_blocks_match_torch_on_cuda``)."""
+    slice loop inside it), then the epilogue kernel. On by default (``GPU_STEP_MATMUL_K_SLICES``):
+    the default splits by the rule (the LSTM's backward step at N = 256, H = 1024 in 4; the GRU's
+    at N = 257, H = 1040 in 5), the knob offers the splits, and NVCC compiles an explicit one
+    without spills. Off: two kernels, no ``k_slices`` knob, an explicit split refused. Run against
+    torch on the GPU machine (``test_large_steps_split_over_blocks_match_torch_on_cuda``)."""
     import tvm
     from tvm import s_tir
     from tvmrnn import kernels
@@ -507,17 +507,18 @@ def test_cuda_large_step_gemm_splits_over_blocks_with_its_epilogue_after(cell, b
 
     def kernel_names(text):
         return set(re.findall(r"void __launch_bounds__\(\d+\) (\w+)\(", text))
-    assert len(kernel_names(source())) == 2 and cuda.slice_variants(kernel) == []
-    with pytest.raises(s_tir.ScheduleError, match="GPU_STEP_MATMUL_K_SLICES"):
-        default_schedule(kernel, target, matmul=dict(k_slices=slices))
-    monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_K_SLICES", True)
     rows, cols, reduction = cuda.matmul_extents(kernel)
-    assert cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols)) == rule
+    assert cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols),
+                                min_slice=cuda.GPU_STEP_MATMUL_MIN_SLICE) == rule
     assert len(kernel_names(source())) == 3
     assert slices in cuda.slice_variants(kernel, counts=(1, 2, 4, 5, 8))
     text = source(matmul=dict(k_slices=slices))
     assert len(kernel_names(text)) == 3 and "matmul_rf" in text  # (the slices' partial sums)
     assert "spill" not in _ptxas(text, tmp_path).replace("0 bytes spill", "")
+    monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_K_SLICES", False)
+    assert len(kernel_names(source())) == 2 and cuda.slice_variants(kernel) == []
+    with pytest.raises(s_tir.ScheduleError, match="GPU_STEP_MATMUL_K_SLICES"):
+        default_schedule(kernel, target, matmul=dict(k_slices=slices))
 
 
 # the buffers of shared memory and registers in TVM's CUDA source (``x_shared_ptr``, ``x_shared_local_ptr_1``)

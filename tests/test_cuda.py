@@ -551,7 +551,7 @@ def test_row_groups_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirec
     ("lstm", 130, 520, 1, True, "off"), ("gru", 200, 1000, 2, False, "off"), ("rnn_tanh", 520, 1040, 1, False, "auto"),
     ("lstm", 257, 1040, 1, False, "auto")])
 def test_large_steps_take_the_tiled_gemm_on_cuda(cell, batch, hidden, num_layers, bidirectional, persistent, rng):
-    """Steps of 128 rows or more past row tiles' units with 2^18 outputs or more (forward: rows x
+    """Steps of 128 rows or more past row tiles' units with 2^16 outputs or more (forward: rows x
     gates x units, backward: rows x units) take the tiled GEMM into a buffer, then the epilogue as
     a kernel of its own, and their loops stay launches even where the weights would fit on chip.
     Odd rows and units (padded tiles), stacked directions, two layers; forward, training forward
@@ -575,14 +575,15 @@ def test_large_steps_take_the_tiled_gemm_on_cuda(cell, batch, hidden, num_layers
 
 @pytest.mark.parametrize("cell,batch,hidden", [("lstm", 160, 576), ("gru", 131, 1040)])
 def test_large_steps_split_over_blocks_match_torch_on_cuda(cell, batch, hidden, rng, monkeypatch):
-    """A large step's tiled GEMM split over blocks (``cuda.GPU_STEP_MATMUL_K_SLICES``, off by
-    default until measured: v62), its slices summed by a kernel of their own before the epilogue
-    kernel; backward steps of fewer than 2^18 outputs moved onto the tiled GEMM too, so that the
-    backward's steps split (LSTM N=160 H=576: forward 2 slices, backward 9; GRU N=131 H=1040,
-    prime rows: backward 5). Forward, training forward and every gradient against torch.nn in
-    float64; each backward step is three launches, the LSTM's forward step GEMM split too."""
+    """A large step's tiled GEMM split over blocks (``cuda.GPU_STEP_MATMUL_K_SLICES``, the default
+    since v63), its slices summed by a kernel of their own before the epilogue kernel; backward
+    steps from 2^16 outputs on the tiled GEMM, so that the backward's steps split (LSTM N=160
+    H=576: forward 2 slices with slices of 256 allowed, backward 9; GRU N=131 H=1040, prime rows:
+    backward 5). Forward, training forward and every gradient against torch.nn in float64; each
+    backward step is three launches, the LSTM's forward step GEMM split too."""
     from tvmrnn.schedules import common, cuda
     monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_K_SLICES", True)
+    monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_MIN_SLICE", 256)  # (the default, 384, leaves H = 576's forward whole)
     monkeypatch.setattr(common, "GPU_STEP_MATMUL_OUTPUTS", 1 << 16)
     options = BuildOptions(persistent="off")
     built.cache_clear()  # builds are cached by their arguments, which do not say this

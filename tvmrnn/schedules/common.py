@@ -47,13 +47,15 @@ GPU_ROW_TILE_UNITS = 512
 # v42). Such a step (not persistent: its weights do not fit on chip) takes the tiled GEMM into a
 # buffer in global memory (L2 holds it) and its epilogue as a second kernel, one thread per output
 # element (:func:`tvmrnn.schedules.cuda.gpu_matmul`): a launch and a round trip of the GEMM's result
-# through L2 a step, against a GEMM of tens of microseconds. From GPU_STEP_MATMUL_OUTPUTS outputs:
-# the tiled GEMM has no split of the reduction for a fused epilogue, and with fewer outputs it
-# leaves SMs idle (H200, T = 50: the LSTM's backward step at N = 128, H = 1024, 128 x 1024
-# outputs, training 13.1 ms with split-K, 17.2 with the tiled GEMM; at N = 256, 256 x 1024,
-# 36.8 ms with split-K, 26.3 with the tiled GEMM; the GRU's forward at N = 128, H = 2048, 128 x
-# 6144, 20.8 -> 11.0 ms inference).
-GPU_STEP_MATMUL_OUTPUTS = 1 << 18
+# through L2 a step, against a GEMM of tens of microseconds. From GPU_STEP_MATMUL_OUTPUTS outputs.
+# Until v63 that was 2^18: without a split of the reduction (which the tiled GEMM then lacked for a
+# fused epilogue) fewer outputs left SMs idle (H200, T = 50: the LSTM's backward step at N = 128,
+# H = 1024, 128 x 1024 outputs, training 13.1 ms with split-K, 17.2 with the tiled GEMM; at N =
+# 256, 256 x 1024, 36.8 ms with split-K, 26.3 with the tiled GEMM; the GRU's forward at N = 128,
+# H = 2048, 128 x 6144, 20.8 -> 11.0 ms inference). With the split (cuda.GPU_STEP_MATMUL_K_SLICES)
+# 2^16: the LSTM at N = 128, H = 1024 trained in 12.2 ms with split-K, 10.3 with the split tiled
+# GEMM; N = 192, H = 768 13.7 -> 10.7; the GRU at N = 128, H = 1024 10.1 -> 8.8 (v63).
+GPU_STEP_MATMUL_OUTPUTS = 1 << 16
 
 
 # Such a large step's loop may still run persistent, split-K's form (each block all the rows, its

@@ -210,7 +210,7 @@ def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10), tf32: bool = Fals
     TF32 tiles (``tf32``: the TF32 template's ``k_slices`` knob, which refuses a count whose
     slices its ``k_tile`` does not divide; tuning rejects it)."""
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    if fused_epilogue(sch, kernel) and (tf32 or not GPU_STEP_MATMUL_K_SLICES):  # (the flag: until run on a GPU)
+    if fused_epilogue(sch, kernel) and (tf32 or not GPU_STEP_MATMUL_K_SLICES):
         return []
     rows, cols, reduction = matmul_extents(kernel)
     (vi, ti, mi), (vj, tj, mj) = matmul_shape(rows, cols)
@@ -233,13 +233,26 @@ GPU_MATMUL_MIN_SLICE = 256
 # :func:`gpu_matmul`) takes :func:`matmul_k_slices`' split by default too, its slices summed by a
 # kernel of their own before the epilogue. A large backward step has few output tiles for a long
 # reduction (LSTM N = 256, H = 1024: 128 blocks of 128 threads over 4096; the rule gives 4 slices;
-# GRU N = 256, H = 2048: 8), one block an SM. v62 wrote and compiled it; it was not run on a GPU
-# yet, so it stays off, and so do the ``k_slices`` knob for such GEMMs (:func:`slice_variants`:
-# tuning would time a split without checking its sums) and an explicit ``k_slices`` for them.
-GPU_STEP_MATMUL_K_SLICES = False
+# GRU N = 256, H = 2048: 8), one block an SM. v62 wrote it; v63 measured it on the H200
+# (T = 50, whole passes, notes/bench/v63/h200/split_ab.txt, split_outputs_ab.txt): training
+# 61.8 -> 52.9 ms for the GRU at N = 256, H = 2048, 16.0 -> 15.0 at N = 256, H = 1024, and with
+# GPU_STEP_MATMUL_OUTPUTS at 2^16 (those backward steps on the split GEMM, not split-K) the LSTM
+# at N = 192, H = 768 13.7 -> 10.7, N = 128, H = 1024 12.2 -> 10.3, the GRU at N = 128, H = 1024
+# 10.1 -> 8.8. The one forward step it split (the LSTM's at N = 256, H = 1024: 4 slices of 256)
+# took inference 5.84 -> 6.13 ms: see GPU_STEP_MATMUL_MIN_SLICE.
+GPU_STEP_MATMUL_K_SLICES = True
 
 
-def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS) -> int:
+# The shortest slice of such a step's split reduction (:func:`matmul_k_slices`' ``min_slice``):
+# the split writes and reads back slices x rows x columns partial sums a step, extra traffic of 4 x
+# slices / reduction bytes a multiply-add. The measured splits that won had slices of 384 to 1024
+# (the backward steps above: reductions of G x H); the one that lost, 256 (the LSTM's forward step
+# at N = 256, H = 1024, whose reduction is H).
+GPU_STEP_MATMUL_MIN_SLICE = 384
+
+
+def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS,
+                    min_slice: int | None = None) -> int:
     """How many blocks share the reduction of a ``rows x cols`` GEMM tiled by ``shape`` by default.
 
     The all-steps GEMMs of a short chunk (the last steps of a sequence: 4 steps x N = 20 rows)
@@ -248,18 +261,20 @@ def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 1
     (notes/performance.md v12), the 4-step input gradient (80 x 1600 x 3200) 75 blocks of 128.
     Slices multiply the blocks, each summing its part of the reduction into a partial result in
     global memory that a second kernel adds up with the GEMM's epilogue (cuBLAS's split-K). A
-    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices)."""
+    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices), each
+    at least ``min_slice`` long (None: :data:`GPU_MATMUL_MIN_SLICE`; a step's GEMM with a fused
+    epilogue: :data:`GPU_STEP_MATMUL_MIN_SLICE`)."""
     (vi, ti, mi), (vj, tj, mj) = shape
     blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
-    return _k_slices(blocks * ti * tj, reduction, k_tile, sms)
+    return _k_slices(blocks * ti * tj, reduction, k_tile, sms, min_slice)
 
 
-def _k_slices(threads: int, reduction: int, k_tile: int, sms: int) -> int:
+def _k_slices(threads: int, reduction: int, k_tile: int, sms: int, min_slice: int | None = None) -> int:
     """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles."""
     want = sms * GPU_MATMUL_FILL_THREADS
     if 4 * threads > want:
         return 1
-    most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
+    most = max(1, min(want // threads, reduction // (min_slice or GPU_MATMUL_MIN_SLICE)))
     return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
 
 
@@ -506,7 +521,7 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     epilogue = fused_epilogue(sch, kernel)
     if epilogue and k_slices not in (None, 1) and not GPU_STEP_MATMUL_K_SLICES:
         raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is split over blocks only with "
-                                  "GPU_STEP_MATMUL_K_SLICES on (not yet run on a GPU)")
+                                  "GPU_STEP_MATMUL_K_SLICES on")
 
     def slices(m_total, n_total, k_total):
         if not all(isinstance(x, int) for x in (m_total, n_total, k_total)) and not (rows and cols and k_slices):
@@ -515,7 +530,10 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         if epilogue and not GPU_STEP_MATMUL_K_SLICES:  # (an explicit split was refused above)
             return 1
         shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
-        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms) if k_slices is None else k_slices
+        if k_slices is not None:
+            return k_slices
+        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms,
+                               GPU_STEP_MATMUL_MIN_SLICE if epilogue else None)
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile,
                                                                       sum_at_consumer=not epilogue)
     default_rows, default_cols = matmul_shape(m_total, n_total, sms) if isinstance(m_total, int) else (rows, cols)

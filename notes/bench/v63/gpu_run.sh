@@ -16,5 +16,11 @@ columns)
         2>&1 | grep -v Warn | tee $OUT/columns_ab.txt ;;
 sweeps)
     bash notes/bench/v62/gpu_run.sh sweeps ;;
-*) echo "usage: $0 tests|split|columns|sweeps"; exit 2 ;;
+revert)
+    timeout 230 python3 notes/bench/v62/constants_ab.py \
+        'tvmrnn.schedules.cuda.GPU_STEP_MATMUL_K_SLICES=false;tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS=262144' \
+        lstm:256:1024:1024:50 gru:128:2048:2048:50 lstm:512:1024:1024:50 2>&1 | grep -v Warn | tee $OUT/revert_ab.txt ;;
+*) echo "usage: $0 tests|split|columns|sweeps|revert"; exit 2 ;;
 esac
+# v63's last call (the new defaults against v62's: the split on, backward steps from 2^16 outputs on it)
+#   bash notes/bench/v63/gpu_run.sh revert

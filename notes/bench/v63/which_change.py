@@ -1,0 +1,56 @@
+"""Which builds a default constant changes (v63): for each shape, the scheduled module of a CUDA
+build (sm_90, no records, before NVCC) with the constants as they are and with each setting of
+SETTINGS; prints the settings that change it. Compiles nothing, runs nothing.
+
+    python notes/bench/v63/which_change.py lstm:256:1024 gru:20:800 ...   (cell:N:H)
+"""
+import hashlib
+import sys
+import warnings
+
+import tvmrnn
+import tvmrnn.runtime.build as build_module
+from tvmrnn.schedules import common, cuda, split_k
+
+SETTINGS = {
+    "split": [(cuda, "GPU_STEP_MATMUL_K_SLICES", True)],
+    "split+outputs": [(cuda, "GPU_STEP_MATMUL_K_SLICES", True), (common, "GPU_STEP_MATMUL_OUTPUTS", 65536)],
+    "columns8": [(split_k, "GPU_SPLIT_K_THREAD_COLUMNS", 8)],
+}
+
+
+class Captured(Exception):
+    pass
+
+
+def digest(cell, n, h, changes):
+    old = [(m, k, getattr(m, k)) for m, k, _ in changes]
+    for m, k, v in changes:
+        setattr(m, k, v)
+    seen = {}
+
+    def capture(module, target):
+        seen["text"] = module.script()
+        raise Captured
+
+    saved = build_module.compile_module
+    build_module.compile_module = capture
+    try:
+        tvmrnn.build(cell, input_size=h, hidden_size=h, batch_size=n, target={"kind": "cuda", "arch": "sm_90"},
+                     tuning_logs=False, cache=False)
+    except Captured:
+        pass
+    finally:
+        build_module.compile_module = saved
+        for m, k, v in old:
+            setattr(m, k, v)
+    return hashlib.sha1(seen["text"].encode()).hexdigest()[:10]
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore")
+    for shape in sys.argv[1:]:
+        cell, n, h = shape.split(":")
+        base = digest(cell, int(n), int(h), [])
+        changed = [name for name, ch in SETTINGS.items() if digest(cell, int(n), int(h), ch) != base]
+        print(f"{shape:16s} changed by: {', '.join(changed) or '-'}", flush=True)
