@@ -481,6 +481,34 @@ def test_cuda_tiled_gemm_copies_its_tiles_asynchronously_from_sm_80():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+@pytest.mark.parametrize("cell,batch,hidden", [("lstm", 3, 2048), ("gru", 1, 2050), ("rnn_tanh", 5, 2048)])
+def test_cuda_wide_launched_steps_keep_8_columns_a_thread(cell, batch, hidden):
+    """Launched split-K steps of 2048+ units keep 8 output columns a thread by default
+    (``split_k.default_thread_columns``), each kernel the same as with ``thread_columns=8`` and
+    compiled by NVCC; 2047 units, and the GEMMs over chunks of steps (rows of steps x batch: the
+    input gradient of 4 steps x 16 rows at 2048 units), keep 4."""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.program.sequence import compile_module
+    from tvmrnn.schedules import default_schedule, knobs
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "host": "llvm"})
+    cell = CELLS[cell]
+    steps = [kernels.recurrent_step(cell, batch, hidden, False), kernels.backward_step(cell, batch, hidden)]
+    for kernel in steps:
+        assert knobs.family(kernel, target) == "split_k", kernel.name
+        func = default_schedule(kernel, target)
+        assert func.script() == default_schedule(kernel, target, thread_columns=8).script(), kernel.name
+        assert func.script() != default_schedule(kernel, target, thread_columns=4).script(), kernel.name
+        compile_module(tvm.IRModule({"main": func}), target)
+    narrow = kernels.recurrent_step(cell, batch, 2047, False)
+    chunk = kernels.input_gradient(4, 16, 2048, 2048, len(cell.gates), False)
+    for kernel in (narrow, chunk):
+        assert knobs.family(kernel, target) == "split_k", kernel.name
+        assert default_schedule(kernel, target).script() == default_schedule(kernel, target, thread_columns=4).script()
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("cell,batch,hidden,slices,rule", [("lstm", 256, 1024, 8, 4), ("gru", 257, 1040, 5, 5)])
 def test_cuda_large_step_gemm_splits_over_blocks_with_its_epilogue_after(cell, batch, hidden, slices, rule, tmp_path,
                                                                           monkeypatch):
@@ -960,18 +988,18 @@ def test_persistent_row_tiles_fit_the_device():
 
 
 def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
-    """A step of 128 rows or more past row tiles' units, with 2^18 outputs or more (not persistent),
-    takes the tiled GEMM into a
-    buffer of its own and its epilogue as a second kernel (``schedules.common._gpu_kind``): two
-    kernels, the first with the GEMM's 128-bit shared-memory loads and no gate math, compiled
-    without spills; the template's space holds the default, and its listed variants build. Fewer
-    rows, or a persistent step, keep their templates."""
+    """A step of 128 rows or more past row tiles' units, with 2^16 outputs or more (not persistent),
+    takes the tiled GEMM into a buffer of its own and its epilogue as a second kernel
+    (``schedules.common._gpu_kind``): two kernels (three where the rule splits its reduction over
+    blocks: the LSTM's training step), the first with the GEMM's 128-bit shared-memory loads and no
+    gate math, compiled without spills; the template's space holds the default, and its listed
+    variants build. Fewer rows, or a persistent step, keep their templates."""
     import re
     import tvm
     import tvm_ffi
     from tvmrnn import kernels
     from tvmrnn.cells.definition import CELLS
-    from tvmrnn.schedules import apply, default_schedule, knobs
+    from tvmrnn.schedules import apply, cuda, default_schedule, knobs
     from tvmrnn.schedules.variants import variants
     from tvmrnn.tune import spaces
     from tvmrnn.tune.records import workload
@@ -983,13 +1011,17 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
         source = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}),
                              target=target).mod.imports[0].inspect_source()
         names = sorted(set(re.findall(r"__launch_bounds__\(\d+\) (\w+)\(", source)))
-        assert len(names) == 2, names
+        rows, cols, reduction = cuda.matmul_extents(kernel)
+        split = cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols),
+                                     min_slice=cuda.GPU_STEP_MATMUL_MIN_SLICE) > 1
+        assert len(names) == 2 + split, names  # (a split's slices summed by a kernel of their own)
         gemm = source.split(names[0] + "(", 2)[2].split('extern "C"')[0]
         assert "float4" in gemm and "tanhf" not in gemm and "__expf" not in gemm and "expf" not in gemm
         report = _ptxas(source, tmp_path)
         assert " 0 bytes spill stores" in report, report
         shapes = variants(kernel, target)
-        assert len(shapes) > 3 and not any("k_slices" in v.get("matmul", {}) for v in shapes)
+        assert len(shapes) > 3
+        assert any("k_slices" in v.get("matmul", {}) for v in shapes) == bool(cuda.slice_variants(kernel))
         for tiles in shapes[1:4]:
             default_schedule(kernel, target, **tiles)
         mod = workload(kernel)
@@ -998,9 +1030,10 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
         found = spaces.knob_schedule(mod, kernel, target, knobs.seeded_settings(kernel, target)[0])
         assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 127, 1024, train=False), target) == "split_k"
-    assert knobs.family(kernels.backward_step(CELLS["lstm"], 200, 1024), target) == "split_k"  # < 2^18 outputs
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 200, 1024), target) == "matmul"  # 2^16 outputs or more
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 127, 1024), target) == "split_k"  # < 128 rows
     # split-K at a prime row count: one row a thread, at most 1,024 threads a block (2,056 were refused at launch)
-    prime = kernels.backward_step(CELLS["lstm"], 257, 1000)
+    prime = kernels.backward_step(CELLS["lstm"], 127, 1000)
     assert knobs.family(prime, target) == "split_k"
     source = tvm.compile(tvm.IRModule({"main": default_schedule(prime, target)}), target=target).mod.imports[0].inspect_source()
     assert max(int(t) for t in re.findall(r"__launch_bounds__\((\d+)\)", source)) <= 1024

@@ -601,6 +601,15 @@ def test_large_steps_split_over_blocks_match_torch_on_cuda(cell, batch, hidden, 
     assert "matmul_rf" in source and ("recurrent_projection_rf" in source) == (cell == "lstm")
 
 
+@pytest.mark.parametrize("cell,batch,hidden", [("lstm", 3, 2048), ("gru", 17, 2050)])
+def test_wide_launched_steps_match_torch_on_cuda(cell, batch, hidden, rng):
+    """Steps of 2048+ units whose weights stay off chip: launched split-K steps with 8 output
+    columns a thread (``split_k.default_thread_columns``, v63), forward, training forward and every
+    gradient against torch.nn in float64 at odd rows and units."""
+    _check(cell, 1, False, False, 4, rng, target="cuda", as_array=to_cuda, hidden=hidden, input_size=96, batch=batch,
+           tol=1e-4, options=BuildOptions(persistent="off"))
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_hidden_state_staged_in_phases_matches_torch_on_cuda(cell, rng):
     """A one-direction persistent step whose hidden state (64 rows x 1,024 units, 256 KB) fits whole

@@ -104,6 +104,11 @@ GPU_TF32_STEP_WORK = 1 << 27
 # H = 1024 17.7 -> 15.2 (on the SIMT tiled GEMM before), LSTM T = 100, N = 256, H = 512 14.5 ->
 # 13.0 (split over its rows before); at N = 128, H = 1024 the tiles lost (15.8 -> 19.1).
 GPU_TF32_BACKWARD_STEPS = "rows"
+# "Those that launches run on the SIMT tiled GEMM anyway" above: from 2^18 outputs, where the SIMT
+# GEMM began when v52 measured them. Since v63 it begins at 2^16 (GPU_STEP_MATMUL_OUTPUTS, split
+# over blocks), and the backward steps in between keep the "rows" rule (at N = 128, H = 1024,
+# 131,072 outputs, the tiles lost in v52).
+GPU_TF32_BACKWARD_OUTPUTS = 1 << 18
 
 
 CPU_MIN_PARALLEL = 256  # elements below which a parallel region costs more than it saves
@@ -194,7 +199,8 @@ def tf32_step(sch, kernel: Kernel) -> bool:
         return work
     if GPU_TF32_BACKWARD_STEPS == "off":
         return False
-    if _gpu_kind(sch, kernel, False) == "matmul":
+    outputs = math.prod(_extent(sch, l) for l in spatial[:n_rows]) * columns
+    if _gpu_kind(sch, kernel, False) == "matmul" and outputs >= GPU_TF32_BACKWARD_OUTPUTS:
         return True
     return GPU_TF32_BACKWARD_STEPS == "rows" and own_rows >= GPU_PERSISTENT_SPLIT_K_ROWS and work
 

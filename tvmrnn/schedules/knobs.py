@@ -110,7 +110,8 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         return (Knob("columns", (AUTO, 8, 16, 32, 64), AUTO), Knob("slices", (AUTO, 4, 8, 16, 32), AUTO),
                 Knob("unroll", (1, 4, 8), 8))
     if kind == "split_k":
-        return (Knob("threads", (64, 128, 256, 512), 256), Knob("thread_columns", (1, 2, 4, 8), 4),
+        # thread_columns AUTO: 8 for a step's GEMM of 2048+ units, else 4 (split_k.default_thread_columns)
+        return (Knob("threads", (64, 128, 256, 512), 256), Knob("thread_columns", (AUTO, 1, 2, 4, 8), AUTO),
                 Knob("min_blocks", (100, 200, 400), 200), Knob("block_slices", (AUTO, 1, 2, 4, 8, 16), AUTO),
                 Knob("unroll", (1, 4, 8, 16), 8), Knob("accumulators", (24, 48, 96), 96))
     if kind == "row_tiles":  # AUTO: the rule of default_row_tiles() (a register tile, blocks that fill the GPU)

@@ -30,9 +30,9 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     17.7 us so, 23.9 us with 200 blocks per direction, against 13.4 us for one direction). Its
     threads split the reduction (its axes fused; ``(j, g)`` of the backward's GEMMs is contiguous
     in their row operand) ``slices`` ways (``rfactor``): each thread keeps a
-    tile of rows x ``thread_columns`` in registers (the G gates of one unit, or 4 units of a
-    one-gate cell, or 4 columns of the backward's ``dh``: each loaded input row value feeds 4
-    multiply-adds) and accumulates it over every ``slices``-th reduction index; consecutive
+    tile of rows x ``thread_columns`` in registers (None: :func:`default_thread_columns`; the G
+    gates of one unit, or 4 units of a one-gate cell, or 4 columns of the backward's ``dh``: each
+    loaded input row value feeds 4 multiply-adds) and accumulates it over every ``slices``-th reduction index; consecutive
     threads take consecutive columns (a warp reads the weights in contiguous runs). The partial
     sums meet in shared memory, where one thread per output element adds them up and runs the
     epilogue. At DS2 sizes (N = 20, H = 800) an LSTM step is 200 blocks of 100 threads (4 units
@@ -79,7 +79,7 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     spatial, reduction = _gemm_axes(sch, gemm)
     ncols = len(kernel.columns)
     if thread_columns is None:
-        thread_columns = GPU_SPLIT_K_THREAD_COLUMNS
+        thread_columns = default_thread_columns(sch, kernel, gemm)
     if len(spatial) == ncols or not reduction:
         raise ValueError(f"{kernel.name}: split-K needs output rows and a reduction")
     if block_slices is None:
@@ -114,9 +114,27 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
         _vector_operand_loads(sch, *inner_loop)
 
 
-# Output columns a thread of a launched (not persistent) split-K step keeps in registers by default
-# (``thread_columns``; a persistent step's is in PERSISTENT_TILES).
-GPU_SPLIT_K_THREAD_COLUMNS = 4
+# A launched (not persistent) split-K step kernel (one row axis a problem: a step's batch rows)
+# whose GEMM has this many output units (the leading output column) or more keeps 8 output columns
+# a thread in registers by default, others 4 (``thread_columns``; a persistent step's is in
+# PERSISTENT_TILES). v63, H200, T = 50, whole passes (notes/bench/v63/h200/columns_ab*.txt): 8
+# columns took the LSTM at N = 32, H = 2048 from 5.60 / 14.69 ms (inference / training) to
+# 5.26 / 13.75, the GRU at N = 64, H = 2048 from 10.36 / 24.62 to 9.26 / 23.27 (their forward and
+# backward steps launched: the weights do not fit on chip); for the backward steps alone, the
+# LSTM's at N = 64, H = 1024 trained 6.62 -> 6.43 ms, the GRU's at N = 20, H = 800 2.98 -> 3.09;
+# N = 128, H = 128 and N = 64, H = 256 were the same. The GEMMs over chunks of steps (rows of
+# steps x batch) keep 4: with 8, 4 steps x 16 rows of the LSTM's input gradient at H = 1536 left
+# a loop of a thread-dependent extent that TVM refused to unroll.
+GPU_SPLIT_K_WIDE_UNITS = 2048
+
+
+def default_thread_columns(sch, kernel: Kernel, gemm) -> int:
+    """:func:`gpu_split_k`'s ``thread_columns`` by default: 8 for a step's GEMM (one row axis a
+    problem) of :data:`GPU_SPLIT_K_WIDE_UNITS` output units or more, else 4."""
+    spatial, _ = _gemm_axes(sch, gemm)
+    n_rows = len(spatial) - len(kernel.columns)
+    step = n_rows - kernel.batch == 1
+    return 8 if step and _extent(sch, spatial[n_rows]) >= GPU_SPLIT_K_WIDE_UNITS else 4
 
 
 # Reduction length a thread block's slice of a per-step GEMM gets by default (see

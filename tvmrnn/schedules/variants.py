@@ -17,11 +17,12 @@ from .split_k import persistent_blocks
 # Half the blocks, each with twice the columns (8 units of the backward's dh, or 2 LSTM units),
 # was 5-10% faster for the fused backward steps in one tile study (notes/bench/gpu_tiles_h100_v6.txt).
 # Twice the blocks: the two-direction GRU step's best (22.5 us, against 44.8 with 200 blocks in
-# all; notes/bench/gpu_tiles_h100_v7.txt).
+# all; notes/bench/gpu_tiles_h100_v7.txt). Since v63 a step of 2048+ units takes 8 columns a
+# thread by default (split_k.default_thread_columns), and 4 is listed for it.
 # The reduction over more or fewer blocks (block_slices): LSTM backward step 11.3 us over 16
 # slices, 15.0 over 8 (notes/bench/gpu_tiles_h100_v9a.txt).
 GPU_SPLIT_K_VARIANTS = ({}, dict(threads=128), dict(threads=64), dict(threads=128, min_blocks=400),
-                        dict(thread_columns=8), dict(min_blocks=100), dict(min_blocks=400),
+                        dict(thread_columns=8), dict(thread_columns=4), dict(min_blocks=100), dict(min_blocks=400),
                         dict(block_slices=1), dict(block_slices=4), dict(block_slices=8), dict(block_slices=16))
 
 
