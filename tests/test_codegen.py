@@ -485,8 +485,8 @@ def test_cuda_tiled_gemm_copies_its_tiles_asynchronously_from_sm_80():
 def test_cuda_wide_launched_steps_keep_8_columns_a_thread(cell, batch, hidden):
     """Launched split-K steps of 2048+ units keep 8 output columns a thread by default
     (``split_k.default_thread_columns``), each kernel the same as with ``thread_columns=8`` and
-    compiled by NVCC; 2047 units, and the GEMMs over chunks of steps (rows of steps x batch: the
-    input gradient of 4 steps x 16 rows at 2048 units), keep 4."""
+    compiled by NVCC; 2040 units, and the GEMMs over chunks of steps (rows of steps x batch: the
+    input gradient of 4 steps x 16 rows at 2048 units), keep 4 (each differing from 8)."""
     import tvm
     from tvmrnn import kernels
     from tvmrnn.cells.definition import CELLS
@@ -501,11 +501,13 @@ def test_cuda_wide_launched_steps_keep_8_columns_a_thread(cell, batch, hidden):
         assert func.script() == default_schedule(kernel, target, thread_columns=8).script(), kernel.name
         assert func.script() != default_schedule(kernel, target, thread_columns=4).script(), kernel.name
         compile_module(tvm.IRModule({"main": func}), target)
-    narrow = kernels.recurrent_step(cell, batch, 2047, False)
+    narrow = kernels.recurrent_step(cell, batch, 2040, False)
     chunk = kernels.input_gradient(4, 16, 2048, 2048, len(cell.gates), False)
     for kernel in (narrow, chunk):
         assert knobs.family(kernel, target) == "split_k", kernel.name
-        assert default_schedule(kernel, target).script() == default_schedule(kernel, target, thread_columns=4).script()
+        func = default_schedule(kernel, target).script()
+        assert func == default_schedule(kernel, target, thread_columns=4).script(), kernel.name
+        assert func != default_schedule(kernel, target, thread_columns=8).script(), kernel.name
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
@@ -536,13 +538,24 @@ def test_cuda_large_step_gemm_splits_over_blocks_with_its_epilogue_after(cell, b
     def kernel_names(text):
         return set(re.findall(r"void __launch_bounds__\(\d+\) (\w+)\(", text))
     rows, cols, reduction = cuda.matmul_extents(kernel)
-    assert cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols),
-                                min_slice=cuda.GPU_STEP_MATMUL_MIN_SLICE) == rule
+    assert cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols)) == rule
     assert len(kernel_names(source())) == 3
     assert slices in cuda.slice_variants(kernel, counts=(1, 2, 4, 5, 8))
     text = source(matmul=dict(k_slices=slices))
     assert len(kernel_names(text)) == 3 and "matmul_rf" in text  # (the slices' partial sums)
     assert "spill" not in _ptxas(text, tmp_path).replace("0 bytes spill", "")
+    # the forward step of the same shape is not split by default (GPU_FORWARD_STEP_K_SLICES), and is with it on
+    forward = kernels.recurrent_step(CELLS[cell], batch, hidden, True)
+    assert knobs.family(forward, target) == "matmul"
+
+    def forward_source():
+        func = default_schedule(forward, target)
+        return compile_module(tvm.IRModule({"main": func}), target).mod.imports[0].inspect_source()
+    assert len(kernel_names(forward_source())) == 2 and cuda.slice_variants(forward)
+    monkeypatch.setattr(cuda, "GPU_FORWARD_STEP_K_SLICES", True)
+    rows, cols, reduction = cuda.matmul_extents(forward)
+    if cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols)) > 1:
+        assert len(kernel_names(forward_source())) == 3
     monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_K_SLICES", False)
     assert len(kernel_names(source())) == 2 and cuda.slice_variants(kernel) == []
     with pytest.raises(s_tir.ScheduleError, match="GPU_STEP_MATMUL_K_SLICES"):
@@ -987,11 +1000,12 @@ def test_persistent_row_tiles_fit_the_device():
     assert persistent_row_tiles(160, 2048, 1, 8192, 1, 142, 99 * 1024) is None
 
 
-def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
-    """A step of 128 rows or more past row tiles' units, with 2^16 outputs or more (not persistent),
+def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypatch):
+    """A step of 128 rows or more past row tiles' units, with 2^18 outputs or more (a backward
+    step: 2^16; not persistent),
     takes the tiled GEMM into a buffer of its own and its epilogue as a second kernel
-    (``schedules.common._gpu_kind``): two kernels (three where the rule splits its reduction over
-    blocks: the LSTM's training step), the first with the GEMM's 128-bit shared-memory loads and no
+    (``schedules.common._gpu_kind``): two kernels (three where the rule splits a backward step's
+    reduction over blocks), the first with the GEMM's 128-bit shared-memory loads and no
     gate math, compiled without spills; the template's space holds the default, and its listed
     variants build. Fewer rows, or a persistent step, keep their templates."""
     import re
@@ -1012,9 +1026,8 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
                              target=target).mod.imports[0].inspect_source()
         names = sorted(set(re.findall(r"__launch_bounds__\(\d+\) (\w+)\(", source)))
         rows, cols, reduction = cuda.matmul_extents(kernel)
-        split = cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols),
-                                     min_slice=cuda.GPU_STEP_MATMUL_MIN_SLICE) > 1
-        assert len(names) == 2 + split, names  # (a split's slices summed by a kernel of their own)
+        split = reduction > cols and cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols)) > 1
+        assert len(names) == 2 + split, names  # (a backward step's slices summed by a kernel of their own)
         gemm = source.split(names[0] + "(", 2)[2].split('extern "C"')[0]
         assert "float4" in gemm and "tanhf" not in gemm and "__expf" not in gemm and "expf" not in gemm
         report = _ptxas(source, tmp_path)
@@ -1032,8 +1045,14 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path):
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 127, 1024, train=False), target) == "split_k"
     assert knobs.family(kernels.backward_step(CELLS["lstm"], 200, 1024), target) == "matmul"  # 2^16 outputs or more
     assert knobs.family(kernels.backward_step(CELLS["lstm"], 127, 1024), target) == "split_k"  # < 128 rows
-    # split-K at a prime row count: one row a thread, at most 1,024 threads a block (2,056 were refused at launch)
-    prime = kernels.backward_step(CELLS["lstm"], 127, 1000)
+    # forward steps from 2^18 outputs: a GRU's at 128 x 3 x 600 (230,400) stays split-K, an Elman's at 200 x 768 too
+    assert knobs.family(kernels.recurrent_step(CELLS["gru"], 128, 600, train=False), target) == "split_k"
+    assert knobs.family(kernels.recurrent_step(CELLS["rnn_tanh"], 200, 768, train=False), target) == "split_k"
+    # split-K at a prime row count: one row a thread, at most 1,024 threads a block (2,056 were refused at
+    # launch): a backward step of 257 x 1000 outputs, split-K where the tiled GEMM's threshold is above it
+    from tvmrnn.schedules import common
+    monkeypatch.setattr(common, "GPU_BACKWARD_STEP_MATMUL_OUTPUTS", 1 << 18)
+    prime = kernels.backward_step(CELLS["lstm"], 257, 1000)
     assert knobs.family(prime, target) == "split_k"
     source = tvm.compile(tvm.IRModule({"main": default_schedule(prime, target)}), target=target).mod.imports[0].inspect_source()
     assert max(int(t) for t in re.findall(r"__launch_bounds__\((\d+)\)", source)) <= 1024

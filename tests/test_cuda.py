@@ -551,13 +551,13 @@ def test_row_groups_match_torch_on_cuda(cell, batch, hidden, num_layers, bidirec
     ("lstm", 130, 520, 1, True, "off"), ("gru", 200, 1000, 2, False, "off"), ("rnn_tanh", 520, 1040, 1, False, "auto"),
     ("lstm", 257, 1040, 1, False, "auto")])
 def test_large_steps_take_the_tiled_gemm_on_cuda(cell, batch, hidden, num_layers, bidirectional, persistent, rng):
-    """Steps of 128 rows or more past row tiles' units with 2^16 outputs or more (forward: rows x
-    gates x units, backward: rows x units) take the tiled GEMM into a buffer, then the epilogue as
+    """Steps of 128 rows or more past row tiles' units with 2^18 outputs or more (forward: rows x
+    gates x units; backward, rows x units: 2^16) take the tiled GEMM into a buffer, then the epilogue as
     a kernel of its own, and their loops stay launches even where the weights would fit on chip.
     Odd rows and units (padded tiles), stacked directions, two layers; forward, training forward
     and every gradient against torch.nn in float64."""
     from tvmrnn.schedules import knobs
-    from tvmrnn.schedules.common import GPU_STEP_MATMUL_OUTPUTS
+    from tvmrnn.schedules.common import GPU_BACKWARD_STEP_MATMUL_OUTPUTS
     options = BuildOptions(persistent=persistent)
     for T in (1, 6):
         _check(cell, num_layers, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
@@ -568,7 +568,7 @@ def test_large_steps_take_the_tiled_gemm_on_cuda(cell, batch, hidden, num_layers
                 if k.name.startswith(("recurrent_step_", "backward_step_"))}
     assert {f for name, f in families.items() if name.startswith("recurrent_step_")} == {"matmul"}, families
     D = 2 if bidirectional else 1
-    backward = "matmul" if D * batch * hidden >= GPU_STEP_MATMUL_OUTPUTS else "split_k"
+    backward = "matmul" if D * batch * hidden >= GPU_BACKWARD_STEP_MATMUL_OUTPUTS else "split_k"
     assert {f for name, f in families.items() if name.startswith("backward_step_")} == {backward}, families
     assert not any(p.uses_persistent_loops for p in rnn.programs.values())
 
@@ -578,13 +578,13 @@ def test_large_steps_split_over_blocks_match_torch_on_cuda(cell, batch, hidden, 
     """A large step's tiled GEMM split over blocks (``cuda.GPU_STEP_MATMUL_K_SLICES``, the default
     since v63), its slices summed by a kernel of their own before the epilogue kernel; backward
     steps from 2^16 outputs on the tiled GEMM, so that the backward's steps split (LSTM N=160
-    H=576: forward 2 slices with slices of 256 allowed, backward 9; GRU N=131 H=1040, prime rows:
+    H=576: forward 2 slices with forward splits on, backward 9; GRU N=131 H=1040, prime rows:
     backward 5). Forward, training forward and every gradient against torch.nn in float64; each
     backward step is three launches, the LSTM's forward step GEMM split too."""
     from tvmrnn.schedules import common, cuda
     monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_K_SLICES", True)
-    monkeypatch.setattr(cuda, "GPU_STEP_MATMUL_MIN_SLICE", 256)  # (the default, 384, leaves H = 576's forward whole)
-    monkeypatch.setattr(common, "GPU_STEP_MATMUL_OUTPUTS", 1 << 16)
+    monkeypatch.setattr(cuda, "GPU_FORWARD_STEP_K_SLICES", True)  # (off by default)
+    monkeypatch.setattr(common, "GPU_BACKWARD_STEP_MATMUL_OUTPUTS", 1 << 16)
     options = BuildOptions(persistent="off")
     built.cache_clear()  # builds are cached by their arguments, which do not say this
     try:
@@ -606,8 +606,17 @@ def test_wide_launched_steps_match_torch_on_cuda(cell, batch, hidden, rng):
     """Steps of 2048+ units whose weights stay off chip: launched split-K steps with 8 output
     columns a thread (``split_k.default_thread_columns``, v63), forward, training forward and every
     gradient against torch.nn in float64 at odd rows and units."""
+    from tvmrnn.schedules import default_schedule, knobs
+    options = BuildOptions(persistent="off")
     _check(cell, 1, False, False, 4, rng, target="cuda", as_array=to_cuda, hidden=hidden, input_size=96, batch=batch,
-           tol=1e-4, options=BuildOptions(persistent="off"))
+           tol=1e-4, options=options)
+    rnn = built(cell, 1, False, False, input_size=96, hidden_size=hidden, batch_size=batch, target="cuda",
+                options=options)
+    steps = [k for p in rnn.programs.values() for k in p.kernels.values()
+             if k.name.startswith(("recurrent_step_", "backward_step_")) and knobs.family(k, rnn.target) == "split_k"]
+    assert steps
+    for k in steps:  # the build's default: 8 columns a thread
+        assert default_schedule(k, rnn.target).script() == default_schedule(k, rnn.target, thread_columns=8).script()
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])

@@ -47,15 +47,20 @@ GPU_ROW_TILE_UNITS = 512
 # v42). Such a step (not persistent: its weights do not fit on chip) takes the tiled GEMM into a
 # buffer in global memory (L2 holds it) and its epilogue as a second kernel, one thread per output
 # element (:func:`tvmrnn.schedules.cuda.gpu_matmul`): a launch and a round trip of the GEMM's result
-# through L2 a step, against a GEMM of tens of microseconds. From GPU_STEP_MATMUL_OUTPUTS outputs.
-# Until v63 that was 2^18: without a split of the reduction (which the tiled GEMM then lacked for a
-# fused epilogue) fewer outputs left SMs idle (H200, T = 50: the LSTM's backward step at N = 128,
-# H = 1024, 128 x 1024 outputs, training 13.1 ms with split-K, 17.2 with the tiled GEMM; at N =
-# 256, 256 x 1024, 36.8 ms with split-K, 26.3 with the tiled GEMM; the GRU's forward at N = 128,
-# H = 2048, 128 x 6144, 20.8 -> 11.0 ms inference). With the split (cuda.GPU_STEP_MATMUL_K_SLICES)
-# 2^16: the LSTM at N = 128, H = 1024 trained in 12.2 ms with split-K, 10.3 with the split tiled
-# GEMM; N = 192, H = 768 13.7 -> 10.7; the GRU at N = 128, H = 1024 10.1 -> 8.8 (v63).
-GPU_STEP_MATMUL_OUTPUTS = 1 << 16
+# through L2 a step, against a GEMM of tens of microseconds. From GPU_STEP_MATMUL_OUTPUTS outputs
+# (a forward step: its reduction no longer than its columns), GPU_BACKWARD_STEP_MATMUL_OUTPUTS (a
+# backward step: G x H gate gradients reduced into H columns). Until v63 both were 2^18: without a
+# split of the reduction (which the tiled GEMM then lacked for a fused epilogue) fewer outputs left
+# SMs idle (H200, T = 50: the LSTM's backward step at N = 128, H = 1024, 128 x 1024 outputs,
+# training 13.1 ms with split-K, 17.2 with the tiled GEMM; at N = 256, 256 x 1024, 36.8 ms with
+# split-K, 26.3 with the tiled GEMM; the GRU's forward at N = 128, H = 2048, 128 x 6144, 20.8 ->
+# 11.0 ms inference). With the backward steps' split (cuda.GPU_STEP_MATMUL_K_SLICES) 2^16 for
+# them: the LSTM at N = 128, H = 1024 trained in 12.2 ms with split-K, 10.3 with the split tiled
+# GEMM; N = 192, H = 768 13.7 -> 10.7; the GRU at N = 128, H = 1024 10.1 -> 8.8 (v63; their forward
+# steps have 2^18 outputs or more, on the tiled GEMM either way). Forward steps below 2^18 were not
+# measured on it with a split (a forward step is not split by default: GPU_FORWARD_STEP_K_SLICES).
+GPU_STEP_MATMUL_OUTPUTS = 1 << 18
+GPU_BACKWARD_STEP_MATMUL_OUTPUTS = 1 << 16
 
 
 # Such a large step's loop may still run persistent, split-K's form (each block all the rows, its
@@ -105,7 +110,7 @@ GPU_TF32_STEP_WORK = 1 << 27
 # 13.0 (split over its rows before); at N = 128, H = 1024 the tiles lost (15.8 -> 19.1).
 GPU_TF32_BACKWARD_STEPS = "rows"
 # "Those that launches run on the SIMT tiled GEMM anyway" above: from 2^18 outputs, where the SIMT
-# GEMM began when v52 measured them. Since v63 it begins at 2^16 (GPU_STEP_MATMUL_OUTPUTS, split
+# GEMM began when v52 measured them. Since v63 it begins at 2^16 (GPU_BACKWARD_STEP_MATMUL_OUTPUTS, split
 # over blocks), and the backward steps in between keep the "rows" rule (at N = 128, H = 1024,
 # 131,072 outputs, the tiles lost in v52).
 GPU_TF32_BACKWARD_OUTPUTS = 1 << 18
@@ -179,7 +184,7 @@ def tf32_step(sch, kernel: Kernel) -> bool:
     math, not persistent, of at least :data:`GPU_TF32_STEP_ROWS` rows and
     :data:`GPU_TF32_STEP_WORK` multiply-adds a direction (problem), whose reduction is no longer
     than its columns (a forward step; the backward's reduce G x H gate gradients into H columns,
-    and take the tiles by :data:`GPU_TF32_BACKWARD_STEPS`).
+    and take the tiles by :data:`GPU_TF32_BACKWARD_STEPS` and :data:`GPU_TF32_BACKWARD_OUTPUTS`).
     The one rule: :func:`_gpu_kind`, :func:`tvmrnn.schedules.cuda.tf32_applies` and
     :func:`launches_beat_persistence` ask it."""
     if kernel.gemm is None or persistent_blocks(sch.mod["main"]) is not None:
@@ -237,8 +242,11 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
             return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
-        outputs = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:])
-        if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and outputs >= GPU_STEP_MATMUL_OUTPUTS:
+        columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
+        outputs = rows * columns
+        backward = math.prod(_extent(sch, l) for l in reduction) > columns  # G x H reduced into H columns
+        large = outputs >= (GPU_BACKWARD_STEP_MATMUL_OUTPUTS if backward else GPU_STEP_MATMUL_OUTPUTS)
+        if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and large:
             return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
         return "row tiles" if many else "split-K"
@@ -246,7 +254,8 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
 
 
 def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False) -> bool:
-    """Whether a step kernel is a large step (:data:`GPU_STEP_MATMUL_OUTPUTS`: its launches take
+    """Whether a step kernel is a large step (:data:`GPU_STEP_MATMUL_OUTPUTS`, backward
+    :data:`GPU_BACKWARD_STEP_MATMUL_OUTPUTS`: its launches take
     the tiled GEMM) of :data:`GPU_PERSISTENT_SPLIT_K_ROWS` rows a direction or more, whose time
     loop runs faster as launches than as a persistent kernel; with ``tensor_cores`` (a build with
     TF32 steps), also a step that its launches run on the TF32 tiles (:func:`tf32_step`)."""

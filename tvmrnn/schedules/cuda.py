@@ -236,23 +236,22 @@ GPU_MATMUL_MIN_SLICE = 256
 # GRU N = 256, H = 2048: 8), one block an SM. v62 wrote it; v63 measured it on the H200
 # (T = 50, whole passes, notes/bench/v63/h200/split_ab.txt, split_outputs_ab.txt): training
 # 61.8 -> 52.9 ms for the GRU at N = 256, H = 2048, 16.0 -> 15.0 at N = 256, H = 1024, and with
-# GPU_STEP_MATMUL_OUTPUTS at 2^16 (those backward steps on the split GEMM, not split-K) the LSTM
+# GPU_BACKWARD_STEP_MATMUL_OUTPUTS at 2^16 (those backward steps on the split GEMM, not split-K) the LSTM
 # at N = 192, H = 768 13.7 -> 10.7, N = 128, H = 1024 12.2 -> 10.3, the GRU at N = 128, H = 1024
-# 10.1 -> 8.8. The one forward step it split (the LSTM's at N = 256, H = 1024: 4 slices of 256)
-# took inference 5.84 -> 6.13 ms: see GPU_STEP_MATMUL_MIN_SLICE.
+# 10.1 -> 8.8 (their forward steps, persistent below 160 rows, unchanged). The forward step it
+# split where it was launched (the LSTM's at N = 256, H = 1024: 4 slices of 256) took inference
+# 5.84 -> 6.13 ms: see GPU_FORWARD_STEP_K_SLICES.
 GPU_STEP_MATMUL_K_SLICES = True
 
 
-# The shortest slice of such a step's split reduction (:func:`matmul_k_slices`' ``min_slice``):
-# the split writes and reads back slices x rows x columns partial sums a step, extra traffic of 4 x
-# slices / reduction bytes a multiply-add. The measured splits that won had slices of 384 to 1024
-# (the backward steps above: reductions of G x H); the one that lost, 256 (the LSTM's forward step
-# at N = 256, H = 1024, whose reduction is H).
-GPU_STEP_MATMUL_MIN_SLICE = 384
+# Whether a forward step's GEMM (a fused epilogue whose reduction, H, is no longer than its G x H
+# columns) takes the rule's split too by default. Off: the one measured (above) lost, and its
+# split writes and reads back slices x rows x G x H partial sums a step for a short reduction.
+# Tuning's ``k_slices`` knob still offers forward splits.
+GPU_FORWARD_STEP_K_SLICES = False
 
 
-def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS,
-                    min_slice: int | None = None) -> int:
+def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS) -> int:
     """How many blocks share the reduction of a ``rows x cols`` GEMM tiled by ``shape`` by default.
 
     The all-steps GEMMs of a short chunk (the last steps of a sequence: 4 steps x N = 20 rows)
@@ -261,20 +260,18 @@ def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 1
     (notes/performance.md v12), the 4-step input gradient (80 x 1600 x 3200) 75 blocks of 128.
     Slices multiply the blocks, each summing its part of the reduction into a partial result in
     global memory that a second kernel adds up with the GEMM's epilogue (cuBLAS's split-K). A
-    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices), each
-    at least ``min_slice`` long (None: :data:`GPU_MATMUL_MIN_SLICE`; a step's GEMM with a fused
-    epilogue: :data:`GPU_STEP_MATMUL_MIN_SLICE`)."""
+    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices)."""
     (vi, ti, mi), (vj, tj, mj) = shape
     blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
-    return _k_slices(blocks * ti * tj, reduction, k_tile, sms, min_slice)
+    return _k_slices(blocks * ti * tj, reduction, k_tile, sms)
 
 
-def _k_slices(threads: int, reduction: int, k_tile: int, sms: int, min_slice: int | None = None) -> int:
+def _k_slices(threads: int, reduction: int, k_tile: int, sms: int) -> int:
     """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles."""
     want = sms * GPU_MATMUL_FILL_THREADS
     if 4 * threads > want:
         return 1
-    most = max(1, min(want // threads, reduction // (min_slice or GPU_MATMUL_MIN_SLICE)))
+    most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
     return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
 
 
@@ -532,8 +529,9 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         shape = (rows or matmul_shape(m_total, n_total, sms)[0], cols or matmul_shape(m_total, n_total, sms)[1])
         if k_slices is not None:
             return k_slices
-        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms,
-                               GPU_STEP_MATMUL_MIN_SLICE if epilogue else None)
+        if epilogue and k_total <= n_total and not GPU_FORWARD_STEP_K_SLICES:  # a forward step
+            return 1
+        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms)
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile,
                                                                       sum_at_consumer=not epilogue)
     default_rows, default_cols = matmul_shape(m_total, n_total, sms) if isinstance(m_total, int) else (rows, cols)

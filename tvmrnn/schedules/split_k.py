@@ -117,8 +117,9 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
 # A launched (not persistent) split-K step kernel (one row axis a problem: a step's batch rows)
 # whose GEMM has this many output units (the leading output column) or more keeps 8 output columns
 # a thread in registers by default, others 4 (``thread_columns``; a persistent step's is in
-# PERSISTENT_TILES). v63, H200, T = 50, whole passes (notes/bench/v63/h200/columns_ab*.txt): 8
-# columns took the LSTM at N = 32, H = 2048 from 5.60 / 14.69 ms (inference / training) to
+# PERSISTENT_TILES). v63, H200, T = 50, whole passes (notes/bench/v63/h200/columns_ab*.txt), with
+# 8 for every launched split-K kernel (the one-step GEMMs of a sequence's last steps too, which
+# the rule leaves at 4: a few calls a pass against a step's): 8 columns took the LSTM at N = 32, H = 2048 from 5.60 / 14.69 ms (inference / training) to
 # 5.26 / 13.75, the GRU at N = 64, H = 2048 from 10.36 / 24.62 to 9.26 / 23.27 (their forward and
 # backward steps launched: the weights do not fit on chip); for the backward steps alone, the
 # LSTM's at N = 64, H = 1024 trained 6.62 -> 6.43 ms, the GRU's at N = 20, H = 800 2.98 -> 3.09;
@@ -129,8 +130,10 @@ GPU_SPLIT_K_WIDE_UNITS = 2048
 
 
 def default_thread_columns(sch, kernel: Kernel, gemm) -> int:
-    """:func:`gpu_split_k`'s ``thread_columns`` by default: 8 for a step's GEMM (one row axis a
-    problem) of :data:`GPU_SPLIT_K_WIDE_UNITS` output units or more, else 4."""
+    """:func:`gpu_split_k`'s ``thread_columns`` by default: 8 for a launched step's GEMM (one row
+    axis a problem, not persistent) of :data:`GPU_SPLIT_K_WIDE_UNITS` output units or more, else 4."""
+    if persistent_blocks(sch.mod["main"]) is not None:
+        return 4
     spatial, _ = _gemm_axes(sch, gemm)
     n_rows = len(spatial) - len(kernel.columns)
     step = n_rows - kernel.batch == 1

@@ -6,7 +6,7 @@
 #   bash notes/bench/v63/gpu_run.sh sweeps    # against cuDNN, with absolute times
 # For the next session (v63's runbook), in this order:
 #   bash notes/bench/v63/gpu_run.sh tests     # the full CUDA file with v63's defaults (split on, 2^16, 8 columns)
-#   bash notes/bench/v63/gpu_run.sh revert    # v63's defaults against v62's, and the 2-slice forward at N = 256
+#   bash notes/bench/v63/gpu_run.sh revert    # v63's defaults against v62's, and forward steps split too
 #   bash notes/bench/v63/gpu_run.sh sweeps    # sweep_large, then sweep_batches
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 case "$1" in
@@ -22,13 +22,13 @@ columns)
         2>&1 | grep -v Warn | tee $OUT/columns_ab.txt ;;
 sweeps)
     bash notes/bench/v62/gpu_run.sh sweeps ;;
-revert)  # as is (v63) -> v62's large-step constants; then the forward's 2-slice split against none
+revert)  # as is (v63) -> v62's large-step constants; then forward steps split too (off by default)
     timeout 330 python3 notes/bench/v62/constants_ab.py \
-        'tvmrnn.schedules.cuda.GPU_STEP_MATMUL_K_SLICES=false;tvmrnn.schedules.common.GPU_STEP_MATMUL_OUTPUTS=262144' \
+        'tvmrnn.schedules.cuda.GPU_STEP_MATMUL_K_SLICES=false;tvmrnn.schedules.common.GPU_BACKWARD_STEP_MATMUL_OUTPUTS=262144' \
         lstm:256:1024:1024:50 gru:128:2048:2048:50 lstm:512:1024:1024:50 lstm:128:2048:2048:50 \
         2>&1 | grep --line-buffered -v Warn > $OUT/revert_ab.txt
-    timeout 200 python3 notes/bench/v62/constants_ab.py 'tvmrnn.schedules.cuda.GPU_STEP_MATMUL_MIN_SLICE=1024' \
-        lstm:256:1024:1024:50 lstm:256:768:768:50 2>&1 | grep --line-buffered -v Warn > $OUT/min_slice_ab.txt
-    cat $OUT/revert_ab.txt $OUT/min_slice_ab.txt ;;
+    timeout 200 python3 notes/bench/v62/constants_ab.py 'tvmrnn.schedules.cuda.GPU_FORWARD_STEP_K_SLICES=true' \
+        lstm:256:1024:1024:50 gru:256:2048:2048:50 2>&1 | grep --line-buffered -v Warn > $OUT/forward_split_ab.txt
+    cat $OUT/revert_ab.txt $OUT/forward_split_ab.txt ;;
 *) echo "usage: $0 tests|split|columns|sweeps|revert"; exit 2 ;;
 esac

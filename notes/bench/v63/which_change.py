@@ -12,11 +12,14 @@ import tvmrnn
 import tvmrnn.runtime.build as build_module
 from tvmrnn.schedules import common, cuda, split_k
 
-SETTINGS = {
-    "split": [(cuda, "GPU_STEP_MATMUL_K_SLICES", True)],
-    "split+outputs": [(cuda, "GPU_STEP_MATMUL_K_SLICES", True), (common, "GPU_STEP_MATMUL_OUTPUTS", 65536)],
-    "columns8": [(split_k, "GPU_SPLIT_K_THREAD_COLUMNS", 8)],
+SETTINGS = {  # (run first at v63's first commit, against v62's constants; these are today's, reverted)
+    "v62 split": [(cuda, "GPU_STEP_MATMUL_K_SLICES", False)],
+    "v62 split+outputs": [(cuda, "GPU_STEP_MATMUL_K_SLICES", False), (common, "GPU_BACKWARD_STEP_MATMUL_OUTPUTS", 1 << 18)],
+    "forward split": [(cuda, "GPU_FORWARD_STEP_K_SLICES", True)],
+    "columns4": [(split_k, "GPU_SPLIT_K_WIDE_UNITS", 1 << 30)],
 }
+for module, name, _ in (c for changes in SETTINGS.values() for c in changes):
+    assert hasattr(module, name), name
 
 
 class Captured(Exception):
