@@ -1002,11 +1002,10 @@ def test_persistent_row_tiles_fit_the_device():
 
 def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypatch):
     """A step of 128 rows or more past row tiles' units, with 2^18 outputs or more (a backward
-    step: 2^16; not persistent),
-    takes the tiled GEMM into a buffer of its own and its epilogue as a second kernel
-    (``schedules.common._gpu_kind``): two kernels (three where the rule splits a backward step's
-    reduction over blocks), the first with the GEMM's 128-bit shared-memory loads and no
-    gate math, compiled without spills; the template's space holds the default, and its listed
+    step: 2^16; not persistent), takes the tiled GEMM into a buffer of its own and its epilogue as
+    a second kernel (``schedules.common._gpu_kind``): two kernels (three where the rule splits a
+    backward step's reduction over blocks), the first with the GEMM's 128-bit shared-memory loads
+    and no gate math, compiled without spills; the template's space holds the default, and its listed
     variants build. Fewer rows, or a persistent step, keep their templates."""
     import re
     import tvm

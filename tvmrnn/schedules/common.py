@@ -237,15 +237,15 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
     # (direction), whatever the work
     if fused_epilogue(sch, kernel):
         persistent = persistent_blocks(sch.mod["main"]) is not None
-        work = rows * math.prod(_extent(sch, l) for l in spatial[n_rows:]) * math.prod(_extent(sch, l) for l in reduction)
+        columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
+        total = math.prod(_extent(sch, l) for l in reduction)
+        work = rows * columns * total
         units = _extent(sch, spatial[n_rows])
         own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
             return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
-        columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
-        outputs = rows * columns
-        backward = math.prod(_extent(sch, l) for l in reduction) > columns  # G x H reduced into H columns
-        large = outputs >= (GPU_BACKWARD_STEP_MATMUL_OUTPUTS if backward else GPU_STEP_MATMUL_OUTPUTS)
+        backward = total > columns  # G x H gate gradients reduced into H columns
+        large = rows * columns >= (GPU_BACKWARD_STEP_MATMUL_OUTPUTS if backward else GPU_STEP_MATMUL_OUTPUTS)
         if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and large:
             return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS

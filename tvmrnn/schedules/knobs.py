@@ -130,7 +130,8 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         shared = tuple(b for b in (48 * 1024, 96 * 1024, 160 * 1024) if b <= model.shared_bytes_per_block)
         return (Knob("threads", (256, 512, MAX_THREADS), PERSISTENT_TILES["threads"]),
                 Knob("accumulators", (24, 32, 48, 64, 96), PERSISTENT_TILES["accumulators"]),
-                Knob("thread_columns", (1, 2, 4, 8), PERSISTENT_TILES["thread_columns"]), Knob("unroll", (1, 4, 8, 16), 8),
+                Knob("thread_columns", (1, 2, 4, 8), PERSISTENT_TILES["thread_columns"]),
+                Knob("unroll", (1, 4, 8, 16), 8),
                 # vector_k AUTO: 4 for 4-gate units of 128+ rows, else 1 (split_k.gpu_split_k)
                 Knob("row_vector", (1, 2, 4), 1), Knob("vector_k", (AUTO, 1, 4), AUTO),
                 Knob("stage_epilogue", (0, 1), int(PERSISTENT_TILES["stage_epilogue"])),

@@ -32,8 +32,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
     in their row operand) ``slices`` ways (``rfactor``): each thread keeps a
     tile of rows x ``thread_columns`` in registers (None: :func:`default_thread_columns`; the G
     gates of one unit, or 4 units of a one-gate cell, or 4 columns of the backward's ``dh``: each
-    loaded input row value feeds 4 multiply-adds) and accumulates it over every ``slices``-th reduction index; consecutive
-    threads take consecutive columns (a warp reads the weights in contiguous runs). The partial
+    loaded input row value feeds 4 multiply-adds) and accumulates it over every ``slices``-th
+    reduction index; consecutive threads take consecutive columns (a warp reads the weights in contiguous runs). The partial
     sums meet in shared memory, where one thread per output element adds them up and runs the
     epilogue. At DS2 sizes (N = 20, H = 800) an LSTM step is 200 blocks of 100 threads (4 units
     x 25 slices, as many as 48 KB of shared memory holds), 80 accumulators per thread; a GRU step
@@ -119,8 +119,8 @@ def gpu_split_k(sch, kernel: Kernel, threads: int = 256, max_shared_bytes: int =
 # a thread in registers by default, others 4 (``thread_columns``; a persistent step's is in
 # PERSISTENT_TILES). v63, H200, T = 50, whole passes (notes/bench/v63/h200/columns_ab*.txt), with
 # 8 for every launched split-K kernel (the one-step GEMMs of a sequence's last steps too, which
-# the rule leaves at 4: a few calls a pass against a step's): 8 columns took the LSTM at N = 32, H = 2048 from 5.60 / 14.69 ms (inference / training) to
-# 5.26 / 13.75, the GRU at N = 64, H = 2048 from 10.36 / 24.62 to 9.26 / 23.27 (their forward and
+# the rule leaves at 4: a few calls a pass against a step's): 8 columns took the LSTM at N = 32,
+# H = 2048 from 5.60 / 14.69 ms (inference / training) to 5.26 / 13.75, the GRU at N = 64, H = 2048 from 10.36 / 24.62 to 9.26 / 23.27 (their forward and
 # backward steps launched: the weights do not fit on chip); for the backward steps alone, the
 # LSTM's at N = 64, H = 1024 trained 6.62 -> 6.43 ms, the GRU's at N = 20, H = 800 2.98 -> 3.09;
 # N = 128, H = 128 and N = 64, H = 256 were the same. The GEMMs over chunks of steps (rows of
@@ -561,5 +561,5 @@ def keeps_weights_on_chip(func: tvm.tirx.PrimFunc, kernel: Kernel) -> bool:
 # (at N = 64 the pass was the same; smaller steps were not measured in whole passes, and v16 had
 # the DS2 LSTM's pass 3% slower with it on the H100).
 GPU_VECTOR_K_ROWS = 128
-PERSISTENT_TILES = dict(threads=512, accumulators=48, thread_columns=4, stationary_bytes=GPU_MAX_SHARED_BYTES, stage_rows=True,
-                        vector_k=None, stage_epilogue=True, groups_outer=True, row_phases=0)
+PERSISTENT_TILES = dict(threads=512, accumulators=48, thread_columns=4, stationary_bytes=GPU_MAX_SHARED_BYTES,
+                        stage_rows=True, vector_k=None, stage_epilogue=True, groups_outer=True, row_phases=0)
