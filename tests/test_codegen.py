@@ -544,7 +544,8 @@ def test_cuda_large_step_gemm_splits_over_blocks_with_its_epilogue_after(cell, b
     text = source(matmul=dict(k_slices=slices))
     assert len(kernel_names(text)) == 3 and "matmul_rf" in text  # (the slices' partial sums)
     assert "spill" not in _ptxas(text, tmp_path).replace("0 bytes spill", "")
-    # the forward step of the same shape is not split by default (GPU_FORWARD_STEP_K_SLICES), and is with it on
+    # the forward step of the same shape is not split by default (its tiles fill more than
+    # 1 / GPU_FORWARD_STEP_FILL of the GPU's threads), and is with GPU_FORWARD_STEP_K_SLICES on
     forward = kernels.recurrent_step(CELLS[cell], batch, hidden, True)
     assert knobs.family(forward, target) == "matmul"
 
@@ -1055,12 +1056,39 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
     assert knobs.family(prime, target) == "split_k"
     source = tvm.compile(tvm.IRModule({"main": default_schedule(prime, target)}), target=target).mod.imports[0].inspect_source()
     assert max(int(t) for t in re.findall(r"__launch_bounds__\((\d+)\)", source)) <= 1024
-    # a large step's loop persistent (split-K's form) below GPU_PERSISTENT_SPLIT_K_ROWS rows, launches from them
+    # a large step's loop persistent (split-K's form) below GPU_PERSISTENT_SPLIT_K_ROWS rows, launches from
+    # them, and from 128 rows where the launched GEMM is split over blocks (cuda.GPU_FORWARD_STEP_FILL: the
+    # GRU's at N = 128, H = 1024 in 4; at H = 784 no count of slices cuts the reduction into 16-long tiles)
     import tvmrnn
-    fewer = tvmrnn.build("gru", input_size=8, hidden_size=1024, batch_size=128, target=target, cache=False)
+    from tvmrnn.schedules import common
+    assert common.GPU_PERSISTENT_SPLIT_K_ROWS > 128
+    unsplit = tvmrnn.build("gru", input_size=8, hidden_size=784, batch_size=128, target=target, cache=False)
+    split = tvmrnn.build("gru", input_size=8, hidden_size=1024, batch_size=128, target=target, cache=False)
     more = tvmrnn.build("lstm", input_size=8, hidden_size=768, batch_size=192, target=target, cache=False)
-    assert fewer.programs["forward"].uses_persistent_loops and not more.programs["forward"].uses_persistent_loops
+    assert unsplit.programs["forward"].uses_persistent_loops
+    assert not split.programs["forward"].uses_persistent_loops and not more.programs["forward"].uses_persistent_loops
     assert knobs.family(more.programs["forward"].kernels["recurrent_step_lstm_infer_n192_h768"], target) == "matmul"
+    for rnn, name, slices in ((split, "recurrent_step_gru_infer_n128_h1024", 4),
+                              (more, "recurrent_step_lstm_infer_n192_h768", 1)):
+        step = rnn.programs["forward"].kernels[name]
+        source = rnn.executable.mod.imports[0].inspect_source()
+        assert len(set(re.findall(rf"__launch_bounds__\(\d+\) ({name}\w*)\(", source))) == 2 + (slices > 1), name
+        assert f"{name}_persistent" not in rnn.schedules and name in rnn.schedules  # (called kernels only)
+        rows, cols, reduction = cuda.matmul_extents(step)
+        assert cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols),
+                                    fill=cuda.GPU_FORWARD_STEP_FILL) == slices
+    assert "recurrent_step_gru_infer_n128_h784" not in unsplit.schedules  # (scheduled to decide, not called)
+    # tuning's tasks are the kernels these builds call
+    from tvmrnn.tune.tasks import extract_tasks
+    for rnn in (unsplit, split):
+        tasks = {t.kernel.name for t in extract_tasks([rnn.config], target=target)}
+        assert tasks == {name for p in rnn.programs.values() for name in p.kernels}
+    # a persistent form that fit no block count is not listed (both directions' weights at H = 1024)
+    both = tvmrnn.build("gru", input_size=8, hidden_size=1024, batch_size=128, bidirectional=True, target=target,
+                        cache=False)
+    assert not both.programs["forward"].uses_persistent_loops
+    assert "recurrent_step_gru_infer_n128_h1024_d2" in both.schedules
+    assert not any(name.endswith("_persistent") for name in both.schedules) and set(both.records) <= set(both.schedules)
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 256, 512, train=False), target) == "row_tiles"
     persistent = kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 256, 1024, train=False), 132)
     assert knobs.family(persistent, target) == "persistent"

@@ -601,6 +601,24 @@ def test_large_steps_split_over_blocks_match_torch_on_cuda(cell, batch, hidden, 
     assert "matmul_rf" in source and ("recurrent_projection_rf" in source) == (cell == "lstm")
 
 
+@pytest.mark.parametrize("cell,bidirectional", [("gru", False), ("lstm", False), ("gru", True)])
+def test_forward_steps_of_128_rows_launched_and_split_match_torch_on_cuda(cell, bidirectional, rng):
+    """A large forward step of 128 rows a direction (below ``GPU_PERSISTENT_SPLIT_K_ROWS``) whose
+    tiled GEMM fills few of the GPU's threads: launched with its reduction split over blocks
+    (``cuda.GPU_FORWARD_STEP_FILL``, v64), not persistent, by default. Forward, training forward and
+    every gradient against torch.nn in float64. Both directions of one launch fill twice the
+    threads: not split (and launched: both directions' weights do not fit on chip)."""
+    from tvmrnn.schedules.common import splits_over_blocks
+    _check(cell, 1, bidirectional, False, 5, rng, target="cuda", as_array=to_cuda, hidden=1024, input_size=40,
+           batch=128, tol=1e-4)
+    rnn = built(cell, 1, bidirectional, False, input_size=40, hidden_size=1024, batch_size=128, target="cuda")
+    for name in ("forward", "forward_train"):
+        program = rnn.programs[name]
+        assert not program.uses_persistent_loops, name
+        steps = [k for k in program.kernels.values() if k.name.startswith("recurrent_step_")]
+        assert steps and all(splits_over_blocks(program.scheduled(k.name)) != bidirectional for k in steps), name
+
+
 @pytest.mark.parametrize("cell,batch,hidden", [("lstm", 3, 2048), ("gru", 17, 2050)])
 def test_wide_launched_steps_match_torch_on_cuda(cell, batch, hidden, rng):
     """Steps of 2048+ units whose weights stay off chip: launched split-K steps with 8 output
@@ -879,12 +897,12 @@ def test_half_builds_with_steps_on_tensor_cores_match_torch_on_cuda(dtype, cell,
     one launch each a step (``BuildOptions.tensor_core_steps``), and so do their backward steps
     from 160 rows (``GPU_TF32_BACKWARD_STEPS``): against float64 as the other half builds, at an
     odd hidden size, two bidirectional layers and a run-time batch below the build's."""
-    from tvmrnn.schedules.common import GPU_PERSISTENT_SPLIT_K_ROWS
+    from tvmrnn.schedules.common import GPU_TF32_BACKWARD_ROWS
     rnn = check_half_build(cell, I, H, layers, bidirectional, dtype, target="cuda", device="cuda", N=N, n=n)
     steps = [k for k, how in rnn.schedules.items() if k.startswith("recurrent_step")]
     assert steps and all(rnn.schedules[k] == "tf32" and k.endswith("_tf32") for k in steps), rnn.schedules
     backward = [k for k in rnn.schedules if k.startswith("backward_step")]
-    assert backward and all((rnn.schedules[k] == "tf32") == (N >= GPU_PERSISTENT_SPLIT_K_ROWS) for k in backward), \
+    assert backward and all((rnn.schedules[k] == "tf32") == (N >= GPU_TF32_BACKWARD_ROWS) for k in backward), \
         rnn.schedules
     assert any(k.startswith("input_projection") and k.endswith(("_f16", "_bf16")) for k in rnn.schedules)
 

@@ -946,6 +946,7 @@ class Program:
         self.blocks_used = 0  # the largest block count of a persistent step it took
         self.params: list[SequenceTensor] = []
         self._scheduled: dict[str, tirx.PrimFunc] = {}
+        self._launched_forms: dict[str, tirx.PrimFunc] = {}  # (scheduled to decide on persistence)
         self._stack: list[list] = [[]]
         self._extents: list = []  # extents of the loops being emitted, innermost last
         self.kernels: dict[str, Kernel] = {}
@@ -1049,7 +1050,8 @@ class Program:
             else:
                 kernel = persistent
         if kernel.name not in self._scheduled:
-            self._scheduled[kernel.name] = self.schedule(kernel)
+            launched = self._launched_forms.get(kernel.name)
+            self._scheduled[kernel.name] = launched if launched is not None else self.schedule(kernel)
             self.kernels[kernel.name] = kernel
         self._call_extents.setdefault(kernel.name, []).append(list(self._extents))
         if self._in_step_loop:
@@ -1172,8 +1174,9 @@ class Program:
         # common.backward_launches_beat_persistence). Nor, in any pass, a large step of many rows,
         # whose launches take the tiled GEMM: the LSTM's persistent forward at N = 256, H = 1024
         # (split-K, every block all 256 rows) took 58.7 ms on the H200, its launches 7.8 (v42;
-        # common.launches_beat_persistence)
-        declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel, self.tf32_steps) or (
+        # common.launches_beat_persistence); nor one of fewer rows whose launched GEMM is split over
+        # blocks (v64)
+        declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel, self.tf32_steps, self._launched) or (
             self.name == "backward" and backward_launches_beat_persistence(kernels.persistent(kernel, self.persistent_caps[0]))))
         if not declined:
             for cap in self.persistent_caps:
@@ -1193,6 +1196,12 @@ class Program:
                 break
         self._persistent_choice[kernel.name] = chosen
         return chosen
+
+    def _launched(self, kernel: Kernel) -> tirx.PrimFunc:
+        """A step kernel's launched form, scheduled (once: :meth:`call` takes it from here)."""
+        if kernel.name not in self._launched_forms:
+            self._launched_forms[kernel.name] = self.schedule(kernel)
+        return self._launched_forms[kernel.name]
 
     def _persistent_loop(self, var, extent, calls) -> list | None:
         """A time loop of one kernel as one launch: the loop moves inside the kernel.

@@ -18,7 +18,7 @@ from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..program.passes import Config, all_programs, bf16_projections_refused, half_precision_choices, loop_block_caps
 from ..program.sequence import SharedMemoryError, compile_module
-from ..tune.records import report_untuned, scheduler, tuned_options
+from ..tune.records import as_built, report_untuned, scheduler, tuned_options
 
 
 def _check_options(name, value, kind, minimum=None):
@@ -178,6 +178,12 @@ def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options
         executable = compile_module(module, target)
         bar.update(1)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
+    # the kernels the passes call (a step's launched form scheduled to decide on its persistence,
+    # a persistent form that fit no block count: scheduled, not called)
+    called = {as_built(k, target, allow_tf32, options.tf32_steps, options.tensor_core_operands).name
+              for p in programs for k in p.kernels.values()}
+    used = {name: how for name, how in used.items() if name in called}
+    picked = {name: record for name, record in picked.items() if name in called}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable, device_index=device_index)
     rnn.schedules = used  # kernel name -> "tuned", "default", "tf32" or "unmasked record"

@@ -58,16 +58,26 @@ GPU_ROW_TILE_UNITS = 512
 # them: the LSTM at N = 128, H = 1024 trained in 12.2 ms with split-K, 10.3 with the split tiled
 # GEMM; N = 192, H = 768 13.7 -> 10.7; the GRU at N = 128, H = 1024 10.1 -> 8.8 (v63; their forward
 # steps have 2^18 outputs or more, on the tiled GEMM either way). Forward steps below 2^18 were not
-# measured on it with a split (a forward step is not split by default: GPU_FORWARD_STEP_K_SLICES).
+# measured on it with a split (a forward step splits only where it fills few threads: cuda.GPU_FORWARD_STEP_FILL).
 GPU_STEP_MATMUL_OUTPUTS = 1 << 18
 GPU_BACKWARD_STEP_MATMUL_OUTPUTS = 1 << 16
 
 
 # Such a large step's loop may still run persistent, split-K's form (each block all the rows, its
-# slice of the weights on chip), below this many rows a direction: on the H200 at T = 50, the
+# slice of the weights on chip), below this many rows a direction, unless its launched GEMM is split
+# over blocks (launches_beat_persistence): on the H200 at T = 50, the
 # GRU at N = 128, H = 1024 took 0.79x cuDNN's inference time persistent, 0.46x as launches of
 # the tiled GEMM; the LSTM at N = 192, H = 768 0.64x persistent, 0.88x as launches; at N = 256,
-# H = 1024 58.7 ms persistent, 7.8 as launches (notes/performance.md v42).
+# H = 1024 58.7 ms persistent, 7.8 as launches (notes/performance.md v42). Since then the tiled GEMM
+# fills its shared tiles by cp.async (v61), and a forward step's GEMM that fills few of the GPU's
+# threads is split over blocks (cuda.GPU_FORWARD_STEP_FILL): such launches beat the persistent loop
+# from 128 rows (H200, T = 50, whole passes, inference / training ms, persistent -> launched and
+# split, notes/performance.md v64): the GRU at N = 128, H = 1024 3.50 / 8.85 -> 2.86 / 8.24 (4.10 /
+# 9.48 launched unsplit), H = 768 2.72 / 6.36 -> 1.91 / 5.47, N = 144, H = 768 4.61 / 8.82 -> 2.63 /
+# 6.74; the LSTM at N = 128, H = 1024 3.74 / 10.30 -> 3.33 / 9.87; one loss, the LSTM at N = 128,
+# H = 768 2.43 / 6.76 -> 2.62 / 6.88. Unsplit, the LSTM at N = 144, H = 768 (240 blocks of 32 x 64)
+# 3.00 / 8.40 -> 2.84 / 8.23 (kept persistent: one measurement). Backward steps this large launch
+# anyway (backward_launches_beat_persistence).
 GPU_PERSISTENT_SPLIT_K_ROWS = 160
 
 
@@ -103,12 +113,15 @@ GPU_TF32_STEP_ROWS = 128
 GPU_TF32_STEP_WORK = 1 << 27
 # Which backward steps (a reduction of G x H gate gradients into H columns) such a build runs on
 # the TF32 tiles: "rows", those that launches run on the SIMT tiled GEMM anyway (:func:`_gpu_kind`)
-# and those of GPU_PERSISTENT_SPLIT_K_ROWS rows a direction and the forward rule's work; "matmul",
+# and those of GPU_TF32_BACKWARD_ROWS rows a direction and the forward rule's work; "matmul",
 # the first kind only; "all", those of the forward rule; "off" (v51). On the H200, fp16, training
 # (notes/performance.md v52): GRU T = 50, N = 256, H = 2048 48.3 -> 33.5 ms and LSTM N = 256,
 # H = 1024 17.7 -> 15.2 (on the SIMT tiled GEMM before), LSTM T = 100, N = 256, H = 512 14.5 ->
 # 13.0 (split over its rows before); at N = 128, H = 1024 the tiles lost (15.8 -> 19.1).
 GPU_TF32_BACKWARD_STEPS = "rows"
+# ... "rows": from this many rows a direction (v52 measured it with GPU_PERSISTENT_SPLIT_K_ROWS's
+# 160; at N = 128, H = 1024 the tiles lost, as above)
+GPU_TF32_BACKWARD_ROWS = 160
 # "Those that launches run on the SIMT tiled GEMM anyway" above: from 2^18 outputs, where the SIMT
 # GEMM began when v52 measured them. Since v63 it begins at 2^16 (GPU_BACKWARD_STEP_MATMUL_OUTPUTS, split
 # over blocks), and the backward steps in between keep the "rows" rule (at N = 128, H = 1024,
@@ -207,7 +220,7 @@ def tf32_step(sch, kernel: Kernel) -> bool:
     outputs = math.prod(_extent(sch, l) for l in spatial[:n_rows]) * columns
     if _gpu_kind(sch, kernel, False) == "matmul" and outputs >= GPU_TF32_BACKWARD_OUTPUTS:
         return True
-    return GPU_TF32_BACKWARD_STEPS == "rows" and own_rows >= GPU_PERSISTENT_SPLIT_K_ROWS and work
+    return GPU_TF32_BACKWARD_STEPS == "rows" and own_rows >= GPU_TF32_BACKWARD_ROWS and work
 
 
 def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | None:
@@ -253,12 +266,16 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"
 
 
-def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False) -> bool:
-    """Whether a step kernel is a large step (:data:`GPU_STEP_MATMUL_OUTPUTS`, backward
-    :data:`GPU_BACKWARD_STEP_MATMUL_OUTPUTS`: its launches take
-    the tiled GEMM) of :data:`GPU_PERSISTENT_SPLIT_K_ROWS` rows a direction or more, whose time
-    loop runs faster as launches than as a persistent kernel; with ``tensor_cores`` (a build with
-    TF32 steps), also a step that its launches run on the TF32 tiles (:func:`tf32_step`)."""
+def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False, launched=None) -> bool:
+    """Whether a step kernel's time loop runs faster as launches than as a persistent kernel: a
+    large step (:data:`GPU_STEP_MATMUL_OUTPUTS`, backward :data:`GPU_BACKWARD_STEP_MATMUL_OUTPUTS`:
+    its launches take the tiled GEMM, from :data:`GPU_ROW_TILE_ROWS` rows a direction) of
+    :data:`GPU_PERSISTENT_SPLIT_K_ROWS` rows a direction or more, or of fewer where its launched
+    GEMM is split over blocks (``launched(kernel)``: the launched form as scheduled, or None: not
+    asked); with ``tensor_cores`` (a build with TF32 steps), also a step that its launches run on
+    the TF32 tiles (:func:`tf32_step`). A tuning record of the launched form decides so too: one
+    that does not split it (or splits it other than by :data:`SLICE_SUM`'s template) leaves the
+    loop persistent. Tuning's tasks (:func:`tvmrnn.tune.tasks.extract_tasks`) decide without records."""
     if kernel.gemm is None:
         return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
@@ -268,7 +285,23 @@ def launches_beat_persistence(kernel: Kernel, tensor_cores: bool = False) -> boo
         return False
     spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
     n_rows = len(spatial) - len(kernel.columns)
-    return math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows]) >= GPU_PERSISTENT_SPLIT_K_ROWS
+    if math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows]) >= GPU_PERSISTENT_SPLIT_K_ROWS:
+        return True
+    return launched is not None and splits_over_blocks(launched(kernel))
+
+
+SLICE_SUM = "tvmrnn.slice_sum"  # the block that sums a split GEMM's slices (cuda._split_reduction)
+
+
+def splits_over_blocks(func) -> bool:
+    """Whether a scheduled GPU kernel's GEMM is split over blocks (it has a :data:`SLICE_SUM` block)."""
+    found = []
+
+    def visit(block, visitor):
+        found.append(SLICE_SUM in block.annotations)
+        visitor.default_visit(block)
+    tvm_ffi.structural_visit(func.body, [(tvm.s_tir.SBlock, visit)])
+    return any(found)
 
 
 def gemm_work(kernel: Kernel) -> int:

@@ -11,8 +11,8 @@ from tvm.s_tir import dlight
 from . import tensor_cores
 from ..kernels import Kernel
 
-from .common import (GPU_THREADS, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param, fused_epilogue, is_gpu, nvcc_unroll,
-                     tensor_core_operands, sum_slices_per_output, tf32_step)
+from .common import (GPU_THREADS, SLICE_SUM, _divisor, _extent, _gemm_axes, _gpu_kind, _uses, _writes_param,
+                     fused_epilogue, is_gpu, nvcc_unroll, tensor_core_operands, sum_slices_per_output, tf32_step)
 from .split_k import persistent_blocks
 
 
@@ -238,20 +238,33 @@ GPU_MATMUL_MIN_SLICE = 256
 # 61.8 -> 52.9 ms for the GRU at N = 256, H = 2048, 16.0 -> 15.0 at N = 256, H = 1024, and with
 # GPU_BACKWARD_STEP_MATMUL_OUTPUTS at 2^16 (those backward steps on the split GEMM, not split-K) the LSTM
 # at N = 192, H = 768 13.7 -> 10.7, N = 128, H = 1024 12.2 -> 10.3, the GRU at N = 128, H = 1024
-# 10.1 -> 8.8 (their forward steps, persistent below 160 rows, unchanged). The forward step it
+# 10.1 -> 8.8 (their forward steps, then persistent below 160 rows, unchanged). The forward step it
 # split where it was launched (the LSTM's at N = 256, H = 1024: 4 slices of 256) took inference
-# 5.84 -> 6.13 ms: see GPU_FORWARD_STEP_K_SLICES.
+# 5.84 -> 6.13 ms: see GPU_FORWARD_STEP_K_SLICES and GPU_FORWARD_STEP_FILL.
 GPU_STEP_MATMUL_K_SLICES = True
 
 
-# Whether a forward step's GEMM (a fused epilogue whose reduction, H, is no longer than its G x H
-# columns) takes the rule's split too by default. Off: the one measured (above) lost, and its
-# split writes and reads back slices x rows x G x H partial sums a step for a short reduction.
-# Tuning's ``k_slices`` knob still offers forward splits.
+# Whether every forward step's GEMM (a fused epilogue whose reduction, H, is no longer than its G x H
+# columns) takes the rule's split by default. Off: the one such split measured with tiles that
+# filled a quarter of the GPU's threads (above) lost, and its split writes and reads back slices x
+# rows x G x H partial sums a step for a short reduction. Tuning's ``k_slices`` knob still offers
+# forward splits.
 GPU_FORWARD_STEP_K_SLICES = False
 
 
-def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS) -> int:
+# A forward step's GEMM is split by the rule where its output tiles give the GPU at most
+# 1 / GPU_FORWARD_STEP_FILL of ``GPU_MATMUL_FILL_THREADS`` threads an SM (the GEMMs' rule splits
+# from a quarter): 64 x 64 tiles of 128 rows, one block of 64 threads an SM. On the H200 (T = 50,
+# notes/performance.md v64) the GRU's forward at N = 128, H = 1024 (96 blocks, 1/11 of the threads;
+# 4 slices) took 4.10 ms inference launched unsplit, 2.86 split (3.50 with its persistent loop,
+# which such a split now replaces: common.launches_beat_persistence); launched and split won over
+# persistent loops at 1/8.2 to 1/14.7 of the threads; the LSTM's at N = 256, H = 1024 (1/4.1) lost
+# 5% split (v63). 6 lies between (and keeps 1/8.2 on GPUs of 108-132 SMs above it).
+GPU_FORWARD_STEP_FILL = 6
+
+
+def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS,
+                    fill: int = 4, problems: int = 1) -> int:
     """How many blocks share the reduction of a ``rows x cols`` GEMM tiled by ``shape`` by default.
 
     The all-steps GEMMs of a short chunk (the last steps of a sequence: 4 steps x N = 20 rows)
@@ -260,22 +273,22 @@ def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 1
     (notes/performance.md v12), the 4-step input gradient (80 x 1600 x 3200) 75 blocks of 128.
     Slices multiply the blocks, each summing its part of the reduction into a partial result in
     global memory that a second kernel adds up with the GEMM's epilogue (cuBLAS's split-K). A
-    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices)."""
+    slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices).
+    ``fill``: split only where the tiles give at most ``1 / fill`` of the threads wanted (a
+    forward step's GEMM: :data:`GPU_FORWARD_STEP_FILL`), counting the tiles of ``problems``
+    independent GEMMs (a step of both directions)."""
     (vi, ti, mi), (vj, tj, mj) = shape
     blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
-    return _k_slices(blocks * ti * tj, reduction, k_tile, sms)
+    return _k_slices(blocks * ti * tj * problems, reduction, k_tile, sms, fill)
 
 
-def _k_slices(threads: int, reduction: int, k_tile: int, sms: int) -> int:
+def _k_slices(threads: int, reduction: int, k_tile: int, sms: int, fill: int = 4) -> int:
     """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles."""
     want = sms * GPU_MATMUL_FILL_THREADS
-    if 4 * threads > want:
+    if fill * threads > want:
         return 1
     most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
     return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
-
-
-SLICE_SUM = "tvmrnn.slice_sum"  # the block that sums a split GEMM's slices at the root (_split_reduction)
 
 
 def _split_reduction(sch, gemm, slices: int, sum_at_consumer: bool = True):
@@ -516,6 +529,8 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         return
 
     epilogue = fused_epilogue(sch, kernel)
+    stmt = sch.get(sch.get_sblock(kernel.gemm))  # a step of both directions: twice the tiles
+    problems = math.prod(_static(iv.dom.extent) for iv in stmt.iter_vars[:kernel.batch])
     if epilogue and k_slices not in (None, 1) and not GPU_STEP_MATMUL_K_SLICES:
         raise s_tir.ScheduleError(f"{kernel.name}: a fused epilogue's GEMM is split over blocks only with "
                                   "GPU_STEP_MATMUL_K_SLICES on")
@@ -530,7 +545,8 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         if k_slices is not None:
             return k_slices
         if epilogue and k_total <= n_total and not GPU_FORWARD_STEP_K_SLICES:  # a forward step
-            return 1
+            return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms, fill=GPU_FORWARD_STEP_FILL,
+                                   problems=problems)
         return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms)
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile,
                                                                       sum_at_consumer=not epilogue)

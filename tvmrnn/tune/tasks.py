@@ -13,7 +13,7 @@ from ..schedules.split_k import persistent_blocks
 from ..kernels import Kernel
 from ..program.passes import all_programs, half_precision_choices, loop_block_caps
 
-from .records import as_built, best_latency_us, workload
+from .records import as_built, best_latency_us, is_fused_step, workload
 
 
 REFERENCE_LENGTH = 300  # Deep Speech 2's T: the sequence length task weights are counted at
@@ -80,8 +80,13 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
     tasks: dict[str, Task] = {}
     target = tvm.target.Target(target) if isinstance(target, (str, dict)) else target
 
-    def schedule(kernel):  # a persistent loop is decided by its step's schedule (weights on chip)
-        return default_schedule(kernel, target) if persistent_blocks(kernel.func) else kernel.func
+    def schedule(kernel):
+        # a persistent loop is decided by its step's schedule (weights on chip), and a large forward
+        # step's loop below 160 rows by its launched form's (split over blocks or not:
+        # common.launches_beat_persistence), each as a build without records schedules it
+        if persistent_blocks(kernel.func) or (target is not None and is_gpu(target) and is_fused_step(kernel)):
+            return default_schedule(kernel, target)
+        return kernel.func
 
     for config in configs:
         tf32_on = False

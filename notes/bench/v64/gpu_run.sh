@@ -3,6 +3,10 @@
 #   bash notes/bench/v64/gpu_run.sh tests     # = v63's: the full CUDA file (v63's defaults)
 #   bash notes/bench/v64/gpu_run.sh sweeps    # = v62's: sweep_large, then sweep_batches
 #   bash notes/bench/v64/gpu_run.sh forward   # 128-row forward steps launched (and split) instead of persistent
+# For the next session (v64's runbook), in this order:
+#   bash notes/bench/v64/gpu_run.sh tests     # the full CUDA file with v64's defaults (new: forward steps of 128 rows)
+#   bash notes/bench/v64/gpu_run.sh revert    # v64's forward rule against v63's where it was not measured
+#   bash notes/bench/v64/gpu_run.sh sweeps
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 ab() {  # ab LIMIT_S OUTFILE ASSIGNMENTS SHAPES...
     local limit=$1 out=$2 assign=$3; shift 3
@@ -17,5 +21,11 @@ forward)
     ab 110 forward_launched.txt 'tvmrnn.schedules.common.GPU_PERSISTENT_SPLIT_K_ROWS=128' gru:128:1024:1024:50
     ab 110 forward_split_192.txt 'tvmrnn.schedules.cuda.GPU_FORWARD_STEP_K_SLICES=true' gru:192:1024:1024:50
     cat $OUT/*.txt ;;
-*) echo "usage: $0 tests|sweeps|forward"; exit 2 ;;
+revert)  # as is (v64) -> v63 (no forward step split by default, so none launched below 160 rows)
+    ab 280 revert_ab.txt 'tvmrnn.schedules.cuda.GPU_FORWARD_STEP_FILL=1073741824' \
+        gru:160:768:768:50 rnn_tanh:512:1024:1024:50 rnn_tanh:256:2048:2048:50 rnn_tanh:144:2048:2048:50
+    ab 150 revert_ab2.txt 'tvmrnn.schedules.cuda.GPU_FORWARD_STEP_FILL=1073741824' \
+        lstm:128:1024:1024:100 gru:128:1024:1024:200
+    cat $OUT/revert_ab*.txt ;;
+*) echo "usage: $0 tests|sweeps|forward|revert"; exit 2 ;;
 esac
