@@ -7,6 +7,7 @@
 #   bash notes/bench/v64/gpu_run.sh tests     # the full CUDA file with v64's defaults (new: forward steps of 128 rows)
 #   bash notes/bench/v64/gpu_run.sh revert    # v64's forward rule against v63's where it was not measured
 #   bash notes/bench/v64/gpu_run.sh sweeps
+#   bash notes/bench/v64/gpu_run.sh tune      # GRU N=256 H=2048's forward step (0.81x): its listed splits and tiles, pass-checked
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 ab() {  # ab LIMIT_S OUTFILE ASSIGNMENTS SHAPES...
     local limit=$1 out=$2 assign=$3; shift 3
@@ -27,5 +28,13 @@ revert)  # as is (v64) -> v63 (no forward step split by default, so none launche
     ab 150 revert_ab2.txt 'tvmrnn.schedules.cuda.GPU_FORWARD_STEP_FILL=1073741824' \
         lstm:128:1024:1024:100 gru:128:1024:1024:200
     cat $OUT/revert_ab*.txt ;;
-*) echo "usage: $0 tests|sweeps|forward|revert"; exit 2 ;;
+tune)  # the listed variants (k_slices 1/2/4/8, other tiles) of the weakest sweep_large step, then a whole-pass check
+    mkdir -p $OUT/logs
+    timeout 400 python3 -m tvmrnn.cli.tune gru --input-size 2048 --hidden-size 2048 --batch-size 256 --target cuda \
+        --kernels recurrent_step_gru_infer_n256_h2048 --trials 24 --log-dir $OUT/logs --pass-length 50 2>&1 \
+        | grep --line-buffered -v Warn > $OUT/tune_gru_n256_h2048.txt
+    python3 -m tvmrnn.cli.tune gru --input-size 2048 --hidden-size 2048 --batch-size 256 --target cuda \
+        --log-dir $OUT/logs --list 2>&1 | grep -v Warn > $OUT/tune_list.txt
+    tail -30 $OUT/tune_gru_n256_h2048.txt $OUT/tune_list.txt ;;
+*) echo "usage: $0 tests|sweeps|forward|revert|tune"; exit 2 ;;
 esac
