@@ -1075,8 +1075,17 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
         assert len(set(re.findall(rf"__launch_bounds__\(\d+\) ({name}\w*)\(", source))) == 2 + (slices > 1), name
         assert f"{name}_persistent" not in rnn.schedules and name in rnn.schedules  # (called kernels only)
         rows, cols, reduction = cuda.matmul_extents(step)
-        assert cuda.matmul_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols),
-                                    fill=cuda.GPU_FORWARD_STEP_FILL) == slices
+        assert cuda.forward_step_k_slices(rows, cols, reduction, cuda.matmul_shape(rows, cols)) == slices
+    # a forward step filling more of the threads, up to 1 / GPU_FORWARD_STEP_LONG_FILL, split in slices of
+    # GPU_FORWARD_STEP_LONG_SLICE or longer (v65): the GRU's at N = 256, H = 2048 in 2; the LSTM's at N = 256,
+    # H = 1024 (slices of 512) not
+    for cell, n, h, slices in (("gru", 256, 2048, 2), ("lstm", 256, 1024, 1), ("lstm", 192, 2048, 2)):
+        step = kernels.recurrent_step(CELLS[cell], n, h, train=False)
+        rows, cols, reduction = cuda.matmul_extents(step)
+        shape = cuda.matmul_shape(rows, cols)
+        assert cuda.matmul_k_slices(rows, cols, reduction, shape, fill=cuda.GPU_FORWARD_STEP_FILL) == 1
+        assert cuda.forward_step_k_slices(rows, cols, reduction, shape) == slices, (cell, n, h)
+        assert common.splits_over_blocks(default_schedule(step, target)) == (slices > 1), (cell, n, h)
     assert "recurrent_step_gru_infer_n128_h784" not in unsplit.schedules  # (scheduled to decide, not called)
     # tuning's tasks are the kernels these builds call
     from tvmrnn.tune.tasks import extract_tasks

@@ -263,8 +263,32 @@ GPU_FORWARD_STEP_K_SLICES = False
 GPU_FORWARD_STEP_FILL = 6
 
 
+# A forward step's GEMM that fills more than 1 / GPU_FORWARD_STEP_FILL of the threads but at most
+# 1 / GPU_FORWARD_STEP_LONG_FILL is split too, into slices at least GPU_FORWARD_STEP_LONG_SLICE
+# long (fewer, longer slices: their partial sums and the kernel adding them cost less against a
+# long reduction). On the H200 (notes/performance.md v65, tuning's listed variants) the GRU's
+# forward step at N = 256, H = 2048 (384 blocks of 64 x 64, 1/2.75 of the threads) took 220 us
+# unsplit and 179 in 2 slices of 1024 (181 in 4, 191 in 8); in whole passes (T = 50) inference
+# 18.64 -> 16.48 ms. The LSTM's at N = 256, H = 1024 (1/4.1) lost 5% in 4 slices of 256 (v63)
+# and keeps its unsplit GEMM (no slice of 1024 leaves two).
+GPU_FORWARD_STEP_LONG_FILL = 2
+GPU_FORWARD_STEP_LONG_SLICE = 1024
+
+
+def forward_step_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS,
+                          problems: int = 1) -> int:
+    """How many blocks share a forward step's reduction by default (:func:`matmul_k_slices` with
+    :data:`GPU_FORWARD_STEP_FILL`, else in slices of at least :data:`GPU_FORWARD_STEP_LONG_SLICE`
+    up to :data:`GPU_FORWARD_STEP_LONG_FILL`)."""
+    slices = matmul_k_slices(rows, cols, reduction, shape, k_tile, sms, fill=GPU_FORWARD_STEP_FILL, problems=problems)
+    if slices > 1:
+        return slices
+    return matmul_k_slices(rows, cols, reduction, shape, k_tile, sms, fill=GPU_FORWARD_STEP_LONG_FILL,
+                           problems=problems, min_slice=GPU_FORWARD_STEP_LONG_SLICE)
+
+
 def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS,
-                    fill: int = 4, problems: int = 1) -> int:
+                    fill: int = 4, problems: int = 1, min_slice: int | None = None) -> int:
     """How many blocks share the reduction of a ``rows x cols`` GEMM tiled by ``shape`` by default.
 
     The all-steps GEMMs of a short chunk (the last steps of a sequence: 4 steps x N = 20 rows)
@@ -276,18 +300,19 @@ def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 1
     slice count divides the reduction into whole ``k_tile`` tiles (rfactor needs even slices).
     ``fill``: split only where the tiles give at most ``1 / fill`` of the threads wanted (a
     forward step's GEMM: :data:`GPU_FORWARD_STEP_FILL`), counting the tiles of ``problems``
-    independent GEMMs (a step of both directions)."""
+    independent GEMMs (a step of both directions); ``min_slice``: the shortest slice (None:
+    :data:`GPU_MATMUL_MIN_SLICE`)."""
     (vi, ti, mi), (vj, tj, mj) = shape
     blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
-    return _k_slices(blocks * ti * tj * problems, reduction, k_tile, sms, fill)
+    return _k_slices(blocks * ti * tj * problems, reduction, k_tile, sms, fill, min_slice)
 
 
-def _k_slices(threads: int, reduction: int, k_tile: int, sms: int, fill: int = 4) -> int:
+def _k_slices(threads: int, reduction: int, k_tile: int, sms: int, fill: int = 4, min_slice: int | None = None) -> int:
     """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles."""
     want = sms * GPU_MATMUL_FILL_THREADS
     if fill * threads > want:
         return 1
-    most = max(1, min(want // threads, reduction // GPU_MATMUL_MIN_SLICE))
+    most = max(1, min(want // threads, reduction // (min_slice or GPU_MATMUL_MIN_SLICE)))
     return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
 
 
@@ -545,8 +570,7 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         if k_slices is not None:
             return k_slices
         if epilogue and k_total <= n_total and not GPU_FORWARD_STEP_K_SLICES:  # a forward step
-            return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms, fill=GPU_FORWARD_STEP_FILL,
-                                   problems=problems)
+            return forward_step_k_slices(m_total, n_total, k_total, shape, k_tile, sms, problems=problems)
         return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms)
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile,
                                                                       sum_at_consumer=not epilogue)
