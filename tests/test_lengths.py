@@ -138,11 +138,12 @@ def test_bad_lengths_are_refused_and_the_rnn_stays_usable():
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell, monkeypatch):
-    """A masked CPU forward step's task tests its rows' mask before its GEMM's reduction loop and
-    skips it where none runs (tvmrnn.schedules.ended_rows): the forward steps carry the test, and
-    outputs, states and every gradient are the same bits as a build without it, on rows sorted
-    longest first (whole row tiles end) and unsorted, in both directions (the reverse one's dh0
-    comes through a row's first real step: a skip in the backward step got it wrong)."""
+    """A masked CPU step's task tests its rows' mask before its GEMM's reduction loop and skips it
+    where none runs (tvmrnn.schedules.ended_rows): the forward steps carry the test on their mask,
+    the backward steps on the mask of their GEMM's step (``gemm_mask``), and outputs, states and
+    every gradient are the same bits as a build without it, on rows sorted longest first (whole
+    row tiles end) and unsorted, in both directions (the reverse one's dh0 comes through a row's
+    first real step: a skip on the backward step's own mask got it wrong, v49)."""
     from tvmrnn.schedules import ended_rows
     T, batch, hidden = 23, 40, 48
     torch.manual_seed(3)
@@ -150,7 +151,7 @@ def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell
     builds = []
     for skip in (True, False):
         if not skip:
-            monkeypatch.setattr(ended_rows, "skip_ended_rows", lambda func, gemm: func)
+            monkeypatch.setattr(ended_rows, "skip_ended_rows", lambda func, gemm, mask="mask": func)
         builds.append(tvmrnn.build(cell, I, hidden, bidirectional=True, batch_size=batch, options=VARIABLE,
                                    cache=False))
     with_skip = builds[0]
@@ -158,6 +159,8 @@ def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell
         prog = with_skip.programs[name]
         steps = [k for k in prog.calls(T) if k.startswith("recurrent_step")]
         assert steps and all("if mask[" in prog.scheduled(k).script() for k in steps), (name, steps)
+    steps = [k for k in with_skip.programs["backward"].calls(T) if k.startswith("backward_step")]
+    assert steps and all("if gemm_mask[" in with_skip.programs["backward"].scheduled(k).script() for k in steps)
     sorted_lengths = np.sort(np.random.default_rng(4).integers(1, T + 1, batch))[::-1].copy()
     for lengths in (sorted_lengths, np.random.default_rng(5).permutation(sorted_lengths)):
         x, dy = _arrays((T, batch, I), 6), _arrays((T, batch, 2 * hidden), 7)

@@ -397,8 +397,9 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     all that step t-1's gate-math backward needs from step t, so that backward runs as the GEMM's
     epilogue, where the GEMM's result sits (cuDNN's backward fuses the same way). Inputs: ``dgh``
     (step t's recurrent-gate gradients), ``w`` (W_hh, PyTorch layout), ``dh_direct_in`` (step t's
-    direct part, where the cell has one), then the pointwise backward's inputs for step t-1 except
-    ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
+    direct part, where the cell has one), ``gemm_mask`` (masked: step t's mask, which the
+    expressions do not read: see :mod:`tvmrnn.schedules.ended_rows`), then the pointwise
+    backward's inputs for step t-1 except ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
     buffer as ``dh_direct_in``: each element is read before it is written, by the same thread).
     ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter. ``panel``:
     the weights' panels (:func:`backward_weight_shape`).
@@ -420,6 +421,9 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
     else:
         carried = lambda *i: mm[i]  # noqa: E731
+    if masked:  # the mask of the step whose dgh the GEMM reads (read by no expression: CPU schedules
+        # skip the GEMM of rows that have all ended there, tvmrnn.schedules.ended_rows)
+        inputs["gemm_mask"] = te.placeholder(lead + (batch,), F32, "gemm_mask")
     kernel = _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
                                  f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
                                  f"{_lead_suffix(directions)}{_MASKED if masked else ''}",

@@ -619,6 +619,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     views.update(dgh=gemm["dgh"], w=gemm["w"])
                     if dh_direct is not None:
                         views["dh_direct_in"] = gemm["dh_direct"]
+                    if mask is not None:  # the GEMM's step's mask (views["mask"]: its epilogue's step's)
+                        views["gemm_mask"] = mask.at("n", t=_time(config, T, d, T - 1 - u))
                     return views
                 prog.call(fused, **_bind(group, views_of))
             for d in group:

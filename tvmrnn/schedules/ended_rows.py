@@ -10,9 +10,14 @@ are the last ones and fill whole row tiles (this 2-core VM, bidirectional, T=100
 [50, 100]: N=20 inference 4.7% faster, training 2.8%; N=64 5.4-5.6% and 3.7-4.6%;
 notes/performance.md v49).
 
-Not the backward step: its mask is its epilogue's step's, while its GEMM carries the gradient of
-the step after, which for the reverse direction is a row's first real step (its own last time)
-when the epilogue's step is past the row's end: that row's GEMM result passes on to ``dh0``.
+Masked CPU backward steps too, on their ``gemm_mask`` (:func:`tvmrnn.kernels.backward_step`): a
+row that had ended at the step whose gate gradients the GEMM reads got zero gate gradients there,
+so its GEMM gives zeros, which the skip leaves (the output's init). The step's own ``mask`` is its
+epilogue's step's: for the reverse direction, a row's first real step (its own last time) comes
+after the epilogue's step is past the row's end, and that row's GEMM result passes on to ``dh0``
+(v49 tested ``mask`` there, and its test caught ``dh0`` off). Against a weight that is Inf or NaN
+a skipped row gets 0 for the GEMM's 0 x Inf = NaN; the rows that run still meet it, as
+torch.nn's packed path, which computes no ended row, does.
 
 This runs on scheduled kernels (as :mod:`tvmrnn.schedules.fast_math` does), so records and
 tuning keep the kernels' plain form.
@@ -53,14 +58,15 @@ def _find_update(func, block_name: str):
     return found[0] if len(found) == 1 else None
 
 
-def skip_ended_rows(func: tirx.PrimFunc, gemm: str) -> tirx.PrimFunc:
-    """``func`` (a scheduled masked forward step on a CPU: a ``mask`` parameter, one value per row
-    of each problem, selecting each output between the step's value and the old state, and the
-    GEMM ``gemm`` as an init and an update block) with the update's outermost
-    reduction loop run only where a row of the task runs. Unchanged where the structure is not
-    that (a tensorized GEMM, no mask, rows padded by a predicate, more rows a task than
-    :data:`MAX_ROWS_TESTED`)."""
-    mask = next((p for p in func.params if p.name == "mask"), None)
+def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.PrimFunc:
+    """``func`` (a scheduled masked step on a CPU: a ``mask`` parameter, one value per row of each
+    problem, 0 where the GEMM ``gemm``'s row result is not used (a forward step's select keeps
+    the old state) or is zero (a backward step's ``gemm_mask``), the GEMM as an init and an update
+    block) with the update's outermost reduction loop run only where a row of the task runs.
+    Unchanged where the structure is not that (a tensorized GEMM, no mask, rows padded by a
+    predicate, more rows a task than :data:`MAX_ROWS_TESTED`)."""
+    name = mask
+    mask = next((p for p in func.params if p.name == name), None)
     found = _find_update(func, f"{gemm}_update") if mask is not None else None
     if found is None:
         return func

@@ -701,6 +701,8 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             return fast_math.nan_propagating(fast_math.accurate_tanh(func))
         if kernel.name.startswith("recurrent_step"):  # a masked step's tasks skip their GEMM where all their rows have ended
             func = ended_rows.skip_ended_rows(func, kernel.gemm)
+        elif kernel.name.startswith("backward_step"):  # ... where all their rows had ended at the GEMM's step
+            func = ended_rows.skip_ended_rows(func, kernel.gemm, mask="gemm_mask")
         return fast_math.vectorisable(fast_math.nan_propagating(func))
 
     def candidates(mod):
