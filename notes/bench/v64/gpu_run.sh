@@ -35,6 +35,6 @@ tune)  # the listed variants (k_slices 1/2/4/8, other tiles) of the weakest swee
         | grep --line-buffered -v Warn > $OUT/tune_gru_n256_h2048.txt
     python3 -m tvmrnn.cli.tune gru --input-size 2048 --hidden-size 2048 --batch-size 256 --target cuda \
         --log-dir $OUT/logs --list 2>&1 | grep -v Warn > $OUT/tune_list.txt
-    tail -30 $OUT/tune_gru_n256_h2048.txt $OUT/tune_list.txt ;;
+    tail -n 30 $OUT/tune_gru_n256_h2048.txt $OUT/tune_list.txt ;;
 *) echo "usage: $0 tests|sweeps|forward|revert|tune"; exit 2 ;;
 esac
