@@ -10,7 +10,7 @@ lengths = torch.randint(T // 2, T + 1, (N,), generator=g)
 mods = {}
 orig = ended_rows.skip_ended_rows
 for name in ("skip", "noskip"):
-    ended_rows.skip_ended_rows = orig if name == "skip" else (lambda f, gemm: f)
+    ended_rows.skip_ended_rows = orig if name == "skip" else (lambda f, gemm, mask="mask": f)
     m = {"lstm": tt.LSTM, "gru": tt.GRU}[cell](I, H, bidirectional=True)
     torch.manual_seed(1); [p.data.uniform_(-0.06, 0.06) for p in m.parameters()]
     p = pack_padded_sequence(x, lengths, enforce_sorted=False)
