@@ -50,10 +50,15 @@ def digest(cell, n, h, changes):
     return hashlib.sha1(seen["text"].encode()).hexdigest()[:10]
 
 
-if __name__ == "__main__":
+def report(settings: dict, shapes) -> None:
+    """For each ``cell:N:H`` of ``shapes``, the names of ``settings`` whose changes change its build."""
     warnings.simplefilter("ignore")
-    for shape in sys.argv[1:]:
+    for shape in shapes:
         cell, n, h = shape.split(":")
         base = digest(cell, int(n), int(h), [])
-        changed = [name for name, ch in SETTINGS.items() if digest(cell, int(n), int(h), ch) != base]
+        changed = [name for name, ch in settings.items() if digest(cell, int(n), int(h), ch) != base]
         print(f"{shape:16s} changed by: {', '.join(changed) or '-'}", flush=True)
+
+
+if __name__ == "__main__":
+    report(SETTINGS, sys.argv[1:])

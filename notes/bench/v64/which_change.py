@@ -7,7 +7,6 @@ by default, so that no large step below 160 rows launches). Compiles nothing, ru
 import importlib.util
 import os
 import sys
-import warnings
 
 from tvmrnn.schedules import cuda
 
@@ -20,9 +19,4 @@ SETTINGS = {
 }
 
 if __name__ == "__main__":
-    warnings.simplefilter("ignore")
-    for shape in sys.argv[1:]:
-        cell, n, h = shape.split(":")
-        base = which.digest(cell, int(n), int(h), [])
-        changed = [name for name, ch in SETTINGS.items() if which.digest(cell, int(n), int(h), ch) != base]
-        print(f"{shape:16s} changed by: {', '.join(changed) or '-'}", flush=True)
+    which.report(SETTINGS, sys.argv[1:])
