@@ -399,8 +399,9 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     (step t's recurrent-gate gradients), ``w`` (W_hh, PyTorch layout), ``dh_direct_in`` (step t's
     direct part, where the cell has one), ``gemm_mask`` (masked: step t's mask, which the
     expressions do not read: see :mod:`tvmrnn.schedules.ended_rows`), then the pointwise
-    backward's inputs for step t-1 except ``dh``. Outputs: the pointwise backward's, for step t-1 (its ``dh_direct`` may be the same
-    buffer as ``dh_direct_in``: each element is read before it is written, by the same thread).
+    backward's inputs for step t-1 except ``dh``. Outputs: the pointwise backward's, for step t-1
+    (its ``dh_direct`` may be the same buffer as ``dh_direct_in``: each element is read before it
+    is written, by the same thread).
     ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter. ``panel``:
     the weights' panels (:func:`backward_weight_shape`).
     """

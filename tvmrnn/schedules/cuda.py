@@ -538,8 +538,9 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     the tile are padded (``pad_einsum``): the copies read zeros past the edges.
 
     ``k_slices`` splits the reduction over that many blocks (:func:`matmul_k_slices` picks the
-    default; a forward step's, :func:`forward_step_k_slices`): the slice becomes a leading batch axis (``blockIdx.z``) of a partial GEMM and a
-    second kernel adds the slices up and runs the epilogue (:func:`_split_reduction`). ``sms``:
+    default; a forward step's, :func:`forward_step_k_slices`): the slice becomes a leading batch
+    axis (``blockIdx.z``) of a partial GEMM and a second kernel adds the slices up and runs the
+    epilogue (:func:`_split_reduction`). ``sms``:
     the GPU's SMs (:func:`tvmrnn.device.device_model`), whose waves the default shapes fill.
 
     A large per-step GEMM with a fused epilogue (a step's gate math reading whole gate groups,
@@ -547,7 +548,8 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
     result in a buffer in global memory, and the epilogue runs as a second kernel, one thread per
     output element (:func:`_epilogue_kernel`); its reduction is split over blocks where
     ``k_slices`` asks (or by :func:`matmul_k_slices`' rule, a forward step's by
-    :func:`forward_step_k_slices`, where :data:`GPU_STEP_MATMUL_K_SLICES` is on), a third kernel summing the slices before the epilogue.
+    :func:`forward_step_k_slices`, where :data:`GPU_STEP_MATMUL_K_SLICES` is on), a third kernel
+    summing the slices before the epilogue.
     """
     if tf32:  # a tiling of its own: ``tf32`` may be a dict overriding the tile (:data:`TF32_TILES`)
         gpu_matmul_tf32(sch, kernel, k_slices=k_slices, tile=tf32 if isinstance(tf32, dict) else None, sms=sms)

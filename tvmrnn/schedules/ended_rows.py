@@ -65,9 +65,8 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.
     block) with the update's outermost reduction loop run only where a row of the task runs.
     Unchanged where the structure is not that (a tensorized GEMM, no mask, rows padded by a
     predicate, more rows a task than :data:`MAX_ROWS_TESTED`)."""
-    name = mask
-    mask = next((p for p in func.params if p.name == name), None)
-    found = _find_update(func, f"{gemm}_update") if mask is not None else None
+    flags = next((p for p in func.params if p.name == mask), None)  # the mask's buffer
+    found = _find_update(func, f"{gemm}_update") if flags is not None else None
     if found is None:
         return func
     loops, realize = found
@@ -75,9 +74,9 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.
         return func  # padded rows (a predicate): their mask index would run past the buffer
     block = realize.block
     store = block.body
-    m = len(mask.shape)
+    m = len(flags.shape)
     if not isinstance(store, tirx.BufferStore) or len(store.indices) < m or any(
-            int(a) != int(b) for a, b in zip(store.buffer.shape[:m], mask.shape)):
+            int(a) != int(b) for a, b in zip(store.buffer.shape[:m], flags.shape)):
         return func
     bindings = dict(zip([iv.var for iv in block.iter_vars], realize.iter_values))
     reductions = [v for iv, v in zip(block.iter_vars, realize.iter_values) if iv.iter_type == tirx.IterVar.CommReduce]
@@ -97,7 +96,7 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.
     running = None
     for values in itertools.product(*(range(e) for e in extents)):
         env = {loop.loop_var: tirx.const(int(loop.min) + v, str(loop.loop_var.ty)) for loop, v in zip(inner, values)}
-        test = tirx.BufferLoad(mask, [_substitute(index, env) for index in rows]) > tirx.const(0.5, "float32")
+        test = tirx.BufferLoad(flags, [_substitute(index, env) for index in rows]) > tirx.const(0.5, "float32")
         running = test if running is None else tirx.Or(running, test)
     target = loops[outer]
 
