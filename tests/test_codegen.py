@@ -1007,7 +1007,8 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
     a second kernel (``schedules.common._gpu_kind``): two kernels (three where the rule splits a
     backward step's reduction over blocks), the first with the GEMM's 128-bit shared-memory loads
     and no gate math, compiled without spills; the template's space holds the default, and its listed
-    variants build. Fewer rows, or a persistent step, keep their templates."""
+    variants build. A step of both directions takes it from 64 rows a direction (128 in all). Fewer
+    rows, or a persistent step, keep their templates."""
     import re
     import tvm
     import tvm_ffi
@@ -1020,7 +1021,10 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
     target = tvm.target.Target("nvidia/nvidia-h100")
     for kernel in (kernels.recurrent_step(CELLS["lstm"], 256, 1024, train=True),
                    kernels.recurrent_step(CELLS["gru"], 130, 700, train=False, directions=2, masked=True),
-                   kernels.backward_step(CELLS["gru"], 512, 1030)):
+                   kernels.backward_step(CELLS["gru"], 512, 1030),
+                   # both directions stacked, 64 rows or more each and 128 in all (v66)
+                   kernels.recurrent_step(CELLS["lstm"], 67, 1024, train=False, directions=2),
+                   kernels.backward_step(CELLS["gru"], 64, 1024, directions=2)):
         assert knobs.family(kernel, target) == "matmul", kernel.name
         source = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}),
                              target=target).mod.imports[0].inspect_source()
@@ -1045,6 +1049,10 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 127, 1024, train=False), target) == "split_k"
     assert knobs.family(kernels.backward_step(CELLS["lstm"], 200, 1024), target) == "matmul"  # 2^16 outputs or more
     assert knobs.family(kernels.backward_step(CELLS["lstm"], 127, 1024), target) == "split_k"  # < 128 rows
+    # stacked directions: 128 rows in all but fewer than GPU_STACKED_MATMUL_ROWS a direction stay split-K,
+    # and so does one direction of 64 rows
+    assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 63, 2048, train=False, directions=2), target) == "split_k"
+    assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 64, 2048, train=False), target) == "split_k"
     # forward steps from 2^18 outputs: a GRU's at 128 x 3 x 600 (230,400) stays split-K, an Elman's at 200 x 768 too
     assert knobs.family(kernels.recurrent_step(CELLS["gru"], 128, 600, train=False), target) == "split_k"
     assert knobs.family(kernels.recurrent_step(CELLS["rnn_tanh"], 200, 768, train=False), target) == "split_k"

@@ -619,6 +619,24 @@ def test_forward_steps_of_128_rows_launched_and_split_match_torch_on_cuda(cell, 
         assert steps and all(splits_over_blocks(program.scheduled(k.name)) != bidirectional for k in steps), name
 
 
+@pytest.mark.parametrize("cell,batch,hidden", [("lstm", 67, 1024), ("gru", 64, 2048)])
+def test_stacked_steps_of_64_rows_a_direction_take_the_tiled_gemm_and_match_torch_on_cuda(cell, batch, hidden, rng):
+    """A step of both directions at 64 or more rows a direction and 128 in all, past row tiles'
+    units (``common.GPU_STACKED_MATMUL_ROWS``, v66): launched on the tiled GEMM (a batch axis of
+    two problems) with its epilogue as a kernel of its own, forward and backward, not persistent
+    (both directions' weights do not fit on chip). Forward, training forward and every gradient
+    against torch.nn in float64, at odd rows (67)."""
+    from tvmrnn.schedules import knobs
+    _check(cell, 1, True, False, 4, rng, target="cuda", as_array=to_cuda, hidden=hidden, input_size=40, batch=batch,
+           tol=1e-4)
+    rnn = built(cell, 1, True, False, input_size=40, hidden_size=hidden, batch_size=batch, target="cuda")
+    steps = [k for p in rnn.programs.values() for k in p.kernels.values()
+             if k.name.startswith(("recurrent_step_", "backward_step_"))]
+    assert {s.name.split("_")[0] for s in steps} == {"recurrent", "backward"}
+    assert all(knobs.family(k, rnn.target) == "matmul" for k in steps), [k.name for k in steps]
+    assert not any(p.uses_persistent_loops for p in rnn.programs.values())
+
+
 @pytest.mark.parametrize("cell,batch,hidden", [("lstm", 3, 2048), ("gru", 17, 2050)])
 def test_wide_launched_steps_match_torch_on_cuda(cell, batch, hidden, rng):
     """Steps of 2048+ units whose weights stay off chip: launched split-K steps with 8 output

@@ -61,6 +61,14 @@ GPU_ROW_TILE_UNITS = 512
 # measured on it with a split (a forward step splits only where it fills few threads: cuda.GPU_FORWARD_STEP_FILL).
 GPU_STEP_MATMUL_OUTPUTS = 1 << 18
 GPU_BACKWARD_STEP_MATMUL_OUTPUTS = 1 << 16
+# A step of both directions (stacked: a batch axis of two problems) takes the tiled GEMM from
+# GPU_ROW_TILE_ROWS rows in all and GPU_STACKED_MATMUL_ROWS (a tile's rows) a direction: its
+# launch has the blocks of a one-direction step of twice the rows, which the tiled GEMM wins from
+# 128 (above). Until v66 a direction's own rows decided, and split-K ran the LSTM's bidirectional
+# step at N = 64, H = 2048 in 269 us (H200, T = 50: 0.56x cuDNN's inference, 0.63x training),
+# where the one-direction step of 128 rows, the same multiply-adds, takes about 160 on the tiled
+# GEMM (notes/performance.md v66; the stacked form at these rows is not measured yet).
+GPU_STACKED_MATMUL_ROWS = 64
 
 
 # Such a large step's loop may still run persistent, split-K's form (each block all the rows, its
@@ -259,7 +267,8 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
             return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
         backward = total > columns  # G x H gate gradients reduced into H columns
         large = rows * columns >= (GPU_BACKWARD_STEP_MATMUL_OUTPUTS if backward else GPU_STEP_MATMUL_OUTPUTS)
-        if own_rows >= GPU_ROW_TILE_ROWS and units > GPU_ROW_TILE_UNITS and large:
+        tiled = own_rows >= GPU_ROW_TILE_ROWS or (rows >= GPU_ROW_TILE_ROWS and own_rows >= GPU_STACKED_MATMUL_ROWS)
+        if tiled and units > GPU_ROW_TILE_UNITS and large:
             return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
         return "row tiles" if many else "split-K"

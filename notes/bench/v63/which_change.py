@@ -2,7 +2,7 @@
 build (sm_90, no records, before NVCC) with the constants as they are and with each setting of
 SETTINGS; prints the settings that change it. Compiles nothing, runs nothing.
 
-    python notes/bench/v63/which_change.py lstm:256:1024 gru:20:800 ...   (cell:N:H)
+    python notes/bench/v63/which_change.py lstm:256:1024 gru:20:800 ...   (cell:N:H, or cell:N:H:bi)
 """
 import hashlib
 import sys
@@ -26,7 +26,7 @@ class Captured(Exception):
     pass
 
 
-def digest(cell, n, h, changes):
+def digest(cell, n, h, changes, bidirectional=False):
     old = [(m, k, getattr(m, k)) for m, k, _ in changes]
     for m, k, v in changes:
         setattr(m, k, v)
@@ -39,7 +39,7 @@ def digest(cell, n, h, changes):
     saved = build_module.compile_module
     build_module.compile_module = capture
     try:
-        tvmrnn.build(cell, input_size=h, hidden_size=h, batch_size=n, target={"kind": "cuda", "arch": "sm_90"},
+        tvmrnn.build(cell, input_size=h, hidden_size=h, batch_size=n, bidirectional=bidirectional, target={"kind": "cuda", "arch": "sm_90"},
                      tuning_logs=False, cache=False)
     except Captured:
         pass
@@ -51,12 +51,13 @@ def digest(cell, n, h, changes):
 
 
 def report(settings: dict, shapes) -> None:
-    """For each ``cell:N:H`` of ``shapes``, the names of ``settings`` whose changes change its build."""
+    """For each ``cell:N:H`` (``cell:N:H:bi``: bidirectional) of ``shapes``, the names of
+    ``settings`` whose changes change its build."""
     warnings.simplefilter("ignore")
     for shape in shapes:
-        cell, n, h = shape.split(":")
-        base = digest(cell, int(n), int(h), [])
-        changed = [name for name, ch in settings.items() if digest(cell, int(n), int(h), ch) != base]
+        cell, n, h, *bi = shape.split(":")
+        base = digest(cell, int(n), int(h), [], bi == ["bi"])
+        changed = [name for name, ch in settings.items() if digest(cell, int(n), int(h), ch, bi == ["bi"]) != base]
         print(f"{shape:16s} changed by: {', '.join(changed) or '-'}", flush=True)
 
 
