@@ -242,6 +242,12 @@ GPU_MATMUL_MIN_SLICE = 256
 # split where it was launched (the LSTM's at N = 256, H = 1024: 4 slices of 256) took inference
 # 5.84 -> 6.13 ms: see GPU_FORWARD_STEP_K_SLICES and GPU_FORWARD_STEP_FILL.
 GPU_STEP_MATMUL_K_SLICES = True
+# Whether that split counts the tiles of both directions of a stacked step (a batch axis of two
+# problems, as forward steps do: forward_step_k_slices), so that a step of both directions at N
+# rows takes the slices of a one-direction step of 2N rows (the LSTM's backward at N = 64,
+# H = 1024: 8 slices of 512, not 16 of 256). Until v66 it counted one direction. Not measured on
+# a GPU yet (notes/performance.md v66).
+GPU_STEP_SLICES_COUNT_DIRECTIONS = True
 
 
 # Whether every forward step's GEMM (a fused epilogue whose reduction, H, is no longer than its G x H
@@ -573,7 +579,8 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
             return k_slices
         if epilogue and k_total <= n_total and not GPU_FORWARD_STEP_K_SLICES:  # a forward step
             return forward_step_k_slices(m_total, n_total, k_total, shape, k_tile, sms, problems=problems)
-        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms)
+        stacked = problems if epilogue and GPU_STEP_SLICES_COUNT_DIRECTIONS else 1
+        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms, problems=stacked)
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile,
                                                                       sum_at_consumer=not epilogue)
     default_rows, default_cols = matmul_shape(m_total, n_total, sms) if isinstance(m_total, int) else (rows, cols)
