@@ -440,6 +440,53 @@ def test_bad_states_are_a_clear_error():
     with pytest.raises(TypeError, match="hx: expected a tensor h0"):
         gru(x, (h,))
     assert lstm(x, (h, h))[0].shape == gru(x, h)[0].shape == (4, 3, 8)
+    # initial states of another dtype than the input's: torch.nn refuses them, so do the drop-ins
+    for bad in (h.double(), h.long()):
+        with pytest.raises(TypeError, match="hx: h0 is torch"):
+            gru(x, bad)
+        with pytest.raises(TypeError, match="hx: c0 is torch"):
+            lstm(x, (h, bad))
+    assert lstm(x, (h, h))[0].shape == gru(x, h)[0].shape == (4, 3, 8)
+
+
+@pytest.mark.parametrize("cls", [tt.LSTM, tt.GRU])
+def test_autograd_checks_what_the_backward_depends_on_as_torch_nn_does(cls):
+    """A training forward's input, initial states and parameters are saved for autograd's checks,
+    as torch.nn saves them: one changed in place before the backward is a RuntimeError (a gradient of
+    other values before), a second backward without ``retain_graph`` too (it doubled the gradients
+    before); with ``retain_graph`` the second backward runs and adds the same gradients again."""
+    torch.manual_seed(0)
+    ours = cls(5, 8, num_layers=2)
+    theirs = getattr(torch.nn, cls.__name__)(5, 8, num_layers=2)
+    theirs.load_state_dict(ours.state_dict())
+    x0 = torch.randn(6, 3, 5)
+    h0 = torch.randn(2, 3, 8)
+    hx = (h0, torch.randn(2, 3, 8)) if cls is tt.LSTM else h0
+    for module in (theirs, ours):
+        for change in ("x", "h0", "weight"):
+            x, h = x0.clone(), (tuple(t.clone() for t in hx) if isinstance(hx, tuple) else hx.clone())
+            y, _ = module(x, h)
+            with torch.no_grad():
+                {"x": x, "h0": h[0] if isinstance(h, tuple) else h, "weight": module.weight_hh_l1}[change].mul_(1.0)
+            with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+                y.sum().backward()
+            module.zero_grad()
+        y, _ = module(x0, hx)
+        y.sum().backward()
+        with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+            y.sum().backward()
+        module.zero_grad()
+        y, _ = module(x0, hx)
+        y.sum().backward(retain_graph=True)
+        once = module.weight_ih_l0.grad.clone()
+        y.sum().backward()
+        torch.testing.assert_close(module.weight_ih_l0.grad, 2 * once)
+        module.zero_grad()
+    y, _ = ours(x0, hx)
+    y.sum().backward()  # (usable afterwards)
+    ref, _ = theirs(x0, hx)
+    ref.sum().backward()
+    assert rel_error(ours.weight_hh_l0.grad, theirs.weight_hh_l0.grad) < 1e-5
 
 
 def test_cpu_bf16_autocast_runs_bf16_projections_where_the_cpu_has_them():

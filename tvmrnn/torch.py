@@ -160,6 +160,10 @@ class _Fused(torch.autograd.Function):
         if train:
             y, hy, cy, ws = rnn.forward_train(w, x, h0, c0, lengths=lengths)
             ctx.rnn, ctx.w, ctx.ws, ctx.names = rnn, w, ws, names
+            # saved for autograd's checks alone (the workspace holds what the backward reads): an
+            # input or parameter changed in place before the backward, or a second backward without
+            # retain_graph, raises as torch.nn's does, instead of a gradient of other values
+            ctx.save_for_backward(x, h0, c0, *params)
         else:
             y, hy, cy = rnn.forward(w, x, h0, c0, lengths=lengths)
         return (y, hy) if cy is None else (y, hy, cy)
@@ -169,6 +173,7 @@ class _Fused(torch.autograd.Function):
     # taken with create_graph=True raises when differentiated again, instead of silently not
     # requiring grad)
     def backward(ctx, dy, dhy, dcy=None):
+        ctx.saved_tensors  # (raises where a saved tensor changed in place, or was freed by a backward)
         has_c = dcy is not None
         grads = ctx.rnn.backward(ctx.w, ctx.ws, dy.contiguous(), dhy.contiguous(),
                                  dcy.contiguous() if has_c else None)
@@ -523,6 +528,8 @@ class _Mixin:
             # an Inf or NaN in h0: the projections' reformulation would meet 0 x Inf in the other
             # direction's widened input (_projected_layer); torch.nn's own LSTM, as torch.nn does it
             return self._torch_nn_forward(input, hx, "a non-finite h0")
+        if isinstance(data, torch.Tensor) and data.is_floating_point():
+            self._check_state_dtypes(data, hx)
         if isinstance(input, PackedSequence):
             return self._forward_packed(input, hx)
         if not isinstance(input, torch.Tensor):
@@ -530,6 +537,17 @@ class _Mixin:
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected a 2-d (unbatched) or 3-d tensor, got shape {tuple(input.shape)}")
         return self._forward_fp32(input, hx)
+
+    @staticmethod
+    def _check_state_dtypes(data, hx) -> None:
+        """An initial state of another dtype than the input's is a TypeError, as torch.nn refuses
+        it, except under autocast for the input's device (which casts both)."""
+        if hx is None or torch.is_autocast_enabled(data.device.type):
+            return
+        for name, t in zip(("h0", "c0"), hx if isinstance(hx, (tuple, list)) else (hx,)):
+            if isinstance(t, torch.Tensor) and t.dtype != data.dtype:
+                raise TypeError(f"hx: {name} is {t.dtype} but the input is {data.dtype}; give the initial "
+                                f"states the input's dtype")
 
     def _torch_nn_forward(self, input, hx, why: str):
         """What tvmrnn's fp32 kernels do not run, by torch.nn's own implementation of this module

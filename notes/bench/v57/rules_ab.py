@@ -90,7 +90,7 @@ def ab(shape, build_before, build_after, label):
     ``matmul_ab.py`` and v62's ``constants_ab.py``."""
     cell, n, h, i, T = shape.split(":")
     n, h, T = int(n), int(h), int(T)
-    sizes = dict(input_size=int(i), hidden_size=h, batch_size=n, target=os.environ.get("TARGET", "cuda"),
+    sizes = dict(input_size=int(i), hidden_size=h, batch_size=n, target=os.environ.get("TARGET", "cuda") or None,
                  tuning_logs=False, cache=False)
     t0 = time.perf_counter()
     before = build_before(cell, sizes)
@@ -109,7 +109,7 @@ def main(rule, shapes):
     for shape in shapes:
         cell, n, h, i, T = shape.split(":")
         n, h, T = int(n), int(h), int(T)
-        sizes = dict(input_size=int(i), hidden_size=h, batch_size=n, target=os.environ.get("TARGET", "cuda"),
+        sizes = dict(input_size=int(i), hidden_size=h, batch_size=n, target=os.environ.get("TARGET", "cuda") or None,
                      tuning_logs=False, cache=False)
         saved = (common.GPU_BACKWARD_PERSISTENT_WORK, cuda.column_sum_tile, cuda._in_input_order)
         old_rule(rule)
