@@ -59,6 +59,17 @@ def test_nan_and_inf_as_numpy_gives_them(compiled):
         assert np.array_equal(np.isposinf(got), np.isposinf(want)), name
         finite = np.isfinite(want)
         np.testing.assert_allclose(got[finite], want[finite], rtol=1e-6, atol=1e-30, err_msg=name)
+    # saturated exactly (a derivative 1 - tanh^2 of 0 then, as torch.nn's: 0 x Inf is NaN in the
+    # gradients of an Inf input, not Inf), and never past 1
+    x = np.resize(np.array([np.inf, -np.inf, 1e30, 20.0, 10.0, -12.0], np.float32), n)
+    args = [tvm.runtime.tensor(x)] + [tvm.runtime.tensor(np.zeros(n, np.float32)) for _ in range(3)]
+    lib["main"](*args)
+    assert np.array_equal(args[3].numpy(), np.sign(x)), args[3].numpy()[:6]
+    assert np.array_equal(args[2].numpy()[:3], [1.0, 0.0, 1.0])
+    x = np.linspace(-12, 12, n, dtype=np.float32)
+    args[0] = tvm.runtime.tensor(x)
+    lib["main"](*args)
+    assert np.abs(args[3].numpy()).max() == 1.0
 
 
 def test_gpu_tanh_is_accurate_and_passes_nan():
@@ -72,7 +83,7 @@ def test_gpu_tanh_is_accurate_and_passes_nan():
     assert "T.tanh" not in func.script() and "T.max" not in func.script() and "T.min" not in func.script()
     lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=host_target()).jit()
     rng = np.random.default_rng(1)
-    special = [np.nan, np.inf, -np.inf, 0.0, 1e-6, -1e-3, 7.9, 7.91, -9.0, 1e30]
+    special = [np.nan, np.inf, -np.inf, 0.0, 1e-6, -1e-3, 7.9, 7.91, -9.0, 1e30, 20.0, -1e30]
     xs = np.concatenate([rng.uniform(-10, 10, n // 2), rng.uniform(-0.3, 0.3, n // 2 - len(special)),
                          special]).astype(np.float32)
     out = tvm.runtime.tensor(np.zeros(n, np.float32))
@@ -81,3 +92,4 @@ def test_gpu_tanh_is_accurate_and_passes_nan():
     assert np.array_equal(np.isnan(got), np.isnan(want))
     finite = ~np.isnan(want)
     np.testing.assert_allclose(got[finite], want[finite], rtol=5e-7, atol=1e-30)
+    assert np.array_equal(got[[-11, -10, -3, -2, -1]], [1.0, -1.0, 1.0, 1.0, -1.0]) and np.abs(got[finite]).max() == 1.0

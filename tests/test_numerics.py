@@ -20,8 +20,9 @@ def _numpy(a):
 
 def _case(cell, place, hidden):
     """(x, h0, c0, params, dy) of a 1-layer bidirectional ``cell`` with one bad value at ``place``:
-    ``x`` (a NaN in one row at step 2), ``inf`` (every x +Inf), ``h0``, ``c0`` (a NaN in one row's
-    state), ``weight`` (a NaN in one recurrent weight of the reverse direction), ``bias`` (an Inf in
+    ``x`` (a NaN in one row at step 2), ``inf`` (every x +Inf), ``x_inf``, ``h0_inf``, ``c0_inf``
+    (one Inf: tanh and sigmoid saturate exactly, so their derivatives times it are NaN, as in
+    torch.nn), ``h0``, ``c0`` (a NaN in one row's state), ``weight`` (a NaN in one recurrent weight of the reverse direction), ``bias`` (an Inf in
     one input bias: a saturated gate, finite in torch.nn for some cells) or ``dy`` (a NaN in one output gradient); None where nothing is bad."""
     rng = np.random.default_rng(0)
     torch.manual_seed(0)
@@ -35,6 +36,12 @@ def _case(cell, place, hidden):
         x[2, 1, 0] = np.nan
     elif place == "inf":
         x[:] = np.inf
+    elif place == "x_inf":  # one Inf: saturated tanh and sigmoid whose derivatives meet it (0 x Inf)
+        x[1, 0, 0] = np.inf
+    elif place == "h0_inf":
+        h0[1, 2, 3] = -np.inf
+    elif place == "c0_inf":
+        c0[0, 1, 2] = np.inf
     elif place == "h0":
         h0[0, 2, 3] = np.nan
     elif place == "c0":
@@ -94,9 +101,12 @@ def check(cell, place, target=None, as_array=lambda a: a, hidden=H):
     _nan_pattern_matches(place, grads, want_grads, "backward")
 
 
-@pytest.mark.parametrize("place", ["x", "inf", "h0", "c0", "weight", "bias", "dy"])
+PLACES = ["x", "inf", "x_inf", "h0", "h0_inf", "c0", "c0_inf", "weight", "bias", "dy"]
+
+
+@pytest.mark.parametrize("place", PLACES)
 @pytest.mark.parametrize("cell", CELLS)
 def test_nan_and_inf_reach_what_they_reach_in_torch(cell, place):
-    if place == "c0" and cell != "lstm":
+    if place.startswith("c0") and cell != "lstm":
         pytest.skip("only the LSTM has a cell state")
     check(cell, place)

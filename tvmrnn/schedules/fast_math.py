@@ -12,7 +12,8 @@ kernels only, as plain arithmetic that vectorises:
   (exp is +inf past 88.72) and its denormals (0 below -103.97);
 - ``sigmoid(x) = 1 / (1 + exp(-x))``;
 - ``tanh``: Eigen's rational approximation (``generic_fast_tanh_float``: odd degree 13 over
-  even degree 6, the argument clamped to +-7.905, where it is 1.0 in float32; under 6 ulp).
+  even degree 6; under 6 ulp), the argument clamped to +-10.5, where it is just above 1.0, and
+  the result to [-1, 1]: exactly +-1 past about 9.2, as float32's tanh is past 9.01.
 
 They use no ``Select``: a conditional per activation made LLVM's code generation of a CPU step
 kernel 3x slower than with the exact functions (an LSTM I=13 H=37 build: 1.6 s against 0.6 s;
@@ -39,7 +40,13 @@ _EXP_LOW = -104.0  # below ln(2^-150): the product rounds to 0, as float32's exp
 _LOG2E = 1.44269504088896341
 _LN2_HIGH, _LN2_LOW = 0.693359375, -2.12194440e-4  # Cody-Waite split of ln 2
 _POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
-_TANH_CLAMP = 7.90531110763549805  # Eigen's: the rational function is 1.0 in float32 from there
+# Eigen clamps at 7.90531110763549805, where the rational function is 1.0 evaluated as written;
+# compiled (LLVM's and NVCC's contractions into FMAs) it was 0.99999976 there, so tanh(inf) fell
+# short of 1 and its derivative 1 - tanh^2 was not 0 (an Inf input gave Inf weight gradients where
+# torch.nn's are NaN, 0 x Inf). From about 9.2 to 11 the function is just above 1.0, most at 10.5
+# (6 units of 2^-23, more than the compiled code's rounding and CUDA's approximate division move
+# it): clamped there and then to [-1, 1], tanh saturates at exactly +-1.
+_TANH_CLAMP = 10.5
 _TANH_P = (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08,
            1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03)  # odd numerator, by x^2
 _TANH_Q = (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
@@ -97,7 +104,7 @@ def fast_sigmoid(x):
 def fast_tanh(x):
     def body(v):
         return _let(v * v, lambda v2: v * _horner(_TANH_P, v2) / _horner(_TANH_Q, v2))
-    return _let(_clamp(x, -_TANH_CLAMP, _TANH_CLAMP), body)
+    return _clamp(_let(_clamp(x, -_TANH_CLAMP, _TANH_CLAMP), body), -1.0, 1.0)
 
 
 _REWRITES = {"tirx.exp": fast_exp, "tirx.sigmoid": fast_sigmoid, "tirx.tanh": fast_tanh}
