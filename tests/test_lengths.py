@@ -22,8 +22,9 @@ def _arrays(shape, seed):
 
 
 def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=lambda a: a, rows=None, target=None,
-           hidden=H, options=VARIABLE, batch=N):
-    """``batch``: the build's rows; ``rows``: the call's (default: as many)."""
+           hidden=H, options=VARIABLE, batch=N, pad_value=None):
+    """``batch``: the build's rows; ``rows``: the call's (default: as many); ``pad_value``: tvmrnn's
+    ``x`` holds it past each row's length (never read: torch.nn's packed run has no padding)."""
     rows = rows or batch
     rnn = built(cell, num_layers, bidirectional, batch_first, input_size=I, hidden_size=hidden, batch_size=batch,
                 target=target, options=options)
@@ -36,8 +37,12 @@ def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=la
     h0 = _arrays((num_layers * D, rows, H), 1)
     c0 = _arrays((num_layers * D, rows, H), 2) if has_c else None
     arr = lambda a: None if a is None else as_array(a)  # noqa: E731
-    y, hy, cy, ws = rnn.forward_train(w, arr(x), arr(h0), arr(c0), lengths=lengths)
-    y_inf, hy_inf, cy_inf = rnn.forward(w, arr(x), arr(h0), arr(c0), lengths=lengths)
+    padded = x.copy()
+    if pad_value is not None:
+        past = np.arange(T)[None, :] >= np.asarray(lengths)[:, None]  # (rows, T)
+        padded[past if batch_first else past.T] = pad_value
+    y, hy, cy, ws = rnn.forward_train(w, arr(padded), arr(h0), arr(c0), lengths=lengths)
+    y_inf, hy_inf, cy_inf = rnn.forward(w, arr(padded), arr(h0), arr(c0), lengths=lengths)
 
     xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
     h0t = torch.tensor(h0, dtype=torch.float64, requires_grad=True)
@@ -73,6 +78,10 @@ def test_lengths_match_torch_packed_sequences(cell, num_layers, bidirectional, b
     # torch tensors in, fewer rows than the build (padded), lengths as a CPU tensor
     _check(cell, num_layers, bidirectional, batch_first, torch.tensor([2, 5, 5]), T=5, as_array=torch.from_numpy,
            rows=3)
+    # NaN and Inf past the lengths reach nothing (the backward's weight gradients had NaN from them)
+    _check(cell, num_layers, bidirectional, batch_first, [3, 6, 1, 4], T=6, pad_value=np.nan)
+    _check(cell, num_layers, bidirectional, batch_first, [2, 5, 5], T=5, as_array=torch.from_numpy, rows=3,
+           pad_value=-np.inf)
 
 
 def test_all_full_lengths_and_none_are_the_plain_pass():

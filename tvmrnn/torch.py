@@ -158,7 +158,8 @@ class _Fused(torch.autograd.Function):
         train = grad and any(ctx.needs_input_grad[4:])
         w = rnn.pack_weights(dict(zip(names, params)), forward_only=not train)  # inference: no backward copies
         if train:
-            y, hy, cy, ws = rnn.forward_train(w, x, h0, c0, lengths=lengths)
+            # (the drop-ins' inputs are zero past each row's length: no copy that zeroes them)
+            y, hy, cy, ws = rnn._forward(w, x, h0, c0, train=True, lengths=lengths, padding_zeroed=True)
             ctx.rnn, ctx.w, ctx.ws, ctx.names = rnn, w, ws, names
             # saved for autograd's checks alone (the workspace holds what the backward reads): an
             # input or parameter changed in place before the backward, or a second backward without
@@ -239,7 +240,8 @@ def _forward_train_op(handle: int, layer: int, x: torch.Tensor, h0: torch.Tensor
     w = rnn.pack_weights(dict(zip(rnn.config.layout.names, params)), zeroed=True)  # an output: no stray bits
     T = x.shape[1 if rnn.config.batch_first else 0]
     flat = x.new_empty(sum(math.prod(s) for s in rnn.config.workspace_shapes(T).values()), dtype=torch.float32)
-    y, hy, cy, _ = rnn._forward(w, x, h0, c0, train=True, lengths=lengths, given=_workspace_views(rnn, T, flat))
+    y, hy, cy, _ = rnn._forward(w, x, h0, c0, train=True, lengths=lengths, given=_workspace_views(rnn, T, flat),
+                                padding_zeroed=True)
     return y, hy, _no_c(cy, hy), w.flat, flat
 
 

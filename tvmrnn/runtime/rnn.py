@@ -489,14 +489,33 @@ class RNN:
         else:
             y.masked_fill_(m[:, :, None], 0)
 
-    def _forward(self, w, x, h0, c0, train, lengths=None, given=None):
+    def _zeroed_padding(self, frame, x, mask, n: int):
+        """``x`` with zeros past each row's length (a copy; ``x`` itself where nothing is past)."""
+        m = mask[:, :n] == 0
+        m = m.T if self.config.batch_first else m
+        if frame.kind == "numpy":
+            if not m.any():
+                return x
+            x = x.copy()
+            x[m] = 0
+            return x
+        return x.masked_fill(m[:, :, None], 0)
+
+    def _forward(self, w, x, h0, c0, train, lengths=None, given=None, padding_zeroed=False):
         """``given`` (training): the workspace's arrays, given by the caller (views of one buffer
-        of its own: the PyTorch custom ops, :mod:`tvmrnn.torch`), instead of fresh or recycled ones."""
+        of its own: the PyTorch custom ops, :mod:`tvmrnn.torch`), instead of fresh or recycled ones.
+        ``padding_zeroed``: the caller's ``x`` is zero past each row's length already (the
+        drop-ins' padded sequences), else a training forward of ragged rows zeroes it in a copy."""
         c = self.config
         wflat = self._check_weights(w)
         x, h0, c0 = self._in("x", x), self._in("h0", h0), self._in("c0", c0)
         frame, T, n = self._frame_and_length("x", x, c.input_size)
         mask, ragged = self._mask(frame, T, n, lengths)
+        if train and ragged and not padding_zeroed:
+            # the backward's weight gradients sum every step's inputs times its gate gradients,
+            # zero past a row's length: a NaN or Inf there would make NaN of them (0 x NaN), where
+            # torch.nn's packed run never reads the padding
+            x = self._zeroed_padding(frame, x, mask, n)
         if n < c.batch_size:  # rows are independent: the build's batch, the padding's rows zero
             x = frame.padded(x, self._batch_axis, c.batch_size)
         arrays = {"x": x, "h0": self._state(frame, "h0", h0, n=n), "w": wflat}
@@ -548,7 +567,8 @@ class RNN:
 
     def forward_train(self, w, x, h0=None, c0=None, lengths=None):
         """Training forward: ``(y, hy, cy, ws)``, ``ws`` being what :meth:`backward` needs (it
-        keeps ``lengths``: the backward takes none)."""
+        keeps ``lengths``: the backward takes none). With ``lengths``, ``x`` past each row's length
+        is never read: the workspace keeps a copy with zeros there, where some row ends early."""
         return self._forward(w, x, h0, c0, train=True, lengths=lengths)
 
     def backward(self, w, ws: Workspace, dy, dhy=None, dcy=None) -> dict:
