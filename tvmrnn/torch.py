@@ -715,6 +715,19 @@ class _Mixin:
         hy = torch.stack([r_last[d] @ projections[d].t() for d in range(D)])
         return y, hy, cy
 
+    def _dropout(self, y, lengths):
+        """Dropout of a layer's output ``y`` before the next layer, with torch.nn's masks: over the
+        whole padded output, or (``lengths``: a PackedSequence's sorted rows, padded) over its
+        packed rows, time-major in the packed order these rows run in, as torch.nn draws them for
+        a PackedSequence (the same seed, the same masks, and the RNG left where torch.nn leaves it)."""
+        if lengths is None:
+            return torch.nn.functional.dropout(y, self.dropout, training=True)
+        T, N = (y.shape[1], y.shape[0]) if self.batch_first else (y.shape[0], y.shape[1])
+        sizes = (np.asarray(lengths)[None, :] > np.arange(T)[:, None]).sum(axis=1)  # its batch_sizes
+        index = _packed_places(sizes, self.batch_first, y.device)
+        data = torch.nn.functional.dropout(_Pack.apply(y.reshape(T * N, -1), index), self.dropout, training=True)
+        return _Unpack.apply(data, index, T * N).view(y.shape)
+
     def _with_initial_states(self, x, h0, lengths, T: int, N: int):
         """``x`` widened by D x P features: each direction's h0 at its first step of each row
         (for the reverse direction, the row's own last time), zeros elsewhere."""
@@ -765,7 +778,7 @@ class _Mixin:
             y, hys, cys = input.contiguous(), [], []
             for k in range(self.num_layers):
                 if k and dropout:
-                    y = torch.nn.functional.dropout(y, self.dropout, training=True)
+                    y = self._dropout(y, lengths)
                 states = slice(k * D, (k + 1) * D)
                 if self.proj_size:  # given no initial states, zeros: no widened input for them
                     out = self._projected_layer(k, lengths, y, h0[states] if hx is not None else None, c0[states])
