@@ -132,18 +132,23 @@ def test_projections_with_dropout_and_default_states_match_torch():
     assert rel_error(y, yr) < 1e-5 and rel_error(h, hr) < 1e-5 and rel_error(c, cr) < 1e-5
 
 
-@pytest.mark.parametrize("where", ["x", "h0", "c0"])
+@pytest.mark.parametrize("where", ["x", "h0", "c0", "weight_hh_l0", "weight_hr_l1"])
 def test_projections_propagate_nan_and_inf_as_torch(where):
-    """A NaN or Inf in x, h0 or c0 of a bidirectional LSTM with projections reaches the same
-    outputs and states as in torch.nn (an Inf in h0 runs torch.nn's own path: the reformulation's
-    other direction would turn 0 x Inf into NaN)."""
+    """A NaN or Inf in x, h0, c0, W_hh or W_hr of a bidirectional LSTM with projections reaches the
+    same outputs and states as in torch.nn (an Inf in h0, or in those weights, runs torch.nn's own
+    path: the reformulation would turn 0 x Inf into NaN)."""
     torch.manual_seed(0)
     ref = torch.nn.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True)
     ours = tt.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True)
     ours.load_state_dict(ref.state_dict())
     for bad in (float("nan"), float("inf")):
         x, h0, c0 = torch.randn(6, 3, 5), torch.randn(4, 3, 3), torch.randn(4, 3, 8)
-        {"x": x[2, 1], "h0": h0[1, 2], "c0": c0[0, 0]}[where][0] = bad
+        if where.startswith("weight"):  # (torch.nn's own path: see _recurrent_weights_finite)
+            for module in (ours, ref):
+                with torch.no_grad():
+                    getattr(module, where)[1, 2] = bad
+        else:
+            {"x": x[2, 1], "h0": h0[1, 2], "c0": c0[0, 0]}[where][0] = bad
         (y, (h, c)), (yr, (hr, cr)) = ours(x, (h0, c0)), ref(x, (h0, c0))
         for a, b in ((y, yr), (h, hr), (c, cr)):
             assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.isinf(), b.isinf()), (where, bad)

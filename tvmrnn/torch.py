@@ -530,6 +530,10 @@ class _Mixin:
             # an Inf or NaN in h0: the projections' reformulation would meet 0 x Inf in the other
             # direction's widened input (_projected_layer); torch.nn's own LSTM, as torch.nn does it
             return self._torch_nn_forward(input, hx, "a non-finite h0")
+        if self.proj_size and not self._recurrent_weights_finite():
+            # an Inf or NaN in W_hh or W_hr: the reformulation's W_hh W_hr product meets the zero
+            # state before the first step (0 x NaN), and W_hh the widened input's zeros (0 x Inf)
+            return self._torch_nn_forward(input, hx, "a non-finite recurrent weight")
         if isinstance(data, torch.Tensor) and data.is_floating_point():
             self._check_state_dtypes(data, hx)
         if isinstance(input, PackedSequence):
@@ -539,6 +543,12 @@ class _Mixin:
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected a 2-d (unbatched) or 3-d tensor, got shape {tuple(input.shape)}")
         return self._forward_fp32(input, hx)
+
+    def _recurrent_weights_finite(self) -> bool:
+        """Whether a projected LSTM's W_hh and W_hr hold no Inf or NaN (one check, one wait for the
+        device where they are on a GPU)."""
+        weights = [p for n, p in self.named_parameters() if n.startswith(("weight_hh", "weight_hr"))]
+        return bool(torch.stack([torch.isfinite(w.detach()).all() for w in weights]).all())
 
     @staticmethod
     def _check_state_dtypes(data, hx) -> None:
@@ -553,7 +563,8 @@ class _Mixin:
 
     def _torch_nn_forward(self, input, hx, why: str):
         """What tvmrnn's fp32 kernels do not run, by torch.nn's own implementation of this module
-        (float64 modules or inputs, empty batches, a projected LSTM's non-finite bidirectional h0;
+        (float64 modules or inputs, empty batches, a projected LSTM's non-finite bidirectional h0
+        or recurrent weights;
         a module of a custom cell has none)."""
         base = next((c for c in type(self).__mro__ if c.__module__.startswith("torch.nn.")
                      and issubclass(c, torch.nn.RNNBase) and c is not torch.nn.RNNBase), None)
