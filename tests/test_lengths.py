@@ -134,6 +134,8 @@ def test_bad_lengths_are_refused_and_the_rnn_stays_usable():
             ([5, 0, 1, 1], ValueError, "between 1 and T=5"),
             ([5, 5, 5], ValueError, r"lengths: expected one length per batch row, shape \(4,\)"),
             ([1.5, 2, 3, 4], TypeError, "lengths: expected integers"),
+            (np.array([5, 2**63, 1, 1], np.uint64), ValueError, r"got 1 to 9223372036854775808"),  # not wrapped
+            ([5, np.inf, 1, 1], ValueError, r"got 1.0 to inf"),
             (torch.tensor([5, 5, 5, 5], device="meta"), ValueError, "lengths: expected a CPU tensor")]:
         with pytest.raises(error, match=match):
             rnn.forward(w, x, lengths=lengths)

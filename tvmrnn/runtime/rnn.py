@@ -469,9 +469,9 @@ class RNN:
                 raise TypeError(f"lengths: expected integers, got dtype {values.dtype}")
             if values.shape != (n,):
                 raise ValueError(f"lengths: expected one length per batch row, shape ({n},); got shape {values.shape}")
-            values = values.astype(np.int64)
-            if values.size and (values.min() < 1 or values.max() > T):
+            if values.size and (values.min() < 1 or values.max() > T):  # (before the cast, which would wrap 2^63)
                 raise ValueError(f"lengths: each must be between 1 and T={T}; got {values.min()} to {values.max()}")
+            values = values.astype(np.int64)
         mask = np.zeros((T, c.batch_size), np.float32)
         mask[:, :n] = np.arange(T)[:, None] < values[None, :]
         if frame.kind == "torch":
