@@ -69,11 +69,17 @@ def old_rule(rule):
 def gradients(rnn, cell, n, h, T):
     rng = np.random.default_rng(0)
     G = {"lstm": 4, "gru": 3}.get(cell, 1)
-    params = {"weight_ih_l0": rng.uniform(-0.1, 0.1, (G * h, h)), "weight_hh_l0": rng.uniform(-0.1, 0.1, (G * h, h)),
-              "bias_ih_l0": rng.uniform(-0.1, 0.1, G * h), "bias_hh_l0": rng.uniform(-0.1, 0.1, G * h)}
+    D = 2 if rnn.config.bidirectional else 1
+    i = rnn.config.input_size
+    params = {}
+    for suffix in ("", "_reverse")[:D]:
+        params.update({f"weight_ih_l0{suffix}": rng.uniform(-0.1, 0.1, (G * h, i)),
+                       f"weight_hh_l0{suffix}": rng.uniform(-0.1, 0.1, (G * h, h)),
+                       f"bias_ih_l0{suffix}": rng.uniform(-0.1, 0.1, G * h),
+                       f"bias_hh_l0{suffix}": rng.uniform(-0.1, 0.1, G * h)})
     w = rnn.pack_weights({k: v.astype(np.float32) for k, v in params.items()})
-    x = rng.standard_normal((T, n, h)).astype(np.float32)
-    dy = rng.standard_normal((T, n, h)).astype(np.float32)
+    x = rng.standard_normal((T, n, i)).astype(np.float32)
+    dy = rng.standard_normal((T, n, D * h)).astype(np.float32)
     if rnn.target.kind.name == "cuda":
         import torch
         x, dy = torch.from_numpy(x).cuda(), torch.from_numpy(dy).cuda()
@@ -83,15 +89,15 @@ def gradients(rnn, cell, n, h, T):
 
 
 def ab(shape, build_before, build_after, label):
-    """One shape ``cell:N:H:I:T`` built two ways, ``build_before(cell, sizes)`` then
+    """One shape ``cell:N:H:I:T`` (``cell:N:H:I:T:bi``: bidirectional) built two ways, ``build_before(cell, sizes)`` then
     ``build_after(cell, sizes)``, in this process: build times, both builds' gradients on the same
     inputs compared, passes timed in turn (``pass_tuning.compare``, 11 pairs), one line printed
     (``label`` says which way is which). The loop of v60's ``options_ab.py``, v61's
     ``matmul_ab.py`` and v62's ``constants_ab.py``."""
-    cell, n, h, i, T = shape.split(":")
+    cell, n, h, i, T, *bi = shape.split(":")
     n, h, T = int(n), int(h), int(T)
     sizes = dict(input_size=int(i), hidden_size=h, batch_size=n, target=os.environ.get("TARGET", "cuda") or None,
-                 tuning_logs=False, cache=False)
+                 tuning_logs=False, cache=False, bidirectional=bi == ["bi"])
     t0 = time.perf_counter()
     before = build_before(cell, sizes)
     t1 = time.perf_counter()
