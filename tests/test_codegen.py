@@ -743,6 +743,45 @@ def test_cpu_gemm_blocked_for_l1_is_exact(packed, rng):
     assert np.abs(dw - want).max() / np.abs(want).max() < 1e-5
 
 
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cpu_all_steps_gemms_of_few_rows_tile_whole_steps(batch, rng):
+    """An all-steps GEMM of few batch rows (rows over t, n) tiles the fused (t, n) rows, whole
+    steps a tile (``cpu.CPU_FUSED_ROW_TILES``): at a batch of 1 the register tile had one row (3.7x
+    slower alone on a 2-core Zen 5, v66). The input gradient that adds into the buffer it writes (a
+    bidirectional layer's second direction) gives what the tile down n alone gives, also where the
+    buffers are one."""
+    import numpy as np
+    import tvm
+    from tvmrnn import kernels, schedules as ds
+    from tvmrnn.device import host_target
+    from tvmrnn.schedules import cpu
+    target = host_target()
+    T, K, H, G = 16, 74, 37, 4
+    for kernel in (kernels.input_projection(T, batch, K, H, G, panel=0),
+                   kernels.input_gradient(T, batch, K, H, G, accumulate=True)):
+        func = ds.default_schedule(kernel, target)
+        assert "t_n_fused" in func.script(), kernel.name
+        outs = {}
+        for fused in (True, False):
+            old = cpu.CPU_FUSED_ROW_TILES
+            cpu.CPU_FUSED_ROW_TILES = fused
+            try:
+                func = ds.default_schedule(kernel, target)
+            finally:
+                cpu.CPU_FUSED_ROW_TILES = old
+            lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target).jit()
+            shapes = [[int(d) for d in p.shape] for p in func.params]
+            arrays = [np.random.default_rng(1 + i).standard_normal(sh).astype(np.float32) for i, sh in enumerate(shapes)]
+            args = [tvm.runtime.tensor(a) for a in arrays]
+            if kernel.name.endswith("_acc"):  # acc and dx one buffer
+                names = [str(p.name) for p in func.params]
+                args[names.index("dx")] = args[names.index("acc")]
+            lib["main"](*args)
+            outs[fused] = [a.numpy() for a in args]
+        for a, b in zip(outs[True], outs[False]):
+            np.testing.assert_array_equal(a, b)
+
+
 def test_cpu_transpositions_in_tiles_are_exact():
     """``cpu_transpose``: the weights' packing and the packed weight gradients' way back to
     PyTorch's layout, large enough to be tiled (with and without panels, 3 and 4 gates, a 48-float

@@ -94,12 +94,13 @@ def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
     return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates) == panel else 0
 
 
-def tile_rows(extent: int, width: int, lanes: int, accumulators: int = 24) -> int:
+def tile_rows(extent: int, width: int, lanes: int, accumulators: int = 24, multiple_of: int = 1) -> int:
     """:func:`cpu_gemm`'s register tile rows: the last row axis (``extent``) tiled so that rows x
-    the tile's column vectors (``width`` floats) fit the accumulators (12 at most on AVX2)."""
+    the tile's column vectors (``width`` floats) fit the accumulators (12 at most on AVX2); a
+    multiple of ``multiple_of`` (else 1)."""
     if lanes == 8:
         accumulators = min(accumulators, 12)
-    return _divisor(extent, max(1, accumulators // max(1, -(-width // lanes))))
+    return _divisor(extent, max(1, accumulators // max(1, -(-width // lanes))), multiple_of)
 
 
 # The fewest input features and batch rows whose weight gradients take input panels
@@ -167,6 +168,18 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         units = lead_tile * (col_extents[-1] if kernel.columns[-1] == "u" else 1)
         _tile_from_outputs(sch, gemm, epilogues[0], units, rows, lanes)
         return
+    if CPU_FUSED_ROW_TILES and len(row_loops) > 1:
+        # rows over several axes (an all-steps GEMM's steps x batch rows): a tile down the last
+        # alone has at most that axis' rows, one at a batch of 1 (each weight vector loaded for
+        # one row's multiply-adds); down the fused rows it takes the rows of several steps. Whole
+        # steps a tile: a tile that ended inside a step would have its epilogue computed over the
+        # steps' bounding box, rows of other tiles included, read and written early (wrong where
+        # the epilogue reads the buffer it writes: the second direction's input gradient adds to
+        # the first's, dx = acc + matmul in one buffer)
+        total = math.prod(row_extents)
+        fused = tile_rows(total, width, lanes, accumulators, multiple_of=row_extents[-1])
+        if fused > rows:
+            row_loops, row_extents, rows = [sch.fuse(*row_loops)], [total], fused
     if row_block is None and red_block is None:
         row_block, red_block = l1_blocks(kernel)
     row_block = _divisor(row_extents[-1] // rows, row_block or 1) if row_extents else 1
@@ -206,6 +219,14 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         # called as a function (LLVM's alloca of <37 x float>; not pinned down, v44)
         sch.set_scope(gemm, 0, "local")
 
+
+# Whether cpu_gemm tiles the fused row axes (whole steps a tile) where that gives a taller register
+# tile than the last row axis alone: an all-steps GEMM of a batch of 1 had a one-row tile. On a
+# 2-core Zen 5 (v66), a 16-step input projection at N = 1, K = H = 512, alone: 561 -> 153 us; the
+# LSTM's whole passes at T = 300, N = 1, I = H = 512: inference 11.8 -> 8.0 ms, training 28.8 ->
+# 23.8 (the GRU 8.3 -> 6.1, 21.9 -> 17.1); N = 3: 4-5%; N = 20: the same tiles. A switch for A/B
+# comparisons in one process (notes/bench/v66/fused_rows_ab_zen5.txt)
+CPU_FUSED_ROW_TILES = True
 
 # Whether the fp32 input projection's tile is the task's own (local scope; see ``cpu_gemm``): on
 # since v44 (a switch for A/B comparisons in one process, as notes/bench/v44/ab_local_tile.py makes)
