@@ -86,6 +86,18 @@ def test_a_corrupt_entry_is_reported_and_rebuilt(cache_dir):
         assert not _gru().from_cache
 
 
+def test_an_entry_that_cannot_be_locked_is_read_with_a_warning(cache_dir):
+    """A lock file that cannot be opened (a read-only shared cache; here a folder in its place,
+    which root cannot open either): the entry is read without the lock, with a CacheWarning, and a
+    build with no entry yet builds (it crashed with PermissionError)."""
+    _gru()
+    lock = next(cache_dir.glob("*/*.lock"))
+    lock.unlink()
+    lock.mkdir()
+    with pytest.warns(build_cache.CacheWarning, match="cannot lock"):
+        assert _gru().from_cache
+
+
 def test_a_fresh_process_is_ready_from_the_cache_in_under_2_s(cache_dir):
     """Two processes start together and build the same RNN: one builds, the other waits on the
     entry's lock and loads the result; a third process later loads it in under 2 s."""

@@ -121,8 +121,18 @@ def runnable_here(target) -> bool:
 
 @contextlib.contextmanager
 def _locked(path: pathlib.Path):
+    """An exclusive lock on ``path`` for the block; none, with a warning, where the lock file
+    cannot be opened (a read-only shared cache: its entries are read without a lock, and a new
+    entry fails to write with a warning of its own)."""
     import fcntl
-    with open(path, "a+") as f:
+    try:
+        f = open(path, "a+")
+    except OSError as err:
+        warnings.warn(f"tvmrnn cache: cannot lock {path} ({err}); using the cache without a lock", CacheWarning,
+                      stacklevel=4)
+        yield
+        return
+    with f:
         fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
         yield
 
