@@ -163,6 +163,35 @@ def test_derived_backward_matches_finite_differences(name):
             assert abs(got - numeric) < 1e-6 * max(1.0, abs(numeric)), (name, var.name, got, numeric)
 
 
+def test_a_gate_read_only_by_a_select_condition_is_kept_for_the_backward():
+    """A hard gate, ``h_t = h_prev where x_0 + h_0 > 0 else tanh(x_1 + h_1)``: gate 0 is read only
+    by the Select's condition (no derivative flows through it), and the backward evaluates the
+    condition, so its value is kept (the build failed inside TVM: an undefined x_g0). Against a
+    float64 torch loop: outputs and every gradient (gate 0's weights get none)."""
+    def hard_gate(x, h, h_prev, c_prev, p):
+        return tirx.Select(x[0] + h[0] > 0.0, h_prev, tirx.tanh(x[1] + h[1])), None
+    cell = tvmrnn.define_cell("hard_gate", gates=("g", "c"), math=hard_gate)
+    assert len(derive(cell).saved) >= 1
+    torch.manual_seed(0)
+    ours = tt.CustomRNN(cell, 5, 7)
+    x, h0 = torch.randn(6, 3, 5), torch.randn(1, 3, 7)
+    y, hy = ours(x, h0)
+    (y.pow(2).sum() + hy.sum()).backward()
+    w = {n: p.detach().double().requires_grad_() for n, p in ours.named_parameters()}
+    h, ys = h0[0].double(), []
+    for t in range(6):
+        gates = (x[t].double() @ w["weight_ih_l0"].t() + w["bias_ih_l0"] + h @ w["weight_hh_l0"].t()
+                 + w["bias_hh_l0"]).view(3, 2, 7)
+        h = torch.where(gates[:, 0] > 0, h, torch.tanh(gates[:, 1]))
+        ys.append(h)
+    yr = torch.stack(ys)
+    (yr.pow(2).sum() + h.sum()).backward()
+    assert rel_error(y, yr) < 1e-5
+    for name, p in ours.named_parameters():
+        assert rel_error(p.grad, w[name].grad) < 1e-5, name
+    assert not ours.weight_hh_l0.grad.view(2, 7, 7)[0].any()
+
+
 def test_unit_parameters_are_never_kept():
     """Per-unit parameters, and values of them alone, are recomputed in the backward."""
     leaky = derive(ex.LEAKY_RNN)
@@ -208,6 +237,8 @@ def _one_gate(body, **kwargs):
      r"gate 1 \('b'\) is used neither as x\[1\] nor as h\[1\]"),
     (_one_gate(lambda x, h, hp, cp, p: (x[0] + h[0] + tirx.Var("bias", "float32"), None)),
      r"reads a variable 'bias' that is not one of its inputs"),
+    (_one_gate(lambda x, h, hp, cp, p: (x[0] * 2.0 + hp, None)), r"the math reads no h\[k\]: the cell would have no "
+                                                                 r"recurrent GEMM"),  # (it failed at build)
 ])
 def test_math_errors_name_the_expression(define, match):
     with pytest.raises(tvmrnn.CellDefinitionError, match=match):

@@ -194,6 +194,30 @@ def _topological(outputs: list) -> list:
     return order
 
 
+_LOGICAL = (tirx.LT, tirx.LE, tirx.GT, tirx.GE, tirx.EQ, tirx.NE, tirx.And, tirx.Or)
+
+
+def _condition_values(order: list) -> list:
+    """The float32 values the conditions of the Selects in ``order`` read (no derivative flows
+    through a condition, so :func:`_children` leaves it out; the backward still evaluates it: a
+    value only a condition reads must be kept too)."""
+    found = []
+
+    def visit(e):
+        if isinstance(e, _LOGICAL):
+            visit(e.a)
+            visit(e.b)
+        elif isinstance(e, tirx.Not):
+            visit(e.a)
+        elif isinstance(e, tvm.ir.Expr) and str(e.ty) == F32:
+            found.extend(_topological([e]))
+
+    for n in order:
+        if isinstance(n, tirx.Select):
+            visit(n.condition)
+    return found
+
+
 class _Gates:
     """What ``math`` receives as ``x`` and ``h``: gate ``k`` by index or by name, nothing else."""
 
@@ -270,6 +294,9 @@ def _trace(cell: Cell, x_gates, h_gates, h_prev, c_prev, params) -> tuple:
         if not any(v.same_as(x_gates[k]) or v.same_as(h_gates[k]) for v in used):
             raise CellDefinitionError(f"gate {k} ({gate!r}) is used neither as x[{k}] nor as h[{k}]: its weights "
                                       f"would never be trained; declare {len(cell.gates) - 1} gates instead")
+    if not any(v.same_as(g) for v in used for g in h_gates):
+        raise CellDefinitionError("the math reads no h[k]: the cell would have no recurrent GEMM and its W_hh "
+                                  "would never be trained; read at least one gate through h[k]")
     for name, v in zip(cell.unit_params, params):
         if not any(u.same_as(v) for u in used):
             raise CellDefinitionError(f"unit parameter {name!r} is declared but the math never reads p[{name!r}]")
@@ -330,7 +357,7 @@ def _derive(cell: Cell) -> Derivation:
     # Values of the unit's parameters alone are the same at every step: recomputed, never kept.
     from_params = {tvm_ffi.StructuralKey(n) for n in order
                    if not _is_const(n) and all(any(v.same_as(p) for p in params) for v in _free_vars(n))}
-    forward = {tvm_ffi.StructuralKey(n): n for n in order
+    forward = {tvm_ffi.StructuralKey(n): n for n in order + _condition_values(order)
                if not _is_const(n) and tvm_ffi.StructuralKey(n) not in keep | from_params}
     saved_by_key = {}
 
