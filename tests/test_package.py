@@ -115,6 +115,25 @@ def test_not_a_package(tmp_path):
             tvmrnn.load(cut)
 
 
+def test_any_name_round_trips_and_a_package_exported_again_loads_as_new(tmp_path):
+    """``export`` writes a shared library whatever the name (TVM's ``export_library`` picks the
+    format by the suffix: ``.tar`` made an archive), and ``load`` reads it whatever the name (TVM's
+    loader too: ``model.tvmrnn`` and ``model`` failed); a package exported again over a path this
+    process loaded loads as the new one (the dynamic loader handed back the old library)."""
+    gru = tvmrnn.build("gru", input_size=5, hidden_size=6, batch_size=2, cache=False)
+    lstm = tvmrnn.build("lstm", input_size=5, hidden_size=6, batch_size=2, cache=False)
+    for name in ("model.tvmrnn", "model", "model.tar"):
+        gru.export(tmp_path / name)
+        assert tvmrnn.load(tmp_path / name).config == gru.config, name
+    path = tmp_path / "again.so"
+    gru.export(path)
+    assert tvmrnn.load(path).config.cell.name == "gru"
+    lstm.export(path)
+    assert tvmrnn.load(path).config.cell.name == "lstm"
+    with pytest.raises(ValueError, match="device: expected None, 'cpu', 'cuda' or 'cuda:N', got 'cuda:x'"):
+        tvmrnn.load(path, device="cuda:x")
+
+
 def test_a_tampered_package_is_refused(exported, tmp_path):
     """A package whose metadata does not match its library raises PackageError before any kernel
     runs: an edited size (the checksum catches it), and the same edit with the checksum made to

@@ -1,9 +1,12 @@
 """Loading an exported package (:mod:`.package`) back into an :class:`~tvmrnn.runtime.rnn.RNN`."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import tempfile
 
 import tvm
 
@@ -38,6 +41,35 @@ def _cell_of(meta: dict) -> Cell:
                 num_saved=meta["num_saved"])
 
 
+_OPENED: dict = {}  # real path -> (device, inode, mtime, size) of the file this process opened there
+
+
+@contextlib.contextmanager
+def _openable(path: str):
+    """A path to open ``path``'s library by: itself, or a private copy named ``.so`` where TVM
+    would not load it under its own name (it picks its loader by the suffix: ``model.tvmrnn`` or
+    ``model`` failed) or where this process opened another file at that path before (the dynamic
+    loader hands back the library it has open under a name: a package exported again over it
+    loaded as the old one). The copy is removed once loaded (the mapping stays)."""
+    if not os.path.isfile(path):
+        yield path  # (read_metadata names what is wrong)
+        return
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    if real.endswith(".so") and _OPENED.setdefault(real, stamp) == stamp:
+        yield path
+        return
+    fd, copy = tempfile.mkstemp(suffix=".so", prefix="tvmrnn-package-")
+    os.close(fd)
+    try:
+        shutil.copyfile(real, copy)
+        yield copy
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+
+
 def load(path, device=None) -> RNN:
     """Load an exported package. ``device``: None, ``"cpu"``, ``"cuda"`` or ``"cuda:1"``.
 
@@ -48,8 +80,16 @@ def load(path, device=None) -> RNN:
     device_index = 0
     if device is not None:
         kind, _, index = str(device).partition(":")
+        if kind not in ("cpu", "cuda") or not (index.isdigit() or index == "") or (kind == "cpu" and index):
+            raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
         device_index = int(index or 0)
-    meta = read_metadata(path)
+    with _openable(path) as opened:
+        return _load(path, opened, device, device_index)
+
+
+def _load(path: str, opened: str, device, device_index: int) -> RNN:
+    """:func:`load` of ``path``'s library, opened by the path ``opened``."""
+    meta = read_metadata(opened)
     if device is not None and str(device).partition(":")[0] != ("cuda" if meta["target_kind"] == "cuda" else "cpu"):
         raise PackageError(f"load: the package is for {meta['target_kind']}, not device {device!r}")
     check_machine(meta, device_index)
@@ -66,7 +106,7 @@ def load(path, device=None) -> RNN:
     except (KeyError, TypeError, ValueError) as err:
         raise PackageError(f"load: {path!r}: its metadata does not describe a configuration ({err!s}); "
                            "export it again") from None
-    module = tvm.runtime.load_module(path)
+    module = tvm.runtime.load_module(opened)
     missing = [name for name in meta["signatures"] if not module.implements_function(name, True)]
     if missing:
         raise PackageError(f"load: {path!r}: the library lacks the passes its metadata names: {missing}")
