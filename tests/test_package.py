@@ -172,6 +172,20 @@ def test_avx512_package_refused_on_a_cpu_without_it(tmp_path, monkeypatch):
     monkeypatch.setattr(package, "_cpu_flags", lambda: {"sse2", "avx", "avx2", "fma"})
     with pytest.raises(tvmrnn.PackageError, match=r"needs \['avx512f'.*sapphirerapids"):
         tvmrnn.load(path)
+    # AVX-512 there but no AMX: what the target lets the fp32 code use is checked too (it loaded,
+    # then its first call raised RuntimeError)
+    from tvmrnn import device
+    flags = {"sse2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl",
+             "avx512_bf16", "avx512vnni", "avx512_vnni", "avx512ifma", "avx512vbmi", "avx512_vbmi2", "avx512_bitalg",
+             "avx512_vpopcntdq", "avx512_fp16", "bmi1", "bmi2", "popcnt", "movbe", "adx", "sha_ni", "gfni", "vaes",
+             "vpclmulqdq", "avx_vnni", "serialize", "tsxldtrk", "waitpkg", "cldemote", "movdiri", "movdir64b",
+             "clwb", "clflushopt", "xsave", "xsavec", "xsaveopt", "xsaves", "rdrand", "rdseed", "lzcnt", "pku",
+             "aes", "pclmulqdq", "sse4_1", "sse4_2", "ssse3", "sse3", "prefetchw", "rdpid", "enqcmd", "pconfig",
+             "uintr", "sgx", "ptwrite", "hreset", "wbnoinvd", "fsgsbase", "amx_int8"}
+    monkeypatch.setattr(package, "_cpu_flags", lambda: flags)
+    monkeypatch.setattr(device, "_cpu_flags", lambda: flags)
+    with pytest.raises(tvmrnn.PackageError, match=r"needs \[.*amx_tile.*sapphirerapids"):
+        tvmrnn.load(path)
 
 
 def test_other_tvm_version_refused(exported, monkeypatch):

@@ -29,7 +29,7 @@ import tvm
 import tvm_ffi
 
 from .. import __version__
-from ..device import _cpu_flags, is_arch_of
+from ..device import _cpu_flags, is_arch_of, missing_host_features
 from ..schedules import bf16
 
 if TYPE_CHECKING:
@@ -207,6 +207,10 @@ def check_machine(meta: dict, device_index: int) -> None:
                            f"this is TVM {tvm.__version__}; rebuild it (tvmrnn-export)")
     flags = _cpu_flags()
     missing = [f for f in meta["cpu"]["features"] if flags and f not in flags]
+    if not missing and meta["target_kind"] != "cuda":  # what the target lets its code use (AMX in fp32
+        # builds' tiles too, which the metadata's list names only for bf16 builds)
+        target = meta["target"]
+        missing = missing_host_features(tvm.target.Target(json.loads(target) if target.startswith("{") else target))
     if missing:
         raise PackageError(f"load: the package's CPU code needs {missing} (built for mcpu="
                            f"{meta['cpu']['mcpu']!r}), which this CPU lacks; rebuild it for this machine")
