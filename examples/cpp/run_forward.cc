@@ -100,7 +100,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    ffi::Module mod = ffi::Module::LoadFromFile(argv[1]);
+    // a bare file name is the current folder's (dlopen would search the library path for it)
+    std::string path = argv[1];
+    if (path.find('/') == std::string::npos) path = "./" + path;
+    ffi::Module mod = ffi::Module::LoadFromFile(path);
     auto metadata = mod->GetFunction("tvmrnn_metadata");
     if (!metadata.has_value()) throw std::runtime_error(std::string(argv[1]) + " is not a tvmrnn package");
     json::Object meta = json::Parse((*metadata)().cast<ffi::String>()).cast<json::Object>();
@@ -118,6 +121,9 @@ int main(int argc, char** argv) {
     Read(in + "/h0.f32", &Find(fwd, "h0").data, false);
     bool has_c = meta.at("has_cell_state").cast<bool>();
     if (has_c) Read(in + "/c0.f32", &Find(fwd, "c0").data, false);
+    for (auto& [name, a] : fwd) {  // a variable-lengths package: every row runs all T steps
+      if (name == "mask") a.data.assign(a.data.size(), 1.0f);
+    }
     Call(mod, "forward", fwd);
 
     Write(out + "/y.f32", Find(fwd, "y").data);
