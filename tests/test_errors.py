@@ -38,11 +38,21 @@ def test_unknown_cell():
     (dict(bidirectional="yes"), TypeError, "bidirectional: expected bool"),
     (dict(target="nonsense-target"), ValueError, "target"),
     (dict(target="cuda:x"), ValueError, "target: expected 'cuda' or 'cuda:N'"),
+    (dict(target={"kind": "llvm", "mcpu": "sapphirerapid"}), ValueError, "LLVM knows no CPU named mcpu='sapphirerapid'"),
+    (dict(hidden_size=100000), ValueError, r"input_size, hidden_size: a weight matrix of 30000\d+ elements"),
+    (dict(batch_size=3 * 10**9), ValueError, "batch_size: 3000000000 rows"),
+    (dict(dtype="float64"), ValueError, "dtype: expected one of"),
 ])
 def test_bad_build_options(kwargs, error, match):
     args = dict(input_size=4, hidden_size=4, batch_size=2) | kwargs
     with pytest.raises(error, match=match):
         tvmrnn.build("gru", **args)
+
+
+def test_dtypes_by_any_name():
+    from tvmrnn.runtime.build import dtype_name
+    assert {dtype_name(d) for d in ("float32", np.float32, np.dtype("float32"), torch.float32, "float")} == {"float32"}
+    assert dtype_name(torch.bfloat16) == "bfloat16" and dtype_name(np.float16) == "float16"
 
 
 @pytest.mark.parametrize("x, error, match", [

@@ -302,6 +302,12 @@ def resolve(target) -> tvm.target.Target:
         raise ValueError(f"target: cannot make a TVM target of {target!r}: {err}") from None
     if t.kind.name not in ("llvm", "cuda"):
         raise ValueError(f"target: tvmrnn builds for 'llvm' (CPU) and 'cuda' targets, got {t.kind.name!r}")
+    mcpu = str(t.attrs["mcpu"]) if t.kind.name == "llvm" and "mcpu" in t.attrs else ""
+    if mcpu:  # (LLVM takes an unknown CPU for generic code, with a screenful of errors)
+        from tvm.target import codegen
+        if mcpu not in codegen.llvm_get_cpu_archlist(t):
+            raise ValueError(f"target: LLVM knows no CPU named mcpu={mcpu!r} (e.g. 'sapphirerapids', "
+                             f"'znver4', 'skylake-avx512')")
     if t.kind.name == "cuda" and t.host is None:
         t = tvm.target.Target(t, host=host_target())
     return t
