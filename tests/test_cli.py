@@ -43,6 +43,31 @@ def test_bad_arguments_are_refused_with_a_message():
     assert run.returncode == 2 and f"no RPC tracker answers at 127.0.0.1:{port}" in run.stderr, run.stderr[-500:]
 
 
+@pytest.mark.parametrize("name, args, message", [
+    ("tvmrnn-export", ["gru", "--input-size", "3", "--hidden-size", "0", "--batch-size", "2", "-o", "x.so"],
+     "argument --hidden-size: expected an integer >= 1, got 0"),
+    ("tvmrnn-export", ["gru", "--input-size", "3", "--hidden-size", "4", "--batch-size", "2", "--target", "{bad",
+                       "-o", "x.so"], "tvmrnn-export: error: Expecting property name"),
+    ("tvmrnn-export", ["nosuchmodule:CELL", "--input-size", "3", "--hidden-size", "4", "--batch-size", "2",
+                       "-o", "x.so"], "No module named 'nosuchmodule'"),
+    ("tvmrnn-export", ["gru", "--input-size", "3", "--hidden-size", "4", "--batch-size", "2", "-o",
+                       "no/such/folder/x.so"], "no such folder"),
+    ("tvmrnn-tune", ["gru", "--input-size", "3", "--hidden-size", "-4", "--batch-size", "2", "--list"],
+     "argument --hidden-size: expected an integer >= 1, got -4"),
+    ("tvmrnn-tune", ["gru", "--input-size", "3", "--hidden-size", "4", "--batch-size", "2", "--target",
+                     "notatarget", "--list"], "tvmrnn-tune: error: target: cannot make a TVM target"),
+    ("tvmrnn-tune", ["--config", "no_such_config.json", "--list"], "No such file or directory"),
+    ("tvmrnn-bench", ["nosuch"], "cells: unknown ['nosuch']"),
+    ("tvmrnn-bench", ["gru", "--reps", "0"], "argument --reps: expected an integer >= 1, got 0"),
+])
+def test_errors_of_use_are_one_line_and_status_2(name, args, message, tmp_path):
+    """The commands answer a bad size, target, cell module, output folder or file with argparse's
+    one-line ``prog: error: ...`` and exit status 2 (tracebacks before, and sizes of 0 or less
+    accepted by tvmrnn-tune)."""
+    run = subprocess.run([*cli(name), *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr[-800:]
+
+
 def test_whole_passes_run_only_on_the_device_measured(tmp_path):
     """``--passes-only`` times whole passes here: for a GPU target on a machine without one, or
     another CPU's target, it says where to run it instead of crashing."""

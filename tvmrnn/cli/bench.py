@@ -39,6 +39,8 @@ import platform
 import statistics
 import time
 
+from tvmrnn.cli import positive_int, usage_errors
+
 CELLS = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 DS2 = dict(T=300, N=20, I=800, H=800)
 
@@ -52,18 +54,18 @@ def parse(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--target", help="tvmrnn's target (default: this GPU for --device cuda, this CPU for cpu), "
                                     "e.g. a JSON dict")
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="CPU threads for both sides")
-    p.add_argument("--seq-len", "-T", type=int, default=DS2["T"])
-    p.add_argument("--batch-size", "-N", type=int, default=DS2["N"])
-    p.add_argument("--input-size", type=int, default=DS2["I"])
-    p.add_argument("--hidden-size", type=int, default=DS2["H"])
-    p.add_argument("--num-layers", type=int, nargs="*", default=None, help="e.g. 1 5")
+    p.add_argument("--threads", type=positive_int, default=os.cpu_count(), help="CPU threads for both sides")
+    p.add_argument("--seq-len", "-T", type=positive_int, default=DS2["T"])
+    p.add_argument("--batch-size", "-N", type=positive_int, default=DS2["N"])
+    p.add_argument("--input-size", type=positive_int, default=DS2["I"])
+    p.add_argument("--hidden-size", type=positive_int, default=DS2["H"])
+    p.add_argument("--num-layers", type=positive_int, nargs="*", default=None, help="e.g. 1 5")
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--custom", metavar="CELL", help="an example custom cell (tvmrnn.cells.examples.EXAMPLES) "
                                                     "against the built-in LSTM, a PyTorch loop and torch.compile")
     p.add_argument("--no-compile", action="store_true", help="with --custom: leave out torch.compile (its compilation "
                                                               "of a long loop can take many minutes)")
-    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--reps", type=positive_int, default=10)
     p.add_argument("--max-seconds", type=float, default=20.0, help="per side and pass, fewer reps if slower")
     p.add_argument("--lead-in", type=int, default=1,
                    help="untimed calls of the same side before each timed one (0: the sides back to back, "
@@ -527,6 +529,7 @@ def _x(ratio) -> str:
     return f"{ratio:.2f}x" if ratio else "-"
 
 
+@usage_errors("tvmrnn-bench")
 def main(argv=None):
     a = parse(argv)
     if a.dtype != "float32" and a.tf32:
@@ -540,10 +543,15 @@ def main(argv=None):
     if a.sweep:
         sweep(a)  # (writes a.json after every shape)
         return
+    unknown = [c for c in a.cells if c not in CELLS]
+    if unknown:
+        raise ValueError(f"cells: unknown {unknown}; expected some of {list(CELLS)} (--custom for custom cells)")
     os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))  # before TVM starts its thread pool
     if a.torch_huge_pages:
         os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # read by PyTorch's CPU allocator at its first use
     import torch
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("tvmrnn-bench: error: --device cuda: PyTorch sees no CUDA GPU on this machine")
     torch.set_num_threads(a.threads)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False

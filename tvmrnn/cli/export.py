@@ -8,20 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import tvmrnn
 from tvmrnn.cells import find_cell
+from tvmrnn.cli import positive_int, usage_errors
 
 
+@usage_errors("tvmrnn-export")
 def main(argv=None):
     p = argparse.ArgumentParser(prog="tvmrnn-export", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("cell", help=f"{', '.join(sorted(tvmrnn.CELLS))}, an example custom cell "
                                 "(tvmrnn.cells.examples) or module:attribute naming a tvmrnn.define_cell cell")
-    p.add_argument("--input-size", type=int, required=True)
-    p.add_argument("--hidden-size", type=int, required=True)
-    p.add_argument("--batch-size", type=int, required=True)
-    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--input-size", type=positive_int, required=True)
+    p.add_argument("--hidden-size", type=positive_int, required=True)
+    p.add_argument("--batch-size", type=positive_int, required=True)
+    p.add_argument("--num-layers", type=positive_int, default=1)
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--batch-first", action="store_true")
     p.add_argument("--target", default=None,
@@ -34,8 +37,10 @@ def main(argv=None):
                                                    "(tvmrnn.BuildOptions' fields)")
     p.add_argument("-o", "--output", required=True, help="the .so to write")
     a = p.parse_args(argv)
-    target = json.loads(a.target) if a.target and a.target.startswith("{") else a.target
+    if not os.path.isdir(os.path.dirname(os.path.abspath(a.output))):
+        p.error(f"-o {a.output}: no such folder {os.path.dirname(os.path.abspath(a.output))!r}")
     try:
+        target = json.loads(a.target) if a.target and a.target.startswith("{") else a.target
         cell = find_cell(a.cell)
         options = tvmrnn.BuildOptions.from_dict(json.loads(a.options)) if a.options else None
     except (ValueError, TypeError) as err:

@@ -33,6 +33,7 @@ import time
 import tvmrnn
 from tvmrnn import device as targets
 from tvmrnn.cells import find_cell
+from tvmrnn.cli import positive_int, usage_errors
 from tvmrnn.options import BuildOptions, use_cpu_threads
 from tvmrnn.program.passes import Config
 from tvmrnn.tune import records, tasks
@@ -64,11 +65,17 @@ def configs_from(args) -> list[Config]:
         raise SystemExit("give cells and sizes, or --config FILE")
     configs = []
     for i, e in enumerate(entries):
+        if not isinstance(e, dict):
+            raise SystemExit(f"configuration {i + 1}: expected a JSON object (cell, sizes), got {e!r}")
         missing = [k for k in ("cell", "input_size", "hidden_size", "batch_size") if e.get(k) is None]
         if missing:
             raise SystemExit(f"configuration {i + 1}: missing {', '.join(missing)}")
         for cell in e["cell"] if isinstance(e["cell"], list) else [e["cell"]]:
             try:
+                sizes = [int(e["input_size"]), int(e["hidden_size"]), int(e.get("num_layers", 1)), int(e["batch_size"])]
+                if min(sizes) < 1:
+                    raise ValueError(f"sizes must be 1 or more, got input_size, hidden_size, num_layers, "
+                                     f"batch_size = {sizes}")
                 fields = dict(e.get("options", {}))
                 dtype = getattr(args, "dtype", "float32")
                 if dtype != "float32":  # --dtype: every configuration that names none
@@ -155,15 +162,16 @@ def compress(folder):
         print(f"compressed {path} -> {path}.xz")
 
 
+@usage_errors("tvmrnn-tune")
 def main(argv=None):
     p = argparse.ArgumentParser(prog="tvmrnn-tune", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("cells", nargs="*", help=f"cells to tune: {', '.join(sorted(tvmrnn.CELLS))}, an example "
                                             f"custom cell (tvmrnn.cells.examples) or module:attribute")
-    p.add_argument("--input-size", type=int)
-    p.add_argument("--hidden-size", type=int)
-    p.add_argument("--batch-size", type=int)
-    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--input-size", type=positive_int)
+    p.add_argument("--hidden-size", type=positive_int)
+    p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--num-layers", type=positive_int, default=1)
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                    help="the builds' dtype (tvmrnn.build(dtype=); with --config, for entries whose options name "
@@ -172,12 +180,12 @@ def main(argv=None):
                                     "num_layers, bidirectional, options (BuildOptions fields)}")
     p.add_argument("--target", help='"cpu", "cuda", a tag ("nvidia/nvidia-h100") or a JSON target dict; '
                                     "default: this machine's GPU, else its CPU")
-    p.add_argument("--trials", type=int, default=64, help="trials per task, counting those already logged")
+    p.add_argument("--trials", type=positive_int, default=64, help="trials per task, counting those already logged")
     p.add_argument("--log-dir", default=None, help="folder of per-target raw logs; default: TVMRNN_TUNING_LOGS, "
                                                    "else the repository's tuning_logs/ in a source checkout, else "
                                                    "~/.local/share/tvmrnn/tuning_logs (build reads the same)")
     p.add_argument("--kernels", nargs="*", help="only tasks whose name contains one of these")
-    p.add_argument("--max-tasks", type=int, help="only the N tasks with the largest share of a training step "
+    p.add_argument("--max-tasks", type=positive_int, help="only the N tasks with the largest share of a training step "
                                                  "(measured where the log has them, else estimated from FLOPs)")
     p.add_argument("--warm-start-from", help="another log folder (other target or shapes) to seed new tasks from")
     p.add_argument("--no-default-seed", action="store_true",
@@ -190,11 +198,11 @@ def main(argv=None):
                         "candidates are measured on all its free servers under --rpc-key at once (one a GPU: "
                         "python -m tvmrnn.tune.rpc_server, see CONTRIBUTING.md)")
     p.add_argument("--rpc-key", help="the device key the RPC servers registered with")
-    p.add_argument("--trials-per-iter", type=int, default=16)
+    p.add_argument("--trials-per-iter", type=positive_int, default=16)
     p.add_argument("--space", choices=("template", "generic"), default="template",
                    help="what the search explores: each kernel's schedule template over its knobs (default), "
                         "or MetaSchedule's own rules")
-    p.add_argument("--population", type=int, default=64, help="the evolutionary search's population per task")
+    p.add_argument("--population", type=positive_int, default=64, help="the evolutionary search's population per task")
     p.add_argument("--seed", type=int, default=1, help="the search's random seed")
     p.add_argument("--no-pass-check", action="store_true",
                    help="after tuning, do not measure whole passes (by default each configuration's pass-level "
