@@ -172,11 +172,12 @@ class BuildOptions:
     half_operands: bool | None = None
 
     def __post_init__(self):
-        persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent)
-        if persistent not in PERSISTENT:
+        persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent) if isinstance(
+            self.persistent, (str, bool, type(None))) else self.persistent
+        if not isinstance(persistent, str) or persistent not in PERSISTENT:
             raise ValueError(f"options.persistent: expected one of {', '.join(PERSISTENT)}; got {self.persistent!r}")
         object.__setattr__(self, "persistent", persistent)
-        if self.dependent_launch not in DEPENDENT_LAUNCH:
+        if not isinstance(self.dependent_launch, (str, type(None))) or self.dependent_launch not in DEPENDENT_LAUNCH:
             raise ValueError(f"options.dependent_launch: expected one of {', '.join(DEPENDENT_LAUNCH)}; "
                              f"got {self.dependent_launch!r}")
         for name in ("persist_stacked", "shared_kernels", "time_loop_regions", "variable_lengths", "bf16_projections"):
@@ -188,9 +189,9 @@ class BuildOptions:
                 raise TypeError(f"options.{name}: expected None, True or False, got {getattr(self, name)!r}")
         if self.chunk_steps is not None:
             steps = tuple(self.chunk_steps) if isinstance(self.chunk_steps, (tuple, list)) else None
-            if (not steps or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 for s in steps)
+            if (not steps or any(not isinstance(s, int) or isinstance(s, bool) or s < 1 or s > 4096 for s in steps)
                     or list(steps) != sorted(set(steps), reverse=True) or steps[-1] != 1):
-                raise ValueError(f"options.chunk_steps: expected distinct positive ints, largest first, ending in 1; "
+                raise ValueError(f"options.chunk_steps: expected distinct ints from 1 to 4096, largest first, ending in 1; "
                                  f"got {self.chunk_steps!r}")
             object.__setattr__(self, "chunk_steps", steps)
         if self.dtype not in DTYPES:

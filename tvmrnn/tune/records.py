@@ -319,6 +319,9 @@ def logs_root(tuning_logs=None) -> str:
     """The folder of per-target raw log folders: ``tuning_logs``, else ``TVMRNN_TUNING_LOGS``, else
     :func:`default_logs_root`."""
     if tuning_logs not in (None, False):
+        if not isinstance(tuning_logs, (str, os.PathLike)):
+            raise TypeError(f"tuning_logs: expected None, False or a folder (str or path), got "
+                            f"{type(tuning_logs).__name__}")
         return os.fspath(tuning_logs)
     value = os.environ.get("TVMRNN_TUNING_LOGS", "")
     return value if value and value.lower() not in OFF else default_logs_root()
