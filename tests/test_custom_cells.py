@@ -348,6 +348,17 @@ def test_package_metadata_and_loaded_cell(exported):
     assert y.shape == (5, N, 2 * H) and cy.shape == (2, N, H)
 
 
+def test_a_loaded_cell_keeps_its_parameters_start_values(tmp_path):
+    """A package records its cell's ``init=`` constants, so a drop-in on the loaded cell starts
+    its per-unit parameters where the defined cell's does (it drew them at random)."""
+    path = tmp_path / "leaky.so"
+    tvmrnn.build(ex.LEAKY_RNN, input_size=I, hidden_size=H, batch_size=2, cache=False).export(path)
+    loaded = tvmrnn.load(path)
+    assert loaded.config.cell.unit_param_init == ex.LEAKY_RNN.unit_param_init == (("leak", 0.0),)
+    module = tt.CustomRNN(loaded.config.cell, I, H, package=loaded)
+    assert not module.leak_l0.any()
+
+
 def test_format_1_packages_still_read():
     meta = {"format_version": 1, "cell": "gru"}
     assert loader._cell_of(meta) is tvmrnn.CELLS["gru"]

@@ -38,7 +38,8 @@ def _cell_of(meta: dict) -> Cell:
     if builtin is not None and builtin.signature == {k: meta[k] for k in builtin.signature}:
         return builtin
     return Cell(name, tuple(meta["gates"]), meta["has_cell_state"], None, tuple(meta["unit_params"]),
-                num_saved=meta["num_saved"])
+                num_saved=meta["num_saved"],
+                unit_param_init=tuple((str(name), float(value)) for name, value in meta.get("unit_param_init", ())))
 
 
 _OPENED: dict = {}  # real path -> (device, inode, mtime, size) of the file this process opened there
