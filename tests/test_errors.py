@@ -40,7 +40,7 @@ def test_unknown_cell():
     (dict(target="cuda:x"), ValueError, "target: expected 'cuda' or 'cuda:N'"),
     (dict(target={"kind": "llvm", "mcpu": "sapphirerapid"}), ValueError, "LLVM knows no CPU named mcpu='sapphirerapid'"),
     (dict(hidden_size=100000), ValueError, r"input_size, hidden_size: a weight matrix of 30000\d+ elements"),
-    (dict(batch_size=3 * 10**9), ValueError, "batch_size: 3000000000 rows"),
+    (dict(batch_size=3 * 10**9), ValueError, "batch_size: 3000000000 rows of 3 x 4 gates make a step"),
     (dict(dtype="float64"), ValueError, "dtype: expected one of"),
 ])
 def test_bad_build_options(kwargs, error, match):

@@ -107,15 +107,15 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                         ("num_layers", num_layers), ("batch_size", batch_size)):
         _check_options(name, value, int, 1)
-    # TVM indexes buffers with int32: the largest of a build's arrays, a layer's weights or an
-    # all-steps GEMM's 256-step chunk of gates, must have fewer than 2^31 elements
+    # TVM indexes buffers with int32: a build's arrays, a layer's weights or a step's gates (an
+    # all-steps GEMM's chunk holds several), must have fewer than 2^31 elements
     gates = len(cell.gates)
     weights = gates * hidden_size * max(input_size, (2 if bidirectional is True else 1) * hidden_size)
     if weights >= 2**31:
         raise ValueError(f"input_size, hidden_size: a weight matrix of {weights} elements (gates x hidden_size x "
                          f"inputs), past the 2^31 that TVM's int32 indexing addresses")
-    if 256 * batch_size * gates * hidden_size >= 2**31:
-        raise ValueError(f"batch_size: {batch_size} rows of {gates} x {hidden_size} gates make all-steps arrays past "
+    if batch_size * gates * hidden_size >= 2**31:
+        raise ValueError(f"batch_size: {batch_size} rows of {gates} x {hidden_size} gates make a step's arrays past "
                          f"the 2^31 elements that TVM's int32 indexing addresses")
     for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first), ("allow_tf32", allow_tf32)):
         if not isinstance(value, bool):

@@ -81,7 +81,7 @@ def load(path, device=None) -> RNN:
     device_index = 0
     if device is not None:
         kind, _, index = str(device).partition(":")
-        if kind not in ("cpu", "cuda") or not (index.isdigit() or index == "") or (kind == "cpu" and index):
+        if kind not in ("cpu", "cuda") or not (index.isdigit() or index == ""):
             raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
         device_index = int(index or 0)
     with _openable(path) as opened:
