@@ -81,9 +81,9 @@ def configs_from(args) -> list[Config]:
                 if dtype != "float32":  # --dtype: every configuration that names none
                     fields.setdefault("dtype", dtype)
                 options = BuildOptions.from_dict(fields)
-                configs.append(Config(find_cell(cell), int(e["input_size"]), int(e["hidden_size"]),
-                                      int(e.get("num_layers", 1)), bool(e.get("bidirectional", False)),
-                                      int(e["batch_size"]), False, options))
+                input_size, hidden_size, num_layers, batch_size = sizes
+                configs.append(Config(find_cell(cell), input_size, hidden_size, num_layers,
+                                      bool(e.get("bidirectional", False)), batch_size, False, options))
             except (TypeError, ValueError) as err:
                 raise SystemExit(f"configuration {i + 1}: {err}")
     return configs

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
+import numpy as np
+
 import tvm
 from tqdm import tqdm
 
@@ -30,12 +32,8 @@ def _check_options(name, value, kind, minimum=None):
 
 def dtype_name(dtype) -> str:
     """``"float32"``, ``"bfloat16"`` or ``"float16"`` from a name or a NumPy or torch dtype."""
-    if isinstance(dtype, type) and not str(dtype).startswith("torch."):  # a NumPy scalar type (np.float32)
-        try:
-            import numpy as np
-            dtype = np.dtype(dtype).name
-        except TypeError:
-            pass
+    if isinstance(dtype, type) and issubclass(dtype, np.generic):  # a NumPy scalar type (np.float32)
+        dtype = np.dtype(dtype).name
     name = str(dtype).removeprefix("torch.")
     name = {"float": "float32", "half": "float16", "bf16": "bfloat16"}.get(name, name)
     if name not in DTYPES:
@@ -107,19 +105,19 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                         ("num_layers", num_layers), ("batch_size", batch_size)):
         _check_options(name, value, int, 1)
+    for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first), ("allow_tf32", allow_tf32)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
     # TVM indexes buffers with int32: a build's arrays, a layer's weights or a step's gates (an
     # all-steps GEMM's chunk holds several), must have fewer than 2^31 elements
     gates = len(cell.gates)
-    weights = gates * hidden_size * max(input_size, (2 if bidirectional is True else 1) * hidden_size)
+    weights = gates * hidden_size * max(input_size, (2 if bidirectional else 1) * hidden_size)
     if weights >= 2**31:
         raise ValueError(f"input_size, hidden_size: a weight matrix of {weights} elements (gates x hidden_size x "
                          f"inputs), past the 2^31 that TVM's int32 indexing addresses")
     if batch_size * gates * hidden_size >= 2**31:
         raise ValueError(f"batch_size: {batch_size} rows of {gates} x {hidden_size} gates make a step's arrays past "
                          f"the 2^31 elements that TVM's int32 indexing addresses")
-    for name, value in (("bidirectional", bidirectional), ("batch_first", batch_first), ("allow_tf32", allow_tf32)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name}: expected bool, got {type(value).__name__}")
     options = as_options(options)
     if dtype is not None:
         dtype = dtype_name(dtype)

@@ -136,11 +136,10 @@ def export(rnn: RNN, path: str) -> str:
             shutil.copyfile(rnn.package_path, path)
         return path
     with tempfile.TemporaryDirectory() as workdir:
-        if path.endswith(".so"):
-            rnn.executable.export_library(path, addons=[_metadata_object(metadata(rnn), workdir)])
-        else:  # TVM picks the format by the suffix (".tar" an archive): a shared library whatever the name
-            library = os.path.join(workdir, "package.so")
-            rnn.executable.export_library(library, addons=[_metadata_object(metadata(rnn), workdir)])
+        # TVM picks the format by the suffix (".tar" an archive): a shared library whatever the name
+        library = path if path.endswith(".so") else os.path.join(workdir, "package.so")
+        rnn.executable.export_library(library, addons=[_metadata_object(metadata(rnn), workdir)])
+        if library != path:
             shutil.copyfile(library, path)
     return path
 

@@ -490,16 +490,10 @@ class RNN:
             y.masked_fill_(m[:, :, None], 0)
 
     def _zeroed_padding(self, frame, x, mask, n: int):
-        """``x`` with zeros past each row's length (a copy; ``x`` itself where nothing is past)."""
-        m = mask[:, :n] == 0
-        m = m.T if self.config.batch_first else m
-        if frame.kind == "numpy":
-            if not m.any():
-                return x
-            x = x.copy()
-            x[m] = 0
-            return x
-        return x.masked_fill(m[:, :, None], 0)
+        """A copy of ``x`` (its ``n`` rows) with zeros past each row's length."""
+        x = x.copy() if frame.kind == "numpy" else x.clone()
+        self._zero_finished(frame, x, mask[:, :n])
+        return x
 
     def _forward(self, w, x, h0, c0, train, lengths=None, given=None, padding_zeroed=False):
         """``given`` (training): the workspace's arrays, given by the caller (views of one buffer

@@ -176,13 +176,12 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         # steps' bounding box, rows of other tiles included, read and written early (wrong where
         # the epilogue reads the buffer it writes: the second direction's input gradient adds to
         # the first's, dx = acc + matmul in one buffer)
-        # Leading batch axes (a stacked step's or GEMM's directions, ``kernel.batch``) stay out:
-        # their problems are not rows of one GEMM (fused in, the reverse direction's dh0 of a
-        # one-row GRU was wrong)
+        # Leading batch axes (a stacked GEMM's directions, ``kernel.batch``) stay out: their
+        # problems are not rows of one GEMM
         lead, own = row_loops[:kernel.batch], row_loops[kernel.batch:]
         total = math.prod(row_extents[kernel.batch:])
         fused = tile_rows(total, width, lanes, accumulators, multiple_of=row_extents[-1])
-        if len(own) > 1 and fused > rows:
+        if fused > rows:
             row_loops, row_extents, rows = [*lead, sch.fuse(*own)], [*row_extents[:kernel.batch], total], fused
     if row_block is None and red_block is None:
         row_block, red_block = l1_blocks(kernel)
