@@ -1097,14 +1097,20 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
     # and so does one direction of 64 rows
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 63, 2048, train=False, directions=2), target) == "split_k"
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 64, 2048, train=False), target) == "split_k"
-    # a stacked step's split counts both directions' tiles: each direction takes the slices of a
-    # one-direction step of twice the rows (cuda.GPU_STEP_SLICES_COUNT_DIRECTIONS)
+    # a stacked step's split counts one direction's tiles by default; with
+    # cuda.GPU_STEP_SLICES_COUNT_DIRECTIONS each direction takes the slices of a one-direction step
+    # of twice the rows
 
     def grid_z(kernel):  # slices x directions
         script = default_schedule(kernel, target).script()
         return int(re.search(r'T\.thread_binding\((\d+), thread="blockIdx\.z"\)', script).group(1))
+    assert not cuda.GPU_STEP_SLICES_COUNT_DIRECTIONS
     one = grid_z(kernels.backward_step(CELLS["lstm"], 128, 1024))
+    by_one_direction = grid_z(kernels.backward_step(CELLS["lstm"], 64, 1024, directions=2))
+    monkeypatch.setattr(cuda, "GPU_STEP_SLICES_COUNT_DIRECTIONS", True)
     assert one > 1 and grid_z(kernels.backward_step(CELLS["lstm"], 64, 1024, directions=2)) == 2 * one
+    assert by_one_direction > 2 * one  # (64 rows a direction: more slices than 128 rows take)
+    monkeypatch.setattr(cuda, "GPU_STEP_SLICES_COUNT_DIRECTIONS", False)
     # forward steps from 2^18 outputs: a GRU's at 128 x 3 x 600 (230,400) stays split-K, an Elman's at 200 x 768 too
     assert knobs.family(kernels.recurrent_step(CELLS["gru"], 128, 600, train=False), target) == "split_k"
     assert knobs.family(kernels.recurrent_step(CELLS["rnn_tanh"], 200, 768, train=False), target) == "split_k"

@@ -67,7 +67,9 @@ GPU_BACKWARD_STEP_MATMUL_OUTPUTS = 1 << 16
 # 128 (above). Until v66 a direction's own rows decided, and split-K ran the LSTM's bidirectional
 # step at N = 64, H = 2048 in 269 us (H200, T = 50: 0.56x cuDNN's inference, 0.63x training),
 # where the one-direction step of 128 rows, the same multiply-adds, takes about 160 on the tiled
-# GEMM (notes/performance.md v66; the stacked form at these rows is not measured yet).
+# GEMM. Measured on the H200 against the old rule (v67, notes/bench/v67/h200/stacked_ab*.txt, T = 50
+# bidirectional passes, inference + training): 1.12-1.55x faster at N = 64-100, H = 768-2048, all four
+# cells; bidirectional LSTM N = 64, H = 2048 now 0.89x / 0.86x cuDNN.
 GPU_STACKED_MATMUL_ROWS = 64
 
 

@@ -244,10 +244,10 @@ GPU_MATMUL_MIN_SLICE = 256
 GPU_STEP_MATMUL_K_SLICES = True
 # Whether that split counts the tiles of both directions of a stacked step (a batch axis of two
 # problems, as forward steps do: forward_step_k_slices), so that a step of both directions at N
-# rows takes the slices of a one-direction step of 2N rows (the LSTM's backward at N = 64,
-# H = 1024: 8 slices of 512, not 16 of 256). Until v66 it counted one direction. Not measured on
-# a GPU yet (notes/performance.md v66).
-GPU_STEP_SLICES_COUNT_DIRECTIONS = True
+# rows takes the slices of a one-direction step of 2N rows. Off: measured on the H200 (v67,
+# notes/bench/v67/h200/slices_ab*.txt, T = 50 bidirectional passes) it changed nothing below 128
+# rows and cost 1-2.6% from 128 (the GRU at N = 128, H = 2048: training 56.9 -> 58.4 ms).
+GPU_STEP_SLICES_COUNT_DIRECTIONS = False
 
 
 # Whether every forward step's GEMM (a fused epilogue whose reduction, H, is no longer than its G x H
