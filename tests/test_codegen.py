@@ -759,13 +759,8 @@ def test_cpu_all_steps_gemms_of_few_rows_tile_whole_steps(batch, rng):
     T, K, H, G = 16, 74, 37, 4
     for kernel in (kernels.input_projection(T, batch, K, H, G, panel=0),
                    kernels.input_gradient(T, batch, K, H, G, accumulate=True)):
-        old = cpu.CPU_FUSED_ROW_TILES
-        cpu.CPU_FUSED_ROW_TILES = True  # (off by default: see its comment)
-        try:
-            func = ds.default_schedule(kernel, target)
-        finally:
-            cpu.CPU_FUSED_ROW_TILES = old
-        assert "t_n_fused" in func.script(), kernel.name
+        assert cpu.CPU_FUSED_ROW_TILES  # (the default since v67)
+        assert "t_n_fused" in ds.default_schedule(kernel, target).script(), kernel.name
         outs = {}
         for fused in (True, False):
             old = cpu.CPU_FUSED_ROW_TILES
@@ -785,6 +780,41 @@ def test_cpu_all_steps_gemms_of_few_rows_tile_whole_steps(batch, rng):
             outs[fused] = [a.numpy() for a in args]
         for a, b in zip(outs[True], outs[False]):
             np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_kernels_inlined_into_a_pass_keep_their_order(cell):
+    """A one-unit, one-row bidirectional RNN: no kernel keeps a parallel loop, so LLVM inlines every
+    kernel into the passes, where TVM's alias tags (TBAA) once said that one kernel's store into
+    ``dh_direct`` and the next one's load from it were unrelated: the reverse direction's dh0 was
+    0.40 for torch.nn's 0.15 at T = 1 (v66's fused rows; v67). Each tensor is now one variable in
+    every kernel (``sequence.one_alias_root_per_tensor``); every gradient matches torch.nn's in
+    float64 at T = 1-5, where the chunk kernels of 4 steps run or not."""
+    import numpy as np
+    import torch
+    from tvmrnn.program import sequence
+    assert sequence.ONE_ALIAS_ROOT_PER_TENSOR and sequence.LLVM_TBAA
+    torch.manual_seed(0)
+    ref = getattr(torch.nn, cell.upper())(1, 1, bidirectional=True).double()
+    params = tvmrnn.params_from_torch(ref)
+    rnn = tvmrnn.build(cell, 1, 1, batch_size=1, bidirectional=True, cache=False)
+    w = rnn.pack_weights({k: v.astype(np.float32) for k, v in params.items()})
+    rng = np.random.default_rng(3)
+    for T in range(1, 6):
+        x = rng.standard_normal((T, 1, 1)).astype(np.float32)
+        dy = rng.standard_normal((T, 1, 2)).astype(np.float32)
+        dhy = rng.standard_normal((2, 1, 1)).astype(np.float32)
+        y, hy, cy, ws = rnn.forward_train(w, x)
+        g = rnn.backward(w, ws, dy, dhy, np.zeros((2, 1, 1), np.float32) if cell == "lstm" else None)
+        xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        h0 = torch.zeros(2, 1, 1, dtype=torch.float64, requires_grad=True)
+        state = (h0, torch.zeros(2, 1, 1, dtype=torch.float64)) if cell == "lstm" else h0
+        yr, out = ref(xt, state)
+        hr = out[0] if cell == "lstm" else out
+        ((yr * torch.tensor(dy, dtype=torch.float64)).sum() + (hr * torch.tensor(dhy, dtype=torch.float64)).sum()).backward()
+        np.testing.assert_allclose(y, yr.detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=f"y T={T}")
+        np.testing.assert_allclose(g["h0"], h0.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"dh0 T={T}")
+        np.testing.assert_allclose(g["x"], xt.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=f"dx T={T}")
 
 
 def test_cpu_transpositions_in_tiles_are_exact():

@@ -167,6 +167,15 @@ def _view_layout(view, param) -> tuple:
     return tirx.buffer_data(t.buffer), _offset(view), lead + strides
 
 
+POOL_NAME = "scratch_pool"  # a pass's scratch pool (Program._pool)
+
+
+def _pooled_piece(shape, dtype) -> bool:
+    """Whether a kernel's global scratch piece goes in its pass's pool (Program._pool_offsets):
+    float32 and of static size; others take an allocation of their own."""
+    return dtype == F32 and all(isinstance(d, tirx.IntImm) for d in shape)
+
+
 def _byte_offset(data, offset):
     """``data`` advanced by ``offset`` float32 elements, in 64-bit arithmetic (a 5-layer LSTM's
     training workspace alone is 1.1 GB)."""
@@ -589,6 +598,53 @@ def cpu_locals_on_stack(mod, _ctx):
     return mod
 
 
+# Whether one_alias_root_per_tensor runs (a switch for comparisons: off, a build can be wrong)
+ONE_ALIAS_ROOT_PER_TENSOR = True
+
+
+@tvm.transform.module_pass(opt_level=0, name="tvmrnn.OneAliasRootPerTensor")
+def one_alias_root_per_tensor(mod, _ctx):
+    """Give the CPU kernels' pointer parameters of one name (a pass's tensor: :class:`Subroutines`
+    names each after the tensor it points into, and its scratch pool ``scratch_pool``) one variable
+    across every function of the module, at the end of the host passes.
+
+    TVM's LLVM code tags each load and store for type-based alias analysis (TBAA) by the variable
+    its buffer's data comes from, a type per variable, as if distinct variables never overlapped;
+    a called function's pointer parameters get such types of their own. Once LLVM inlined the
+    kernels into a pass, one kernel's store into ``dh_direct`` and the next one's load from it
+    carried the types of two variables, and LLVM reordered them (v67: a bidirectional GRU's reverse
+    dh0 wrong at batch 1, H = 1, where no parallel loop was left to keep the kernels apart). One
+    variable a tensor gives every access to it one type, in every kernel; tensors keep their own
+    (the kernels' speed: without TBAA the passes ran 2.1-2.3x slower, :data:`LLVM_TBAA`). Kernels
+    hold one pointer per tensor (their views are offsets on it), so the types inside a kernel do
+    not change. TVM's SSA conversion gives each function variables of its own, so this runs last."""
+    if not ONE_ALIAS_ROOT_PER_TENSOR:
+        return mod
+    shared, updates = {}, {}
+    for gvar, func in mod.functions.items():
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "global_symbol" in func.attrs:
+            continue
+        target = func.attrs.get("target")
+        if target is None or target.kind.name != "llvm":
+            continue
+        pointers = [p for p in func.params if isinstance(p.ty, tvm.ir.PointerType)]
+        names = [p.name for p in pointers]
+        if len(set(names)) != len(names):  # (two pointers of one name: left as they are)
+            continue
+        vmap = {}
+        for p in pointers:
+            key = (p.name, str(p.ty))
+            if key not in shared:
+                shared[key] = tirx.Var(p.name, p.ty)
+            vmap[p] = shared[key]
+        params = [vmap.get(p, p) for p in func.params]
+        body = kernels._substitute(func.body, vmap)
+        updates[gvar] = tirx.PrimFunc(params, body, func.ret_type, attrs=func.attrs)
+    for gvar, func in updates.items():
+        mod[gvar] = func
+    return mod
+
+
 def _tvmrnn_pipeline():
     """TVM's default TIR pipeline, then :func:`cooperative_grid_barriers` and
     :func:`merge_identical_kernels` (``tvm.compile(..., tir_pipeline="tvmrnn")``)."""
@@ -600,9 +656,11 @@ def _tvmrnn_pipeline():
     def device_passes():
         lower_warp = [tirx.transform.LowerWarpMemory() for _ in range(WARP_ALLOCATIONS - 1)]
         return tvm.transform.Sequential([*lower_warp, finalize_device(), check_shared_memory], name="tvmrnn_device")
+    def host_passes():
+        return tvm.transform.Sequential([finalize_host(), one_alias_root_per_tensor], name="tvmrnn_host")
     return (tvm.transform.Sequential([base, cooperative_grid_barriers, merge_identical_kernels, cpu_locals_on_stack],
                                      name="tvmrnn"),
-            finalize_host, device_passes)
+            host_passes, device_passes)
 
 
 WARP_ALLOCATIONS = 3  # the most warp-scope buffers side by side in one kernel (A, B and C fragments)
@@ -610,6 +668,13 @@ WARP_ALLOCATIONS = 3  # the most warp-scope buffers side by side in one kernel (
 
 PIPELINE = "tvmrnn"
 _tir_pipelines.PIPELINE_MAP[PIPELINE] = _tvmrnn_pipeline
+
+# Whether LLVM may use TVM's type-based alias metadata (TBAA) on CPU builds (False: compiled with
+# LLVM's -enable-tbaa=false). Without it every pass ran 2.1-2.3x slower on a 2-core Zen 5 (v67,
+# notes/bench/v67/tbaa_ab_zen5.txt: LSTM N=20 H=512 T=100 inference 20.8 -> 41.7 ms): the kernels'
+# parameters are not noalias, and TBAA is what tells LLVM a kernel's stores miss its weights. Its
+# soundness across kernels is :func:`one_alias_root_per_tensor`'s. A switch for comparisons.
+LLVM_TBAA = True
 
 
 def compile_module(mod: tvm.IRModule, target):
@@ -621,6 +686,10 @@ def compile_module(mod: tvm.IRModule, target):
     notes/performance.md, v5). It would also hide the lane index of the TF32 kernels' warp-buffer
     stores from ``LowerWarpMemory`` (:mod:`tvmrnn.schedules.tensor_cores`). CPU builds keep it."""
     gpu = is_gpu(target)  # (and cp.async where a schedule asks for it: tvmrnn.schedules.cuda.gpu_matmul)
+    if not gpu and not LLVM_TBAA:  # (LLVM's option, for this compile: TVM restores its options after it)
+        exported = dict(target.export())
+        exported["cl-opt"] = [*exported.get("cl-opt", []), "-enable-tbaa:bool=false"]
+        target = tvm.target.Target(exported)
     with tvm.transform.PassContext(config={"tirx.disable_cse_tir": gpu, "tirx.use_async_copy": gpu}):
         try:
             return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
@@ -707,6 +776,7 @@ class Subroutines:
     def __init__(self):
         self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
         self.functions: dict = {}  # GlobalVar -> PrimFunc
+        self._tensor_vars: dict = {}  # a pass's tensor name -> its pointer variable in every function
 
     def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt:
         """The call of ``kernel`` on ``views`` (role -> view), defining
@@ -726,32 +796,40 @@ class Subroutines:
         # views of one tensor share one base pointer, each its offset on it: inside the function
         # they are then buffers on one variable, which TVM's alias tags (TBAA) treat as one
         # object; as parameters of their own, LLVM took them for unrelated memory (v33)
-        bases, groups = [], []
-        for (d, _, _, _), same in zip(layouts, aliases):
+        bases, names, groups = [], [], []
+        for (d, _, _, _), same, role in zip(layouts, aliases, kernel.roles):
             if same is None:
                 group = next((i for i, b in enumerate(bases) if tvm_ffi.structural_equal(b, d)), None)
                 if group is None:
                     bases.append(d)
+                    names.append(_view_tensor(views[role]).name)
                     group = len(bases) - 1
                 groups.append(group)
-        key = (kernel.name, signature, tuple(aliases), tuple(groups))
+        key = (kernel.name, signature, tuple(aliases), tuple(groups), tuple(names))
         if key not in self._entries:
-            self._entries[key] = self._define(func, kernel, signature, aliases, groups)
+            self._entries[key] = self._define(func, kernel, signature, aliases, groups, names)
         gvar, scratch = self._entries[key]
         args = [_byte_offset(b, 0) for b in bases]
         args += [o for (_, o, _, _), same in zip(layouts, aliases) if same is None]
         args += [x for (_, _, strides, _), same in zip(layouts, aliases) if same is None
                  for x in strides if not isinstance(x, tirx.IntImm)]
-        args += program.scratch_pointers(scratch)
+        args += program.scratch_arguments(scratch)
         # the function returns nonzero where a check in the kernel failed (it has set the error):
         # the pass stops there with an error, not on with the kernel's outputs unwritten
         # (TVM 0.27's Python AssertStmt hands its arguments on in the FFI's order: condition first)
         return tirx.AssertStmt(tvm.ir.Call(gvar, args, ret_ty=I32) == tirx.const(0, I32), tvm.ir.StringImm("RuntimeError"),
                                [tvm.ir.StringImm(f"tvmrnn: a check in kernel {kernel.name} failed")])
 
-    def _define(self, func, kernel: Kernel, signature, aliases, groups) -> tuple:
+    def _tensor_var(self, name: str) -> tirx.Var:
+        """The one pointer variable of a pass's tensor (or its scratch pool) ``name`` in every
+        function here that takes it (see the class docstring: the TBAA tags across kernels)."""
+        if name not in self._tensor_vars:
+            self._tensor_vars[name] = tirx.Var(name, tvm.ir.PointerType(tvm.ir.PrimType(F32)))
+        return self._tensor_vars[name]
+
+    def _define(self, func, kernel: Kernel, signature, aliases, groups, names) -> tuple:
         func = s_tir.renew_defs(func)  # variables of its own
-        bases = [tirx.Var(f"base{g}", tvm.ir.PointerType(tvm.ir.PrimType(F32))) for g in range(max(groups, default=-1) + 1)]
+        bases = [self._tensor_var(name) for name in names]
         params, stride_params, decls, mapping = [], [], [], []
         own = iter(groups)
         for param, strides, same in zip(func.params, signature, aliases):
@@ -766,10 +844,22 @@ class Subroutines:
             decls.append(tirx.DeclBuffer(buf, data=pointer))
             mapping.append((param, buf))
         body = _hoist_scratch(func.body, scratch := [])
-        scratch_params = _scratch_parameters(scratch, decls, mapping)
+        scratch_params, pool_offsets = [], []
+        pooled = [_pooled_piece(b.shape, b.dtype) for b in scratch]
+        if any(pooled):  # the pass's scratch pool: one variable in every kernel, each piece an offset on it
+            scratch_params.append(self._tensor_var(POOL_NAME))
+        for b, in_pool in zip(scratch, pooled):
+            if in_pool:
+                offset = tirx.Var(f"{b.name}_pool_offset", I32)
+                pool_offsets.append(offset)
+                buf = tirx.decl_buffer(b.shape, F32, b.name, elem_offset=offset, data_alignment=4, offset_factor=1)
+                decls.append(tirx.DeclBuffer(buf, data=scratch_params[0]))
+                mapping.append((b, buf))
+            else:
+                scratch_params += _scratch_parameters([b], decls, mapping)
 
         body = kernels._substitute(body, dict(mapping))
-        sub = tirx.PrimFunc(bases + params + stride_params + scratch_params,
+        sub = tirx.PrimFunc(bases + params + stride_params + pool_offsets + scratch_params,
                             tirx.SeqStmt(decls + [body, tirx.Return(tirx.const(0, I32))]),
                             ret_type=tvm.ir.PrimType(I32))
         gvar = tvm.ir.GlobalVar(f"{kernel.name}_{len(self._entries)}")
@@ -959,7 +1049,7 @@ class Program:
         self._scratch: list = []
         # ... most of it in one pool the calls share (`_pooled`)
         # (its size is known once every call is in: `build` swaps this stand-in for the real one)
-        self._pool = tirx.decl_buffer((tirx.Var("pool_size", I32),), F32, "scratch_pool")
+        self._pool = tirx.decl_buffer((tirx.Var("pool_size", I32),), F32, POOL_NAME)
         self._pool_size = 0
         # GPU (sm_90+) only: launch every kernel with programmatic dependent launch (Hopper's
         # PDL: the next kernel's blocks are launched while this one runs, and wait at their
@@ -984,7 +1074,7 @@ class Program:
         float32, or not of static size)."""
         offsets, offset = [], 0
         for shape, dtype in pieces:
-            if dtype != F32 or not all(isinstance(d, tirx.IntImm) for d in shape):
+            if not _pooled_piece(shape, dtype):
                 offsets.append(None)
                 continue
             offsets.append(offset)
@@ -1020,6 +1110,20 @@ class Program:
             else:
                 pointers.append(_byte_offset(tirx.buffer_data(self._pool), offset))
         return pointers
+
+    def scratch_arguments(self, scratch) -> list:
+        """A called CPU kernel's scratch arguments (``Subroutines``): the offsets of its pieces in
+        the pool, then the pool's pointer where it has any, then the pointers of pieces with an
+        allocation of their own."""
+        offsets = self._pool_offsets([(sh, dt) for sh, dt, _ in scratch])
+        own = []
+        for (shape, dtype, name), offset in zip(scratch, offsets):
+            if offset is None:
+                own.append(tirx.decl_buffer(shape, dtype, name))
+                self._scratch.append(own[-1])
+        pool = [_byte_offset(tirx.buffer_data(self._pool), 0)] if any(o is not None for o in offsets) else []
+        return ([tirx.const(o, I32) for o in offsets if o is not None] + pool
+                + [tirx.buffer_data(b) for b in own])
 
     @property
     def uses_persistent_loops(self) -> bool:
@@ -1321,7 +1425,7 @@ class Program:
         body = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]
         scratch = list(self._scratch)
         if self._pool_size:
-            pool = tirx.decl_buffer((self._pool_size,), F32, "scratch_pool")
+            pool = tirx.decl_buffer((self._pool_size,), F32, POOL_NAME)
             body = tvm_ffi.structural_mutate(body, [(tvm.ir.Var, lambda v, m: pool if v.same_as(self._pool) else v)])
             scratch.append(pool)
         if scratch:

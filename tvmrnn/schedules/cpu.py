@@ -228,10 +228,10 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
 # 2-core Zen 5 (v66), a 16-step input projection at N = 1, K = H = 512, alone: 561 -> 153 us; the
 # LSTM's whole passes at T = 300, N = 1, I = H = 512: inference 11.8 -> 8.0 ms, training 28.8 ->
 # 23.8 (the GRU 8.3 -> 6.1, 21.9 -> 17.1); N = 3: 4-5%; N = 20: the same tiles. A switch for A/B
-# comparisons in one process (notes/bench/v66/fused_rows_ab_zen5.txt). OFF: with the input
-# gradients' chunks fused, a bidirectional GRU of one unit and one row gave the reverse direction's
-# dh0 wrong (0.40 for 0.15) at T = 1, where no fused chunk runs; not understood yet (v66's notes)
-CPU_FUSED_ROW_TILES = False
+# comparisons in one process (notes/bench/v66/fused_rows_ab_zen5.txt). Off in v66: a bidirectional
+# GRU of one unit and one row gave the reverse direction's dh0 wrong at T = 1; that was LLVM's
+# alias tags across inlined kernels (v67: tvmrnn.program.sequence.one_alias_root_per_tensor)
+CPU_FUSED_ROW_TILES = True
 
 # Whether the fp32 input projection's tile is the task's own (local scope; see ``cpu_gemm``): on
 # since v44 (a switch for A/B comparisons in one process, as notes/bench/v44/ab_local_tile.py makes)
