@@ -168,6 +168,7 @@ def _view_layout(view, param) -> tuple:
 
 
 POOL_NAME = "scratch_pool"  # a pass's scratch pool (Program._pool)
+CPU_KERNEL_ATTR = "tvmrnn.cpu_kernel"  # marks the functions Subroutines defines
 
 
 def _pooled_piece(shape, dtype) -> bool:
@@ -622,10 +623,7 @@ def one_alias_root_per_tensor(mod, _ctx):
         return mod
     shared, updates = {}, {}
     for gvar, func in mod.functions.items():
-        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or "global_symbol" in func.attrs:
-            continue
-        target = func.attrs.get("target")
-        if target is None or target.kind.name != "llvm":
+        if not isinstance(func, tirx.PrimFunc) or func.attrs is None or not func.attrs.get(CPU_KERNEL_ATTR):
             continue
         pointers = [p for p in func.params if isinstance(p.ty, tvm.ir.PointerType)]
         names = [p.name for p in pointers]
@@ -867,7 +865,7 @@ class Subroutines:
         # with a pointer per view, before v33), a noalias kernel of the backward alone made the inference forward read
         # its state before the copy that set it (NaN at T = 1). Not pinned down and not retried;
         # without it the called kernels ran as fast as embedded ones (notes/performance.md v31).
-        self.functions[gvar] = sub
+        self.functions[gvar] = sub.with_attr(CPU_KERNEL_ATTR, True)  # (one_alias_root_per_tensor's)
         return gvar, [(b.shape, b.dtype, b.name) for b in scratch]
 
 
