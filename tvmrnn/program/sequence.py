@@ -618,7 +618,8 @@ def one_alias_root_per_tensor(mod, _ctx):
     variable a tensor gives every access to it one type, in every kernel; tensors keep their own
     (the kernels' speed: without TBAA the passes ran 2.1-2.3x slower, :data:`LLVM_TBAA`). Kernels
     hold one pointer per tensor (their views are offsets on it), so the types inside a kernel do
-    not change. TVM's SSA conversion gives each function variables of its own, so this runs last."""
+    not change. TVM's SSA conversion gives each function variables of its own, so this runs last,
+    on the functions :class:`Subroutines` marks (``CPU_KERNEL_ATTR``)."""
     if not ONE_ALIAS_ROOT_PER_TENSOR:
         return mod
     shared, updates = {}, {}
@@ -627,8 +628,9 @@ def one_alias_root_per_tensor(mod, _ctx):
             continue
         pointers = [p for p in func.params if isinstance(p.ty, tvm.ir.PointerType)]
         names = [p.name for p in pointers]
-        if len(set(names)) != len(names):  # (two pointers of one name: left as they are)
-            continue
+        if len(set(names)) != len(names):
+            raise AssertionError(f"{gvar.name_hint}: two pointer parameters of one name ({names}): one variable each "
+                                 f"is what keeps LLVM's alias tags sound")
         vmap = {}
         for p in pointers:
             key = (p.name, str(p.ty))
@@ -734,13 +736,13 @@ def _called_strides(param, strides, stride_params: list) -> list:
     return full
 
 
-def _scratch_parameters(scratch, decls: list, mapping: list) -> list:
+def _scratch_parameters(scratch, decls: list, mapping: list, prefix: str = "") -> list:
     """A pointer parameter for each of a called kernel's global scratch buffers ``scratch`` (the
     caller passes where its pool places them), each declared in ``decls`` and mapped in
     ``mapping`` from the kernel's own buffer."""
     params = []
     for b in scratch:
-        pointer = tirx.Var(b.name, tvm.ir.PointerType(tvm.ir.PrimType(b.dtype)))
+        pointer = tirx.Var(prefix + b.name, tvm.ir.PointerType(tvm.ir.PrimType(b.dtype)))
         params.append(pointer)
         buf = tirx.decl_buffer(b.shape, b.dtype, b.name, elem_offset=0, data_alignment=4, offset_factor=1)
         decls.append(tirx.DeclBuffer(buf, data=pointer))
@@ -767,9 +769,14 @@ class Subroutines:
     loading step t+1's state before step t stored it (wrong states at H = N = 1, v31-v33). So
     until v33 only kernels whose every access sat in a parallel loop were called (TVM outlines
     those into functions LLVM does not inline). Turning TBAA off instead made the passes run 2x
-    slower (v33). One table serves every pass of a build, so the inference and
-    training forwards share their kernels too. One view bound to two parameters is one parameter.
-    Each kernel's parallel loop stays its own parallel region, as inline."""
+    slower (v33). Across kernels the same held: two kernels' pointers into one tensor were two
+    variables, and once LLVM inlined both into a pass it reordered one's store and the other's load
+    (v67). So each pointer parameter is named after the pass's tensor it points into (a function
+    per kernel and binding of tensors; the scratch pool is one pointer, its pieces offsets on it),
+    and :func:`one_alias_root_per_tensor` makes each name one variable in every function here.
+    One table serves every pass of a build, so the inference and training forwards share their
+    kernels too (their tensors have the same names). One view bound to two parameters is one
+    parameter. Each kernel's parallel loop stays its own parallel region, as inline."""
 
     def __init__(self):
         self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
@@ -854,7 +861,8 @@ class Subroutines:
                 decls.append(tirx.DeclBuffer(buf, data=scratch_params[0]))
                 mapping.append((b, buf))
             else:
-                scratch_params += _scratch_parameters([b], decls, mapping)
+                # (an allocation of its own, named apart from the pass's tensors)
+                scratch_params += _scratch_parameters([b], decls, mapping, prefix="scratch_own_")
 
         body = kernels._substitute(body, dict(mapping))
         sub = tirx.PrimFunc(bases + params + stride_params + pool_offsets + scratch_params,
