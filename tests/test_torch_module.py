@@ -300,6 +300,25 @@ def test_custom_rnn_takes_bias_false_and_dropout():
         tt.CustomRNN("gru", 5, 8, dropout=2)
 
 
+def test_a_batch_of_short_cpu_tiles_builds_a_few_rows_more():
+    """On a CPU a batch whose register tiles would be one row (7 rows of an LSTM with 16-unit
+    panels) builds for 8 and runs padded (``schedules.cpu.padded_batch``: 2x faster at H = 512);
+    the outputs and gradients match torch.nn, and a batch of 8 then runs on that build."""
+    from tvmrnn.device import host_target
+    from tvmrnn.schedules.cpu import padded_batch
+    assert padded_batch(7, 4, 64, host_target()) == 8 and padded_batch(6, 4, 64, host_target()) == 6
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(5, 64).double()
+    ours = tt.LSTM(5, 64)
+    ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
+    errors = _side_by_side(ours, ref, torch.randn(4, 7, 5))
+    assert max(errors.values()) < 1e-5, errors
+    assert [k[2] for k in ours._built] == [8]
+    errors = _side_by_side(ours, ref, torch.randn(4, 8, 5))
+    assert max(errors.values()) < 1e-5, errors
+    assert [k[2] for k in ours._built] == [8]
+
+
 def test_smaller_batches_reuse_a_build_and_larger_ones_build_once():
     """A batch up to a build's size runs on it (padded): a training loop's short last batch and a
     batch-1 evaluation do not build again; a larger batch builds once, and with rebuild=False it
