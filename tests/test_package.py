@@ -258,6 +258,25 @@ def test_cpp_example_matches_python(exported, tmp_path):
     bad = subprocess.run([str(binary), exported, "12", str(tmp_path / "in"), str(tmp_path / "out")],
                          capture_output=True, text=True)  # x.f32 holds 11 steps, not 12
     assert bad.returncode == 1 and "x.f32: expected" in bad.stderr
+    # a package whose kernels have more rows than its batch_size (a CPU batch of 7 LSTM rows on
+    # 16-unit tiles: 8, schedules.cpu.padded_batch): the files hold 7 rows, batch first
+    padded = tvmrnn.build("lstm", I, 64, batch_size=7, batch_first=True, cache=False)
+    assert (padded.config.batch_size, padded.config.rows) == (7, 8)
+    padded.export(str(tmp_path / "padded.so"))
+    params = tvmrnn.params_from_torch(torch.nn.LSTM(I, 64))
+    np.concatenate([params[n].ravel() for n in padded.config.layout.names]).tofile(tmp_path / "in" / "params.f32")
+    x = rng.standard_normal((7, 5, I)).astype(np.float32)
+    h0 = rng.standard_normal((1, 7, 64)).astype(np.float32)
+    x.tofile(tmp_path / "in" / "x.f32")
+    h0.tofile(tmp_path / "in" / "h0.f32")
+    (tmp_path / "in" / "c0.f32").unlink()
+    run = subprocess.run([str(binary), str(tmp_path / "padded.so"), "5", str(tmp_path / "in"), str(tmp_path / "out")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    y, hy, cy = padded.forward(padded.pack_weights(params), x, h0)
+    for name, want in (("y", y), ("hy", hy), ("cy", cy)):
+        got = np.fromfile(tmp_path / "out" / f"{name}.f32", np.float32)
+        assert got.size == want.size and np.array_equal(got.reshape(want.shape), want), name
 
 
 def test_weights_follow_the_layout_not_every_option(rng):

@@ -6,12 +6,16 @@
 // order and layout, flattened and concatenated, as the metadata's "parameters" lists), x.f32,
 // and optionally h0.f32 and c0.f32 (zeros when absent). Writes y.f32, hy.f32 (and cy.f32).
 // Everything it needs to know (shapes, argument order) comes from the package's own metadata.
+// The files hold the package's batch_size rows; where its kernels were built for more
+// ("compiled_rows": a CPU batch padded to fuller register tiles), the rows are padded with zeros
+// on the way in and cut back on the way out.
 #include <dlpack/dlpack.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/extra/json.h>
 #include <tvm/ffi/extra/module.h>
 #include <tvm/ffi/function.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -89,6 +93,36 @@ static void Call(ffi::Module& mod, const char* pass, std::vector<std::pair<std::
   f.CallPacked(views.data(), static_cast<int32_t>(views.size()), &result);
 }
 
+// Rows along axis `axis` of an array shaped `shape` (the pass's, `rows` there): `from` rows in,
+// `to` rows out, zeros for the rows added (from < to) or rows dropped (from > to).
+static std::vector<float> Resize(const std::vector<float>& src, const std::vector<int64_t>& shape, size_t axis,
+                                 int64_t from, int64_t to) {
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < axis; ++i) outer *= shape[i];
+  for (size_t i = axis + 1; i < shape.size(); ++i) inner *= shape[i];
+  std::vector<float> dst(static_cast<size_t>(outer * to * inner), 0.0f);
+  int64_t keep = std::min(from, to);
+  for (int64_t o = 0; o < outer; ++o) {
+    std::copy_n(src.begin() + o * from * inner, keep * inner, dst.begin() + o * to * inner);
+  }
+  return dst;
+}
+
+// Read a file of `batch` rows into `a` (its batch axis `axis`, the pass's rows).
+static void ReadRows(const std::string& path, Array* a, size_t axis, int64_t batch, bool required) {
+  int64_t rows = a->shape[axis];
+  std::vector<float> file(a->data.size() / static_cast<size_t>(rows) * static_cast<size_t>(batch), 0.0f);
+  std::ifstream probe(path);
+  if (!probe && !required) return;  // optional input: stays zeros
+  Read(path, &file, required);
+  a->data = Resize(file, a->shape, axis, batch, rows);
+}
+
+// Write `a`'s first `batch` rows (its batch axis `axis`).
+static void WriteRows(const std::string& path, const Array& a, size_t axis, int64_t batch) {
+  Write(path, Resize(a.data, a.shape, axis, a.shape[axis], batch));
+}
+
 static Array& Find(std::vector<std::pair<std::string, Array>>& args, const std::string& name) {
   for (auto& [n, a] : args) if (n == name) return a;
   throw std::runtime_error("no argument " + name);
@@ -117,18 +151,20 @@ int main(int argc, char** argv) {
 
     auto fwd = Arguments(meta, "forward", T);
     Find(fwd, "w").data = Find(pack, "w").data;
-    Read(in + "/x.f32", &Find(fwd, "x").data, true);
-    Read(in + "/h0.f32", &Find(fwd, "h0").data, false);
+    int64_t batch = meta.at("batch_size").cast<int64_t>();
+    size_t seq_axis = meta.at("batch_first").cast<bool>() ? 0 : 1;  // x and y: (T, N, .) or (N, T, .)
+    ReadRows(in + "/x.f32", &Find(fwd, "x"), seq_axis, batch, true);
+    ReadRows(in + "/h0.f32", &Find(fwd, "h0"), 1, batch, false);  // states: (layers x directions, N, H)
     bool has_c = meta.at("has_cell_state").cast<bool>();
-    if (has_c) Read(in + "/c0.f32", &Find(fwd, "c0").data, false);
+    if (has_c) ReadRows(in + "/c0.f32", &Find(fwd, "c0"), 1, batch, false);
     for (auto& [name, a] : fwd) {  // a variable-lengths package: every row runs all T steps
       if (name == "mask") a.data.assign(a.data.size(), 1.0f);
     }
     Call(mod, "forward", fwd);
 
-    Write(out + "/y.f32", Find(fwd, "y").data);
-    Write(out + "/hy.f32", Find(fwd, "hy").data);
-    if (has_c) Write(out + "/cy.f32", Find(fwd, "cy").data);
+    WriteRows(out + "/y.f32", Find(fwd, "y"), seq_axis, batch);
+    WriteRows(out + "/hy.f32", Find(fwd, "hy"), 1, batch);
+    if (has_c) WriteRows(out + "/cy.f32", Find(fwd, "cy"), 1, batch);
     std::cout << "ran " << std::string(meta.at("cell").cast<ffi::String>()) << " forward, T=" << T << "\n";
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

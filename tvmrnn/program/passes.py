@@ -104,6 +104,15 @@ class Config:
     batch_size: int
     batch_first: bool
     options: BuildOptions = field(default_factory=BuildOptions)
+    # the batch rows the kernels are built for where more than batch_size (0: batch_size): a CPU
+    # build pads a batch whose register tiles would be short (tvmrnn.schedules.cpu.padded_batch)
+    compiled_rows: int = 0
+
+    @property
+    def rows(self) -> int:
+        """The batch rows the kernels and the passes' arrays have: ``batch_size`` (the largest batch
+        a call may pass), or ``compiled_rows`` where the build pads it."""
+        return self.compiled_rows or self.batch_size
 
     @property
     def num_directions(self) -> int:
@@ -121,7 +130,7 @@ class Config:
         return len(kernels.derivation(self.cell).saved)
 
     def seq_shape(self, T, features):
-        return (self.batch_size, T, features) if self.batch_first else (T, self.batch_size, features)
+        return (self.rows, T, features) if self.batch_first else (T, self.rows, features)
 
     @property
     def seq_axes(self):
@@ -129,7 +138,7 @@ class Config:
 
     def workspace_shapes(self, T) -> dict:
         """Shapes of the training workspace arrays (beside the input x, which it also keeps)."""
-        L, LD, N, H = self.num_layers, self.num_layers * self.num_directions, self.batch_size, self.hidden_size
+        L, LD, N, H = self.num_layers, self.num_layers * self.num_directions, self.rows, self.hidden_size
         shapes = {"hs": (self.num_directions, T + 1, N, H)}
         if self.cell.has_cell_state:
             shapes["cs"] = (LD, T + 1, N, H)
@@ -297,7 +306,7 @@ def bf16_projections_refused(target, config: Config, panel: int | None = None) -
         return (f"needs the weights in column panels of a multiple of 16 units (AVX-512), smaller than the hidden "
                 f"size: hidden_size {config.hidden_size} of a {config.cell.num_gates}-gate cell gets "
                 f"{'no panels' if not panel else f'{panel}-unit panels'} (weight_panels={config.options.weight_panels})")
-    state = bf16.step_state_bytes(config.num_directions, config.batch_size, config.hidden_size)
+    state = bf16.step_state_bytes(config.num_directions, config.rows, config.hidden_size)
     if state > bf16.STEP_STATE_BYTES:
         return (f"batch_size x hidden_size too large: the step's rounded state would take {state} bytes of the "
                 f"stack (at most {bf16.STEP_STATE_BYTES}); use a smaller batch or fp32")
@@ -329,7 +338,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     that is one persistent kernel keeps the latter). ``tail_flops`` (:data:`GPU_TAIL_FLOPS`): with
     the projections before the time loop, the FLOPs a chunk overlapping the steps before it may
     spend again to save launches (``Program.chunked``'s ``tail_waste``)."""
-    c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
+    c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     groups = _direction_groups(config, stacked)
@@ -483,7 +492,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     ``input_rows_of(K, grad_panel)`` features (:func:`tvmrnn.schedules.cpu.input_panel`).
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
-    c, N, H, L, D = config.cell, config.batch_size, config.hidden_size, config.num_layers, config.num_directions
+    c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
     deriv = kernels.derivation(c)
@@ -728,7 +737,7 @@ def all_programs(config: Config, schedule, target=None,
     # (GPU: each distinct kernel lowered once, a function launching it that the passes call)
     subroutines = (GpuKernels(target, dependent_launch(target, options)) if gpu else Subroutines()) if shared and (
         gpu or not pointers) else None
-    how = dict(chunks=chunk_steps(target, options, config.batch_size), stacked=stack_directions(target, options),
+    how = dict(chunks=chunk_steps(target, options, config.rows), stacked=stack_directions(target, options),
                one_region=one_region, view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
     if options.bf16_projections:
@@ -751,7 +760,7 @@ def all_programs(config: Config, schedule, target=None,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
                                                             options.gradient_panels, options.weight_panels),
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
-                                                                         config.batch_size), **how),
+                                                                         config.rows), **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,

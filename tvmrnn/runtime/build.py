@@ -18,6 +18,7 @@ from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
+from ..schedules.cpu import padded_batch
 from ..program.passes import Config, all_programs, bf16_projections_refused, half_precision_choices, loop_block_caps
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import as_built, report_untuned, scheduler, tuned_options
@@ -56,7 +57,9 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     batch_size : int
         The largest batch N a call may pass: the kernels are built for it, and a call with fewer
         rows runs padded to it (exact: rows are independent; a smaller batch costs what this one
-        does, plus copying the rows in and out). Build for the batch you run most.
+        does, plus copying the rows in and out). Build for the batch you run most. On a CPU a
+        batch whose register tiles would be one or two rows (7, 11, 13, ...) gets kernels for a
+        few rows more (``rnn.config.rows``), and every call runs padded to them.
     target : None, dict, str or tvm.target.Target
         None builds for this machine's CPU, ``"cuda"`` for this machine's GPU (``"cuda:1"``: its
         GPU 1, where the RNN then runs; the PyTorch drop-ins build for their input's GPU); or e.g.
@@ -132,6 +135,12 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     config = dataclasses.replace(config, options=options)
     options, allow_tf32 = half_precision_choices(config, options, target, allow_tf32)
     config = dataclasses.replace(config, options=options)
+    if not is_gpu(target) and options.dtype == "float32" and not options.bf16_projections:
+        # a batch whose register tiles would be short (7, 11, 13 rows...): kernels for a few rows
+        # more, every call padded to them (schedules.cpu.padded_batch; 2x faster at 7 rows)
+        rows = padded_batch(batch_size, cell.num_gates, hidden_size, target)
+        if rows != batch_size:
+            config = dataclasses.replace(config, compiled_rows=rows)
     if not is_gpu(target):
         prepare_cpu_threads(options)  # before any module of this build is loaded
     if cache is None:

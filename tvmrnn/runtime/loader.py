@@ -102,7 +102,8 @@ def _load(path: str, opened: str, device, device_index: int) -> RNN:
         prepare_cpu_threads(dataclasses.replace(options, threads=None))  # this machine's cores, not the builder's
     try:
         config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
-                        meta["bidirectional"], meta["batch_size"], meta["batch_first"], options)
+                        meta["bidirectional"], meta["batch_size"], meta["batch_first"], options,
+                        int(meta.get("compiled_rows", 0)))  # (packages before v67: none)
         _check_layout(meta, config)
     except (KeyError, TypeError, ValueError) as err:
         raise PackageError(f"load: {path!r}: its metadata does not describe a configuration ({err!s}); "

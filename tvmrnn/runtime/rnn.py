@@ -50,7 +50,7 @@ class Workspace:
 
     def __init__(self, owner: "RNN", frame: Frame, T: int, x, arrays: dict, batch: int | None = None):
         self.owner, self.frame, self.T, self.x, self.arrays = owner, frame, T, x, arrays
-        self.batch = owner.config.batch_size if batch is None else batch  # the caller's rows (x: padded)
+        self.batch = owner.config.rows if batch is None else batch  # the caller's rows (x: padded)
         self.mask = None  # variable-lengths builds: the step mask of the forward (the backward's too)
 
     @property
@@ -437,14 +437,14 @@ class RNN:
     def _state(self, frame, name, value, needed=True, n=None):
         """A state argument checked for ``n`` rows and padded to the build's batch (zeros if None)."""
         c = self.config
-        n = c.batch_size if n is None else n
-        shape = (c.num_layers * c.num_directions, c.batch_size, c.hidden_size)
+        n = c.rows if n is None else n
+        shape = (c.num_layers * c.num_directions, c.rows, c.hidden_size)
         if value is None:
             return self._zeros(frame, shape) if needed else None
         if not needed:
             raise ValueError(f"{name}: a {c.cell.name} has no cell state; pass {name}=None")
         frame.check(name, value, (shape[0], n, shape[2]))
-        return value if n == c.batch_size else frame.padded(value, 1, c.batch_size)
+        return value if n == c.rows else frame.padded(value, 1, c.rows)
 
     # ---- passes -----------------------------------------------------------------------------
     def _mask(self, frame, T: int, n: int, lengths):
@@ -472,7 +472,7 @@ class RNN:
             if values.size and (values.min() < 1 or values.max() > T):  # (before the cast, which would wrap 2^63)
                 raise ValueError(f"lengths: each must be between 1 and T={T}; got {values.min()} to {values.max()}")
             values = values.astype(np.int64)
-        mask = np.zeros((T, c.batch_size), np.float32)
+        mask = np.zeros((T, c.rows), np.float32)
         mask[:, :n] = np.arange(T)[:, None] < values[None, :]
         if frame.kind == "torch":
             import torch
@@ -510,8 +510,8 @@ class RNN:
             # zero past a row's length: a NaN or Inf there would make NaN of them (0 x NaN), where
             # torch.nn's packed run never reads the padding
             x = self._zeroed_padding(frame, x, mask, n)
-        if n < c.batch_size:  # rows are independent: the build's batch, the padding's rows zero
-            x = frame.padded(x, self._batch_axis, c.batch_size)
+        if n < c.rows:  # rows are independent: the build's batch, the padding's rows zero
+            x = frame.padded(x, self._batch_axis, c.rows)
         arrays = {"x": x, "h0": self._state(frame, "h0", h0, n=n), "w": wflat}
         if mask is not None:
             arrays["mask"] = mask
@@ -532,7 +532,7 @@ class RNN:
         outputs = (arrays["y"], arrays["hy"], arrays.get("cy"))
         if ragged:
             self._zero_finished(frame, outputs[0], mask)
-        if n < c.batch_size:
+        if n < c.rows:
             outputs = (frame.rows(outputs[0], self._batch_axis, n), frame.rows(outputs[1], 1, n),
                        None if outputs[2] is None else frame.rows(outputs[2], 1, n))
         outputs = tuple(self._out(o) for o in outputs)
@@ -581,8 +581,8 @@ class RNN:
         frame, T, n = ws.frame, ws.T, ws.batch
         dy, dhy, dcy = self._in("dy", dy), self._in("dhy", dhy), self._in("dcy", dcy)
         frame.check("dy", dy, self._seq_shape(T, c.num_directions * c.hidden_size, n))
-        if n < c.batch_size:  # the padding's rows get zero gradients: they add nothing to dw
-            dy = frame.padded(dy, self._batch_axis, c.batch_size)
+        if n < c.rows:  # the padding's rows get zero gradients: they add nothing to dw
+            dy = frame.padded(dy, self._batch_axis, c.rows)
         arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy, n=n), "w": wflat, "x": ws.x, **ws.arrays}
         if ws.mask is not None:
             arrays["mask"] = ws.mask
