@@ -36,6 +36,7 @@ from tvmrnn.cells import find_cell
 from tvmrnn.cli import positive_int, usage_errors
 from tvmrnn.options import BuildOptions, use_cpu_threads
 from tvmrnn.program.passes import Config
+from tvmrnn.runtime.build import with_compiled_rows
 from tvmrnn.tune import records, tasks
 
 SIZE_KEYS = ("input_size", "hidden_size", "num_layers", "bidirectional", "batch_size")
@@ -112,7 +113,8 @@ def _printer():
 def as_built(configs, target, log_dir) -> list[Config]:
     """The configurations with the pass-level options a whole-pass stage chose for them, as
     ``build`` applies them: the search and --list then see the kernels a build will have."""
-    return [dataclasses.replace(c, options=records.tuned_options(c, target, log_dir, c.options)) for c in configs]
+    return [with_compiled_rows(dataclasses.replace(c, options=records.tuned_options(c, target, log_dir, c.options)),
+                               target) for c in configs]
 
 
 def list_tasks(configs, target, a, folder):

@@ -135,12 +135,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     config = dataclasses.replace(config, options=options)
     options, allow_tf32 = half_precision_choices(config, options, target, allow_tf32)
     config = dataclasses.replace(config, options=options)
-    if not is_gpu(target) and options.dtype == "float32" and not options.bf16_projections:
-        # a batch whose register tiles would be short (7, 11, 13 rows...): kernels for a few rows
-        # more, every call padded to them (schedules.cpu.padded_batch; 2x faster at 7 rows)
-        rows = padded_batch(batch_size, cell.num_gates, hidden_size, target)
-        if rows != batch_size:
-            config = dataclasses.replace(config, compiled_rows=rows)
+    config = with_compiled_rows(config, target)
     if not is_gpu(target):
         prepare_cpu_threads(options)  # before any module of this build is loaded
     if cache is None:
@@ -160,6 +155,16 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         rnn.from_cache = True
         report_untuned(target, rnn.schedules)
     return rnn
+
+
+def with_compiled_rows(config: Config, target) -> Config:
+    """``config`` with the batch rows its kernels are built for (``Config.compiled_rows``): on a
+    CPU, fp32, a batch whose register tiles would be short (7, 11, 13 rows...) gets a few rows more,
+    every call padded to them (:func:`tvmrnn.schedules.cpu.padded_batch`: 2x faster at 7 rows)."""
+    if is_gpu(target) or config.options.dtype != "float32" or config.options.bf16_projections:
+        return config
+    rows = padded_batch(config.batch_size, config.cell.num_gates, config.hidden_size, target)
+    return dataclasses.replace(config, compiled_rows=rows if rows != config.batch_size else 0)
 
 
 def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int = 0) -> RNN:
