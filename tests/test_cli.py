@@ -59,6 +59,8 @@ def test_bad_arguments_are_refused_with_a_message():
     ("tvmrnn-tune", ["--config", "no_such_config.json", "--list"], "No such file or directory"),
     ("tvmrnn-bench", ["nosuch"], "cells: unknown ['nosuch']"),
     ("tvmrnn-bench", ["gru", "--reps", "0"], "argument --reps: expected an integer >= 1, got 0"),
+    ("tvmrnn-bench", ["gru", "--device", "cpu", "--tf32"], "tvmrnn-bench: error: --tf32 is for --device cuda"),
+    ("tvmrnn-bench", ["gru", "--device", "cpu", "--dtype", "float16"], "tvmrnn-bench: error: --dtype float16: CUDA only"),
 ])
 def test_errors_of_use_are_one_line_and_status_2(name, args, message, tmp_path):
     """The commands answer a bad size, target, cell module, output folder or file with argparse's
@@ -66,6 +68,15 @@ def test_errors_of_use_are_one_line_and_status_2(name, args, message, tmp_path):
     accepted by tvmrnn-tune)."""
     run = subprocess.run([*cli(name), *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr[-800:]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has a GPU")
+def test_bench_on_a_missing_gpu_is_an_error_of_use(tmp_path):
+    """``--device cuda`` where PyTorch sees no GPU: one line and status 2, as other errors of use."""
+    run = subprocess.run([*cli("tvmrnn-bench"), "gru", "--device", "cuda"], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert run.returncode == 2 and "tvmrnn-bench: error: --device cuda: PyTorch sees no CUDA GPU" in run.stderr, \
+        run.stderr[-800:]
 
 
 def test_whole_passes_run_only_on_the_device_measured(tmp_path):

@@ -193,7 +193,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     ref = torch_rnn(cell, I, H, L, bidir).to(dev)
     t0 = time.perf_counter()
     if a.tf32 and a.device != "cuda":
-        raise SystemExit("--tf32 is for --device cuda")
+        raise ValueError("--tf32 is for --device cuda")
     half = a.dtype != "float32"
     short = {"bfloat16": "bf16", "float16": "fp16"}.get(a.dtype)
     options = a.options
@@ -201,7 +201,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
                            input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
     if package:
         if a.profile:
-            raise SystemExit(f"--profile needs a build (the kernels' programs); {package} is a package")
+            raise ValueError(f"--profile needs a build (the kernels' programs); {package} is a package")
         rnn = tvmrnn.load(package, device=a.device)
     else:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
@@ -334,7 +334,7 @@ def bench_custom(a, name, L, bidir, tvmrnn, torch):
     """A custom cell through tvmrnn beside the built-in LSTM (tvmrnn), a per-step loop and torch.compile."""
     from tvmrnn.cells import examples as example_cells
     if name not in example_cells.EXAMPLES:
-        raise SystemExit(f"--custom: expected one of {sorted(example_cells.EXAMPLES)} (cells with a PyTorch "
+        raise ValueError(f"--custom: expected one of {sorted(example_cells.EXAMPLES)} (cells with a PyTorch "
                          f"reference in tvmrnn.cells.examples), got {name!r}")
     cell = example_cells.EXAMPLES[name]
     T, N, I, H = a.seq_len, a.batch_size, a.input_size, a.hidden_size
@@ -533,9 +533,9 @@ def _x(ratio) -> str:
 def main(argv=None):
     a = parse(argv)
     if a.dtype != "float32" and a.tf32:
-        raise SystemExit(f"--dtype {a.dtype}: not with --tf32 (a half build's all-steps GEMMs are on tensor cores)")
+        raise ValueError(f"--dtype {a.dtype}: not with --tf32 (a half build's all-steps GEMMs are on tensor cores)")
     if a.dtype == "float16" and a.device != "cuda":
-        raise SystemExit("--dtype float16: CUDA only (CPUs: bfloat16)")
+        raise ValueError("--dtype float16: CUDA only (CPUs: bfloat16)")
     if a.plot:
         return plot(a.plot)
     if _missing("torch"):  # the other side of every comparison (imported later: see below)
@@ -551,7 +551,7 @@ def main(argv=None):
         os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # read by PyTorch's CPU allocator at its first use
     import torch
     if a.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("tvmrnn-bench: error: --device cuda: PyTorch sees no CUDA GPU on this machine")
+        raise ValueError("--device cuda: PyTorch sees no CUDA GPU on this machine")
     torch.set_num_threads(a.threads)
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
