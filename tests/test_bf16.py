@@ -433,6 +433,8 @@ def test_bfloat16_build_contract(tmp_path):
     y = rnn.forward(w, x.bfloat16())[0]  # still usable after the errors
     loaded = tvmrnn.load(rnn.export(tmp_path / "gru_bf16.so"))
     assert loaded.dtype == "bfloat16"
+    from tvmrnn.runtime.package import read_metadata
+    assert read_metadata(tmp_path / "gru_bf16.so")["dtype"] == "bfloat16"  # (it said float32 before v67)
     assert torch.equal(loaded.forward(loaded.pack_weights(params), x.bfloat16())[0], y)
     with pytest.raises(ValueError, match="'float16' builds need a CUDA target"):
         tvmrnn.build("gru", input_size=8, hidden_size=32, dtype="float16", cache=False)

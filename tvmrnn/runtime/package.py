@@ -58,7 +58,7 @@ def metadata(rnn: RNN) -> dict:
         "unit_param_init": [list(item) for item in c.cell.unit_param_init],  # (a drop-in's start values)
         "input_size": c.input_size, "hidden_size": c.hidden_size, "num_layers": c.num_layers,
         "bidirectional": c.bidirectional, "batch_size": c.batch_size, "compiled_rows": c.compiled_rows, "batch_first": c.batch_first,
-        "dtype": "float32",
+        "dtype": c.options.dtype,  # the passes' inputs, outputs and states (weight gradients: float32)
         "options": c.options.to_dict(),
         "target": str(t), "target_kind": t.kind.name,
         "weight_layout": "one flat float32 buffer of packed_weights_size; per parameter, in PyTorch's order: "
