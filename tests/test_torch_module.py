@@ -302,8 +302,9 @@ def test_custom_rnn_takes_bias_false_and_dropout():
 
 def test_a_batch_of_short_cpu_tiles_builds_a_few_rows_more():
     """On a CPU a batch whose register tiles would be one row (7 rows of an LSTM with 16-unit
-    panels) builds for 8 and runs padded (``schedules.cpu.padded_batch``: 2x faster at H = 512);
-    the outputs and gradients match torch.nn, and a batch of 8 then runs on that build."""
+    panels) gets kernels for 8 and runs padded (``schedules.cpu.padded_batch``, ``config.rows``:
+    2x faster at H = 512); the build still takes batches of at most 7, and the outputs and
+    gradients match torch.nn."""
     from tvmrnn.device import host_target
     from tvmrnn.schedules.cpu import padded_batch
     assert padded_batch(7, 4, 64, host_target()) == 8 and padded_batch(6, 4, 64, host_target()) == 6
@@ -311,12 +312,12 @@ def test_a_batch_of_short_cpu_tiles_builds_a_few_rows_more():
     ref = torch.nn.LSTM(5, 64).double()
     ours = tt.LSTM(5, 64)
     ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
-    errors = _side_by_side(ours, ref, torch.randn(4, 7, 5))
-    assert max(errors.values()) < 1e-5, errors
-    assert [k[2] for k in ours._built] == [8]
-    errors = _side_by_side(ours, ref, torch.randn(4, 8, 5))
-    assert max(errors.values()) < 1e-5, errors
-    assert [k[2] for k in ours._built] == [8]
+    for batch in (7, 3):
+        errors = _side_by_side(ours, ref, torch.randn(4, batch, 5))
+        assert max(errors.values()) < 1e-5, (batch, errors)
+    assert [k[2] for k in ours._built] == [7]
+    rnn = next(iter(ours._built.values()))
+    assert (rnn.config.batch_size, rnn.config.rows) == (7, 8)
 
 
 def test_smaller_batches_reuse_a_build_and_larger_ones_build_once():

@@ -50,8 +50,6 @@ from .options import BuildOptions
 from .cells.parameters import Layout
 from .runtime.rnn import RNN as _FusedRNN, PackedWeights, Workspace
 from .runtime.build import build
-from . import device as device_model
-from .schedules.cpu import padded_batch
 from .runtime.arrays import Frame, cpu_cast, to_device
 from .runtime.loader import load
 
@@ -491,15 +489,10 @@ class _Mixin:
             target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
                 if device.type == "cuda" else None
         half_gpu = bf16 and device.type == "cuda"  # where cuDNN computes in half: TF32 GEMMs, large steps too
-        if device.type != "cuda" and not bf16:
-            # a batch whose CPU register tiles would be short (7, 11, 13 rows...) builds for a few
-            # rows more and runs padded: 2x faster at 7 rows (schedules.cpu.padded_batch)
-            sizes["batch_size"] = padded_batch(batch_size, get_cell(self._cell).num_gates, self.hidden_size,
-                                               device_model.resolve(target))
         rnn = build(self._cell, **sizes, target=target, allow_tf32=half_gpu,
                     options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda",
                                          tensor_core_steps=True if half_gpu else None))
-        self._built[(input_size, num_layers, sizes["batch_size"], str(device), ragged, bf16)] = rnn
+        self._built[(input_size, num_layers, batch_size, str(device), ragged, bf16)] = rnn
         return rnn
 
     def _parameters_of(self, names, layer: int | None):
