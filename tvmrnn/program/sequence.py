@@ -781,7 +781,6 @@ class Subroutines:
     def __init__(self):
         self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
         self.functions: dict = {}  # GlobalVar -> PrimFunc
-        self._tensor_vars: dict = {}  # a pass's tensor name -> its pointer variable in every function
 
     def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt:
         """The call of ``kernel`` on ``views`` (role -> view), defining
@@ -825,16 +824,10 @@ class Subroutines:
         return tirx.AssertStmt(tvm.ir.Call(gvar, args, ret_ty=I32) == tirx.const(0, I32), tvm.ir.StringImm("RuntimeError"),
                                [tvm.ir.StringImm(f"tvmrnn: a check in kernel {kernel.name} failed")])
 
-    def _tensor_var(self, name: str) -> tirx.Var:
-        """The one pointer variable of a pass's tensor (or its scratch pool) ``name`` in every
-        function here that takes it (see the class docstring: the TBAA tags across kernels)."""
-        if name not in self._tensor_vars:
-            self._tensor_vars[name] = tirx.Var(name, tvm.ir.PointerType(tvm.ir.PrimType(F32)))
-        return self._tensor_vars[name]
-
     def _define(self, func, kernel: Kernel, signature, aliases, groups, names) -> tuple:
         func = s_tir.renew_defs(func)  # variables of its own
-        bases = [self._tensor_var(name) for name in names]
+        # named after their tensors: one_alias_root_per_tensor makes each name one variable
+        bases = [tirx.Var(name, tvm.ir.PointerType(tvm.ir.PrimType(F32))) for name in names]
         params, stride_params, decls, mapping = [], [], [], []
         own = iter(groups)
         for param, strides, same in zip(func.params, signature, aliases):
@@ -852,7 +845,7 @@ class Subroutines:
         scratch_params, pool_offsets = [], []
         pooled = [_pooled_piece(b.shape, b.dtype) for b in scratch]
         if any(pooled):  # the pass's scratch pool: one variable in every kernel, each piece an offset on it
-            scratch_params.append(self._tensor_var(POOL_NAME))
+            scratch_params.append(tirx.Var(POOL_NAME, tvm.ir.PointerType(tvm.ir.PrimType(F32))))
         for b, in_pool in zip(scratch, pooled):
             if in_pool:
                 offset = tirx.Var(f"{b.name}_pool_offset", I32)
@@ -1104,32 +1097,31 @@ class Program:
             mapping.append((b, view))
         return decls, mapping
 
-    def scratch_pointers(self, scratch) -> list:
-        """Pointers to a called kernel's global scratch ((shape, dtype, name) each), placed as
-        :meth:`_pool_offsets` places it."""
-        pointers = []
-        for (shape, dtype, name), offset in zip(scratch, self._pool_offsets([(sh, dt) for sh, dt, _ in scratch])):
+    def _placed(self, scratch) -> tuple[list, list]:
+        """A called kernel's global scratch ((shape, dtype, name) each) placed as
+        :meth:`_pool_offsets` places it: each piece's offset in the pool (None: its own
+        allocation), and the data pointers of the pieces with an allocation of their own."""
+        offsets = self._pool_offsets([(sh, dt) for sh, dt, _ in scratch])
+        own = []
+        for (shape, dtype, name), offset in zip(scratch, offsets):
             if offset is None:
-                own = tirx.decl_buffer(shape, dtype, name)
-                self._scratch.append(own)
-                pointers.append(tirx.buffer_data(own))
-            else:
-                pointers.append(_byte_offset(tirx.buffer_data(self._pool), offset))
-        return pointers
+                self._scratch.append(tirx.decl_buffer(shape, dtype, name))
+                own.append(tirx.buffer_data(self._scratch[-1]))
+        return offsets, own
+
+    def scratch_pointers(self, scratch) -> list:
+        """Pointers to a called kernel's global scratch, a piece each (:meth:`_placed`)."""
+        offsets, own = self._placed(scratch)
+        owned = iter(own)
+        return [next(owned) if o is None else _byte_offset(tirx.buffer_data(self._pool), o) for o in offsets]
 
     def scratch_arguments(self, scratch) -> list:
         """A called CPU kernel's scratch arguments (``Subroutines``): the offsets of its pieces in
         the pool, then the pool's pointer where it has any, then the pointers of pieces with an
         allocation of their own."""
-        offsets = self._pool_offsets([(sh, dt) for sh, dt, _ in scratch])
-        own = []
-        for (shape, dtype, name), offset in zip(scratch, offsets):
-            if offset is None:
-                own.append(tirx.decl_buffer(shape, dtype, name))
-                self._scratch.append(own[-1])
-        pool = [_byte_offset(tirx.buffer_data(self._pool), 0)] if any(o is not None for o in offsets) else []
-        return ([tirx.const(o, I32) for o in offsets if o is not None] + pool
-                + [tirx.buffer_data(b) for b in own])
+        offsets, own = self._placed(scratch)
+        pooled = [tirx.const(o, I32) for o in offsets if o is not None]
+        return pooled + ([_byte_offset(tirx.buffer_data(self._pool), 0)] if pooled else []) + own
 
     @property
     def uses_persistent_loops(self) -> bool:
