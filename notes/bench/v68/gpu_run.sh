@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# This session's GPU calls (v68), each under the 600 s call limit:
+#   bash notes/bench/v68/gpu_run.sh tests       # the full CUDA file at v67 (the CPU kernels' calling convention changed)
+#   bash notes/bench/v68/gpu_run.sh xeon        # scripts/configs/sweep.json on the Xeon, fused row tiles and padded rows on
+#   bash notes/bench/v68/gpu_run.sh gpusweep    # scripts/configs/sweep.json on the H200 (last run on a GPU: v35, H100)
+#   bash notes/bench/v68/gpu_run.sh xeonsmall   # batches 1, 3, 7, 11, 13 on the Xeon (fused row tiles, padded rows)
+export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
+case "$1" in
+tests) bash notes/bench/v65/gpu_run.sh tests ;;
+xeon) bash notes/bench/v66/gpu_run.sh xeon ;;
+gpusweep)
+    timeout ${2:-560} python3 -m tvmrnn.cli.bench --device cuda --sweep scripts/configs/sweep.json --max-seconds 1 \
+        --json $OUT/gpu_sweep.json 2>&1 | grep --line-buffered -v Warn > $OUT/gpu_sweep.txt
+    tail -22 $OUT/gpu_sweep.txt ;;
+xeonsmall)
+    timeout ${2:-560} python3 -m tvmrnn.cli.bench --device cpu --threads 16 --sweep notes/bench/v68/xeon_small.json \
+        --reps 3 --max-seconds 1 --json $OUT/xeon_small.json 2>&1 | grep --line-buffered -v Warn > $OUT/xeon_small.txt
+    tail -14 $OUT/xeon_small.txt ;;
+*) echo "usage: $0 tests|xeon|gpusweep|xeonsmall"; exit 2 ;;
+esac
