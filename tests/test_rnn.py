@@ -311,6 +311,30 @@ def test_overlapping_projection_tails_match(monkeypatch):
         _same_bits([_every_result(rnn, T, seed=7) for rnn in (plain, tails)], T)
 
 
+def test_projection_tails_replace_short_gemms(monkeypatch):
+    """The overlapping tail is also taken where the chunks it saves are GEMMs too short to fill the
+    device (``Program.chunked``'s ``tail_rows``: a GEMM counted as max(rows, full) rows, the tail
+    taken at half the cover's count or less), whatever it recomputes. Forced on for a CPU build of
+    N = 3 rows with ``full`` = 16: a 16-step chunk counts 48, a 4-step or 1-step one 16. T = 31
+    (15 steps after a chunk of 16: 3 + 3 chunks, 96 >= 2 x 48) and 47 take a tail; T = 30 (3 + 2
+    chunks, 80) and 21 (1 + 1, 32) do not; the same bits as without, every result."""
+    from tvmrnn.program import passes
+    options = tvmrnn.BuildOptions(interleave_projections=False)
+    sizes = dict(input_size=I, hidden_size=H, num_layers=1, bidirectional=True, batch_size=N, options=options,
+                 tuning_logs=False, cache=False)
+    plain = tvmrnn.build("gru", **sizes)
+    monkeypatch.setattr(passes, "tail_rows", lambda target: 16)
+    tails = tvmrnn.build("gru", **sizes)
+
+    def projections(rnn, T):
+        return sum(n for name, n in rnn.programs["forward_train"].calls(T).items()
+                   if name.startswith("input_projection"))
+    for T, before, after in ((31, 7, 2), (47, 8, 3), (30, 6, 6), (21, 3, 3)):  # chunks, each a launch a direction
+        assert (projections(plain, T), projections(tails, T)) == (2 * before, 2 * after), T
+    for T in (31, 30):
+        _same_bits([_every_result(rnn, T, seed=3) for rnn in (plain, tails)], T)
+
+
 # sizes with panels narrower than H on AVX2 and AVX-512 alike, forward (G gates) and backward (1)
 @pytest.mark.parametrize("cell, hidden", [("lstm", 80), ("gru", 96), ("rnn_relu", 80)])
 def test_weights_in_column_panels_match_torch(cell, hidden, rng):

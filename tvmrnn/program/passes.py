@@ -74,12 +74,27 @@ GPU_WIDE_CHUNK_BATCH = 64
 # H200, notes/performance.md v45). At Deep Speech 2 sizes a step's projection is 51 M multiply-adds:
 # no tails.
 GPU_TAIL_FLOPS = 64 * 10**6
+# ... or where the launches it saves are GEMMs too short to fill the GPU: an all-steps GEMM of
+# fewer rows (chunk steps x batch rows) than this takes about as long as one of this many, its
+# tiles idle (GRU N = 12, H = 2048 on the H200: a 4-step chunk of 48 rows 227 us, a 32-step one of
+# 384 rows 325 us; notes/performance.md v68). The tail is taken where it costs at most half the
+# cover it replaces in those units (max(rows, GPU_GEMM_FULL_ROWS) a GEMM): at T = 60 the GRU's
+# seven 4-step chunks after one of 32 become a second 32-step chunk. The Deep Speech 2 sizes
+# (N = 20, T = 300) keep their cover (three 4-step chunks, 768 units, against 640 for a tail).
+GPU_GEMM_FULL_ROWS = 256
 
 
 def tail_flops(target) -> int:
     """The FLOPs a forward's last chunk of projections may compute twice to save launches
     (:data:`GPU_TAIL_FLOPS` on GPUs; none on CPUs, whose kernels are function calls)."""
     return GPU_TAIL_FLOPS if target is not None and is_gpu(target) else 0
+
+
+def tail_rows(target) -> int:
+    """The rows below which a forward's all-steps GEMM costs about what one of that many rows does,
+    for the overlapping tail's choice (:data:`GPU_GEMM_FULL_ROWS` on GPUs; 0, no such tails, on
+    CPUs)."""
+    return GPU_GEMM_FULL_ROWS if target is not None and is_gpu(target) else 0
 
 
 def chunk_steps(target, options: BuildOptions, batch: int = 1) -> tuple[int, ...]:
@@ -330,14 +345,17 @@ def _check_bf16_projections(target, config: Config, panel: int) -> None:
 def forward_program(config: Config, schedule, train: bool, persistent_blocks: int | None = None,
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
-                    subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0) -> Program:
+                    subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
+                    tail_rows: int = 0) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
     into a buffer of one chunk, instead of every step's projection before the time loop (a loop
     that is one persistent kernel keeps the latter). ``tail_flops`` (:data:`GPU_TAIL_FLOPS`): with
     the projections before the time loop, the FLOPs a chunk overlapping the steps before it may
-    spend again to save launches (``Program.chunked``'s ``tail_waste``)."""
+    spend again to save launches (``Program.chunked``'s ``tail_waste``); ``tail_rows``
+    (:data:`GPU_GEMM_FULL_ROWS`): or where the chunks it saves are GEMMs of fewer rows than that
+    (``Program.chunked``'s ``tail_rows``)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
@@ -413,7 +431,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
             if not interleave:
                 step_flops = 2 * N * in_size * G * H * len(group)
-                prog.chunked(T, chunks, project, tail_waste=tail_flops // step_flops)
+                prog.chunked(T, chunks, project, tail_waste=tail_flops // step_flops,
+                             tail_rows=(N, tail_rows) if tail_rows else None)
             for d in group:
                 ld = l * D + d
                 # State rows: training keeps all T+1 in time order (see the module docstring);
@@ -750,11 +769,11 @@ def all_programs(config: Config, schedule, target=None,
     def blocks(name):
         return persistent_blocks if name in passes else None
     interleave = interleaved_projections(target, options)
-    tails = tail_flops(target)
+    tails = dict(tail_flops=tail_flops(target), tail_rows=tail_rows(target))
     programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
-                                interleave=interleave, tail_flops=tails, **how),
+                                interleave=interleave, **tails, **how),
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
-                                interleave=interleave, tail_flops=tails, **how),
+                                interleave=interleave, **tails, **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,

@@ -1365,7 +1365,8 @@ class Program:
 
         return reset + [tvm_ffi.structural_mutate(body, [(tirx.For, swap)])]
 
-    def chunked(self, length, sizes: tuple[int, ...], emit: Callable, tail_waste: int = 0) -> None:
+    def chunked(self, length, sizes: tuple[int, ...], emit: Callable, tail_waste: int = 0,
+                tail_rows: tuple[int, int] | None = None) -> None:
         """Cover ``range(length)`` with chunks: as many of ``sizes[0]`` as fit, then ``sizes[1]``...
 
         ``emit(start, size)`` emits the calls for one chunk. ``sizes`` must end with 1, so that
@@ -1379,6 +1380,11 @@ class Program:
         that is 2 launches (0-32, 28-60) instead of 8 (one of 32, seven of 4): a small GEMM's
         launch costs more than its work (LSTM N = 1, H = 96 on the H200: 3.3 us each, the eight
         a third of the forward's kernel time, notes/performance.md v45).
+
+        ``tail_rows`` = ``(rows, full)``: the tail is also taken, whatever it recomputes, where it
+        costs at most half the chunks it replaces, counting a chunk of ``size`` steps as
+        ``max(size * rows, full)`` (a GEMM of fewer rows than ``full`` takes about as long as one
+        of ``full`` rows: its tiles idle).
         """
         if sizes[-1] != 1:
             raise AssertionError("chunk sizes must end with 1")
@@ -1395,10 +1401,17 @@ class Program:
             # (not before the one-step chunks: a tail there saves at most sizes[-2] - 2 launches, and
             # each tail is one more call site of the kernel to compile: 5.9 -> 8.5 s for a 2-layer
             # bidirectional GPU build here with tails at every size, 6.7 s without that one)
-            if tail_waste and index < len(sizes) - 2:
+            if (tail_waste or tail_rows) and index < len(sizes) - 2:
                 rest = _const(length) - start  # < size
-                wanted = tirx.And(tirx.And(rest > sizes[index + 1], size - rest <= tail_waste),
-                                  _const(length) >= size)
+                cheap = size - rest <= tail_waste
+                if tail_rows:
+                    rows, full = tail_rows
+                    left, plain = rest, _const(0)  # the plain cover of rest, in rows (no Selects)
+                    for smaller in sizes[index + 1:]:
+                        plain = plain + tirx.floordiv(left, smaller) * max(smaller * rows, full)
+                        left = tirx.floormod(left, smaller)
+                    cheap = tirx.Or(cheap, 2 * max(size * rows, full) <= plain)
+                wanted = tirx.And(tirx.And(rest > sizes[index + 1], cheap), _const(length) >= size)
                 taken = wanted if tail_before is None else tirx.And(wanted, tirx.Not(tail_before))
                 with self.loop(tirx.Select(taken, _const(1), _const(0)), f"tail{size}"):
                     emit(_const(length) - size, size)

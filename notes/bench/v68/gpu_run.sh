@@ -4,6 +4,7 @@
 #   bash notes/bench/v68/gpu_run.sh xeon        # scripts/configs/sweep.json on the Xeon, fused row tiles and padded rows on
 #   bash notes/bench/v68/gpu_run.sh gpusweep    # scripts/configs/sweep.json on the H200 (last run on a GPU: v35, H100)
 #   bash notes/bench/v68/gpu_run.sh xeonsmall   # batches 1, 3, 7, 11, 13 on the Xeon (fused row tiles, padded rows)
+#   bash notes/bench/v68/gpu_run.sh tails       # v68's projection tails for short GEMMs against none (GPU_GEMM_FULL_ROWS=0)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 case "$1" in
 tests) bash notes/bench/v65/gpu_run.sh tests ;;
@@ -16,5 +17,9 @@ xeonsmall)
     timeout ${2:-560} python3 -m tvmrnn.cli.bench --device cpu --threads 16 --sweep notes/bench/v68/xeon_small.json \
         --reps 3 --max-seconds 1 --json $OUT/xeon_small.json 2>&1 | grep --line-buffered -v Warn > $OUT/xeon_small.txt
     tail -14 $OUT/xeon_small.txt ;;
-*) echo "usage: $0 tests|xeon|gpusweep|xeonsmall"; exit 2 ;;
+tails)  # as is (v68: tails where the chunks they save are short GEMMs) -> v67 (GPU_GEMM_FULL_ROWS=0: none)
+    timeout ${2:-250} python3 notes/bench/v62/constants_ab.py 'tvmrnn.program.passes.GPU_GEMM_FULL_ROWS=0' \
+        gru:12:2048:2048:60 lstm:24:1280:1280:120 lstm:20:800:800:500 2>&1 | grep --line-buffered -v Warn > $OUT/tails_ab.txt
+    cat $OUT/tails_ab.txt ;;
+*) echo "usage: $0 tests|xeon|gpusweep|xeonsmall|tails"; exit 2 ;;
 esac
