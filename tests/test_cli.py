@@ -57,6 +57,8 @@ def test_bad_arguments_are_refused_with_a_message():
     ("tvmrnn-tune", ["gru", "--input-size", "3", "--hidden-size", "4", "--batch-size", "2", "--target",
                      "notatarget", "--list"], "tvmrnn-tune: error: target: cannot make a TVM target"),
     ("tvmrnn-tune", ["--config", "no_such_config.json", "--list"], "No such file or directory"),
+    ("tvmrnn-tune", ["--list"], "tvmrnn-tune: error: give cells and sizes, or --config FILE"),
+    ("tvmrnn-tune", ["--config", "{config}", "--list"], "tvmrnn-tune: error: configuration 1: missing hidden_size"),
     ("tvmrnn-bench", ["nosuch"], "cells: unknown ['nosuch']"),
     ("tvmrnn-bench", ["gru", "--reps", "0"], "argument --reps: expected an integer >= 1, got 0"),
     ("tvmrnn-bench", ["gru", "--device", "cpu", "--tf32"], "tvmrnn-bench: error: --tf32 is for --device cuda"),
@@ -65,7 +67,9 @@ def test_bad_arguments_are_refused_with_a_message():
 def test_errors_of_use_are_one_line_and_status_2(name, args, message, tmp_path):
     """The commands answer a bad size, target, cell module, output folder or file with argparse's
     one-line ``prog: error: ...`` and exit status 2 (tracebacks before, and sizes of 0 or less
-    accepted by tvmrnn-tune)."""
+    accepted by tvmrnn-tune; its configuration errors exited with status 1)."""
+    (tmp_path / "config.json").write_text('[{"cell": "gru", "input_size": 3, "batch_size": 2}]')
+    args = [a.replace("{config}", str(tmp_path / "config.json")) for a in args]
     run = subprocess.run([*cli(name), *args], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr[-800:]
 

@@ -335,7 +335,7 @@ assert "tvmrnn.cells.examples" not in sys.modules and rnn.config.cell.math is No
 
 def test_package_metadata_and_loaded_cell(exported):
     meta = package.read_metadata(exported)
-    assert meta["format_version"] == package.FORMAT_VERSION == 4
+    assert meta["format_version"] == package.FORMAT_VERSION == 5
     assert (meta["cell"], meta["gates"], meta["has_cell_state"]) == ("peephole_lstm", ["i", "f", "g", "o"], True)
     assert meta["unit_params"] == ["w_ci", "w_cf", "w_co"] and meta["num_saved"] == 4
     assert [name for name, _, _ in meta["parameters"]][4:6] == ["w_ci_l0", "w_cf_l0"]

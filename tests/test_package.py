@@ -134,10 +134,19 @@ def test_any_name_round_trips_and_a_package_exported_again_loads_as_new(tmp_path
         tvmrnn.load(path, device="cuda:x")
 
 
+def _resealed(data: bytes) -> bytes:
+    """``data`` (a package's bytes) with its closing checksum made to match what precedes it, as a
+    deliberate edit would leave it."""
+    import hashlib
+    body = data[:-package._TRAILER_SIZE]
+    return body + package._TRAILER + hashlib.sha256(body).hexdigest().encode() + b"\n"
+
+
 def test_a_tampered_package_is_refused(exported, tmp_path):
     """A package whose metadata does not match its library raises PackageError before any kernel
-    runs: an edited size (the checksum catches it), and the same edit with the checksum made to
-    match (the layout check catches it), and a library without a pass its metadata names."""
+    runs: an edited size (the file's checksum catches it; with that made to match, the metadata's
+    checksum), the same edit with both checksums made to match (the layout check catches it), and
+    a library without a pass its metadata names."""
     import hashlib
     data = open(exported, "rb").read()
     text = json.dumps(package.read_metadata(exported), sort_keys=True).encode()  # as export wrote it
@@ -145,15 +154,17 @@ def test_a_tampered_package_is_refused(exported, tmp_path):
     digest = hashlib.sha256(text).hexdigest().encode()
     assert data.count(digest) == 1 and b'"hidden_size": 37' in text
 
-    def tampered(name, edits):
+    def tampered(name, edits, reseal=True):
         out = data
         for old, new in edits:
             assert len(old) == len(new) and out.count(old) >= 1
             out = out.replace(old, new)
-        (tmp_path / name).write_bytes(out)
+        (tmp_path / name).write_bytes(_resealed(out) if reseal else out)
         return tmp_path / name
 
     edited = text.replace(b'"hidden_size": 37', b'"hidden_size": 36')
+    with pytest.raises(tvmrnn.PackageError, match="its contents do not match the checksum"):
+        tvmrnn.load(tampered("size_as_is.so", [(text, edited)], reseal=False))
     with pytest.raises(tvmrnn.PackageError, match="metadata does not match the checksum"):
         tvmrnn.load(tampered("size.so", [(text, edited)]))
     rehashed = hashlib.sha256(edited).hexdigest().encode()
@@ -163,6 +174,46 @@ def test_a_tampered_package_is_refused(exported, tmp_path):
     with pytest.raises(tvmrnn.PackageError, match=r"lacks the passes its metadata names: \['forward_tra1n'\]"):
         tvmrnn.load(tampered("pass.so", [(text, renamed), (digest, hashlib.sha256(renamed).hexdigest().encode())]))
     assert tvmrnn.load(exported).config.hidden_size == 37  # the original still loads
+
+
+def _text_section(data: bytes) -> tuple[int, int]:
+    """The file offset and size of a 64-bit ELF's ``.text`` section."""
+    import struct
+    shoff, = struct.unpack_from("<Q", data, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
+
+    def section(i):
+        return struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+    names = section(shstrndx)[4]
+    for i in range(shnum):
+        name, _, _, _, offset, size = section(i)
+        if data[names + name:data.index(b"\0", names + name)] == b".text":
+            return offset, size
+    raise AssertionError("no .text section")
+
+
+def test_a_package_with_damaged_code_is_refused(exported, tmp_path):
+    """A package whose code is damaged (bytes of its ``.text`` section overwritten: it loaded, and
+    its first call crashed the process) raises PackageError at ``load``, before the dynamic loader
+    runs any of it; one without the checksum that ends it (cut off, or stripped) is refused too.
+    The original still loads and runs."""
+    data = open(exported, "rb").read()
+    assert data.endswith(b"\n") and package._TRAILER in data[-package._TRAILER_SIZE:]
+    offset, size = _text_section(data)
+    middle = offset + size // 2
+    damaged = tmp_path / "damaged.so"
+    damaged.write_bytes(data[:middle] + b"\xcc" * 64 + data[middle + 64:])  # int3 over some kernel's code
+    with pytest.raises(tvmrnn.PackageError, match="its contents do not match the checksum"):
+        tvmrnn.load(damaged)
+    cut = tmp_path / "no_checksum.so"
+    cut.write_bytes(data[:-package._TRAILER_SIZE])
+    with pytest.raises(tvmrnn.PackageError, match="checksum of its contents is missing"):
+        tvmrnn.load(cut)
+    rnn = tvmrnn.load(exported)
+    x = np.random.default_rng(0).standard_normal((4, rnn.config.batch_size, rnn.config.input_size)).astype(np.float32)
+    params = tvmrnn.params_from_torch(torch_module(rnn.config.cell.name, rnn.config.input_size, rnn.config.hidden_size,
+                                                   rnn.config.num_layers, rnn.config.bidirectional, False))
+    assert np.isfinite(rnn.forward(rnn.pack_weights(params), x)[0]).all()
 
 
 def test_avx512_package_refused_on_a_cpu_without_it(tmp_path, monkeypatch):

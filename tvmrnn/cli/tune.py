@@ -52,25 +52,27 @@ def detect_target(name: str | None):
 
 
 def configs_from(args) -> list[Config]:
+    """The configurations the command line and ``--config`` name; ValueError for a bad one (an error of
+    use: status 2)."""
     entries = []
     if args.config:
         with open(args.config) as f:
             entries = json.load(f)
         if not isinstance(entries, list):
-            raise SystemExit(f"{args.config}: expected a JSON list of configurations")
+            raise ValueError(f"{args.config}: expected a JSON list of configurations")
     if args.cells:
         entries.append({"cell": args.cells, "input_size": args.input_size, "hidden_size": args.hidden_size,
                         "num_layers": args.num_layers, "bidirectional": args.bidirectional,
                         "batch_size": args.batch_size})
     if not entries:
-        raise SystemExit("give cells and sizes, or --config FILE")
+        raise ValueError("give cells and sizes, or --config FILE")
     configs = []
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
-            raise SystemExit(f"configuration {i + 1}: expected a JSON object (cell, sizes), got {e!r}")
+            raise ValueError(f"configuration {i + 1}: expected a JSON object (cell, sizes), got {e!r}")
         missing = [k for k in ("cell", "input_size", "hidden_size", "batch_size") if e.get(k) is None]
         if missing:
-            raise SystemExit(f"configuration {i + 1}: missing {', '.join(missing)}")
+            raise ValueError(f"configuration {i + 1}: missing {', '.join(missing)}")
         for cell in e["cell"] if isinstance(e["cell"], list) else [e["cell"]]:
             try:
                 sizes = [int(e["input_size"]), int(e["hidden_size"]), int(e.get("num_layers", 1)), int(e["batch_size"])]
@@ -86,7 +88,7 @@ def configs_from(args) -> list[Config]:
                 configs.append(Config(find_cell(cell), input_size, hidden_size, num_layers,
                                       bool(e.get("bidirectional", False)), batch_size, False, options))
             except (TypeError, ValueError) as err:
-                raise SystemExit(f"configuration {i + 1}: {err}")
+                raise ValueError(f"configuration {i + 1}: {err}") from None
     return configs
 
 
@@ -234,7 +236,7 @@ def main(argv=None):
     configs = [] if a.distill is not None and not (a.cells or a.config) else configs_from(a)
     if a.distill is not None:
         if not os.path.isdir(folder):
-            raise SystemExit(f"--distill: no raw logs in {folder}")
+            raise ValueError(f"--distill: no raw logs in {folder}")
         kernels = [t.kernel for t in tasks.extract_tasks(configs, target=target)] if configs else []
         out = a.distill or os.path.join(records.RECORDS_DIR, records.target_key(target) + ".jsonl")
         records.distill(folder, target, out, kernels, made_by="tvmrnn-tune --distill", out=print)

@@ -6,11 +6,12 @@ or CUDA architecture), the TVM version, the weight layout and each pass's argume
 For the cell it records what running needs without the cell's Python math (gates, cell state,
 per-unit parameters, how many values the training forward keeps), so a package of a custom
 cell loads and runs in a process that never defined the cell.
-``load`` reads that first and refuses a library this machine cannot run, before any kernel
-runs; it compiles and tunes nothing itself. (A CUDA package exported where TVM could not compile
-CUDA, such as a machine without a GPU, holds the kernels' CUDA source, and TVM's runtime compiles
-it when it loads the library: about 100 s for 5 bidirectional layers on the H100 machine, see
-``target.shared_kernels``.)
+The file ends, after the ELF image, with the SHA-256 of every byte before it (format 5), and the
+metadata carries its own; ``load`` checks both, then reads the metadata, and refuses a damaged
+library, or one this machine cannot run, before any of its code runs; it compiles and tunes
+nothing itself. (A CUDA package exported where TVM could not compile CUDA, such as a machine
+without a GPU, holds the kernels' CUDA source, and TVM's runtime compiles it when it loads the
+library: about 100 s for 5 bidirectional layers on the H100 machine, see ``target.shared_kernels``.)
 C++ programs use the same two facts (see ``examples/cpp``).
 """
 from __future__ import annotations
@@ -38,11 +39,19 @@ if TYPE_CHECKING:
 FORMAT = "tvmrnn-package"
 # 2: the cell's per-unit parameters and kept values (custom cells); 3: the backward pass zeroes its
 # weight gradients itself (before, the caller did: a loaded format 1 or 2 package still gets that);
-# 4: the library holds the SHA-256 of its metadata too (a tampered or damaged package is refused)
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)  # 1: built-in cells only; they read as before
+# 4: the library holds the SHA-256 of its metadata too (a tampered or damaged package is refused);
+# 5: the file ends with the SHA-256 of all of it before that (damaged code is refused too, before
+# the dynamic loader runs any of it)
+FORMAT_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)  # 1: built-in cells only; they read as before
 METADATA_FUNCTION = "tvmrnn_metadata"
 _CPU_FEATURES = ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx2", "fma", "avx")
+
+
+# The last bytes of a package (format 5): this, the file's SHA-256 before it in hex, a newline. The
+# dynamic loader maps the ELF segments only, so bytes after them change nothing it loads.
+_TRAILER = b"\n#tvmrnn-package-sha256:"
+_TRAILER_SIZE = len(_TRAILER) + 64 + 1
 
 
 class PackageError(ValueError):
@@ -139,9 +148,47 @@ def export(rnn: RNN, path: str) -> str:
         # TVM picks the format by the suffix (".tar" an archive): a shared library whatever the name
         library = path if path.endswith(".so") else os.path.join(workdir, "package.so")
         rnn.executable.export_library(library, addons=[_metadata_object(metadata(rnn), workdir)])
+        _append_checksum(library)
         if library != path:
             shutil.copyfile(library, path)
     return path
+
+
+def _file_sha256(path: str, size: int) -> str:
+    """The SHA-256 of the first ``size`` bytes of ``path``, in hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while size > 0:
+            block = f.read(min(size, 1 << 20))
+            if not block:
+                break
+            h.update(block)
+            size -= len(block)
+    return h.hexdigest()
+
+
+def _append_checksum(path: str) -> None:
+    """End the library at ``path`` with the trailer: the SHA-256 of all of it before that."""
+    digest = _file_sha256(path, os.path.getsize(path))
+    with open(path, "ab") as f:
+        f.write(_TRAILER + digest.encode() + b"\n")
+
+
+def _checked_contents(path: str) -> bool:
+    """Whether ``path`` ends with a package's checksum trailer; PackageError where it does and the
+    bytes before it do not match it (damaged code or data anywhere in the library)."""
+    size = os.path.getsize(path)
+    if size < _TRAILER_SIZE:
+        return False
+    with open(path, "rb") as f:
+        f.seek(size - _TRAILER_SIZE)
+        tail = f.read(_TRAILER_SIZE)
+    if not tail.startswith(_TRAILER) or not tail.endswith(b"\n"):
+        return False
+    if tail[len(_TRAILER):-1].decode("ascii", "replace") != _file_sha256(path, size - _TRAILER_SIZE):
+        raise PackageError(f"load: {path!r}: its contents do not match the checksum the library was written "
+                           "with (a damaged or edited package); export it again")
+    return True
 
 
 def _check_elf(path: str) -> None:
@@ -171,6 +218,7 @@ def read_metadata(path) -> dict:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"load: no such file {path!r}")
     _check_elf(path)
+    checked = _checked_contents(path)  # before the dynamic loader runs any of it
     try:
         library = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
     except OSError as err:
@@ -194,6 +242,9 @@ def read_metadata(path) -> dict:
         if digest != _digest(text):
             raise PackageError(f"load: {path!r}: its metadata does not match the checksum the library was "
                                "written with (a damaged or edited package); export it again")
+    if isinstance(meta.get("format_version"), int) and meta["format_version"] >= 5 and not checked:
+        raise PackageError(f"load: {path!r}: the checksum of its contents is missing from its end (a damaged, "
+                           "truncated or stripped package); export it again")
     return meta
 
 

@@ -108,9 +108,10 @@ def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
     register tiles of its fused steps would be short (one or two rows: a batch of 7, 11, 13, 14,
     17, ... rows with no divisor near the tile's; :func:`tile_rows`), then the next row count, up
     to an eighth more, whose tiles are not (7 -> 8, 11 -> 12, 13 -> 15, 14 -> 15). The padding's
-    rows are zeros the passes compute and drop (exact: rows are independent). The PyTorch drop-ins
-    build so; ``tvmrnn.build`` builds the batch it is given. An LSTM (T=100, I=H=512) running 7 rows
-    on a 2-core Zen 5: built for 7, inference 19.6 ms, training 50.3; for 8, 9.7 and 34.0 (v67)."""
+    rows are zeros the passes compute and drop (exact: rows are independent). ``tvmrnn.build`` of an
+    fp32 CPU RNN builds so (``Config.compiled_rows``; the drop-ins through it), ``batch_size`` staying
+    the largest batch a call may pass. An LSTM (T=100, I=H=512) running 7 rows on a 2-core Zen 5:
+    built for 7, inference 19.6 ms, training 50.3; for 8, 9.7 and 34.0 (v67)."""
     lanes = vector_lanes(target)
     width = cpu_column_tile(lanes, hidden, gates) * gates
 
