@@ -67,6 +67,12 @@ CHUNK_STEPS = (16, 4, 1)
 GPU_CHUNK_STEPS = (256, 32, 4, 1)
 GPU_WIDE_CHUNK_STEPS = (256, 128, 64, 32, 4, 1)
 GPU_WIDE_CHUNK_BATCH = 64
+# A ladder for few rows that whole-pass tuning tries (not a default, not measured yet): at N = 12,
+# H = 2048 on the H200 a 4-step chunk's GEMMs took 43-60% of a 32-step one's time (input gradient
+# 156 against 367 us, weight gradients 150 against 525, notes/performance.md v68), and the
+# backward cannot cover its last steps with an overlapping chunk as the forward does (its weight
+# gradients sum): 16- and 8-step chunks cover 28 steps in 3 launches instead of 7.
+GPU_NARROW_CHUNK_STEPS = (256, 32, 16, 8, 4, 1)
 # GPU forwards cover the steps left after whole chunks with one more chunk of the same size,
 # overlapping steps done before (``Program.chunked``'s ``tail_waste``), where the steps it computes
 # twice hold at most this many multiply-adds (x2: FLOPs) in all: a few microseconds of work, about
