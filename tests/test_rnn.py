@@ -317,20 +317,27 @@ def test_projection_tails_replace_short_gemms(monkeypatch):
     taken at half the cover's count or less), whatever it recomputes. Forced on for a CPU build of
     N = 3 rows with ``full`` = 16: a 16-step chunk counts 48, a 4-step or 1-step one 16. T = 31
     (15 steps after a chunk of 16: 3 + 3 chunks, 96 >= 2 x 48) and 47 take a tail; T = 30 (3 + 2
-    chunks, 80) and 21 (1 + 1, 32) do not; the same bits as without, every result."""
+    chunks, 80) and 21 (1 + 1, 32) do not; the same bits as without, every result. With
+    ``GPU_INPUT_GRADIENT_TAILS`` the backward's input gradients of the first direction take them
+    too, in a cover of their own after the weight gradients' (the second direction's add to dx:
+    they keep the plain cover, and run after)."""
     from tvmrnn.program import passes
     options = tvmrnn.BuildOptions(interleave_projections=False)
     sizes = dict(input_size=I, hidden_size=H, num_layers=1, bidirectional=True, batch_size=N, options=options,
                  tuning_logs=False, cache=False)
     plain = tvmrnn.build("gru", **sizes)
     monkeypatch.setattr(passes, "tail_rows", lambda target: 16)
+    monkeypatch.setattr(passes, "GPU_INPUT_GRADIENT_TAILS", True)
     tails = tvmrnn.build("gru", **sizes)
 
-    def projections(rnn, T):
-        return sum(n for name, n in rnn.programs["forward_train"].calls(T).items()
-                   if name.startswith("input_projection"))
+    def launches(rnn, T, program, kind):
+        return sum(n for name, n in rnn.programs[program].calls(T).items() if name.startswith(kind))
     for T, before, after in ((31, 7, 2), (47, 8, 3), (30, 6, 6), (21, 3, 3)):  # chunks, each a launch a direction
-        assert (projections(plain, T), projections(tails, T)) == (2 * before, 2 * after), T
+        assert (launches(plain, T, "forward_train", "input_projection"),
+                launches(tails, T, "forward_train", "input_projection")) == (2 * before, 2 * after), T
+        assert (launches(plain, T, "backward", "input_gradient"),
+                launches(tails, T, "backward", "input_gradient")) == (2 * before, before + after), T
+        assert launches(plain, T, "backward", "weight_gradient") == launches(tails, T, "backward", "weight_gradient")
     for T in (31, 30):
         _same_bits([_every_result(rnn, T, seed=3) for rnn in (plain, tails)], T)
 

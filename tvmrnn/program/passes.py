@@ -88,6 +88,13 @@ GPU_TAIL_FLOPS = 64 * 10**6
 # seven 4-step chunks after one of 32 become a second 32-step chunk. The Deep Speech 2 sizes
 # (N = 20, T = 300) keep their cover (three 4-step chunks, 768 units, against 640 for a tail).
 GPU_GEMM_FULL_ROWS = 256
+# Whether a GPU backward covers its first direction's input gradients with the forward's tails too
+# (a second cover of the steps after the weight gradients'; exact: the input gradient of the first
+# direction writes dx, the second adds to it after). The weight gradients cannot take tails (they
+# sum). Off: written in v68 without device time to measure it (GRU N=12 H=2048 T=60 would run one
+# 32-step input gradient, 367 us, instead of seven 4-step ones, 7 x 156 us; but every GPU backward
+# of few rows then runs its input gradients after all its weight gradients, not chunk by chunk).
+GPU_INPUT_GRADIENT_TAILS = False
 
 
 def tail_flops(target) -> int:
@@ -506,7 +513,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
                      grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
-                     subroutines: Subroutines | GpuKernels | None = None) -> Program:
+                     subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
+                     tail_rows: int = 0) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
@@ -516,7 +524,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     and the inputs they multiply in row panels of
     ``input_rows_of(K, grad_panel)`` features (:func:`tvmrnn.schedules.cpu.input_panel`).
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
-    :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`)."""
+    :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`).
+    ``tail_flops``, ``tail_rows``: with :data:`GPU_INPUT_GRADIENT_TAILS`, the first direction's
+    input gradients over a cover of their own with the forward's tails (:func:`forward_program`)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     layout = config.layout
@@ -667,7 +677,17 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             for d in group:
                 slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
 
-                def gradients(start, size, _d=d, _slot=slot, _l=l):
+                def input_gradient(start, size, _d=d, _slot=slot):
+                    views = dict(dg=dgx.at("t", "n", "j", "g", d=_d % DG, t=start),
+                                 w=w.piece(layout.torch_copy(_slot["weight_ih"])), dx=d_in(start))
+                    if _d > 0:
+                        views["acc"] = d_in(start)
+                    prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0,
+                                                     panel=panel_of(in_size)), **views)
+                # the first direction's input gradients write dx: a cover of their own may overlap
+                own_cover = GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows)
+
+                def gradients(start, size, _d=d, _slot=slot, _l=l, _own=own_cover, _input_gradient=input_gradient):
                     gd = _d % DG
                     h_before = states.at(_l, _d, prev_row(_d, start), ("t", "n", "j"))  # the steps' h_{t-1}
                     for dg, kind_w, kind_b, a, k_size in (
@@ -693,12 +713,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                         unit = dw.piece(layout.unit_offset(_l, _d))
                         prog.call(kernels.bias_gradient(size, N, H, P), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),
                                   acc=unit, db=unit)
-                    views = dict(dg=dgx.at("t", "n", "j", "g", d=gd, t=start),
-                                 w=w.piece(layout.torch_copy(_slot["weight_ih"])), dx=d_in(start))
-                    if _d > 0:
-                        views["acc"] = d_in(start)
-                    prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0,
-                                                     panel=panel_of(in_size)), **views)
+                    if not _own:
+                        _input_gradient(start, size)
                 if packed_grads:
                     for kind, k_size in (("weight_ih", in_size), ("weight_hh", H)):
                         prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(packed_at[kind]))
@@ -708,6 +724,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                         prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
                                   src=dw_packed.piece(packed_at[kind]),
                                   dst=dw.piece(slot[kind]))
+                if own_cover:
+                    prog.chunked(T, chunks, input_gradient, tail_waste=tail_flops // (2 * N * in_size * G * H),
+                                 tail_rows=(N, tail_rows) if tail_rows else None)
     return prog
 
 
@@ -785,7 +804,7 @@ def all_programs(config: Config, schedule, target=None,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
                                                             options.gradient_panels, options.weight_panels),
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
-                                                                         config.rows), **how),
+                                                                         config.rows), **tails, **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,
