@@ -8,6 +8,7 @@
 # For the next session (v68's runbook), in this order:
 #   bash notes/bench/v68/gpu_run.sh tests       # the full CUDA file at v68 (projection tails; packages' checksum trailer)
 #   bash notes/bench/v68/gpu_run.sh igtails     # the backward's input-gradient tails (off) and the narrow ladder, A/B
+#   bash notes/bench/v68/gpu_run.sh splitk      # chunk GEMMs of 33-64 rows on the tiled GEMM instead of split-K, A/B
 #   bash notes/bench/v68/gpu_run.sh xeon13      # 13 rows built for 15 against 16 on the Xeon (v68's 0.83x)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 case "$1" in
@@ -31,7 +32,14 @@ igtails)  # as is -> with GPU_INPUT_GRADIENT_TAILS; then as is -> the narrow lad
     timeout 280 python3 notes/bench/v62/constants_ab.py 'tvmrnn.program.passes.GPU_CHUNK_STEPS=[256,32,16,8,4,1]' \
         gru:12:2048:2048:60 lstm:24:1280:1280:120 lstm:20:800:800:300 2>&1 | grep --line-buffered -v Warn > $OUT/narrow_ab.txt
     cat $OUT/igtails_ab.txt $OUT/narrow_ab.txt ;;
+splitk)  # as is -> GEMMs without a fused epilogue of 33-64 rows on the tiled GEMM (split-K's per-thread
+    # scalar loads: the 48-row input projection at N=12 H=2048 took 227 us, where streaming its weights takes ~12)
+    timeout 280 python3 notes/bench/v62/constants_ab.py 'tvmrnn.schedules.common.GPU_SPLIT_K_ROWS=32' \
+        gru:12:2048:2048:60 lstm:16:1024:1024:100 lstm:48:640:640:150 2>&1 | grep --line-buffered -v Warn > $OUT/splitk_ab.txt
+    timeout 250 python3 -m tvmrnn.cli.bench gru --device cuda -T 60 -N 12 --input-size 2048 --hidden-size 2048 \
+        --num-layers 1 --max-seconds 1 --profile 2>&1 | grep -v Warn > $OUT/gru12_profile_v68.txt
+    cat $OUT/splitk_ab.txt; grep -E "^ +[a-z_]+_t[0-9]|ratio" $OUT/gru12_profile_v68.txt ;;
 xeon13)  # 13 rows on builds of 13, 15 (the padded default) and 16, 16 threads
     for m in 15 16; do timeout 200 python3 notes/bench/v67/padded_rows_ab.py 13 $m 2>&1 | grep -v Warn; done | tee $OUT/xeon13.txt ;;
-*) echo "usage: $0 tests|xeon|gpusweep|xeonsmall|tails|igtails|xeon13"; exit 2 ;;
+*) echo "usage: $0 tests|xeon|gpusweep|xeonsmall|tails|igtails|splitk|xeon13"; exit 2 ;;
 esac
