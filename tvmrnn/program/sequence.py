@@ -1383,8 +1383,8 @@ class Program:
 
         ``tail_rows`` = ``(rows, full)``: the tail is also taken, whatever it recomputes, where it
         costs at most half the chunks it replaces, counting a chunk of ``size`` steps as
-        ``max(size * rows, full)`` (a GEMM of fewer rows than ``full`` takes about as long as one
-        of ``full`` rows: its tiles idle).
+        ``max(size * rows, full)`` (a GEMM of fewer rows than ``full`` took about as long as one
+        of ``full`` rows on the H200, :data:`tvmrnn.program.passes.GPU_GEMM_FULL_ROWS`).
         """
         if sizes[-1] != 1:
             raise AssertionError("chunk sizes must end with 1")

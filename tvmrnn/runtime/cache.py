@@ -29,6 +29,7 @@ import tvm
 
 from .. import __version__
 from ..cells.autodiff import fingerprint
+from .package import file_sha256
 
 _SOURCE = pathlib.Path(__file__).resolve().parent.parent  # the tvmrnn package
 
@@ -65,14 +66,6 @@ def source_digest() -> str:
     return _source_digest
 
 
-def _file_digest(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def records_state(target, tuning_logs) -> dict:
     """What the build's tuning records are: the shipped file's digest, the raw logs' listing."""
     from ..tune.records import logs_folder, records_file, records_off
@@ -81,7 +74,7 @@ def records_state(target, tuning_logs) -> dict:
         return {"off": True}
     shipped = records_file(target)
     if shipped:
-        state["shipped"] = _file_digest(shipped)
+        state["shipped"] = file_sha256(shipped)
     folder = logs_folder(tuning_logs, target)
     if folder and os.path.isdir(folder):
         listing = []
@@ -153,7 +146,7 @@ def cached_build(key: str, make, load):
         if entry.exists():
             try:
                 # the digest written with the entry first: a damaged library can crash the loader
-                if not digest.exists() or digest.read_text().strip() != _file_digest(str(entry)):
+                if not digest.exists() or digest.read_text().strip() != file_sha256(str(entry)):
                     raise ValueError("its contents do not match the digest written with it")
                 return load(str(entry)), True
             except Exception as err:  # noqa: BLE001 - whatever is wrong with it, it is rebuilt
@@ -165,7 +158,7 @@ def cached_build(key: str, make, load):
         partial = folder / f"{key}.{os.getpid()}.tmp.so"
         try:
             rnn.export(str(partial))
-            digest.write_text(_file_digest(str(partial)) + "\n")
+            digest.write_text(file_sha256(str(partial)) + "\n")
             os.replace(partial, entry)
             rnn.package_path = str(entry)
         except Exception as err:  # noqa: BLE001 - a full disk must not fail the build

@@ -154,8 +154,10 @@ def export(rnn: RNN, path: str) -> str:
     return path
 
 
-def _file_sha256(path: str, size: int) -> str:
-    """The SHA-256 of the first ``size`` bytes of ``path``, in hex."""
+def file_sha256(path: str, size: int | None = None) -> str:
+    """The SHA-256 of the first ``size`` bytes of ``path`` (None: all of it), in hex."""
+    if size is None:
+        size = os.path.getsize(path)
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while size > 0:
@@ -169,7 +171,7 @@ def _file_sha256(path: str, size: int) -> str:
 
 def _append_checksum(path: str) -> None:
     """End the library at ``path`` with the trailer: the SHA-256 of all of it before that."""
-    digest = _file_sha256(path, os.path.getsize(path))
+    digest = file_sha256(path)
     with open(path, "ab") as f:
         f.write(_TRAILER + digest.encode() + b"\n")
 
@@ -185,7 +187,7 @@ def _checked_contents(path: str) -> bool:
         tail = f.read(_TRAILER_SIZE)
     if not tail.startswith(_TRAILER) or not tail.endswith(b"\n"):
         return False
-    if tail[len(_TRAILER):-1].decode("ascii", "replace") != _file_sha256(path, size - _TRAILER_SIZE):
+    if tail[len(_TRAILER):-1].decode("ascii", "replace") != file_sha256(path, size - _TRAILER_SIZE):
         raise PackageError(f"load: {path!r}: its contents do not match the checksum the library was written "
                            "with (a damaged or edited package); export it again")
     return True
