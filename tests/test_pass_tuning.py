@@ -360,13 +360,13 @@ def test_option_candidates_follow_the_target_and_configuration():
     # around the target's own block count for few rows: 1 at H = 96 (its weights fit a block), 64 at 512
     assert ("persistent", "off") in gpu and {v for n, v in gpu if n == "persistent_blocks"} == {2, 132}
     assert ("chunk_steps", (256, 128, 64, 32, 4, 1)) in gpu  # the other GPU ladder than the batch's default
-    assert ("chunk_steps", (256, 32, 16, 8, 4, 1)) in gpu  # and, for few rows, 16- and 8-step chunks too
+    assert ("chunk_steps", (256, 32, 4, 1)) in gpu  # and, for few rows, the ladder without 16- and 8-step chunks
     wide = pass_tuning.option_candidates(Config(CELLS["lstm"], 512, 512, 1, False, 1, False), h100)
     assert {v for n, v in wide if n == "persistent_blocks"} == {32, 128, 132}
     many_rows = pass_tuning.option_candidates(Config(CELLS["lstm"], 96, 96, 1, True, 64, False), h100)
     assert not any(name == "persistent_blocks" for name, _ in many_rows)
     assert ("stack_directions", False) in many_rows  # GPUs stack both directions by default
-    assert ("chunk_steps", (256, 32, 4, 1)) in many_rows  # (64 rows: 128- and 64-step chunks by default)
-    assert ("chunk_steps", (256, 32, 16, 8, 4, 1)) not in many_rows
+    assert ("chunk_steps", (256, 32, 16, 8, 4, 1)) in many_rows  # (64 rows: 128- and 64-step chunks by default)
+    assert ("chunk_steps", (256, 32, 4, 1)) not in many_rows
     cpu = pass_tuning.option_candidates(CONFIG, TARGET)
     assert {name for name, _ in cpu} == {"interleave_projections", "weight_panels", "gradient_panels", "chunk_steps"}

@@ -89,7 +89,7 @@ class BuildOptions:
         than the hidden size.
     chunk_steps : tuple of int or None
         Sizes of the chunks of steps the all-steps GEMMs run over, largest first, ending in 1.
-        None: ``(16, 4, 1)`` on CPUs (each chunk's gates stay in L2), ``(256, 32, 4, 1)`` on GPUs,
+        None: ``(16, 4, 1)`` on CPUs (each chunk's gates stay in L2), ``(256, 32, 16, 8, 4, 1)`` on GPUs,
         ``(256, 128, 64, 32, 4, 1)`` there for batches of 64 rows or more.
     threads : int or None
         CPU threads. None: ``TVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` if set, else this process's

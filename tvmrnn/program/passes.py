@@ -64,15 +64,19 @@ from .sequence import GpuKernels, Program, Stacked, Subroutines
 # notes/performance.md v60). Fewer rows were not measured, and the shipped (DS2, N=20) records
 # are for the four sizes: smaller batches keep them.
 CHUNK_STEPS = (16, 4, 1)
-GPU_CHUNK_STEPS = (256, 32, 4, 1)
+# Fewer rows take 16- and 8-step chunks too: the backward cannot cover its last steps with an
+# overlapping chunk as the forward does (its weight gradients sum), and a 4-step chunk's GEMMs took
+# 43-60% of a 32-step one's time at N = 12, H = 2048 (input gradient 156 against 367 us), so 16-
+# and 8-step chunks cover 28 steps in 3 launches instead of 7. Against (256, 32, 4, 1), H200,
+# one process, gradients compared (notes/performance.md v69): GRU N=12 H=2048 T=60 training
+# 9.20 -> 7.87 ms (inference 3.02 -> 3.08), LSTM N=24 H=1280 T=120 12.37 -> 12.11, LSTM N=8
+# H=320 T=90 with the changes below 1.10 -> 1.02; the Deep Speech 2 sizes within 1%.
+GPU_CHUNK_STEPS = (256, 32, 16, 8, 4, 1)
 GPU_WIDE_CHUNK_STEPS = (256, 128, 64, 32, 4, 1)
 GPU_WIDE_CHUNK_BATCH = 64
-# A ladder for few rows that whole-pass tuning tries (not a default, not measured yet): at N = 12,
-# H = 2048 on the H200 a 4-step chunk's GEMMs took 43-60% of a 32-step one's time (input gradient
-# 156 against 367 us, weight gradients 150 against 525, notes/performance.md v68), and the
-# backward cannot cover its last steps with an overlapping chunk as the forward does (its weight
-# gradients sum): 16- and 8-step chunks cover 28 steps in 3 launches instead of 7.
-GPU_NARROW_CHUNK_STEPS = (256, 32, 16, 8, 4, 1)
+# The ladder GPUs used for few rows up to v68, which whole-pass tuning still tries (fewer kernels
+# to compile; the GRU above ran inference 2% faster with it).
+GPU_SHORT_CHUNK_STEPS = (256, 32, 4, 1)
 # GPU forwards cover the steps left after whole chunks with one more chunk of the same size,
 # overlapping steps done before (``Program.chunked``'s ``tail_waste``), where the steps it computes
 # twice hold at most this many multiply-adds (x2: FLOPs) in all: a few microseconds of work, about
@@ -83,8 +87,8 @@ GPU_TAIL_FLOPS = 64 * 10**6
 # ... or where the launches it saves are GEMMs too short to fill the GPU: an all-steps GEMM of
 # fewer rows (chunk steps x batch rows) than this takes about as long as one of this many (GRU
 # N = 12, H = 2048 on the H200: a 4-step chunk of 48 rows 227 us, a 32-step one of 384 rows 325 us;
-# at 64 rows or fewer it takes the per-step split-K schedule, common.GPU_SPLIT_K_ROWS, whose
-# scalar loads stream the weights slowly; notes/performance.md v68). The tail is taken where it costs at most half the
+# at 64 rows or fewer it took the per-step split-K schedule, whose scalar loads stream the weights
+# slowly, until v69 lowered common.GPU_SPLIT_K_ROWS to 32; notes/performance.md v68). The tail is taken where it costs at most half the
 # cover it replaces in those units (max(rows, GPU_GEMM_FULL_ROWS) a GEMM): at T = 60 the GRU's
 # seven 4-step chunks after one of 32 become a second 32-step chunk. The Deep Speech 2 sizes
 # (N = 20, T = 300) keep their cover (three 4-step chunks, 768 units, against 640 for a tail).
@@ -92,10 +96,10 @@ GPU_GEMM_FULL_ROWS = 256
 # Whether a GPU backward covers its first direction's input gradients with the forward's tails too
 # (a second cover of the steps after the weight gradients'; exact: the input gradient of the first
 # direction writes dx, the second adds to it after). The weight gradients cannot take tails (they
-# sum). Off: written in v68 without device time to measure it (GRU N=12 H=2048 T=60 would run one
-# 32-step input gradient, 367 us, instead of seven 4-step ones, 7 x 156 us; but every GPU backward
-# of few rows then runs its input gradients after all its weight gradients, not chunk by chunk).
-GPU_INPUT_GRADIENT_TAILS = False
+# sum). Measured in v69 on the H200 against none: GRU N=12 H=2048 T=60 training 9.22 -> 8.50 ms
+# (one 32-step input gradient instead of seven 4-step ones), LSTM N=8 H=320 T=90 1.09 -> 1.05,
+# others within 1% (LSTM N=24 H=1280, the bidirectional DS2 LSTM).
+GPU_INPUT_GRADIENT_TAILS = True
 
 
 def tail_flops(target) -> int:

@@ -41,7 +41,7 @@ import tvm
 
 from ..device import SMALL_STEP_BATCH, multiprocessors
 from ..options import BuildOptions, left_to_target
-from ..program.passes import (GPU_CHUNK_STEPS, GPU_NARROW_CHUNK_STEPS, GPU_WIDE_CHUNK_STEPS, chunk_steps,
+from ..program.passes import (GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, GPU_WIDE_CHUNK_STEPS, chunk_steps,
                               loop_block_caps, stack_directions)
 from ..schedules.common import is_gpu
 from ..tune import records
@@ -291,12 +291,12 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False)]
     # on GPUs the other ladder than the batch's default (passes.chunk_steps), and one of short chunks;
-    # for a batch on the narrow default ladder, one with 16- and 8-step chunks too
-    # (passes.GPU_NARROW_CHUNK_STEPS: fewer launches of short backward GEMMs)
+    # for a batch on the few-row default ladder, the one without its 16- and 8-step chunks too
+    # (passes.GPU_SHORT_CHUNK_STEPS: fewer kernels)
     other = GPU_CHUNK_STEPS if chunk_steps(target, BuildOptions(), config.batch_size) != GPU_CHUNK_STEPS \
         else GPU_WIDE_CHUNK_STEPS
-    narrow = (GPU_NARROW_CHUNK_STEPS,) if other == GPU_WIDE_CHUNK_STEPS else ()
-    found += [("chunk_steps", steps) for steps in ((other, *narrow, (64, 8, 1)) if gpu else ((32, 8, 1), (8, 1)))]
+    short = (GPU_SHORT_CHUNK_STEPS,) if other == GPU_WIDE_CHUNK_STEPS else ()
+    found += [("chunk_steps", steps) for steps in ((other, *short, (64, 8, 1)) if gpu else ((32, 8, 1), (8, 1)))]
     return found
 
 

@@ -19,7 +19,11 @@ from ..kernels import Kernel
 GPU_THREADS = 128
 
 
-GPU_SPLIT_K_ROWS = 64  # GEMMs with at most this many output rows get split-K on GPUs
+# All-steps GEMMs with at most this many output rows get split-K on GPUs (per-thread scalar loads:
+# at 48 rows, H = 2048, the GRU's projection took 227 us where streaming its weights takes ~12);
+# more rows take the tiled GEMM. 64 until v69: 32 took the GRU at N = 12, H = 2048, T = 60 from
+# 9.19 to 8.56 ms training on the H200, LSTM N = 16 H = 1024 1% (notes/performance.md v69).
+GPU_SPLIT_K_ROWS = 32
 
 
 # A per-step GEMM with a fused epilogue takes row tiles instead of split-K
