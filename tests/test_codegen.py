@@ -1458,3 +1458,42 @@ def test_gate_threads_with_weights_in_registers(tmp_path):
     assert "w_local" not in script and "recurrent_projection_shared_local" in script
     with pytest.raises(tvm.s_tir.ScheduleError, match="registers"):
         schedules.default_schedule(wide, target, gate_threads=True, register_weights=True)
+
+
+@pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])
+def test_cpu_tiles_of_odd_hidden_sizes_are_no_wider_than_a_vector(mcpu, lanes, rng):
+    """Where no whole number of vectors divides the columns (H = 75: the GRU's gate-interleaved
+    steps and projections, the backward's data GEMMs, the RNN), a default tile is at most one
+    vector wide (``cpu.CPU_PARTIAL_TILE_VECTORS``): before v69 it was one odd LLVM vector of up to
+    4 vectors' floats (45 at H = 75), which ran the GRU at T=40 N=7 H=300 9.5x slower. No float
+    vector in the compiled code is wider than the lanes unless it is whole vectors (I = 27: the
+    input gradient's 27 columns take 9; a prime count keeps its one tile: a 1-float one measured
+    mixed); and, where this CPU runs the code, the passes match torch.nn in float64."""
+    import re
+    import numpy as np
+    import torch
+    for cell in ("gru", "rnn_tanh"):
+        rnn = tvmrnn.build(cell, 27, 75, batch_size=3, target={"kind": "llvm", "mcpu": mcpu, "num-cores": 2},
+                           tuning_logs=False, cache=False)
+        widths = {int(w) for w in re.findall(r"<(\d+) x float>", rnn.executable.mod.inspect_source("ll"))}
+        odd = sorted(w for w in widths if w > lanes and w % lanes)
+        assert not odd, f"{cell} on {mcpu}: float vectors of {odd} lanes"
+    if mcpu == "skylake-avx512" and "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(27, 75).double()
+    params = tvmrnn.params_from_torch(ref)
+    rnn = tvmrnn.build("gru", 27, 75, batch_size=3, target={"kind": "llvm", "mcpu": mcpu, "num-cores": 2},
+                       tuning_logs=False, cache=False)
+    w = rnn.pack_weights({k: v.astype(np.float32) for k, v in params.items()})
+    x = rng.standard_normal((9, 3, 27)).astype(np.float32)
+    dy = rng.standard_normal((9, 3, 75)).astype(np.float32)
+    y, hy, _, ws = rnn.forward_train(w, x)
+    g = rnn.backward(w, ws, dy)
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    yr, _ = ref(xt)
+    (yr * torch.tensor(dy, dtype=torch.float64)).sum().backward()
+    np.testing.assert_allclose(y, yr.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g["x"], xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for name, p in ref.named_parameters():
+        np.testing.assert_allclose(g[name], p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)

@@ -19,7 +19,17 @@ def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | Non
         # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
         # 16 units make 48 floats (3 vectors); 20 units (60 floats) could not be split so.
         tile = _divisor(lead, cap, multiple_of=lanes // math.gcd(lanes, inner))
-        return tile if tile > 1 else _divisor(lead, cap)
+        if tile > 1:
+            return tile
+        # No whole number of vectors divides the columns (H not a multiple of the lanes; on AVX-512
+        # the backward's data GEMMs and the RNN at H = 72, the GRU at H = 100, 300, 1000): at most
+        # one vector (CPU_PARTIAL_TILE_VECTORS), since a wider tile is one odd-width LLVM vector,
+        # which `_vectorize` cannot cut into lane-wide pieces and LLVM runs slowly
+        if column_vectors is None and CPU_PARTIAL_TILE_VECTORS:
+            narrow = _divisor(lead, max(1, CPU_PARTIAL_TILE_VECTORS * lanes // inner))
+            if narrow * inner > 1:
+                return narrow
+        return _divisor(lead, cap)
 
     lead_tile = lead_tile_for(column_vectors or 4)
     if lanes == 8 and column_vectors is None:
@@ -36,6 +46,20 @@ def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | Non
         if narrow * inner % lanes == 0:
             lead_tile = narrow
     return lead_tile
+
+
+# The widest default column tile, in vectors, where no whole number of vectors divides the
+# columns (``cpu_column_tile``'s fallback; None: up to ``column_vectors``' 4, as before v69). A tile
+# of 36-60 floats on AVX-512 was one odd-width LLVM vector; one partial vector instead (12-15
+# floats), on this session's 2-core Zen 4, 2 threads, interleaved, the same bits (notes/performance.md
+# v69): GRU T=40 N=7 I=H=300 inference 17.3 -> 1.8 ms, training 68.5 -> 6.7; GRU N=4 H=1000
+# 67 -> 10, 165 -> 42; LSTM N=4 H=1000 training 86 -> 48; RNN N=8 H=90 1.2 -> 0.14, 3.6 -> 0.5;
+# LSTM N=5 H=72 training 1.46 -> 0.89; even 3 floats (RNN H=129: 43 before) 2.6 -> 0.42 ms. AVX2
+# code (mcpu haswell / znver3) on the same VM: GRU H=75 (3 floats for 15) 1.65 -> 0.58 ms, H=225
+# 38 -> 9, H=300 26 -> 3.4, RNN H=90 0.81 -> 0.19. A one-float tile (a prime count of plain
+# columns, e.g. RNN H=37) measured mixed (inference 1.8x faster, training 1.2x slower): the old
+# tile stays there.
+CPU_PARTIAL_TILE_VECTORS = 1
 
 
 def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -> int:
