@@ -408,23 +408,27 @@ def test_cuda_short_chunk_gemms_split_their_reduction_over_blocks():
 
 def test_cuda_chunks_cover_sequences_with_few_large_gemms():
     """GPU builds of 64 rows or more run the all-steps GEMMs over chunks of 256, 128, 64, 32, 4 and
-    1 steps (``passes.GPU_WIDE_CHUNK_STEPS``): a 200-step backward is 128 + 64 + 2 x 4 steps (four
-    launches of each gradient GEMM, not six of 32 and two of 4), 300 steps 256 + 32 + 3 x 4; a
-    small forward's projections cover 200 steps with two overlapping 128-step chunks (its tail
-    recomputes 56 steps, less work than the launches it saves). Fewer rows keep 256, 32, 4 and 1
-    (the shipped DS2 records' sizes); CPU builds 16, 4 and 1."""
+    1 steps (``passes.GPU_WIDE_CHUNK_STEPS``): a 200-step backward's weight gradients are 128 + 64
+    + 2 x 4 steps (four launches, not six of 32 and two of 4), 300 steps 256 + 32 + 3 x 4; a small
+    forward's projections cover 200 steps with two overlapping 128-step chunks (its tail
+    recomputes 56 steps, less work than the launches it saves), and so do the backward's input
+    gradients of the first direction (``passes.GPU_INPUT_GRADIENT_TAILS``, v69; the weight
+    gradients sum, so they cannot overlap). Fewer rows take 256, 32, 16, 8, 4 and 1 (v69: 200
+    steps are 6 x 32 + 8); CPU builds 16, 4 and 1."""
     def calls(rnn, program, T, kind):
         return {name.split("_")[2]: n for name, n in rnn.programs[program].calls(T).items()
                 if name.startswith(kind) and "_k16_h24_g4" in name and n}
     wide = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=64, target="nvidia/nvidia-h100",
                         tuning_logs=False, cache=False)
-    for kind in ("weight_gradient", "input_gradient"):
-        assert calls(wide, "backward", 200, kind) == {"t128": 1, "t64": 1, "t4": 2}, kind
-        assert calls(wide, "backward", 300, kind) == {"t256": 1, "t32": 1, "t4": 3}, kind
+    assert calls(wide, "backward", 200, "weight_gradient") == {"t128": 1, "t64": 1, "t4": 2}
+    assert calls(wide, "backward", 300, "weight_gradient") == {"t256": 1, "t32": 1, "t4": 3}
+    assert calls(wide, "backward", 200, "input_gradient") == {"t128": 2}
+    assert calls(wide, "backward", 300, "input_gradient") == {"t256": 1, "t64": 1}
     assert calls(wide, "forward", 200, "input_projection") == {"t128": 2}
     narrow = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=63, target="nvidia/nvidia-h100",
                           tuning_logs=False, cache=False)
-    assert calls(narrow, "backward", 200, "input_gradient") == {"t32": 6, "t4": 2}
+    assert calls(narrow, "backward", 200, "weight_gradient") == {"t32": 6, "t8": 1}
+    assert calls(narrow, "backward", 300, "weight_gradient") == {"t256": 1, "t32": 1, "t8": 1, "t4": 1}
     cpu = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=64, tuning_logs=False)
     assert calls(cpu, "backward", 200, "input_gradient") == {"t16": 12, "t4": 2}
 
@@ -485,8 +489,9 @@ def test_cuda_tiled_gemm_copies_its_tiles_asynchronously_from_sm_80():
 def test_cuda_wide_launched_steps_keep_8_columns_a_thread(cell, batch, hidden):
     """Launched split-K steps of 2048+ units keep 8 output columns a thread by default
     (``split_k.default_thread_columns``), each kernel the same as with ``thread_columns=8`` and
-    compiled by NVCC; 2040 units, and the GEMMs over chunks of steps (rows of steps x batch: the
-    input gradient of 4 steps x 16 rows at 2048 units), keep 4 (each differing from 8)."""
+    compiled by NVCC; 2040 units, and the GEMMs over chunks of steps of 32 rows or fewer (rows of
+    steps x batch: the input gradient of 4 steps x 8 rows at 2048 units; more rows take the tiled
+    GEMM since v69), keep 4 (each differing from 8)."""
     import tvm
     from tvmrnn import kernels
     from tvmrnn.cells.definition import CELLS
@@ -502,7 +507,8 @@ def test_cuda_wide_launched_steps_keep_8_columns_a_thread(cell, batch, hidden):
         assert func.script() != default_schedule(kernel, target, thread_columns=4).script(), kernel.name
         compile_module(tvm.IRModule({"main": func}), target)
     narrow = kernels.recurrent_step(cell, batch, 2040, False)
-    chunk = kernels.input_gradient(4, 16, 2048, 2048, len(cell.gates), False)
+    chunk = kernels.input_gradient(4, 8, 2048, 2048, len(cell.gates), False)
+    assert knobs.family(kernels.input_gradient(4, 12, 2048, 2048, len(cell.gates), False), target) == "matmul"  # 48 rows
     for kernel in (narrow, chunk):
         assert knobs.family(kernel, target) == "split_k", kernel.name
         func = default_schedule(kernel, target).script()
