@@ -375,12 +375,25 @@ def test_shipped_records_are_the_best_of_the_committed_logs():
 def test_the_shipped_records_serve_a_ds2_h100_build(tmp_path):
     """Every kernel of the Deep Speech 2 LSTM build for the H100 (1 layer, T=300, N=20, I=H=800) has a
     shipped record that replays on its workload and embeds: the build is tuned out of the box
-    (its programs are made, not compiled, here)."""
+    (its programs are made, not compiled, here). The records were made for the chunk ladder
+    (256, 32, 4, 1), which such builds keep (``records.records_ladder``) where few-row batches
+    without records take 16- and 8-step chunks too (v69)."""
+    import dataclasses
+
     from tvmrnn import device
-    from tvmrnn.program.passes import all_programs
+    from tvmrnn.options import BuildOptions
+    from tvmrnn.program.passes import GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, all_programs
     target = device.resolve("nvidia/nvidia-h100")
     schedule, used, _ = records.scheduler(target, tuning_logs=str(tmp_path))  # no raw logs: the shipped ones alone
     config = Config(CELLS["lstm"], 800, 800, 1, False, 20, False)
+    options = records.tuned_options(config, target, str(tmp_path), BuildOptions())
+    assert options.chunk_steps == GPU_SHORT_CHUNK_STEPS != GPU_CHUNK_STEPS
+    unrecorded = Config(CELLS["lstm"], 800, 800, 1, False, 12, False)  # no records at N = 12
+    assert records.tuned_options(unrecorded, target, str(tmp_path), BuildOptions()).chunk_steps is None
+    assert records.tuned_options(config, target, False, BuildOptions()).chunk_steps is None  # records off
+    from tvmrnn.runtime.pass_tuning import option_candidates
+    assert ("chunk_steps", GPU_CHUNK_STEPS) in option_candidates(config, target)  # whole-pass tuning tries it
+    config = dataclasses.replace(config, options=options)
     for program in all_programs(config, schedule, target, device.persistent_blocks(target, config.options)):
         program.build()
     assert used and all(how == "tuned" for how in used.values()), {k: v for k, v in used.items() if v != "tuned"}

@@ -367,12 +367,32 @@ def tuned_options(config, target, tuning_logs, options):
         path = records_file(target)
         verdict = _records_header(path).get("pass_options", {}).get(key) if path else None
         where = path
-    if not verdict or not verdict.get("options"):
+    if verdict and verdict.get("options"):
+        try:
+            options = with_tuned_fields(options, verdict["options"])
+        except (TypeError, ValueError) as err:
+            raise TuningLogError(f"{where}: options of {verdict.get('describe')}: {err}") from None
+    return records_ladder(config, target, options)
+
+
+def records_ladder(config, target, options):
+    """``options`` with the GPU chunk ladder that the shipped records were tuned for, where they hold
+    this configuration's 4-step input projection and neither its 16- nor its 8-step one: a few-row
+    batch's default ladder (``passes.GPU_CHUNK_STEPS``) has had 16- and 8-step chunks since v69, and
+    the records made before (the Deep Speech 2 sizes, N = 20) serve ``passes.GPU_SHORT_CHUNK_STEPS``,
+    so those builds keep every kernel tuned rather than run two chunk sizes on default schedules."""
+    from ..program.passes import GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, chunk_steps
+    path = records_file(target) if is_gpu(target) and options.chunk_steps is None else None
+    if path is None or chunk_steps(target, options, config.batch_size) != GPU_CHUNK_STEPS:
         return options
-    try:
-        return with_tuned_fields(options, verdict["options"])
-    except (TypeError, ValueError) as err:
-        raise TuningLogError(f"{where}: options of {verdict.get('describe')}: {err}") from None
+    names = {entry.get("kernel") for entry in RecordDatabase(path).entries.values()}
+    n, i, h, g = config.batch_size, config.input_size, config.hidden_size, config.cell.num_gates
+
+    def recorded(steps):
+        return f"input_projection_t{steps}_n{n}_k{i}_h{h}_g{g}" in names
+    if recorded(4) and not recorded(16) and not recorded(8):
+        return dataclasses.replace(options, chunk_steps=GPU_SHORT_CHUNK_STEPS)
+    return options
 
 
 def with_tuned_fields(options, fields: dict):
