@@ -391,6 +391,10 @@ def test_the_shipped_records_serve_a_ds2_h100_build(tmp_path):
     unrecorded = Config(CELLS["lstm"], 800, 800, 1, False, 12, False)  # no records at N = 12
     assert records.tuned_options(unrecorded, target, str(tmp_path), BuildOptions()).chunk_steps is None
     assert records.tuned_options(config, target, False, BuildOptions()).chunk_steps is None  # records off
+    persistent_off = records.tuned_options(config, target, str(tmp_path), BuildOptions(persistent="off"))
+    assert persistent_off.chunk_steps == GPU_SHORT_CHUNK_STEPS  # other options set: the ladder still follows the records
+    own = records.tuned_options(config, target, str(tmp_path), BuildOptions(chunk_steps=(32, 4, 1)))
+    assert own.chunk_steps == (32, 4, 1)  # the caller's ladder stays
     from tvmrnn.runtime.pass_tuning import option_candidates
     assert ("chunk_steps", GPU_CHUNK_STEPS) in option_candidates(config, target)  # whole-pass tuning tries it
     config = dataclasses.replace(config, options=options)

@@ -39,6 +39,7 @@ from ..schedules.variants import variants
 from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
+from ..program.passes import GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, chunk_steps
 from ..program.sequence import SHARED_WITHOUT_OPT_IN, shared_memory_bytes, shared_memory_problem
 from ..options import TUNED_FIELDS, BuildOptions, left_to_target
 from .pass_checks import PassChecks, config_key
@@ -356,9 +357,12 @@ def tuned_options(config, target, tuning_logs, options):
     ``config`` on ``target``, where ``options`` leave all of them to the target
     (:func:`tvmrnn.options.left_to_target`); else ``options`` as they are. The verdict comes from
     the log folder's :class:`~tvmrnn.tune.pass_checks.PassChecks`, else from the shipped records
-    file's header (``pass_options``, written by :func:`distill`)."""
-    if not left_to_target(options) or records_off(tuning_logs):
+    file's header (``pass_options``, written by :func:`distill`). With records on, a GPU build keeps
+    the chunk ladder its shipped records serve (:func:`records_ladder`) where ``options`` leave it."""
+    if records_off(tuning_logs):
         return options
+    if not left_to_target(options):
+        return records_ladder(config, target, options)
     key = config_key(config)
     folder = logs_folder(tuning_logs, target)
     verdict = PassChecks(folder).options_for(key) if folder else None
@@ -381,7 +385,6 @@ def records_ladder(config, target, options):
     batch's default ladder (``passes.GPU_CHUNK_STEPS``) has had 16- and 8-step chunks since v69, and
     the records made before (the Deep Speech 2 sizes, N = 20) serve ``passes.GPU_SHORT_CHUNK_STEPS``,
     so those builds keep every kernel tuned rather than run two chunk sizes on default schedules."""
-    from ..program.passes import GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, chunk_steps
     path = records_file(target) if is_gpu(target) and options.chunk_steps is None else None
     if path is None or chunk_steps(target, options, config.batch_size) != GPU_CHUNK_STEPS:
         return options
