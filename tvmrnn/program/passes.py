@@ -88,8 +88,9 @@ GPU_TAIL_FLOPS = 64 * 10**6
 # fewer rows (chunk steps x batch rows) than this takes about as long as one of this many (GRU
 # N = 12, H = 2048 on the H200: a 4-step chunk of 48 rows 227 us, a 32-step one of 384 rows 325 us;
 # at 64 rows or fewer it took the per-step split-K schedule, whose scalar loads stream the weights
-# slowly, until v69 lowered common.GPU_SPLIT_K_ROWS to 32; notes/performance.md v68). The tail is taken where it costs at most half the
-# cover it replaces in those units (max(rows, GPU_GEMM_FULL_ROWS) a GEMM): at T = 60 the GRU's
+# slowly, until v69 lowered common.GPU_SPLIT_K_ROWS to 32; notes/performance.md v68). The tail is
+# taken where it costs at most half the cover it replaces in those units (max(rows,
+# GPU_GEMM_FULL_ROWS) a GEMM): at T = 60 the GRU's
 # seven 4-step chunks after one of 32 become a second 32-step chunk. The Deep Speech 2 sizes
 # (N = 20, T = 300) keep their cover (three 4-step chunks, 768 units, against 640 for a tail).
 GPU_GEMM_FULL_ROWS = 256

@@ -45,7 +45,6 @@ from ..program.passes import (GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, GPU_WIDE_C
                               loop_block_caps, stack_directions)
 from ..schedules.common import is_gpu
 from ..tune import records
-from ..tune.records import records_ladder
 from ..tune.pass_checks import ALL_RECORDS, FILE_NAME, PassChecks, config_key, describe
 from ..tune.tasks import extract_tasks
 from ..cells.definition import CELLS
@@ -297,7 +296,7 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     other = GPU_CHUNK_STEPS if chunk_steps(target, BuildOptions(), config.batch_size) != GPU_CHUNK_STEPS \
         else GPU_WIDE_CHUNK_STEPS
     short = (GPU_SHORT_CHUNK_STEPS,) if other == GPU_WIDE_CHUNK_STEPS else ()
-    if short and records_ladder(config, target, config.options).chunk_steps == GPU_SHORT_CHUNK_STEPS:
+    if short and records.records_ladder(config, target, config.options).chunk_steps == GPU_SHORT_CHUNK_STEPS:
         short = (GPU_CHUNK_STEPS,)  # the shipped records' ladder is what builds take: try the few-row default
     found += [("chunk_steps", steps) for steps in ((other, *short, (64, 8, 1)) if gpu else ((32, 8, 1), (8, 1)))]
     return found

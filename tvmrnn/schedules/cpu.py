@@ -51,7 +51,7 @@ def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | Non
 # The widest default column tile, in vectors, where no whole number of vectors divides the
 # columns (``cpu_column_tile``'s fallback; None: up to ``column_vectors``' 4, as before v69). A tile
 # of 36-60 floats on AVX-512 was one odd-width LLVM vector; one partial vector instead (12-15
-# floats), on this session's 2-core Zen 4, 2 threads, interleaved, the same bits (notes/performance.md
+# floats), on a 2-core Zen 4 dev VM, 2 threads, interleaved, the same bits (notes/performance.md
 # v69): GRU T=40 N=7 I=H=300 inference 17.3 -> 1.8 ms, training 68.5 -> 6.7; GRU N=4 H=1000
 # 67 -> 10, 165 -> 42; LSTM N=4 H=1000 training 86 -> 48; RNN N=8 H=90 1.2 -> 0.14, 3.6 -> 0.5;
 # LSTM N=5 H=72 training 1.46 -> 0.89; even 3 floats (RNN H=129: 43 before) 2.6 -> 0.42 ms. AVX2

@@ -20,6 +20,7 @@ The workload of a kernel (:func:`workload`) is defined here once, for tuning and
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import lzma
@@ -388,7 +389,8 @@ def records_ladder(config, target, options):
     path = records_file(target) if is_gpu(target) and options.chunk_steps is None else None
     if path is None or chunk_steps(target, options, config.batch_size) != GPU_CHUNK_STEPS:
         return options
-    names = {entry.get("kernel") for entry in RecordDatabase(path).entries.values()}
+    stat = os.stat(path)
+    names = _recorded_kernels(path, stat.st_size, stat.st_mtime_ns)
     n, i, h, g = config.batch_size, config.input_size, config.hidden_size, config.cell.num_gates
 
     def recorded(steps):
@@ -396,6 +398,14 @@ def records_ladder(config, target, options):
     if recorded(4) and not recorded(16) and not recorded(8):
         return dataclasses.replace(options, chunk_steps=GPU_SHORT_CHUNK_STEPS)
     return options
+
+
+@functools.lru_cache(maxsize=8)
+def _recorded_kernels(path: str, size: int, mtime_ns: int) -> frozenset:
+    """The kernel names of a records file's workloads, read once per file version (``size`` and
+    ``mtime_ns`` key it): :func:`records_ladder` asks at every few-row GPU build, cache hits included,
+    and parsing the shipped file takes 15-130 ms."""
+    return frozenset(entry.get("kernel") for entry in RecordDatabase(path).entries.values())
 
 
 def with_tuned_fields(options, fields: dict):
