@@ -1473,8 +1473,9 @@ def test_cpu_tiles_of_odd_hidden_sizes_are_no_wider_than_a_vector(mcpu, lanes, r
     vector wide (``cpu.CPU_PARTIAL_TILE_VECTORS``): before v69 it was one odd LLVM vector of up to
     4 vectors' floats (45 at H = 75), which ran the GRU at T=40 N=7 H=300 9.5x slower. No float
     vector in the compiled code is wider than the lanes unless it is whole vectors (I = 27: the
-    input gradient's 27 columns take 9; a prime count keeps its one tile: a 1-float one measured
-    mixed); and, where this CPU runs the code, the passes match torch.nn in float64."""
+    input gradient's 27 columns took 9, and since v70 a whole vector and a peeled 11,
+    ``cpu.CPU_GUARDED_TILES``); and, where this CPU runs the code, the passes match torch.nn in
+    float64."""
     import re
     import numpy as np
     import torch
@@ -1503,3 +1504,37 @@ def test_cpu_tiles_of_odd_hidden_sizes_are_no_wider_than_a_vector(mcpu, lanes, r
     np.testing.assert_allclose(g["x"], xt.grad.numpy(), rtol=1e-4, atol=1e-5)
     for name, p in ref.named_parameters():
         np.testing.assert_allclose(g[name], p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])
+def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng):
+    """Columns that no whole number of vectors divides (H = 129 = 3 x 43; I = 37, a prime) take
+    one-vector tiles with the last one peeled to the remainder (``cpu.CPU_GUARDED_TILES``): v69's
+    fallback tiles were 3 floats (the backward's data GEMMs at H = 129: LSTM training 0.62x PyTorch)
+    and one odd 37-float vector. The compiled code holds lane-wide vectors and none of those; and,
+    where this CPU runs it, a 2-layer bidirectional LSTM matches torch.nn in float64, outputs,
+    states and every gradient (so the peeled tails cover each column once)."""
+    import torch
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
+    rnn = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
+                       tuning_logs=False, cache=False)
+    widths = {int(w) for w in re.findall(r"<(\d+) x float>", rnn.executable.mod.inspect_source("ll"))}
+    assert lanes in widths and not widths & {3, 12, 37}, f"{mcpu}: float vectors of {sorted(widths)} lanes"
+    if mcpu == "skylake-avx512" and "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(37, 129, num_layers=2, bidirectional=True).double()
+    w = rnn.pack_weights({k: v.astype(np.float32) for k, v in tvmrnn.params_from_torch(ref).items()})
+    x = rng.standard_normal((6, 5, 37)).astype(np.float32)
+    h0, c0 = (rng.standard_normal((4, 5, 129)).astype(np.float32) for _ in range(2))
+    dy = rng.standard_normal((6, 5, 258)).astype(np.float32)
+    y, hy, cy, ws = rnn.forward_train(w, x, h0, c0)
+    g = rnn.backward(w, ws, dy)
+    xt, ht, ct = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, h0, c0))
+    yr, (hr, cr) = ref(xt, (ht, ct))
+    (yr * torch.tensor(dy, dtype=torch.float64)).sum().backward()
+    for got, want in ((y, yr), (hy, hr), (cy, cr)):
+        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
+    for name, want in [("x", xt.grad), ("h0", ht.grad), ("c0", ct.grad), *ref.named_parameters()]:
+        want = want if name in ("x", "h0", "c0") else want.grad
+        np.testing.assert_allclose(g[name], want.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)

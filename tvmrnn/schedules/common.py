@@ -417,7 +417,7 @@ def _vectorize(sch, loop, lanes):
     sch.vectorize(loop)
 
 
-def _vectorize_trailing(sch, loops, width, lanes):
+def _vectorize_trailing(sch, loops, width, lanes, partition_hint: bool = False):
     trailing, product = [], 1
     for loop in reversed(loops):
         if product * _extent(sch, loop) > width:
@@ -425,7 +425,10 @@ def _vectorize_trailing(sch, loops, width, lanes):
         product *= _extent(sch, loop)
         trailing.insert(0, loop)
     if product > 1:
-        _vectorize(sch, sch.fuse(*trailing) if len(trailing) > 1 else trailing[0], lanes)
+        loop = sch.fuse(*trailing) if len(trailing) > 1 else trailing[0]
+        if partition_hint:  # (a guarded tile's: LoopPartition cuts the vector at its predicate)
+            sch.annotate(loop, "pragma_loop_partition_hint", 1)
+        _vectorize(sch, loop, lanes)
 
 
 def sum_slices_per_output(sch, gemm, consumer) -> None:

@@ -58,7 +58,7 @@ def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | Non
 # code (mcpu haswell / znver3) on the same VM: GRU H=75 (3 floats for 15) 1.65 -> 0.58 ms, H=225
 # 38 -> 9, H=300 26 -> 3.4, RNN H=90 0.81 -> 0.19. A one-float tile (a prime count of plain
 # columns, e.g. RNN H=37) measured mixed (inference 1.8x faster, training 1.2x slower): the old
-# tile stays there.
+# tile stayed there (since v70 CPU_GUARDED_TILES gives both whole vectors and a peeled tail).
 CPU_PARTIAL_TILE_VECTORS = 1
 
 
@@ -203,13 +203,21 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     for e in col_extents[1:]:
         inner *= e
     lead_tile = cpu_column_tile(lanes, col_extents[0], inner, column_vectors)
+    fused_epilogue = len(sch.get_loops(epilogues[0])) < len(spatial) or len(epilogues) > 1
+    # a guarded tile: one whole vector, the last tile cut at the columns' end (see CPU_GUARDED_TILES)
+    guarded = (CPU_GUARDED_TILES and (CPU_GUARDED_STEP_TILES or not fused_epilogue) and column_vectors is None
+               and lead_tile * inner % lanes
+               and not CPU_GUARDED_TILE_MAX_FILL * lanes < lead_tile * inner < lanes
+               and lanes % inner == 0 and col_extents[0] * inner > lanes)
+    if guarded:
+        lead_tile = lanes // inner
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 
-    if len(sch.get_loops(epilogues[0])) < len(spatial) or len(epilogues) > 1:
+    if fused_epilogue:
         # the tile in units: gate-blocked columns (p, g, u) take lead_tile panels of u units each
         units = lead_tile * (col_extents[-1] if kernel.columns[-1] == "u" else 1)
-        _tile_from_outputs(sch, gemm, epilogues[0], units, rows, lanes)
+        _tile_from_outputs(sch, gemm, epilogues[0], units, rows, lanes, bool(guarded))
         return
     if CPU_FUSED_ROW_TILES and len(row_loops) > kernel.batch + 1:
         # rows over several axes (an all-steps GEMM's steps x batch rows): a tile down the last
@@ -252,11 +260,15 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     tile = sch.fuse(col_outer, *outer)
     sch.parallel(tile)
     sch.unroll(row_inner)
-    _vectorize(sch, sch.fuse(col_inner, *col_loops[1:]), lanes)
+    vector = sch.fuse(col_inner, *col_loops[1:])
+    if guarded:  # TIR's LoopPartition peels the last tile off (the hint), then its vector's tail
+        sch.annotate(tile, "pragma_loop_partition_hint", 1)
+        sch.annotate(vector, "pragma_loop_partition_hint", 1)
+    _vectorize(sch, vector, lanes)
     sch.decompose_reduction(gemm, reduction[0])
     for consumer in epilogues:  # the epilogue on the tile, vectorised along its columns
         sch.reverse_compute_at(consumer, tile, preserve_unit_loops=True)
-        _vectorize_trailing(sch, sch.get_loops(consumer)[1:], width, lanes)
+        _vectorize_trailing(sch, sch.get_loops(consumer)[1:], width, lanes, partition_hint=bool(guarded))
     if LOCAL_PROJECTION_TILE and kernel.name.startswith("input_projection") and width % lanes == 0:
         # the task's tile on its stack: global, a kernel the passes call has the whole chunk's
         # buffer hoisted to the caller and its partial sums go through memory (v44: LSTM T=80
@@ -264,6 +276,31 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         # odd-width vectors (rnn_tanh H=37: 37 lanes) gave NaN in the 1-step chunk's kernel
         # called as a function (LLVM's alloca of <37 x float>; not pinned down, v44)
         sch.set_scope(gemm, 0, "local")
+
+
+# Whether cpu_gemm's default tile, where no whole number of vectors divides the columns
+# (cpu_column_tile's fallback: 3 floats for the backward's data GEMMs at H = 129, one odd
+# 37-float vector at a prime H = 37), is one whole vector instead, the columns split by it without
+# dividing them. The split's predicate masks the last tile's columns past the end, and TIR's
+# LoopPartition (``pragma_loop_partition_hint`` on the parallel tile loop and on the vector loops)
+# peels that tile off: every other tile runs unguarded whole vectors and the last one a vector of the
+# remainder (129 = 8 x 16 + 1). For plain columns and for gates that divide the lanes (the LSTM's 4;
+# not the GRU's 3), where no tile was asked for (``column_vectors``); fused steps too
+# (CPU_GUARDED_STEP_TILES). The same bits (the reduction's order is unchanged). notes/performance.md
+# v70, 2 threads, old -> new: a 2-core Zen 4: LSTM T=50 N=13 I=H=129 inference 1.57 -> 1.22-1.33 ms,
+# training 6.4 -> 4.0-4.3 (its backward step 31 -> 11 us, 16-step input gradient 487 -> 127); RNN
+# N=3 H=129 0.35 -> 0.16, 1.20 -> 0.52; RNN N=8 H=100 0.77 -> 0.59 training; H = 37 (a 37-float
+# vector before): RNN N=4 0.19 -> 0.09, 0.47 -> 0.27, LSTM N=2 training 0.43-0.53 -> 0.32-0.33, GRU
+# N=5 0.82 -> 0.69. The H200 machine's Xeon: LSTM H=129 2.74 -> 2.25 ms, 14.0 -> 7.9.
+CPU_GUARDED_TILES = True
+
+# Whether CPU_GUARDED_TILES applies also to the GEMMs tiled from a fused step's outputs
+CPU_GUARDED_STEP_TILES = True
+
+# A partial tile fuller than this fraction of a vector is kept (not CPU_GUARDED_TILES'): the peeled
+# last tile is a second parallel loop (a second launch a call), which did not pay back against a
+# 15-float tile (the GRU at H = 300: its backward's 300 plain columns; training 1-6% slower, 3 rounds)
+CPU_GUARDED_TILE_MAX_FILL = 0.75
 
 
 # Whether cpu_gemm tiles the fused row axes (whole steps a tile) where that gives a taller register
@@ -296,7 +333,7 @@ def l1_blocks(kernel: Kernel) -> tuple[int | None, int | None]:
     return None, None
 
 
-def output_tiles(sch, gemm, output, unit_tile, rows):
+def output_tiles(sch, gemm, output, unit_tile, rows, partition_hint: bool = False):
     """A fused epilogue: the outputs are ``(n, j)``, several sibling blocks in one nest (the gate
     math and its backward), and the forward step's read all gates of a unit (``gemm[n, j, 0:G]``),
     which ``reverse_compute_at`` cannot place; so the tile (``rows`` x ``unit_tile`` units, a
@@ -309,18 +346,24 @@ def output_tiles(sch, gemm, output, unit_tile, rows):
     sch.reorder(j_outer, *lead, n_outer, n_inner, j_inner)
     tile = sch.fuse(j_outer, *lead, n_outer)
     sch.parallel(tile)
+    if partition_hint:
+        sch.annotate(tile, "pragma_loop_partition_hint", 1)
     sch.compute_at(gemm, tile, preserve_unit_loops=True)
     return tile, lead, j_inner
 
 
-def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes):
+def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes, guarded: bool = False):
     """:func:`output_tiles`, the GEMM's register tile under each (rows unrolled, columns vectorised)."""
-    _, lead, j_inner = output_tiles(sch, gemm, output, unit_tile, rows)
+    _, lead, j_inner = output_tiles(sch, gemm, output, unit_tile, rows, guarded)
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gj, *trailing = spatial[len(lead):]
     sch.reorder(*reduction, gn, gj, *trailing)
     sch.unroll(gn)
-    _vectorize(sch, sch.fuse(gj, *trailing) if trailing else gj, lanes)
+    vector = sch.fuse(gj, *trailing) if trailing else gj
+    if guarded:
+        sch.annotate(vector, "pragma_loop_partition_hint", 1)
+        sch.annotate(j_inner, "pragma_loop_partition_hint", 1)
+    _vectorize(sch, vector, lanes)
     sch.decompose_reduction(gemm, reduction[0])
     _vectorize(sch, j_inner, lanes)
 
