@@ -681,12 +681,14 @@ def test_time_loop_as_one_parallel_region_matches_torch(cell, rng):
     """``time_loop_regions=True``: each CPU time loop is one parallel region with a pool barrier
     after each step's kernel (``sequence.Program._region_loop``), and the passes stay exact,
     with both directions of a layer in one launch and with them apart. (One layer: these builds
-    embed every kernel, as `Subroutines` cannot, and a second layer adds no other loop.)"""
+    embed every kernel, as `Subroutines` cannot, and a second layer adds no other loop. H = 48:
+    whole vectors; at sizes with guarded tiles a loop stays a region a step,
+    ``test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail``.)"""
     import torch
     from conftest import rel_error, torch_module
     from tvmrnn.program import passes
 
-    ref = torch_module(cell, 13, 37, 1, True, False).double()
+    ref = torch_module(cell, 13, 48, 1, True, False).double()
     x = torch.from_numpy(rng.standard_normal((9, 3, 13)))
     xr = x.clone().requires_grad_(True)
     y_ref = ref(xr)[0]
@@ -694,7 +696,7 @@ def test_time_loop_as_one_parallel_region_matches_torch(cell, rng):
     y_ref.backward(dy)
     for stacked in (True, False):
         options = BuildOptions(time_loop_regions=True, stack_directions=stacked)
-        rnn = tvmrnn.build(cell, input_size=13, hidden_size=37, num_layers=1, bidirectional=True, batch_size=3,
+        rnn = tvmrnn.build(cell, input_size=13, hidden_size=48, num_layers=1, bidirectional=True, batch_size=3,
                            options=options)
         for name in ("forward", "forward_train", "backward"):
             script = rnn.programs[name].build().script()
@@ -1538,3 +1540,9 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng)
     for name, want in [("x", xt.grad), ("h0", ht.grad), ("c0", ct.grad), *ref.named_parameters()]:
         want = want if name in ("x", "h0", "c0") else want.grad
         np.testing.assert_allclose(g[name], want.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+    # time loops as one parallel region: a kernel with guarded tiles keeps its region a step
+    # (LoopPartition would cut its parallel loop at lowering, the barrier on one part); the same bits
+    regions = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
+                           options=BuildOptions(time_loop_regions=True), tuning_logs=False, cache=False)
+    assert np.array_equal(regions.forward(regions.pack_weights(
+        {k: v.astype(np.float32) for k, v in tvmrnn.params_from_torch(ref).items()}), x, h0, c0)[0], y)

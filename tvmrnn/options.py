@@ -82,7 +82,8 @@ class BuildOptions:
         (4 MB instead of 77 MB for a DS2 LSTM, same speed, v26). None: CPUs yes, GPUs no.
     time_loop_regions : bool
         CPU: each time loop as one parallel region with a barrier between steps (off: measured no
-        faster).
+        faster). A loop with a kernel whose columns take guarded tiles (a hidden or input size that
+        no whole number of vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region a step.
     weight_panels, gradient_panels : bool or None
         CPU: recurrent weights, and the backward's weight gradients, in gate-blocked column panels
         that the GEMM's register tile reads whole. None: where the schedule's tile is narrower

@@ -264,6 +264,19 @@ def grid_barrier(counter, target, threads: int):
                     thread_binding=binding)
 
 
+def _partitioned(stmt) -> bool:
+    """Whether a loop in ``stmt`` asks TIR's LoopPartition to cut it (``pragma_loop_partition_hint``)."""
+    found = []
+
+    def visit(loop, mutator):
+        if "pragma_loop_partition_hint" in loop.annotations:
+            found.append(loop)
+        return loop
+
+    tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
+    return bool(found)
+
+
 def _uses(node, var) -> bool:
     found = []
 
@@ -1235,7 +1248,10 @@ class Program:
         (``pragma_parallel_barrier_when_finish``, ``TVMBackendParallelBarrier``) ends each
         kernel, so that step t+1 reads what every thread wrote at step t. Returns the loop, or
         None (the loop stays a region per step) unless every statement of its body is a kernel
-        whose body is one parallel loop: anything outside one would run on every thread.
+        whose body is one parallel loop: anything outside one would run on every thread. So also
+        where a kernel has guarded tiles (``cpu.CPU_GUARDED_TILES``): TIR's LoopPartition would cut
+        its parallel loop in two at lowering, the second part without the barrier, and a part of
+        one tile would be no loop at all, run by every thread.
         """
         kernels_in = list(calls or ())
         stmts = []
@@ -1249,7 +1265,7 @@ class Program:
             if not isinstance(kernel_body, tvm.s_tir.SBlockRealize):
                 return None
             grid = kernel_body.block.body
-            if not (isinstance(grid, tirx.For) and grid.kind == tirx.ForKind.PARALLEL):
+            if not (isinstance(grid, tirx.For) and grid.kind == tirx.ForKind.PARALLEL) or _partitioned(grid):
                 return None
             grids.append(grid)
 
