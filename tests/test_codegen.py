@@ -1515,7 +1515,9 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng)
     fallback tiles were 3 floats (the backward's data GEMMs at H = 129: LSTM training 0.62x PyTorch)
     and one odd 37-float vector. The compiled code holds lane-wide vectors and none of those; and,
     where this CPU runs it, a 2-layer bidirectional LSTM matches torch.nn in float64, outputs,
-    states and every gradient (so the peeled tails cover each column once)."""
+    states and every gradient (so the peeled tails cover each column once). Its weight gradients'
+    37 and 258 rows take guarded row tiles too (``cpu.CPU_GUARDED_ROWS``, with guarded columns:
+    the column tiles in parallel); the GRU of the test above, rows outermost (K = 27)."""
     import torch
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     rnn = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
