@@ -11,6 +11,7 @@ warnings.simplefilter("ignore")
 import tvmrnn, tvmrnn.schedules.cpu as c
 cell, T, N, I, H = sys.argv[1], *map(int, sys.argv[2:6])
 torch.set_num_threads(2)
+threads = int(os.environ.get("THREADS", 0)) or None  # tvmrnn's threads (default: its own, all cores)
 x = np.random.default_rng(0).standard_normal((T, N, I)).astype(np.float32)
 target = eval(os.environ["TGT"]) if "TGT" in os.environ else None
 switch = os.environ.get("AB", "CPU_GUARDED_TILES")  # another of cpu's switches, False -> True
@@ -18,7 +19,8 @@ default = getattr(c, switch)
 rnns = []
 for v in (False, True):
     setattr(c, switch, v)
-    r = tvmrnn.build(cell, input_size=I, hidden_size=H, batch_size=N, target=target, tuning_logs=False, cache=False)
+    r = tvmrnn.build(cell, input_size=I, hidden_size=H, batch_size=N, target=target, tuning_logs=False, cache=False,
+                     options=tvmrnn.BuildOptions(threads=threads))
     G = {"lstm": 4, "gru": 3}.get(cell, 1)
     rng = np.random.default_rng(1)
     w = r.pack_weights({"weight_ih_l0": rng.uniform(-.1, .1, (G*H, I)).astype(np.float32),
