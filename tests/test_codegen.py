@@ -1516,8 +1516,8 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng)
     and one odd 37-float vector. The compiled code holds lane-wide vectors and none of those; and,
     where this CPU runs it, a 2-layer bidirectional LSTM matches torch.nn in float64, outputs,
     states and every gradient (so the peeled tails cover each column once). Its weight gradients'
-    37 and 258 rows take guarded row tiles too (``cpu.CPU_GUARDED_ROWS``, with guarded columns:
-    the column tiles in parallel); the GRU of the test above, rows outermost (K = 27)."""
+    37, 129 and 258 rows take guarded row tiles too (``cpu.CPU_GUARDED_ROWS``, with guarded
+    columns: the column tiles in parallel); the GRU of the test above, rows outermost (K = 27)."""
     import torch
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     rnn = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
@@ -1542,9 +1542,32 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng)
     for name, want in [("x", xt.grad), ("h0", ht.grad), ("c0", ct.grad), *ref.named_parameters()]:
         want = want if name in ("x", "h0", "c0") else want.grad
         np.testing.assert_allclose(g[name], want.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
-    # time loops as one parallel region: a kernel with guarded tiles keeps its region a step
+    # time loops as one parallel region: a kernel with guarded tiles keeps a region per step
     # (LoopPartition would cut its parallel loop at lowering, the barrier on one part); the same bits
     regions = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
                            options=BuildOptions(time_loop_regions=True), tuning_logs=False, cache=False)
+    assert "pragma_parallel_launch_point" not in regions.programs["forward"].build().script()
     assert np.array_equal(regions.forward(regions.pack_weights(
         {k: v.astype(np.float32) for k, v in tvmrnn.params_from_torch(ref).items()}), x, h0, c0)[0], y)
+
+
+def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
+    """Guarded row tiles (``cpu.CPU_GUARDED_ROWS``) only where the GEMM has one row axis of its own:
+    on fused steps x rows (10-step chunks of 5 rows: a fused tile of 10 rows, 50 in all) a 24-row
+    tile would end inside a step, and the second direction's input gradient, which adds to the
+    first's in one buffer, added rows of the neighbouring tile twice (dx 0.64 off)."""
+    import torch
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(16, 40, bidirectional=True).double()
+    rnn = tvmrnn.build("lstm", 16, 40, bidirectional=True, batch_size=5, tuning_logs=False, cache=False,
+                       options=BuildOptions(chunk_steps=(10, 1), stack_directions=False))
+    w = rnn.pack_weights({k: v.float().numpy() for k, v in ref.state_dict().items()})
+    x = rng.standard_normal((23, 5, 16)).astype(np.float32)
+    dy = rng.standard_normal((23, 5, 80)).astype(np.float32)
+    y, _, _, ws = rnn.forward_train(w, x)
+    g = rnn.backward(w, ws, dy)
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    yr, _ = ref(xt)
+    (yr * torch.tensor(dy, dtype=torch.float64)).sum().backward()
+    np.testing.assert_allclose(y, yr.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g["x"], xt.grad.numpy(), rtol=1e-4, atol=1e-5)

@@ -83,7 +83,7 @@ class BuildOptions:
     time_loop_regions : bool
         CPU: each time loop as one parallel region with a barrier between steps (off: measured no
         faster). A loop with a kernel whose columns take guarded tiles (a hidden or input size that
-        no whole number of vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region a step.
+        no whole number of vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region per step.
     weight_panels, gradient_panels : bool or None
         CPU: recurrent weights, and the backward's weight gradients, in gate-blocked column panels
         that the GEMM's register tile reads whole. None: where the schedule's tile is narrower

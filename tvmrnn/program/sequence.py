@@ -264,19 +264,6 @@ def grid_barrier(counter, target, threads: int):
                     thread_binding=binding)
 
 
-def _partitioned(stmt) -> bool:
-    """Whether a loop in ``stmt`` asks TIR's LoopPartition to cut it (``pragma_loop_partition_hint``)."""
-    found = []
-
-    def visit(loop, mutator):
-        if "pragma_loop_partition_hint" in loop.annotations:
-            found.append(loop)
-        return loop
-
-    tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
-    return bool(found)
-
-
 def _uses(node, var) -> bool:
     found = []
 
@@ -1265,7 +1252,7 @@ class Program:
             if not isinstance(kernel_body, tvm.s_tir.SBlockRealize):
                 return None
             grid = kernel_body.block.body
-            if not (isinstance(grid, tirx.For) and grid.kind == tirx.ForKind.PARALLEL) or _partitioned(grid):
+            if not (isinstance(grid, tirx.For) and grid.kind == tirx.ForKind.PARALLEL) or "pragma_loop_partition_hint" in grid.annotations:
                 return None
             grids.append(grid)
 

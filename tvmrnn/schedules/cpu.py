@@ -208,7 +208,7 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     guarded = (CPU_GUARDED_TILES and (CPU_GUARDED_STEP_TILES or not fused_epilogue) and column_vectors is None
                and lead_tile * inner % lanes
                and not CPU_GUARDED_TILE_MAX_FILL * lanes < lead_tile * inner < lanes
-               and lanes % inner == 0 and col_extents[0] * inner > lanes)
+               and lanes % inner == 0 and col_extents[0] * inner >= 2 * lanes)
     if guarded:
         lead_tile = lanes // inner
     width = lead_tile * inner
@@ -238,9 +238,10 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         row_block, red_block = l1_blocks(kernel)
     row_block = _divisor(row_extents[-1] // rows, row_block or 1) if row_extents else 1
     guarded_rows = 0
-    if CPU_GUARDED_ROWS and len(row_extents) == 1 and row_block == 1 and column_vectors is None:
+    if CPU_GUARDED_ROWS and len(row_loops) == len(spatial) - ncols == 1 and row_block == 1 and column_vectors is None:
         # a row count with no divisor near the tile's (K = 37, 129: the weight gradients' rows):
-        # the tallest tile, the last one guarded and peeled (CPU_GUARDED_ROWS)
+        # the tallest tile, the last one guarded and peeled (CPU_GUARDED_ROWS). One row axis of
+        # the GEMM's own, not fused steps x rows (a tile must hold whole steps: see above)
         cap = max(1, (min(accumulators, 12) if lanes == 8 else accumulators) // -(-width // lanes))
         column_tiles = -(-col_extents[0] // lead_tile)
         if rows * 2 <= cap < row_extents[-1] and (not guarded or column_tiles >= 2 * (device_model(target).cores or 1)):
@@ -267,7 +268,7 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         sch.reorder(col_outer, *outer, *row_mid, *reduction, row_inner, col_inner, *col_loops[1:])
     if guarded_rows and guarded:  # the column tiles in parallel, each running its row tiles in turn
         tile = col_outer
-        sch.annotate(outer[-1], "pragma_loop_partition_hint", 1)
+        sch.annotate(outer[-1], "pragma_loop_partition_hint", 1)  # (the tile's hint: below)
     elif guarded_rows:  # rows outermost: the last row tile is the parallel loop's last tiles
         sch.reorder(*outer, col_outer)
         tile = sch.fuse(*outer, col_outer)
@@ -275,12 +276,11 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         tile = sch.fuse(col_outer, *outer)
     sch.parallel(tile)
     sch.unroll(row_inner)
-    if guarded_rows:
-        sch.annotate(tile, "pragma_loop_partition_hint", 1)
-        sch.annotate(row_inner, "pragma_loop_partition_hint", 1)
     vector = sch.fuse(col_inner, *col_loops[1:])
-    if guarded:  # TIR's LoopPartition peels the last tile off (the hint), then its vector's tail
-        sch.annotate(tile, "pragma_loop_partition_hint", 1)
+    if guarded or guarded_rows:  # TIR's LoopPartition peels the last tile off (the hint), then the
+        sch.annotate(tile, "pragma_loop_partition_hint", 1)  # tail of its rows or of its vector
+        sch.annotate(row_inner if guarded_rows else vector, "pragma_loop_partition_hint", 1)
+    if guarded and guarded_rows:
         sch.annotate(vector, "pragma_loop_partition_hint", 1)
     _vectorize(sch, vector, lanes)
     sch.decompose_reduction(gemm, reduction[0])
@@ -303,7 +303,8 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
 # LoopPartition (``pragma_loop_partition_hint`` on the parallel tile loop and on the vector loops)
 # peels that tile off: every other tile runs unguarded whole vectors and the last one a vector of the
 # remainder (129 = 8 x 16 + 1). For plain columns and for gates that divide the lanes (the LSTM's 4;
-# not the GRU's 3), where no tile was asked for (``column_vectors``); fused steps too
+# not the GRU's 3), two vectors or more (one and a tail would be two one-tile parts, run by one
+# thread), where no tile was asked for (``column_vectors``); fused steps too
 # (CPU_GUARDED_STEP_TILES). The same bits (the reduction's order is unchanged). notes/performance.md
 # v70, 2 threads, old -> new: a 2-core Zen 4: LSTM T=50 N=13 I=H=129 inference 1.57 -> 1.22-1.33 ms,
 # training 6.4 -> 4.0-4.3 (its backward step 31 -> 11 us, 16-step input gradient 487 -> 127); RNN
