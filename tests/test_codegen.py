@@ -1475,9 +1475,9 @@ def test_cpu_tiles_of_odd_hidden_sizes_are_no_wider_than_a_vector(mcpu, lanes, r
     vector wide (``cpu.CPU_PARTIAL_TILE_VECTORS``): before v69 it was one odd LLVM vector of up to
     4 vectors' floats (45 at H = 75), which ran the GRU at T=40 N=7 H=300 9.5x slower. No float
     vector in the compiled code is wider than the lanes unless it is whole vectors (I = 27: the
-    input gradient's 27 columns took 9, and since v70 a whole vector and a peeled 11,
-    ``cpu.CPU_GUARDED_TILES``); and, where this CPU runs the code, the passes match torch.nn in
-    float64."""
+    input gradient's 27 columns take 9 on AVX-512, and on AVX2 since v70 whole vectors and a peeled
+    3, ``cpu.CPU_GUARDED_TILES``, which needs two vectors' columns); and, where this CPU runs the
+    code, the passes match torch.nn in float64."""
     import re
     import numpy as np
     import torch
