@@ -277,11 +277,11 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     sch.parallel(tile)
     sch.unroll(row_inner)
     vector = sch.fuse(col_inner, *col_loops[1:])
-    if guarded or guarded_rows:  # TIR's LoopPartition peels the last tile off (the hint), then the
-        sch.annotate(tile, "pragma_loop_partition_hint", 1)  # tail of its rows or of its vector
-        sch.annotate(row_inner if guarded_rows else vector, "pragma_loop_partition_hint", 1)
-    if guarded and guarded_rows:
-        sch.annotate(vector, "pragma_loop_partition_hint", 1)
+    # TIR's LoopPartition peels the last tile off (the tile loop's hint), then cuts its rows or its
+    # vector to the remainder (theirs)
+    for loop, hint in ((tile, guarded or guarded_rows), (row_inner, guarded_rows), (vector, guarded)):
+        if hint:
+            sch.annotate(loop, "pragma_loop_partition_hint", 1)
     _vectorize(sch, vector, lanes)
     sch.decompose_reduction(gemm, reduction[0])
     for consumer in epilogues:  # the epilogue on the tile, vectorised along its columns
