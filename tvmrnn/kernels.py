@@ -252,7 +252,7 @@ def dot2(a, b):
 
 
 def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0,
-                   masked: bool = False, bf16: bool = False) -> Kernel:
+                   masked: bool = False, bf16: bool = False, state_size: int = 0) -> Kernel:
     """The recurrent GEMM fused with the cell's gate math, for one step.
 
     Outputs h_t twice (into the state and into the layer output), c_t, and for training the
@@ -268,18 +268,28 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     weights already rounded, k-pairs packed one to a word, ``(H / panel, H / 2, G, panel)`` words
     (:func:`bf16_weight_pairs`: the first half of the fp32 panels' place), and a stage ``hb``
     rounds ``h_prev`` the same way.
+
+    ``state_size`` S (an LSTM with projections, :attr:`tvmrnn.program.passes.Config.proj_size`):
+    ``h_prev`` has S features and ``w`` S rows (``weight_shape(S, H, G, panel)``), and the step
+    outputs the cell's unprojected ``h`` as ``r`` (with ``c`` and the saved values; masked: ``r``
+    zero where the row has ended), which :func:`projection_step` projects to the next state. The
+    cell may read ``h_prev`` only through its gates (no direct part).
     """
     d = derivation(cell)
     G = cell.num_gates
     lead = _lead(directions)
+    S = state_size or hidden
+    if state_size and (bf16 or has_direct_part(cell)):
+        raise ValueError(f"state_size: a {cell.name} step with a projected state needs fp32 projections and a cell "
+                         f"that reads h_prev only through its gates")
     gx = te.placeholder(lead + (batch,) + gate_shape(hidden, G, panel), F32, "gx")
-    h_prev = te.placeholder(lead + (batch, hidden), F32, "h_prev")
+    h_prev = te.placeholder(lead + (batch, S), F32, "h_prev")
     if bf16:
         if not panel or hidden % 2:
             raise ValueError("bf16 projections need the CPU weight panels (BuildOptions.weight_panels)")
         w = te.placeholder(lead + (hidden // panel, hidden // 2, G, panel), F32, "w")
     else:
-        w = te.placeholder(lead + weight_shape(hidden, hidden, G, panel), F32, "w")
+        w = te.placeholder(lead + weight_shape(S, hidden, G, panel), F32, "w")
     b = te.placeholder(lead + gate_shape(hidden, G, panel), F32, "b")
     inputs = {"gx": gx, "h_prev": h_prev, "w": w, "b": b}
     if cell.has_cell_state:
@@ -298,7 +308,7 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
             word = tirx.reinterpret(_U32, w[(*s, col[0], k2, *col[1:])])
             return te.sum(dot2(hb[(*s, n, k2)], word), axis=k2)
     else:
-        k = te.reduce_axis((0, hidden), "k")
+        k = te.reduce_axis((0, S), "k")
 
         def projection(*i):
             *s, n, col = i  # s: the direction, if any
@@ -308,7 +318,7 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
 
     def env(*i):
         *s, n, j = i  # s: the direction, if any
-        e = {d.h_prev: h_prev[(*s, n, j)]}
+        e = {} if state_size else {d.h_prev: h_prev[(*s, n, j)]}
         for g in range(G):
             col = gate_index(j, g, panel)
             e[d.x_gates[g]] = gx[(*s, n, *col)]
@@ -321,8 +331,13 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     exprs = {"h": d.h_out, "y": d.h_out}
     if cell.has_cell_state:
         exprs["c"] = d.c_out
+    if state_size:
+        exprs = {"r": d.h_out, **({"c": d.c_out} if cell.has_cell_state else {})}
     if masked:
-        exprs = {"h": _where_running(d.h_out, d.h_prev), "y": _where_running(d.h_out, d.h_prev)}
+        if state_size:
+            exprs = {"r": _where_running(d.h_out, tirx.const(0.0, F32))}
+        else:
+            exprs = {"h": _where_running(d.h_out, d.h_prev), "y": _where_running(d.h_out, d.h_prev)}
         if cell.has_cell_state:
             exprs["c"] = _where_running(d.c_out, d.c_prev)
         base_env = env
@@ -334,11 +349,38 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
         exprs.update({f"saved{i}": e for i, (_, e) in enumerate(d.saved)})
     outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
-    kernel = _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{_panel_suffix(panel)}"
-                   f"{_lead_suffix(directions)}{_MASKED if masked else ''}{'_bf16' if bf16 else ''}",
+    kernel = _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{f'_s{S}' if state_size else ''}"
+                   f"{_panel_suffix(panel)}{_lead_suffix(directions)}{_MASKED if masked else ''}{'_bf16' if bf16 else ''}",
                    inputs, outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
-    return _with_unmasked(kernel, masked,
-                          lambda: recurrent_step(cell, batch, hidden, train, directions, panel, bf16=bf16))
+    return _with_unmasked(kernel, masked, lambda: recurrent_step(cell, batch, hidden, train, directions, panel,
+                                                                 bf16=bf16, state_size=state_size))
+
+
+def projection_step(batch, hidden, proj, panel: int = 0, masked: bool = False) -> Kernel:
+    """An LSTM's projection for one step (torch.nn's ``proj_size``): ``h[n, p] = sum_j r[n, j]
+    w_hr[p, j]``, the step's unprojected output ``r`` (:func:`recurrent_step`'s, with
+    ``state_size``) times the ``(P, H)`` projection, into the state and the layer output (``h``,
+    ``y``). ``w`` is packed as a one-gate weight with H inputs and P units, ``weight_shape(H, P, 1,
+    panel)``. ``masked``: a row whose mask is 0 keeps ``h_prev``, as :func:`recurrent_step`'s states."""
+    r = te.placeholder((batch, hidden), F32, "r")
+    w = te.placeholder(weight_shape(hidden, proj, 1, panel), F32, "w")
+    inputs = {"r": r, "w": w}
+    j = te.reduce_axis((0, hidden), "j")
+    mm = _gates_compute((batch,), proj, 1, panel, lambda n, col: te.sum(r[n, j] * _weight_at(w, (), j, col, panel),
+                                                                        axis=j), "matmul", ["n"])
+    if masked:
+        inputs["h_prev"] = te.placeholder((batch, proj), F32, "h_prev")
+        inputs["mask"] = te.placeholder((batch,), F32, "mask")
+
+    def out(n, p):
+        value = mm[(n, *gate_index(p, 0, panel))]
+        if masked:
+            value = tirx.Select(inputs["mask"][n] > tirx.const(0.5, F32), value, inputs["h_prev"][n, p])
+        return [value, value]
+    h, y = te.compute((batch, proj), out, name="h")
+    kernel = _make(f"projection_step_n{batch}_h{hidden}_proj{proj}{_panel_suffix(panel)}{_MASKED if masked else ''}",
+                   inputs, {"h": h, "y": y}, gemm="matmul", columns=gate_axes(panel))
+    return _with_unmasked(kernel, masked, lambda: projection_step(batch, hidden, proj, panel))
 
 
 # A masked step's mask value for the row (1: the row's sequence runs at this step, 0: it has ended,
@@ -390,7 +432,8 @@ def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kerne
     return _with_unmasked(kernel, masked, lambda: pointwise_backward(cell, batch, hidden))
 
 
-def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False) -> Kernel:
+def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False,
+                  proj: int = 0) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
 
     ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
@@ -404,20 +447,27 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     is written, by the same thread).
     ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter. ``panel``:
     the weights' panels (:func:`backward_weight_shape`).
+
+    ``proj`` P (an LSTM with projections): the GEMM is the projection's backward instead, ``dr =
+    dgh W_hr`` with ``dgh`` the step's ``(N, P, 1)`` gradient of its projected state and ``w`` the
+    ``(P, H)`` projection as a one-gate weight (``backward_weight_shape(1, P, H, panel)``), and the
+    gate math runs on that ``dr`` (its ``dy`` zeros: the output's gradient is in ``dgh``); the
+    recurrent GEMM is :func:`projected_recurrent_backward`'s.
     """
     G = cell.num_gates
     lead = _lead(directions)
-    dgh = te.placeholder(lead + (batch, hidden, G), F32, "dgh")
-    w = te.placeholder(lead + backward_weight_shape(G, hidden, hidden, panel), F32, "w")
+    rows, gates = (proj, 1) if proj else (hidden, G)
+    dgh = te.placeholder(lead + (batch, rows, gates), F32, "dgh")
+    w = te.placeholder(lead + backward_weight_shape(gates, rows, hidden, panel), F32, "w")
     inputs = {"dgh": dgh, "w": w}
-    j = te.reduce_axis((0, hidden), "j")
-    g = te.reduce_axis((0, G), "g")
+    j = te.reduce_axis((0, rows), "j")
+    g = te.reduce_axis((0, gates), "g")
 
     def dh(*i):
         *s, n, k = i  # s: the direction, if any
         return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
     mm = te.compute(lead + (batch, hidden), dh, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
-    if has_direct_part(cell, masked):
+    if has_direct_part(cell, masked) and not proj:
         inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
     else:
@@ -426,10 +476,72 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
         # skip the GEMM of rows that have all ended there, tvmrnn.schedules.ended_rows)
         inputs["gemm_mask"] = te.placeholder(lead + (batch,), F32, "gemm_mask")
     kernel = _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
-                                 f"backward_step_{cell.name}_n{batch}_h{hidden}{_panel_suffix(panel)}"
-                                 f"{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                                 f"backward_step_{cell.name}_n{batch}_h{hidden}{f'_proj{proj}' if proj else ''}"
+                                 f"{_panel_suffix(panel)}{_lead_suffix(directions)}{_MASKED if masked else ''}",
                                  gemm="matmul", columns=("k",), masked=masked)
-    return _with_unmasked(kernel, masked, lambda: backward_step(cell, batch, hidden, directions, panel))
+    return _with_unmasked(kernel, masked, lambda: backward_step(cell, batch, hidden, directions, panel, proj=proj))
+
+
+def projected_recurrent_backward(batch, hidden, proj, gates, panel: int = 0, masked: bool = False,
+                                 last: bool = False) -> Kernel:
+    """An LSTM with projections' recurrent GEMM backward for one step, ``dh_{t-1}[n, p] = sum_{g,j}
+    dgh_t[n, j, g] W_hh[g, j, p]`` (``w``: W_hh's ``(G, H, P)`` copy, :func:`backward_weight_shape`),
+    and in its epilogue the next step's (t-1's) gradient of its projected state, ``g = dy_{t-1} +
+    dh_{t-1}`` (what :func:`backward_step` with ``proj`` and the gradient of ``W_hr`` read).
+    ``masked``: where the GEMM's step has ended for a row (``mask``), ``dh_{t-1}`` is the carried
+    ``dh_t`` (``carry``: the state passed through), written as ``carry_next``; where step t-1 has
+    (``mask_next``), ``g`` is zero. ``last`` (the first step's GEMM): ``dh_{t-1}`` alone, as ``dh``
+    (the gradient of h0)."""
+    dgh = te.placeholder((batch, hidden, gates), F32, "dgh")
+    w = te.placeholder(backward_weight_shape(gates, hidden, proj, panel), F32, "w")
+    inputs = {"dgh": dgh, "w": w}
+    j = te.reduce_axis((0, hidden), "j")
+    g = te.reduce_axis((0, gates), "g")
+    mm = te.compute((batch, proj),
+                    lambda n, k: te.sum(dgh[n, j, g] * _weight_t_at(w, (), g, j, k, panel), axis=[j, g]),
+                    name="matmul")
+    zero, half = tirx.const(0.0, F32), tirx.const(0.5, F32)
+    if masked:
+        inputs["carry"] = te.placeholder((batch, proj), F32, "carry")
+        inputs["mask"] = te.placeholder((batch,), F32, "mask")
+    if not last:
+        inputs["dy"] = te.placeholder((batch, proj), F32, "dy")
+        if masked:
+            inputs["mask_next"] = te.placeholder((batch,), F32, "mask_next")
+
+    def carried(n, k):
+        if masked:
+            return tirx.Select(inputs["mask"][n] > half, mm[n, k], inputs["carry"][n, k])
+        return mm[n, k]
+
+    def outputs(n, k):
+        dh = carried(n, k)
+        result = [dh] if last or masked else []
+        if not last:
+            total = inputs["dy"][n, k] + dh
+            result.append(tirx.Select(inputs["mask_next"][n] > half, total, zero) if masked else total)
+        return result
+    roles = ["dh"] if last else (["carry_next", "g"] if masked else ["g"])
+    tensors = te.compute((batch, proj), outputs, name="dh")
+    tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
+    suffix = ("_last" if last else "") + _panel_suffix(panel) + (_MASKED if masked else "")
+    return _make(f"projected_recurrent_backward_n{batch}_h{hidden}_proj{proj}_g{gates}{suffix}", inputs,
+                 dict(zip(roles, tensors)), gemm="matmul", columns=("k",))
+
+
+def projected_gradient_start(batch, proj, masked: bool = False) -> Kernel:
+    """The last step's gradient of an LSTM's projected state, ``g = dy + dhy`` (``masked``: zero
+    where the row has ended; see :func:`projected_recurrent_backward`)."""
+    dy = te.placeholder((batch, proj), F32, "dy")
+    dh = te.placeholder((batch, proj), F32, "dh")
+    inputs = {"dy": dy, "dh": dh}
+    if masked:
+        inputs["mask"] = te.placeholder((batch,), F32, "mask")
+        g = te.compute((batch, proj), lambda n, k: tirx.Select(inputs["mask"][n] > tirx.const(0.5, F32),
+                                                               dy[n, k] + dh[n, k], tirx.const(0.0, F32)), name="g")
+    else:
+        g = te.compute((batch, proj), lambda n, k: dy[n, k] + dh[n, k], name="g")
+    return _make(f"projected_gradient_start_n{batch}_p{proj}{_MASKED if masked else ''}", inputs, {"g": g})
 
 
 def _with_unmasked(kernel: Kernel, masked: bool, unmasked) -> Kernel:

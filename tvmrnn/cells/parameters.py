@@ -53,23 +53,30 @@ class Layout:
     slots: tuple[Slot, ...]
     total: int
     unit_params: tuple[str, ...] = ()
+    proj_size: int = 0
 
     @staticmethod
-    def create(input_size, hidden_size, num_layers, num_directions, num_gates, unit_params=()) -> "Layout":
+    def create(input_size, hidden_size, num_layers, num_directions, num_gates, unit_params=(),
+               proj_size: int = 0) -> "Layout":
+        """``proj_size`` P (an LSTM with projections, torch.nn's ``proj_size``): the hidden state
+        has P features, ``weight_hh`` is ``(G*H, P)``, each layer-direction has ``weight_hr``
+        ``(P, H)`` after its biases, and layers above the first take ``D*P`` inputs."""
         slots, offset = [], 0
         GH = num_gates * hidden_size
+        state = proj_size or hidden_size
         for layer in range(num_layers):
-            in_size = input_size if layer == 0 else num_directions * hidden_size
+            in_size = input_size if layer == 0 else num_directions * state
             for direction in range(num_directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                for kind, shape in (("weight_ih", (GH, in_size)), ("weight_hh", (GH, hidden_size)),
+                for kind, shape in (("weight_ih", (GH, in_size)), ("weight_hh", (GH, state)),
                                     ("bias_ih", (GH,)), ("bias_hh", (GH,)),
-                                    *((name, (hidden_size,)) for name in unit_params)):
+                                    *((name, (hidden_size,)) for name in unit_params),
+                                    *((("weight_hr", (proj_size, hidden_size)),) if proj_size else ())):
                     slot = Slot(kind + suffix, layer, direction, kind, shape, offset)
                     slots.append(slot)
                     offset += slot.size
         return Layout(input_size, hidden_size, num_layers, num_directions, num_gates, tuple(slots), offset,
-                      tuple(unit_params))
+                      tuple(unit_params), proj_size)
 
     @property
     def packed_total(self) -> int:

@@ -141,6 +141,16 @@ class Config:
     # the batch rows the kernels are built for where more than batch_size (0: batch_size): a CPU
     # build pads a batch whose register tiles would be short (tvmrnn.schedules.cpu.padded_batch)
     compiled_rows: int = 0
+    # an LSTM with projections (torch.nn's proj_size P < H): h_t = W_hr (o * tanh(c_t)) has P
+    # features; each step is the recurrent step on a P-wide state, then the projection
+    # (kernels.recurrent_step's state_size, kernels.projection_step). 0: none
+    proj_size: int = 0
+
+    @property
+    def state_size(self) -> int:
+        """Features of the hidden state h (and of each direction's output): ``proj_size`` where
+        the LSTM has projections, else ``hidden_size``."""
+        return self.proj_size or self.hidden_size
 
     @property
     def rows(self) -> int:
@@ -155,7 +165,7 @@ class Config:
     @functools.cached_property  # (a drop-in asks at every call: building it took ~0.1 ms)
     def layout(self) -> Layout:
         return Layout.create(self.input_size, self.hidden_size, self.num_layers,
-                             self.num_directions, self.cell.num_gates, self.cell.unit_params)
+                             self.num_directions, self.cell.num_gates, self.cell.unit_params, self.proj_size)
 
     @property
     def num_saved(self) -> int:
@@ -173,13 +183,16 @@ class Config:
     def workspace_shapes(self, T) -> dict:
         """Shapes of the training workspace arrays (beside the input x, which it also keeps)."""
         L, LD, N, H = self.num_layers, self.num_layers * self.num_directions, self.rows, self.hidden_size
-        shapes = {"hs": (self.num_directions, T + 1, N, H)}
+        S = self.state_size
+        shapes = {"hs": (self.num_directions, T + 1, N, S)}
         if self.cell.has_cell_state:
             shapes["cs"] = (LD, T + 1, N, H)
         if self.num_saved:
             shapes["saved"] = (LD, T, N, H, self.num_saved)
+        if self.proj_size:  # each step's unprojected output r_t, for the gradient of W_hr
+            shapes["rs"] = (LD, T, N, H)
         if L > 1:
-            shapes["layer_out"] = (L - 1, T + 2, N, self.num_directions * H)
+            shapes["layer_out"] = (L - 1, T + 2, N, self.num_directions * S)
         return shapes
 
 
@@ -189,7 +202,7 @@ class TrainingStates:
     direction 1: h0 at row T and step t's state at row t). See the module docstring."""
 
     def __init__(self, config: Config, hs, layer_out):
-        self.last, self.H, self.hs, self.layer_out = config.num_layers - 1, config.hidden_size, hs, layer_out
+        self.last, self.H, self.hs, self.layer_out = config.num_layers - 1, config.state_size, hs, layer_out
 
     def at(self, l, d, row, axes=("n", "j")):
         if l == self.last:
@@ -365,7 +378,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
                     subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
-                    tail_rows: int = 0) -> Program:
+                    tail_rows: int = 0, proj_panel: int = 0) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
@@ -374,20 +387,23 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     the projections before the time loop, the FLOPs a chunk overlapping the steps before it may
     spend again to save launches (``Program.chunked``'s ``tail_waste``); ``tail_rows``
     (:data:`GPU_GEMM_FULL_ROWS`): or where the chunks it saves are GEMMs of fewer rows than that
-    (``Program.chunked``'s ``tail_rows``)."""
+    (``Program.chunked``'s ``tail_rows``). With projections (``config.proj_size``), each step is
+    two calls, the recurrent step into ``r`` and its projection (:func:`kernels.projection_step`,
+    its weights in panels of ``proj_panel`` units), the directions never stacked."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
+    S, P = config.state_size, config.proj_size
     layout = config.layout
-    groups = _direction_groups(config, stacked)
+    groups = _direction_groups(config, stacked and not P)
     prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region, options=config.options,
                    view_pointers=view_pointers, subroutines=subroutines)
     T = tirx.Var("T", "int32")
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
-    h0 = prog.tensor("h0", (LD, N, H), ("ld", "n", "j"))
+    h0 = prog.tensor("h0", (LD, N, S), ("ld", "n", "j"))
     c0 = prog.tensor("c0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     w = prog.flat("w", layout.packed_total)
-    y = prog.tensor("y", config.seq_shape(T, D * H), tuple("j" if a == "k" else a for a in config.seq_axes))
-    hy = prog.tensor("hy", (LD, N, H), ("ld", "n", "j"))
+    y = prog.tensor("y", config.seq_shape(T, D * S), tuple("j" if a == "k" else a for a in config.seq_axes))
+    hy = prog.tensor("hy", (LD, N, S), ("ld", "n", "j"))
     cy = prog.tensor("cy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     # the input projections of the directions that run together (one, or both)
     gate_axes = kernels.gate_axes(panel)
@@ -404,14 +420,17 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
         outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
         states = TrainingStates(config, hs, outs)
+        rs = prog.tensor("rs", shapes["rs"], ("ld", "t", "n", "j")) if P else None
     else:
-        hs = prog.tensor("h_state", (LD, 2, N, H), ("ld", "t", "n", "j"))
+        hs = prog.tensor("h_state", (LD, 2, N, S), ("ld", "t", "n", "j"))
         cs = prog.tensor("c_state", (LD, 2, N, H), ("ld", "t", "n", "j")) if c.has_cell_state else None
-        outs = prog.tensor("layer_out", (min(L - 1, 2), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
+        outs = prog.tensor("layer_out", (min(L - 1, 2), T, N, D * S), ("l", "t", "n", "j")) if L > 1 else None
+        rs = prog.tensor("r_state", (N, H), ("n", "j")) if P else None  # a step's r, projected at once
 
-    copy = kernels.copy(N, H)
+    copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
+    projection = kernels.projection_step(N, H, P, panel=proj_panel, masked=masked) if P else None
     for l in range(L):
-        in_size = I if l == 0 else D * H
+        in_size = I if l == 0 else D * S
         if l == 0:
             def layer_in(start, size):
                 return x.at("t", "n", "k", t=start)
@@ -423,19 +442,19 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                 return outs.at("t", "n", "j", l=(_l - 1) % 2, t=start)
         if l == L - 1:
             def layer_out(s, d):
-                return y.at("n", "j", t=s, j=d * H)
+                return y.at("n", "j", t=s, j=d * S)
         elif train:  # the state itself (written twice, the same value by the same thread)
             def layer_out(s, d, _l=l):
                 return states.at(_l, d, next_row(d, s))
         else:
             def layer_out(s, d, _l=l):
-                return outs.at("n", "j", l=_l % 2, t=s, j=d * H)
+                return outs.at("n", "j", l=_l % 2, t=s, j=d * S)
 
         def h_row(d, row, _l=l):
             return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
             step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel, masked=masked,
-                                          bf16=config.options.bf16_projections)
+                                          bf16=config.options.bf16_projections, state_size=P)
 
             def base(d, start, size):  # with interleave: the first time step of a chunk (direction d's order)
                 return start if d == 0 else T - start - size
@@ -457,7 +476,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                 # State rows: training keeps all T+1 in time order (see the module docstring);
                 # inference alternates two.
                 first = (0 if d == 0 else T) if train else 0
-                prog.call(copy, src=h0.at("n", "j", ld=ld), dst=h_row(d, first))
+                prog.call(copy_h, src=h0.at("n", "j", ld=ld), dst=h_row(d, first))
                 if cs is not None:
                     prog.call(copy, src=c0.at("n", "j", ld=ld), dst=cs.at("n", "j", ld=ld, t=first))
 
@@ -475,8 +494,11 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                         t_gx = s - base(d, start, size) if interleave else s
                         views = dict(gx=gx.at("n", *gate_axes, d=gd, t=t_gx),
                                      w=w.piece(layout.slot(_l, d, "weight_hh").offset),
-                                     b=w.piece(layout.slot(_l, d, "bias_hh").offset),
-                                     h_prev=h_row(d, rows[0]), h=h_row(d, rows[1]), y=layer_out(s, d))
+                                     b=w.piece(layout.slot(_l, d, "bias_hh").offset), h_prev=h_row(d, rows[0]))
+                        if P:  # the step's r, then its projection (below) into the state and output
+                            views["r"] = rs.at("n", "j", ld=ld, t=s) if train else rs.at("n", "j")
+                        else:
+                            views.update(h=h_row(d, rows[1]), y=layer_out(s, d))
                         if cs is not None:
                             views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
                         if c.unit_params:
@@ -488,6 +510,14 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                                           for i in range(config.num_saved)})
                         return views
                     prog.call(_step, **_bind(_group, views_of))
+                    if P:
+                        for d in _group:
+                            views = views_of(d)
+                            s = _time(config, T, d, u)
+                            more = dict(h_prev=views["h_prev"], mask=views["mask"]) if masked else {}
+                            prog.call(projection, r=views["r"], w=w.piece(layout.slot(_l, d, "weight_hr").offset),
+                                      h=h_row(d, next_row(d, s) if train else tirx.floormod(u + 1, 2)),
+                                      y=layer_out(s, d), **more)
 
             if interleave:
                 def chunk(start, size):
@@ -499,7 +529,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
             for d in group:
                 ld = l * D + d
                 last = (T if d == 0 else 0) if train else tirx.floormod(T, 2)
-                prog.call(copy, src=h_row(d, last), dst=hy.at("n", "j", ld=ld))
+                prog.call(copy_h, src=h_row(d, last), dst=hy.at("n", "j", ld=ld))
                 if cs is not None:
                     prog.call(copy, src=cs.at("n", "j", ld=ld, t=last), dst=cy.at("n", "j", ld=ld))
     return prog
@@ -532,20 +562,26 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     ``panel_of(K)``: the panels of the backward's weight copy with K input features, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.backward_weight_shape`).
     ``tail_flops``, ``tail_rows``: with :data:`GPU_INPUT_GRADIENT_TAILS`, the first direction's
-    input gradients over a cover of their own with the forward's tails (:func:`forward_program`)."""
+    input gradients over a cover of their own with the forward's tails (:func:`forward_program`).
+    With projections (``config.proj_size`` P), a step is two calls after the last step's
+    :func:`kernels.projected_gradient_start`: the projection's backward fused with the gate math
+    (:func:`kernels.backward_step` with ``proj``), then the recurrent GEMM with the step before's
+    gradient of its projected state in its epilogue (:func:`kernels.projected_recurrent_backward`);
+    those gradients (``dhp``) and the forward's ``rs`` make the gradient of ``W_hr``."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
+    S, P = config.state_size, config.proj_size
     layout = config.layout
     deriv = kernels.derivation(c)
     masked = config.options.variable_lengths
-    groups = _direction_groups(config, stacked)
+    groups = _direction_groups(config, stacked and not P)
     DG = len(groups[0])  # directions whose temporaries are live together
     prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers,
                    options=config.options, subroutines=subroutines)
     T = tirx.Var("T", "int32")
     y_axes = tuple("j" if a == "k" else a for a in config.seq_axes)
-    dy = prog.tensor("dy", config.seq_shape(T, D * H), y_axes)
-    dhy = prog.tensor("dhy", (LD, N, H), ("ld", "n", "j"))
+    dy = prog.tensor("dy", config.seq_shape(T, D * S), y_axes)
+    dhy = prog.tensor("dhy", (LD, N, S), ("ld", "n", "j"))
     dcy = prog.tensor("dcy", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     w = prog.flat("w", layout.packed_total)
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
@@ -555,8 +591,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
     outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
     states = TrainingStates(config, hs, outs)
+    rs = prog.tensor("rs", shapes["rs"], ("ld", "t", "n", "j")) if P else None
     dx = prog.tensor("dx", config.seq_shape(T, I), config.seq_axes)
-    dh0 = prog.tensor("dh0", (LD, N, H), ("ld", "n", "j"))
+    dh0 = prog.tensor("dh0", (LD, N, S), ("ld", "n", "j"))
     dc0 = prog.tensor("dc0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     dw = prog.flat("dw", layout.total)  # PyTorch layout; zeroed first (the pass accumulates into it)
     dgx = prog.tensor("dgx", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
@@ -566,17 +603,21 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     # its loop has read all it needs, so one slot serves every layer; with one per direction,
     # direction 0's input gradients run before direction 1's loop: two slots, in turn.
     slots = 1 if len(groups) == 1 else 2
-    dlayer = prog.tensor("dlayer_out", (min(L - 1, slots), T, N, D * H), ("l", "t", "n", "j")) if L > 1 else None
+    dlayer = prog.tensor("dlayer_out", (min(L - 1, slots), T, N, D * S), ("l", "t", "n", "j")) if L > 1 else None
+    if P:  # each step's gradient of its projected state; the gate math's dy (zeros); masked: dh carried
+        dhp = prog.tensor("dhp", (DG, T, N, P, 1), ("d", "t", "n", "j", "g"))
+        zero_dy = prog.flat("zero_dy", N * H)
+        carry = prog.tensor("dh_carry", (DG, 2, N, P), ("d", "slot", "n", "j")) if masked else None
     dc_carry = prog.tensor("dc_carry", (DG, 2, N, H), ("d", "slot", "n", "j")) if c.has_cell_state else None
     # the pointwise's direct part of dh_{t-1}, read by the next launch's GEMM epilogue: two slots
     dh_direct = (prog.tensor("dh_direct", (DG, 2, N, H), ("d", "slot", "n", "j"))
                  if kernels.has_direct_part(c, masked) else None)
     mask = prog.tensor("mask", (T, N), ("t", "n")) if masked else None
-    P = len(c.unit_params)
-    dunit = prog.tensor("dunit", (DG, T, N, H, P), ("d", "t", "n", "j", "p")) if P else None
+    U = len(c.unit_params)
+    dunit = prog.tensor("dunit", (DG, T, N, H, U), ("d", "t", "n", "j", "p")) if U else None
     # packed weight gradients: W_ih's (the largest input size) then W_hh's, reused by every layer
-    k_most = max(I, D * H) if L > 1 else I
-    dw_packed = prog.flat("dw_packed", (k_most + H) * H * G) if packed_grads else None
+    k_most = max(I, D * S) if L > 1 else I
+    dw_packed = prog.flat("dw_packed", (k_most + S) * H * G) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
     # the gate gradients in panels: one pack of a chunk serves both weights where dgh is dgx (the
     # LSTM, the RNNs), the GRU packs each at many units (TWO_GRADIENT_PACKS_MIN_UNITS)
@@ -585,7 +626,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     # a chunk's gate gradients in panels (kernels.gradient_panels_shape), for the weight gradients
     dg_panels = prog.flat("dg_panels", max(chunks) * N * H * G) if grad_panel else None
     # and the inputs they multiply (x, a layer's h_{t-1}) in row panels (kernels.input_panels)
-    input_rows = {k: input_rows_of(k, grad_panel) if grad_panel else 0 for k in {I, D * H, H}}
+    input_rows = {k: input_rows_of(k, grad_panel) if grad_panel else 0 for k in {I, D * S, S}}
     paneled = [k for k, rows in input_rows.items() if rows]
     a_panels = prog.flat("a_panels", max(chunks) * N * max(paneled)) if paneled else None
 
@@ -593,11 +634,13 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     # threads then spin on the cores this pass needs (a DS2 LSTM training call on the Xeon: 37 ms
     # more than its bare passes; notes/performance.md v25)
     prog.call(kernels.fill_zero(layout.total), dst=dw.piece(0))
-    copy = kernels.copy(N, H)
+    if P:
+        prog.call(kernels.fill_zero(N * H), dst=zero_dy.piece(0))
+    copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
     pointwise = kernels.pointwise_backward(c, N, H, masked=masked)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
     for l in reversed(range(L)):
-        in_size = I if l == 0 else D * H
+        in_size = I if l == 0 else D * S
         if l == L - 1:
             def d_out(**at):
                 return dy.at(*at.pop("axes"), **at)
@@ -622,7 +665,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             ld, gd = _l * D + d, d % DG
             s = _time(config, T, d, T - 1 - v)  # walk the forward's steps in reverse
             cur, nxt = tirx.floormod(v, 2), tirx.floormod(v + 1, 2)
-            views = {"dy": d_out(axes=("n", "j"), t=s, j=d * H)}
+            views = {"dy": zero_dy.piece(0) if P else d_out(axes=("n", "j"), t=s, j=d * S)}
             if c.has_cell_state:  # the first step's dc comes in as dcy
                 views.update(dc=dcy.at("n", "j", ld=ld) if isinstance(v, int) and v == 0
                              else dc_carry.at("n", "j", d=gd, slot=cur), dc_prev=dc_carry.at("n", "j", d=gd, slot=nxt))
@@ -642,7 +685,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 views["dh_direct"] = dh_direct.at("n", "j", d=gd, slot=nxt)
             if "unit" in pointwise.roles:
                 views["unit"] = w.piece(layout.unit_offset(_l, d))
-            views.update({f"dp{i}": dunit.at("n", "j", d=gd, t=s, p=i) for i in range(P)})
+            views.update({f"dp{i}": dunit.at("n", "j", d=gd, t=s, p=i) for i in range(U)})
             if mask is not None:
                 views["mask"] = mask.at("n", t=s)
             return views
@@ -657,31 +700,40 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             return views
 
         for group in groups:
-            fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
-            # the last step's gate math with dhy; then one launch per step: step v's GEMM and
-            # step v+1's gate math (from the end); then the first step's GEMM, into dh0
-            for d in group:
-                prog.call(pointwise, dh=dhy.at("n", "j", ld=l * D + d), **gate_math(d, 0))
-            with prog.loop(T - 1, "step") as u:
-                def views_of(d):
-                    views = gate_math(d, u + 1)
-                    gemm = recurrent_views(d, u)
-                    views.update(dgh=gemm["dgh"], w=gemm["w"])
-                    if dh_direct is not None:
-                        views["dh_direct_in"] = gemm["dh_direct"]
-                    if mask is not None:  # the GEMM's step's mask (views["mask"]: its epilogue's step's)
-                        views["gemm_mask"] = mask.at("n", t=_time(config, T, d, T - 1 - u))
-                    return views
-                prog.call(fused, **_bind(group, views_of))
-            for d in group:
-                ld = l * D + d
-                prog.call(recurrent, dh=dh0.at("n", "j", ld=ld), **recurrent_views(d, T - 1))
+            if P:
+                (d,) = group
+                _projected_steps(prog, config, l, d, T, gate_math, d_out=d_out, w=w, dgx=dgx, dhp=dhp, dhy=dhy,
+                                 dh0=dh0, carry=carry, mask=mask, panel_of=panel_of)
                 if c.has_cell_state:
                     prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
-                              dst=dc0.at("n", "j", ld=ld))
+                              dst=dc0.at("n", "j", ld=l * D + d))
+            else:
+                fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
+                # the last step's gate math with dhy; then one launch per step: step v's GEMM and
+                # step v+1's gate math (from the end); then the first step's GEMM, into dh0
+                for d in group:
+                    prog.call(pointwise, dh=dhy.at("n", "j", ld=l * D + d), **gate_math(d, 0))
+                with prog.loop(T - 1, "step") as u:
+                    def views_of(d):
+                        views = gate_math(d, u + 1)
+                        gemm = recurrent_views(d, u)
+                        views.update(dgh=gemm["dgh"], w=gemm["w"])
+                        if dh_direct is not None:
+                            views["dh_direct_in"] = gemm["dh_direct"]
+                        if mask is not None:  # the GEMM's step's mask (views["mask"]: its epilogue's step's)
+                            views["gemm_mask"] = mask.at("n", t=_time(config, T, d, T - 1 - u))
+                        return views
+                    prog.call(fused, **_bind(group, views_of))
+                for d in group:
+                    ld = l * D + d
+                    prog.call(recurrent, dh=dh0.at("n", "j", ld=ld), **recurrent_views(d, T - 1))
+                    if c.has_cell_state:
+                        prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
+                                  dst=dc0.at("n", "j", ld=ld))
 
             for d in group:
-                slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")}
+                slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh",
+                                                                  *(("weight_hr",) if P else ()))}
 
                 def input_gradient(start, size, _d=d, _slot=slot):
                     views = dict(dg=dgx.at("t", "n", "j", "g", d=_d % DG, t=start),
@@ -698,7 +750,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     h_before = states.at(_l, _d, prev_row(_d, start), ("t", "n", "j"))  # the steps' h_{t-1}
                     for dg, kind_w, kind_b, a, k_size in (
                             (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
-                            (dgh, "weight_hh", "bias_hh", h_before, H)):
+                            (dgh, "weight_hh", "bias_hh", h_before, S)):
                         chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
                         piece = dw_packed.piece(packed_at[kind_w]) if packed_grads else dw.piece(_slot[kind_w])
                         operand = chunk
@@ -715,18 +767,22 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                                   dg=operand, a=a, acc=piece, dw=piece)
                         bias = dw.piece(_slot[kind_b])
                         prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
-                    if P:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
+                    if config.proj_size:  # W_hr's: dw[p, j] += sum dhp[t, n, p] r[t, n, j]
+                        hr = dw.piece(_slot["weight_hr"])
+                        prog.call(kernels.weight_gradient(size, N, H, S, 1), dg=dhp.at("t", "n", "j", "g", d=gd, t=start),
+                                  a=rs.at("t", "n", "j", ld=_l * D + _d, t=start), acc=hr, dw=hr)
+                    if U:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
                         unit = dw.piece(layout.unit_offset(_l, _d))
-                        prog.call(kernels.bias_gradient(size, N, H, P), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),
+                        prog.call(kernels.bias_gradient(size, N, H, U), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),
                                   acc=unit, db=unit)
                     if not _own:
                         _input_gradient(start, size)
                 if packed_grads:
-                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", H)):
+                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
                         prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(packed_at[kind]))
                 prog.chunked(T, chunks, gradients)
                 if packed_grads:
-                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", H)):
+                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
                         prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
                                   src=dw_packed.piece(packed_at[kind]),
                                   dst=dw.piece(slot[kind]))
@@ -736,15 +792,70 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     return prog
 
 
+def _projected_steps(prog: Program, config: Config, l: int, d: int, T, gate_math, *, d_out, w, dgx, dhp, dhy, dh0,
+                     carry, mask, panel_of) -> None:
+    """The time loop of direction d of layer l of :func:`backward_program` with projections: the
+    last step's gradient of its projected state, then one step after another from the end, the
+    projection's backward with the gate math, the recurrent GEMM with the gradient of the step
+    before (``dhp``; masked: the carried dh in ``carry``'s two slots), into dh0 at the end."""
+    c, N, H, D = config.cell, config.rows, config.hidden_size, config.num_directions
+    S, G, layout = config.state_size, c.num_gates, config.layout
+    masked, ld, gd = mask is not None, l * D + d, 0
+
+    def s_of(v):  # the time of the v-th step from the end
+        return _time(config, T, d, T - 1 - v)
+    w_hr = w.piece(layout.torch_copy(layout.slot(l, d, "weight_hr").offset))  # (P, H): a one-gate weight
+    w_hh = w.piece(layout.torch_copy(layout.slot(l, d, "weight_hh").offset))  # (G, H, P)
+    fused = kernels.backward_step(c, N, H, panel=panel_of(H), masked=masked, proj=S)
+
+    def dy_at(v):
+        return d_out(axes=("n", "j"), t=s_of(v), j=d * S)
+
+    def step(v):  # the projection's backward and the gate math of the v-th step from the end
+        views = gate_math(d, v)
+        views.update(dgh=dhp.at("n", "j", "g", d=gd, t=s_of(v)), w=w_hr)
+        if masked:
+            views["gemm_mask"] = mask.at("n", t=s_of(v))
+        return views
+
+    def recurrent(v, last: bool):  # its GEMM, with the next one's dhp in the epilogue
+        views = dict(dgh=dgx.at("n", "j", "g", d=gd, t=s_of(v)), w=w_hh)
+        if masked:
+            views.update(carry=carry.at("n", "j", d=gd, slot=tirx.floormod(v, 2)), mask=mask.at("n", t=s_of(v)))
+        if last:
+            views["dh"] = dh0.at("n", "j", ld=ld)
+        else:
+            views.update(dy=dy_at(v + 1), g=dhp.at("n", "j", d=gd, t=s_of(v + 1), g=0))
+            if masked:
+                views.update(mask_next=mask.at("n", t=s_of(v + 1)),
+                             carry_next=carry.at("n", "j", d=gd, slot=tirx.floormod(v + 1, 2)))
+        return views
+
+    start = dict(dy=dy_at(0), dh=dhy.at("n", "j", ld=ld), g=dhp.at("n", "j", d=gd, t=s_of(0), g=0))
+    if masked:
+        start["mask"] = mask.at("n", t=s_of(0))
+        prog.call(kernels.copy(N, S), src=dhy.at("n", "j", ld=ld), dst=carry.at("n", "j", d=gd, slot=0))
+    prog.call(kernels.projected_gradient_start(N, S, masked), **start)
+    prog.call(fused, **step(0))
+    gemm = kernels.projected_recurrent_backward(N, H, S, G, panel=panel_of(S), masked=masked)
+    with prog.loop(T - 1, "step") as u:
+        prog.call(gemm, **recurrent(u, False))
+        prog.call(fused, **step(u + 1))
+    prog.call(kernels.projected_recurrent_backward(N, H, S, G, panel=panel_of(S), masked=masked, last=True),
+              **recurrent(T - 1, True))
+
+
 def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0,
                     view_pointers: bool = False, subroutines: Subroutines | GpuKernels | None = None,
-                    backward: bool = True) -> Program:
+                    backward: bool = True, proj_panel: int = 0) -> Program:
     """PyTorch-layout flat parameters (``params``) -> the packed layout (``w``), on the device:
     every parameter transposed for the forward kernels (the weights in column panels of ``panel``
     units if given: :func:`tvmrnn.schedules.cpu.weight_panel`), then the weights copied for
     the backward's, as they are or in panels of ``panel_of(K)`` input features (see
     :mod:`tvmrnn.cells.parameters`). Without ``backward``: ``pack_forward``, the forward's part
-    alone (an inference call never reads the backward's copies: half the packing kernels)."""
+    alone (an inference call never reads the backward's copies: half the packing kernels). An
+    LSTM's projection ``weight_hr`` ``(P, H)`` is a one-gate weight of P units and H inputs, in
+    panels of ``proj_panel`` units."""
     layout, G, H = config.layout, config.cell.num_gates, config.hidden_size
     prog = Program("pack_weights" if backward else "pack_forward", schedule, view_pointers=view_pointers,
                    options=config.options, subroutines=subroutines)
@@ -755,14 +866,17 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
     for slot in layout.slots:
         k_size = slot.torch_shape[1] if len(slot.torch_shape) == 2 else 1  # a bias is a (G, H, 1) weight
         gates = 1 if slot.kind in layout.unit_params else G  # a per-unit parameter: a 1-gate bias, copied
+        units, own_panel = H, panel if gates == G else 0
+        if slot.kind == "weight_hr":
+            gates, units, own_panel = 1, config.proj_size, proj_panel
         # weights and biases in the forward kernels' layout (a per-unit parameter as it is)
-        kernel = kernels.gate_transpose(gates, H, k_size, panel=panel if gates == G else 0)
+        kernel = kernels.gate_transpose(gates, units, k_size, panel=own_panel)
         if slot.kind in ("weight_ih", "weight_hh") and config.options.bf16_projections:  # rounded, in pairs
             kernel = kernels.bf16_weight_pairs(G, H, k_size, panel)
         prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
         if len(slot.torch_shape) == 2 and backward:
             back = prog.backward_weight_panels[k_size] = panel_of(k_size)
-            copy = kernels.weight_panels(G, H, k_size, back) if back else kernels.copy(*slot.torch_shape)
+            copy = kernels.weight_panels(gates, units, k_size, back) if back else kernels.copy(*slot.torch_shape)
             prog.call(copy, src=src.piece(slot.offset), dst=dst.piece(layout.torch_copy(slot.offset)))
     return prog
 
@@ -792,6 +906,7 @@ def all_programs(config: Config, schedule, target=None,
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)
+    proj_panel = weight_panel(target, 1, config.proj_size, options.weight_panels) if config.proj_size else 0
 
     def panel_of(k_size):  # the backward's data GEMMs: their tile runs along K, one "gate"
         return weight_panel(target, 1, k_size, options.weight_panels)
@@ -802,9 +917,9 @@ def all_programs(config: Config, schedule, target=None,
     interleave = interleaved_projections(target, options)
     tails = dict(tail_flops=tail_flops(target), tail_rows=tail_rows(target))
     programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
-                                interleave=interleave, **tails, **how),
+                                interleave=interleave, proj_panel=proj_panel, **tails, **how),
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
-                                interleave=interleave, **tails, **how),
+                                interleave=interleave, proj_panel=proj_panel, **tails, **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
@@ -812,9 +927,9 @@ def all_programs(config: Config, schedule, target=None,
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
                                                                          config.rows), **tails, **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
-                                subroutines=subroutines),
+                                subroutines=subroutines, proj_panel=proj_panel),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,
-                                backward=False))
+                                backward=False, proj_panel=proj_panel))
     for p in programs:
         p.dependent_launch = dependent_launch(target, options)
     return programs

@@ -16,6 +16,7 @@ from .loader import load
 from .threads import prepare_cpu_threads
 from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
+from ..kernels import has_direct_part
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..schedules.cpu import padded_batch
@@ -44,7 +45,7 @@ def dtype_name(dtype) -> str:
 
 def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
           batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None,
-          allow_tf32: bool = False, options=None, cache=None, dtype=None) -> RNN:
+          allow_tf32: bool = False, options=None, cache=None, dtype=None, proj_size: int = 0) -> RNN:
     """Build a fused multi-layer RNN for fixed sizes; the sequence length stays free.
 
     Parameters
@@ -91,6 +92,14 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         inputs, outputs and states (:attr:`tvmrnn.BuildOptions.dtype`, which says what a half
         build computes in which precision). CPUs take ``"bfloat16"`` where they have AVX512-BF16
         or AMX-BF16; CUDA targets take both. None: ``options.dtype``.
+    proj_size : int
+        As for ``torch.nn.LSTM`` (0: none): an LSTM with projections, ``h_t = W_hr (o_t *
+        tanh(c_t))`` of ``proj_size`` features (the states ``h0``/``hy`` and each direction's output),
+        the parameters ``weight_hh_l{k}`` ``(4 * hidden_size, proj_size)`` and ``weight_hr_l{k}``
+        ``(proj_size, hidden_size)``. Each step runs the recurrent step on the projected state and
+        then the projection, forward and backward (CPU targets, fp32; the directions of a
+        bidirectional layer one after the other). Any cell that reads ``h_{t-1}`` only through its
+        gates takes it (not the GRU).
     cache : None or bool
         Take the build from the on-disk build cache, or put it there (:mod:`tvmrnn.runtime.cache`:
         ``~/.cache/tvmrnn`` unless ``TVMRNN_CACHE_DIR`` says otherwise). None: on unless
@@ -122,14 +131,18 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         raise ValueError(f"batch_size: {batch_size} rows of {gates} x {hidden_size} gates make a step's arrays past "
                          f"the 2^31 elements that TVM's int32 indexing addresses")
     options = as_options(options)
+    _check_options("proj_size", proj_size, int, 0)
     if dtype is not None:
         dtype = dtype_name(dtype)
         if options.dtype not in ("float32", dtype):
             raise ValueError(f"dtype: {dtype!r} disagrees with options.dtype={options.dtype!r}")
         options = dataclasses.replace(options, dtype=dtype)
-    config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options)
+    config = Config(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, options,
+                    proj_size=proj_size)
     device_index = targets.gpu_index(target)  # "cuda:1": the RNN runs on GPU 1
     target = targets.resolve(target)
+    if proj_size:
+        _check_projections(config, target)
     # the pass-level choices a whole-pass tuning measured for this configuration (tvmrnn-tune)
     options = tuned_options(config, target, tuning_logs, options)
     config = dataclasses.replace(config, options=options)
@@ -155,6 +168,21 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         rnn.from_cache = True
         report_untuned(target, rnn.schedules)
     return rnn
+
+
+def _check_projections(config: Config, target) -> None:
+    """Raise unless ``config.proj_size`` can be built for ``target``: below ``hidden_size`` (as
+    torch.nn asks), a cell without a direct part of ``h_{t-1}``, fp32 on a CPU."""
+    if config.proj_size >= config.hidden_size:
+        raise ValueError(f"proj_size: must be smaller than hidden_size ({config.hidden_size}), got {config.proj_size}")
+    if has_direct_part(config.cell):
+        raise ValueError(f"proj_size: a {config.cell.name} reads h_(t-1) outside its gates, so its state cannot be "
+                         f"projected; projections are for cells that read it through their gates alone (the LSTM)")
+    if is_gpu(target):
+        raise ValueError("proj_size: CUDA builds do not take projections yet (CPU targets do); the PyTorch "
+                         "drop-in tvmrnn.torch.LSTM(proj_size=) runs them on a GPU layer by layer")
+    if config.options.dtype != "float32" or config.options.bf16_projections:
+        raise ValueError("proj_size: projections run in fp32 (not with dtype bfloat16 or bf16_projections)")
 
 
 def with_compiled_rows(config: Config, target) -> Config:

@@ -94,7 +94,7 @@ def build_key(config, target, options, allow_tf32: bool, tuning_logs) -> str:
         "tvmrnn": [__version__, source_digest()], "tvm": tvm.__version__,
         "cell": fingerprint(config.cell),
         "sizes": [config.input_size, config.hidden_size, config.num_layers, config.bidirectional,
-                  config.batch_size, config.rows, config.batch_first],
+                  config.batch_size, config.rows, config.batch_first, config.proj_size],
         "target": str(target), "device": repr(device_model(target)),
         "options": options.to_dict(), "allow_tf32": allow_tf32,
         "records": records_state(target, tuning_logs),

@@ -65,7 +65,7 @@ def metadata(rnn: RNN) -> dict:
         "tvm_version": tvm.__version__,
         **c.cell.signature,  # cell, gates, has_cell_state, unit_params, num_saved
         "unit_param_init": [list(item) for item in c.cell.unit_param_init],  # (a drop-in's start values)
-        "input_size": c.input_size, "hidden_size": c.hidden_size, "num_layers": c.num_layers,
+        "input_size": c.input_size, "hidden_size": c.hidden_size, "proj_size": c.proj_size, "num_layers": c.num_layers,
         "bidirectional": c.bidirectional, "batch_size": c.batch_size, "compiled_rows": c.compiled_rows, "batch_first": c.batch_first,
         "dtype": c.options.dtype,  # the passes' inputs, outputs and states (weight gradients: float32)
         "options": c.options.to_dict(),

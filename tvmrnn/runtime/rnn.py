@@ -189,7 +189,8 @@ class RNN:
     def __repr__(self):
         c = self.config
         return (f"tvmrnn.RNN({c.cell.name!r}, input_size={c.input_size}, hidden_size={c.hidden_size}, "
-                f"num_layers={c.num_layers}, bidirectional={c.bidirectional}, batch_size={c.batch_size}, "
+                + (f"proj_size={c.proj_size}, " if c.proj_size else "")
+                + f"num_layers={c.num_layers}, bidirectional={c.bidirectional}, batch_size={c.batch_size}, "
                 f"batch_first={c.batch_first}, target={self.target.kind.name!r}"
                 + (f", dtype={self.dtype!r}" if self.dtype != "float32" else "")
                 + (", allow_tf32=True)" if self.allow_tf32 else ")"))
@@ -438,7 +439,7 @@ class RNN:
         """A state argument checked for ``n`` rows and padded to the build's batch (zeros if None)."""
         c = self.config
         n = c.rows if n is None else n
-        shape = (c.num_layers * c.num_directions, c.rows, c.hidden_size)
+        shape = (c.num_layers * c.num_directions, c.rows, c.state_size if name in ("h0", "dhy") else c.hidden_size)
         if value is None:
             return self._zeros(frame, shape) if needed else None
         if not needed:
@@ -580,7 +581,7 @@ class RNN:
             raise TypeError("ws: expected the workspace returned by this RNN's forward_train")
         frame, T, n = ws.frame, ws.T, ws.batch
         dy, dhy, dcy = self._in("dy", dy), self._in("dhy", dhy), self._in("dcy", dcy)
-        frame.check("dy", dy, self._seq_shape(T, c.num_directions * c.hidden_size, n))
+        frame.check("dy", dy, self._seq_shape(T, c.num_directions * c.state_size, n))
         if n < c.rows:  # the padding's rows get zero gradients: they add nothing to dw
             dy = frame.padded(dy, self._batch_axis, c.rows)
         arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy, n=n), "w": wflat, "x": ws.x, **ws.arrays}
