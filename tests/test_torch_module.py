@@ -161,7 +161,7 @@ def test_bad_projection_inputs_are_refused_and_the_module_stays_usable():
         tt.LSTM(5, 7, proj_size=7)
     with pytest.raises(ValueError, match="proj_size"):
         tt.GRU(5, 7, proj_size=3)
-    with pytest.raises(ValueError, match="package: a module with proj_size"):
+    with pytest.raises(ValueError, match="package: built with proj_size=0, this module has proj_size=3"):
         tt.LSTM(13, 37, proj_size=3, package=built("lstm", 1, False))
     rnn = tt.LSTM(5, 7, proj_size=3, num_layers=2)
     x = torch.randn(4, 2, 5)

@@ -269,8 +269,9 @@ def _fake_outputs(handle: int, layer: int, x: torch.Tensor):
     D = 2 if module.bidirectional else 1
     L = module.num_layers if layer < 0 else 1
     state = (L * D, x.shape[0 if module.batch_first else 1], module.hidden_size)
-    y = x.new_empty(x.shape[:2] + (D * module.hidden_size,))
-    hy = x.new_empty(state)
+    h_state = state[:2] + (module.proj_size or module.hidden_size,)
+    y = x.new_empty(x.shape[:2] + (D * h_state[2],))
+    hy = x.new_empty(h_state)
     return y, hy, (x.new_empty(state) if module._has_cell_state else x.new_empty(0))
 
 
@@ -288,7 +289,7 @@ def _(handle, layer, x, h0, c0, lengths, ragged, params):
 @_backward_op.register_fake
 def _(handle, layer, x, lengths, ragged, packed, workspace, dy, dhy, dcy):
     module = _module(handle)
-    grads = [torch.empty_like(x), torch.empty_like(dhy)] + ([torch.empty_like(dhy)] if module._has_cell_state else [])
+    grads = [torch.empty_like(x), torch.empty_like(dhy)] + ([torch.empty_like(dcy)] if module._has_cell_state else [])
     return grads + [x.new_empty(s.torch_shape) for s in module._op_layout.slots if layer < 0 or s.layer == layer]
 
 
@@ -363,11 +364,11 @@ class _Mixin:
     _cell: str | Cell
 
     def _setup(self, package, target, rebuild=True):
-        if self.proj_size and package is not None:
-            raise ValueError("package: a module with proj_size runs on builds of its own (one a layer); "
-                             "use package=None")
         if package is not None and not isinstance(package, _FusedRNN):
             raise TypeError(f"package: expected a tvmrnn RNN (tvmrnn.build or tvmrnn.load), got {type(package).__name__}")
+        if package is not None and package.config.proj_size != self.proj_size:
+            raise ValueError(f"package: built with proj_size={package.config.proj_size}, this module has "
+                             f"proj_size={self.proj_size}")
         if not isinstance(rebuild, bool):
             raise TypeError(f"rebuild: expected bool, got {type(rebuild).__name__}")
         self._package, self._target, self._rebuild = package, target, rebuild and package is None
@@ -379,9 +380,9 @@ class _Mixin:
         self._has_cell_state = cell.has_cell_state
         D = 2 if self.bidirectional else 1
         self._op_layout = Layout.create(self.input_size, self.hidden_size, self.num_layers, D, cell.num_gates,
-                                        cell.unit_params)
-        self._op_layer_names = Layout.create(D * self.hidden_size, self.hidden_size, 1, D, cell.num_gates,
-                                             cell.unit_params).names
+                                        cell.unit_params, self.proj_size)
+        self._op_layer_names = Layout.create(D * (self.proj_size or self.hidden_size), self.hidden_size, 1, D,
+                                             cell.num_gates, cell.unit_params, self.proj_size).names
         self._op_names = self._op_layout.names
         self._register()
 
@@ -445,17 +446,19 @@ class _Mixin:
         bf16 = bool(getattr(_PRECISION, "bf16", False)) if bf16 is None else bf16
         D = 2 if self.bidirectional else 1
         if input_size is None:
-            input_size = self.input_size if not layer else D * self.hidden_size
+            input_size = self.input_size if not layer else D * (self.proj_size or self.hidden_size)
         num_layers = self.num_layers if layer is None else 1
+        # projections fused into the build (CPUs); else a plain LSTM build of _projected_layer's
+        proj_size = self.proj_size if self._fused_projections(device) else 0
         if self._package is not None:
             pc = self._package.config
             if layer is not None:
                 raise ValueError("dropout: a module running on a package (package=) has no per-layer builds for "
                                  "dropout between layers; use dropout=0, or eval()")
             have = dict(input_size=pc.input_size, hidden_size=pc.hidden_size, num_layers=pc.num_layers,
-                        bidirectional=pc.bidirectional, batch_first=pc.batch_first)
+                        bidirectional=pc.bidirectional, batch_first=pc.batch_first, proj_size=pc.proj_size)
             need = dict(input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
-                        bidirectional=self.bidirectional, batch_first=self.batch_first)
+                        bidirectional=self.bidirectional, batch_first=self.batch_first, proj_size=self.proj_size)
             cell = get_cell(self._cell)
             if have != need or pc.cell.signature != cell.signature:
                 raise ValueError(f"package: built for {pc.cell.name} {have}, this module needs {cell.name} {need}")
@@ -468,7 +471,7 @@ class _Mixin:
             return self._package
         sizes = dict(input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
                      bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first)
-        if bf16 and device.type != "cuda" and _bf16_refused(self._cell, _hashable(self._target), **sizes):
+        if bf16 and device.type != "cuda" and (proj_size or _bf16_refused(self._cell, _hashable(self._target), **sizes)):
             # a build of these sizes cannot take bf16 projections (no 16-unit panels, a state too
             # large for the step): the fp32 build, which fp32 calls share
             bf16 = False
@@ -489,7 +492,7 @@ class _Mixin:
             target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
                 if device.type == "cuda" else None
         half_gpu = bf16 and device.type == "cuda"  # where cuDNN computes in half: TF32 GEMMs, large steps too
-        rnn = build(self._cell, **sizes, target=target, allow_tf32=half_gpu,
+        rnn = build(self._cell, **sizes, proj_size=proj_size, target=target, allow_tf32=half_gpu,
                     options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda",
                                          tensor_core_steps=True if half_gpu else None))
         self._built[(input_size, num_layers, batch_size, str(device), ragged, bf16)] = rnn
@@ -525,12 +528,13 @@ class _Mixin:
             if data.dim() == 3 and data.shape[0 if self.batch_first else 1] == 0 and data.shape[
                     1 if self.batch_first else 0] > 0:
                 return self._torch_nn_forward(input, hx, "an empty batch")
-        if self.proj_size and self.bidirectional and hx is not None and isinstance(hx, tuple) \
+        fused = self._fused_projections(data.device) if isinstance(data, torch.Tensor) else True
+        if self.proj_size and not fused and self.bidirectional and hx is not None and isinstance(hx, tuple) \
                 and isinstance(hx[0], torch.Tensor) and not bool(torch.isfinite(hx[0]).all()):
             # an Inf or NaN in h0: the projections' reformulation would meet 0 x Inf in the other
             # direction's widened input (_projected_layer); torch.nn's own LSTM, as torch.nn does it
             return self._torch_nn_forward(input, hx, "a non-finite h0")
-        if self.proj_size and not self._recurrent_weights_finite():
+        if self.proj_size and not fused and not self._recurrent_weights_finite():
             # an Inf or NaN in W_hh or W_hr: the reformulation's W_hh W_hr product meets the zero
             # state before the first step (0 x NaN), and W_hh the widened input's zeros (0 x Inf)
             return self._torch_nn_forward(input, hx, "a non-finite recurrent weight")
@@ -543,6 +547,14 @@ class _Mixin:
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected a 2-d (unbatched) or 3-d tensor, got shape {tuple(input.shape)}")
         return self._forward_fp32(input, hx)
+
+    def _fused_projections(self, device) -> bool:
+        """Whether an LSTM's projections (``proj_size``) run fused in its builds on ``device``
+        (``tvmrnn.build``'s ``proj_size``: CPUs), else layer by layer (:meth:`_projected_layer`:
+        GPUs, until the fused step is measured there). A package runs as it was built."""
+        if self._package is not None:
+            return bool(self._package.config.proj_size)
+        return bool(self.proj_size) and device.type == "cpu"
 
     def _recurrent_weights_finite(self) -> bool:
         """Whether a projected LSTM's W_hh and W_hr hold no Inf or NaN (one check, one wait for the
@@ -782,8 +794,9 @@ class _Mixin:
                     raise ValueError(f"{name}: expected shape {shape} (layers x directions, batch, "
                                      f"{'proj_size' if name == 'h0' else 'hidden_size'}), got {tuple(t.shape)}")
         dropout = self.dropout and self.training
-        if self.proj_size or (dropout and self.num_layers > 1):
-            # layer by layer: projections always (_projected_layer: eager under torch.compile, see
+        unfused = self.proj_size and not self._fused_projections(input.device)
+        if unfused or (dropout and self.num_layers > 1):
+            # layer by layer: projections on a GPU (_projected_layer: eager under torch.compile, see
             # _register); dropout between layers as torch.nn does in training (one build for the
             # first layer, one shared by the others; eval runs the fused stack)
             y, hys, cys = input.contiguous(), [], []
@@ -791,7 +804,7 @@ class _Mixin:
                 if k and dropout:
                     y = self._dropout(y, lengths)
                 states = slice(k * D, (k + 1) * D)
-                if self.proj_size:  # given no initial states, zeros: no widened input for them
+                if unfused:  # given no initial states, zeros: no widened input for them
                     out = self._projected_layer(k, lengths, y, h0[states] if hx is not None else None, c0[states])
                 else:
                     out = self._run(k, lengths, y, h0[states].contiguous(),
