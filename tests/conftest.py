@@ -17,23 +17,23 @@ import tvmrnn
 I, H, N = 13, 37, 3
 
 
-def torch_module(cell, input_size, hidden_size, num_layers, bidirectional, batch_first):
+def torch_module(cell, input_size, hidden_size, num_layers, bidirectional, batch_first, proj_size=0):
     kwargs = dict(num_layers=num_layers, bidirectional=bidirectional, batch_first=batch_first)
     if cell == "lstm":
-        return torch.nn.LSTM(input_size, hidden_size, **kwargs)
+        return torch.nn.LSTM(input_size, hidden_size, proj_size=proj_size, **kwargs)
     if cell == "gru":
         return torch.nn.GRU(input_size, hidden_size, **kwargs)
     return torch.nn.RNN(input_size, hidden_size, nonlinearity=cell[4:], **kwargs)
 
 
 def built(cell, num_layers=1, bidirectional=False, batch_first=False, input_size=I, hidden_size=H, batch_size=N,
-          target=None, allow_tf32=False, options=None):
+          target=None, allow_tf32=False, options=None, proj_size=0):
     """A build shared by every test that asks for the same one, however it names the arguments
     (``options``: a tvmrnn.BuildOptions, hashable; None and BuildOptions() are the same build)."""
     options = options if options is not None else tvmrnn.BuildOptions()
     target = json.dumps(target, sort_keys=True) if isinstance(target, dict) else target
     return _built(cell, num_layers, bidirectional, batch_first, input_size, hidden_size, batch_size, target,
-                  allow_tf32, options)
+                  allow_tf32, options, proj_size)
 
 
 def _cache_clear():
@@ -42,12 +42,12 @@ def _cache_clear():
 
 @functools.lru_cache(maxsize=None)
 def _built(cell, num_layers, bidirectional, batch_first, input_size, hidden_size, batch_size, target, allow_tf32,
-           options):
+           options, proj_size=0):
     if isinstance(target, str) and target.startswith("{"):
         target = json.loads(target)
     return tvmrnn.build(cell, input_size=input_size, hidden_size=hidden_size, num_layers=num_layers,
                         bidirectional=bidirectional, batch_size=batch_size, batch_first=batch_first, target=target,
-                        allow_tf32=allow_tf32, options=options)
+                        allow_tf32=allow_tf32, options=options, proj_size=proj_size)
 
 
 built.cache_clear = _cache_clear  # for tests that patch what the arguments do not say (schedule constants)

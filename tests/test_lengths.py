@@ -22,19 +22,19 @@ def _arrays(shape, seed):
 
 
 def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=lambda a: a, rows=None, target=None,
-           hidden=H, options=VARIABLE, batch=N, pad_value=None):
+           hidden=H, options=VARIABLE, batch=N, pad_value=None, proj_size=0):
     """``batch``: the build's rows; ``rows``: the call's (default: as many); ``pad_value``: tvmrnn's
     ``x`` holds it past each row's length (never read: torch.nn's packed run has no padding)."""
     rows = rows or batch
     rnn = built(cell, num_layers, bidirectional, batch_first, input_size=I, hidden_size=hidden, batch_size=batch,
-                target=target, options=options)
+                target=target, options=options, proj_size=proj_size)
     H = hidden
     torch.manual_seed(0)
-    ref = torch_module(cell, I, H, num_layers, bidirectional, batch_first).double()
+    ref = torch_module(cell, I, H, num_layers, bidirectional, batch_first, proj_size).double()
     w = rnn.pack_weights({k: as_array(v) for k, v in tvmrnn.params_from_torch(ref).items()})
     D, has_c = 2 if bidirectional else 1, cell == "lstm"
     x = _arrays((rows, T, I) if batch_first else (T, rows, I), 0)
-    h0 = _arrays((num_layers * D, rows, H), 1)
+    h0 = _arrays((num_layers * D, rows, proj_size or H), 1)
     c0 = _arrays((num_layers * D, rows, H), 2) if has_c else None
     arr = lambda a: None if a is None else as_array(a)  # noqa: E731
     padded = x.copy()
@@ -59,7 +59,7 @@ def _check(cell, num_layers, bidirectional, batch_first, lengths, T, as_array=la
         assert rel_error(cy, states[1]) < 1e-5 and rel_error(cy_inf, states[1]) < 1e-5
 
     dy, dhy = _arrays(tuple(y.shape), 3), _arrays(tuple(hy.shape), 4)
-    dcy = _arrays(tuple(hy.shape), 5) if has_c else None
+    dcy = _arrays(tuple(cy.shape), 5) if has_c else None
     grads = rnn.backward(w, ws, arr(dy), arr(dhy), arr(dcy))
     loss = (yr * torch.from_numpy(dy).double()).sum() + (hyr * torch.from_numpy(dhy).double()).sum()
     if has_c:

@@ -20,26 +20,28 @@ CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 TOL = 1e-4
 
 
-def _reference(cell, num_layers, bidirectional, batch_first, hidden=H, seed=0, input_size=I):
+def _reference(cell, num_layers, bidirectional, batch_first, hidden=H, seed=0, input_size=I, proj_size=0):
     torch.manual_seed(seed)
-    return torch_module(cell, input_size, hidden, num_layers, bidirectional, batch_first).double()
+    return torch_module(cell, input_size, hidden, num_layers, bidirectional, batch_first, proj_size).double()
 
 
 def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=True, target=None,
            as_array=lambda a: a, hidden=H, tol=TOL, input_size=I, batch=N, rows=None, **build):
     """Run forward, training forward and backward on ``as_array`` inputs; compare with torch.
     ``batch``: the build's batch size; ``rows``: the inputs' (at most ``batch``; default the same).
-    ``build``: more arguments of :func:`tvmrnn.build` (``allow_tf32``)."""
+    ``build``: more arguments of :func:`tvmrnn.build` (``allow_tf32``, ``proj_size``)."""
     rnn = built(cell, num_layers, bidirectional, batch_first, input_size=input_size, hidden_size=hidden,
                 batch_size=batch, target=target, **build)
     batch = batch if rows is None else rows
-    ref = _reference(cell, num_layers, bidirectional, batch_first, hidden, input_size=input_size)
+    proj_size = build.get("proj_size", 0)
+    ref = _reference(cell, num_layers, bidirectional, batch_first, hidden, input_size=input_size, proj_size=proj_size)
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     D = 2 if bidirectional else 1
     has_c = cell == "lstm"
     x = rng.standard_normal((batch, T, input_size) if batch_first else (T, batch, input_size)).astype(np.float32)
     state = (num_layers * D, batch, hidden)
-    h0 = rng.standard_normal(state).astype(np.float32) if with_states else None
+    h_state = (num_layers * D, batch, proj_size or hidden)
+    h0 = rng.standard_normal(h_state).astype(np.float32) if with_states else None
     c0 = rng.standard_normal(state).astype(np.float32) if with_states and has_c else None
 
     arr = lambda a: None if a is None else as_array(a)  # noqa: E731
@@ -47,7 +49,7 @@ def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=Tru
     y_inf, hy_inf, cy_inf = rnn.forward(w, arr(x), arr(h0), arr(c0))
 
     xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    h0t = torch.tensor(h0 if h0 is not None else np.zeros(state), dtype=torch.float64, requires_grad=True)
+    h0t = torch.tensor(h0 if h0 is not None else np.zeros(h_state), dtype=torch.float64, requires_grad=True)
     c0t = torch.tensor(c0 if c0 is not None else np.zeros(state), dtype=torch.float64, requires_grad=True)
     if has_c:
         yr, (hyr, cyr) = ref(xt, (h0t, c0t))
@@ -63,7 +65,7 @@ def _check(cell, num_layers, bidirectional, batch_first, T, rng, with_states=Tru
         assert cy is None and cy_inf is None
 
     dy = rng.standard_normal(y.shape).astype(np.float32)
-    dhy = rng.standard_normal(state).astype(np.float32)
+    dhy = rng.standard_normal(h_state).astype(np.float32)
     dcy = rng.standard_normal(state).astype(np.float32) if has_c else None
     grads = rnn.backward(w, ws, arr(dy), arr(dhy), arr(dcy))
     loss = (yr * torch.from_numpy(dy).double()).sum() + (hyr * torch.from_numpy(dhy).double()).sum()

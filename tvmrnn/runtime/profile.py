@@ -35,7 +35,8 @@ from .arrays import round_to
 GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
 _PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
              "weight grads": ("weight_gradient", "bias_gradient", "gate_untranspose"),
-             "recurrent": ("recurrent_step", "backward_step", "pointwise_backward", "recurrent_backward")}
+             "recurrent": ("recurrent_step", "backward_step", "pointwise_backward", "recurrent_backward",
+                           "projection_step", "projected_recurrent_backward", "projected_gradient_start")}
 
 
 def group_of(kernel_name: str) -> str:

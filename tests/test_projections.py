@@ -1,0 +1,104 @@
+"""LSTMs with projections (``tvmrnn.build(..., proj_size=P)``, torch.nn's ``proj_size``): the
+fused step on a P-wide state and its projection, forward and backward, against torch.nn in
+float64 at odd sizes (``test_rnn._check``, ``test_lengths._check``); the gradient of ``W_hr`` by
+central differences too; packages; and the sizes and cells it refuses."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tvmrnn
+import test_lengths
+import test_rnn
+from conftest import I, built, torch_module
+
+
+@pytest.mark.parametrize("num_layers,bidirectional,batch_first,hidden,proj,rows", [
+    (1, False, False, 37, 11, None),  # odd sizes, P not a whole vector
+    (2, True, True, 24, 16, 3),  # a whole vector; fewer rows than the build (padded)
+    (3, False, False, 20, 1, None),  # one feature of state
+], ids=["1uni-odd", "2bidir-batch_first-padded-rows", "3uni-p1"])
+def test_projections_match_torch(num_layers, bidirectional, batch_first, hidden, proj, rows, rng):
+    test_rnn._check("lstm", num_layers, bidirectional, batch_first, 7, rng, hidden=hidden, batch=5, rows=rows,
+                    proj_size=proj, tol=1e-5)
+
+
+def test_projections_without_initial_states_match_torch(rng):
+    test_rnn._check("lstm", 2, True, False, 5, rng, hidden=19, with_states=False, proj_size=6, tol=1e-5)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_projections_with_lengths_match_torch_packed_sequences(bidirectional):
+    """Rows of different lengths: a row that has ended keeps its projected state (the reverse
+    direction starts at each row's own last step); NaN past the lengths reaches nothing."""
+    for pad in (None, np.nan):
+        test_lengths._check("lstm", 2, bidirectional, False, [3, 6, 1, 4], T=6, hidden=21, proj_size=5,
+                            pad_value=pad)
+    test_lengths._check("lstm", 1, bidirectional, True, torch.tensor([2, 5, 5]), T=5, hidden=21, proj_size=5,
+                        as_array=torch.from_numpy, rows=3)
+
+
+def test_projection_gradient_matches_central_differences():
+    """The gradient of ``W_hr`` (and of ``W_hh``, which multiplies the projected state) along a
+    random direction, against central differences of the fp32 passes' loss (step 1e-2: the
+    loss is smooth and its third derivative small at these sizes)."""
+    torch.manual_seed(1)
+    ref = torch.nn.LSTM(4, 13, proj_size=5)
+    rnn = built("lstm", 1, False, False, input_size=4, hidden_size=13, batch_size=3, proj_size=5)
+    params = {k: v.detach().double().numpy() for k, v in ref.state_dict().items()}
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((9, 3, 4)).astype(np.float32)
+    dy = rng.standard_normal((9, 3, 5)).astype(np.float32)
+
+    def loss(p):
+        y = rnn.forward(rnn.pack_weights({k: v.astype(np.float32) for k, v in p.items()}), x)[0]
+        return float((y.astype(np.float64) * dy).sum())
+    w = rnn.pack_weights({k: v.astype(np.float32) for k, v in params.items()})
+    grads = rnn.backward(w, rnn.forward_train(w, x)[3], dy)
+    for name in ("weight_hr_l0", "weight_hh_l0"):
+        v = rng.standard_normal(params[name].shape)
+        eps = 1e-2
+        plus, minus = dict(params), dict(params)
+        plus[name], minus[name] = params[name] + eps * v, params[name] - eps * v
+        numeric = (loss(plus) - loss(minus)) / (2 * eps)
+        analytic = float((grads[name].astype(np.float64) * v).sum())
+        assert abs(numeric - analytic) <= 2e-3 * max(1.0, abs(analytic)), (name, numeric, analytic)
+
+
+def test_projections_take_fewer_multiply_adds_a_step():
+    """The recurrent step's GEMM reduces over the P projected features, and the projection is a
+    GEMM of its own (P outputs over H): no H x H recurrence (the drop-in's old reformulation)."""
+    rnn = built("lstm", 1, False, False, input_size=I, hidden_size=24, batch_size=5, proj_size=16)
+    names = set(rnn.programs["forward"].kernels)
+    assert any(n.startswith("recurrent_step_lstm_infer_n5_h24_s16") for n in names), names
+    assert any(n.startswith("projection_step_n5_h24_proj16") for n in names), names
+    assert rnn.config.layout.slot(0, 0, "weight_hh").torch_shape == (96, 16)
+    assert rnn.config.layout.slot(0, 0, "weight_hr").torch_shape == (16, 24)
+
+
+def test_a_package_with_projections_round_trips(tmp_path, rng):
+    rnn = built("lstm", 2, True, False, input_size=I, hidden_size=24, batch_size=5, proj_size=16)
+    path = tmp_path / "lstmp.so"
+    rnn.export(path)
+    loaded = tvmrnn.load(str(path))
+    assert loaded.config.proj_size == 16 and loaded.config.layout == rnn.config.layout
+    torch.manual_seed(0)
+    params = tvmrnn.params_from_torch(torch_module("lstm", I, 24, 2, True, False, proj_size=16))
+    x = rng.standard_normal((6, 5, I)).astype(np.float32)
+    for a, b in zip(rnn.forward(rnn.pack_weights(params), x), loaded.forward(loaded.pack_weights(params), x)):
+        np.testing.assert_array_equal(a, b)
+    assert "proj_size=16" in repr(loaded)
+
+
+@pytest.mark.parametrize("cell,kwargs,match", [
+    ("lstm", dict(proj_size=24), r"proj_size: must be smaller than hidden_size \(24\), got 24"),
+    ("lstm", dict(proj_size=-1), "proj_size"),
+    ("lstm", dict(proj_size=2.5), "proj_size"),
+    ("gru", dict(proj_size=8), "proj_size: a gru reads h_\\(t-1\\) outside its gates"),
+    ("lstm", dict(proj_size=8, target="nvidia/nvidia-h100"), "proj_size: CUDA builds do not take projections yet"),
+    ("lstm", dict(proj_size=8, options=tvmrnn.BuildOptions(bf16_projections=True)), "proj_size: projections run in fp32"),
+])
+def test_bad_projections_are_refused(cell, kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        tvmrnn.build(cell, input_size=I, hidden_size=24, batch_size=2, cache=False, tuning_logs=False, **kwargs)
