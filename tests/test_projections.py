@@ -102,3 +102,13 @@ def test_a_package_with_projections_round_trips(tmp_path, rng):
 def test_bad_projections_are_refused(cell, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         tvmrnn.build(cell, input_size=I, hidden_size=24, batch_size=2, cache=False, tuning_logs=False, **kwargs)
+
+
+@pytest.mark.parametrize("options", [
+    tvmrnn.BuildOptions(time_loop_regions=True),  # a time loop as one parallel region: two kernels a step
+    tvmrnn.BuildOptions(stack_directions=True),  # (not stacked with projections: one direction a loop)
+    tvmrnn.BuildOptions(weight_panels=False, gradient_panels=False),
+    tvmrnn.BuildOptions(interleave_projections=False, chunk_steps=(3, 1)),
+], ids=["regions", "stack", "no-panels", "projections-first-chunks-3-1"])
+def test_projections_match_torch_with_other_build_options(options, rng):
+    test_rnn._check("lstm", 2, True, False, 7, rng, hidden=40, batch=4, proj_size=17, tol=1e-5, options=options)

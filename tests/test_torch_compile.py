@@ -126,15 +126,20 @@ class ProjModel(Model):
 
 @pytest.mark.parametrize("allow_rnn", [False, True])
 def test_compiled_model_with_projections_trains_like_torch(allow_rnn):
-    """``proj_size`` under torch.compile: each layer runs eagerly (a graph break around it, so
-    not under ``fullgraph``); losses and every gradient as torch.nn's in float64, at two batch sizes."""
+    """``proj_size`` under torch.compile on a CPU: the fused LSTMP build through the custom ops, the
+    whole model one graph where Dynamo traces RNN modules (``fullgraph``); losses and every
+    gradient as torch.nn's in float64, at two batch sizes. (On a GPU each layer runs eagerly, a
+    graph break around it: tests/test_cuda.py.)"""
     torch.manual_seed(0)
     model = ProjModel(tt.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True))
     ref = ProjModel(torch.nn.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True))
     ref.load_state_dict(model.state_dict())
     ref = ref.double()
+    backend, graphs = _recording_backend()
     torch._dynamo.reset()
     with torch._dynamo.config.patch(allow_rnn=allow_rnn):
-        compiled = torch.compile(model, backend="aot_eager")
+        compiled = torch.compile(model, backend=backend, fullgraph=allow_rnn)
         for n in (3, 2):
             _check_step(model, ref, compiled, torch.randn(6, n, 5))
+    text = "\n".join(graphs)
+    assert ("tvmrnn.forward_train" in text and "tvmrnn.backward" in text) == allow_rnn

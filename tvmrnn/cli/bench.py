@@ -59,6 +59,8 @@ def parse(argv=None):
     p.add_argument("--batch-size", "-N", type=positive_int, default=DS2["N"])
     p.add_argument("--input-size", type=positive_int, default=DS2["I"])
     p.add_argument("--hidden-size", type=positive_int, default=DS2["H"])
+    p.add_argument("--proj-size", type=positive_int, default=0,
+                   help="the LSTM's projections (torch.nn's proj_size) on both sides; LSTM only")
     p.add_argument("--num-layers", type=positive_int, nargs="*", default=None, help="e.g. 1 5")
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--custom", metavar="CELL", help="an example custom cell (tvmrnn.cells.examples.EXAMPLES) "
@@ -163,11 +165,11 @@ def rel(a, b):
     return float((a - b).norm() / max(float(b.norm()), 1e-30))
 
 
-def torch_rnn(cell, I, H, L, bidir):
+def torch_rnn(cell, I, H, L, bidir, proj_size=0):
     import torch
     kw = dict(num_layers=L, bidirectional=bidir)
     if cell == "lstm":
-        return torch.nn.LSTM(I, H, **kw)
+        return torch.nn.LSTM(I, H, proj_size=proj_size, **kw)
     if cell == "gru":
         return torch.nn.GRU(I, H, **kw)
     return torch.nn.RNN(I, H, nonlinearity=cell[4:], **kw)
@@ -190,7 +192,8 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     target = target or ("cuda" if a.device == "cuda" else None)
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     torch.manual_seed(0)
-    ref = torch_rnn(cell, I, H, L, bidir).to(dev)
+    P = a.proj_size
+    ref = torch_rnn(cell, I, H, L, bidir, P).to(dev)
     t0 = time.perf_counter()
     if a.tf32 and a.device != "cuda":
         raise ValueError("--tf32 is for --device cuda")
@@ -198,7 +201,8 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     short = {"bfloat16": "bf16", "float16": "fp16"}.get(a.dtype)
     options = a.options
     package = None if a.tf32 or options or half else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
-                           input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm")
+                           input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm",
+                           **({"proj_size": P} if P else {}))
     if package:
         if a.profile:
             raise ValueError(f"--profile needs a build (the kernels' programs); {package} is a package")
@@ -206,18 +210,19 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     else:
         rnn = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, bidirectional=bidir, batch_size=N,
                            target=target, tuning_logs=a.tuning_logs, allow_tf32=a.tf32, options=options,
-                           cache=False if a.profile else None, dtype=a.dtype)  # a cached build has no per-kernel programs
+                           cache=False if a.profile else None, dtype=a.dtype,  # a cached build has no per-kernel programs
+                           proj_size=P)
     build_s = time.perf_counter() - t0
     schedules = rnn.schedules  # a package made before v28 does not know them
     tuned = f"{sum(1 for v in schedules.values() if v == 'tuned')}/{len(schedules)}" if schedules else "package"
     w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
     x = torch.randn(T, N, I, device=dev)
-    dy = torch.randn(T, N, H * (2 if bidir else 1), device=dev)
+    dy = torch.randn(T, N, (P or H) * (2 if bidir else 1), device=dev)
     # a half run: both sides take the same half inputs; PyTorch's module in that dtype
     low = getattr(torch, a.dtype)
     x_in, dy_in = (x.to(low), dy.to(low)) if half else (x, dy)
     ref_in = copy.deepcopy(ref).to(low) if half else ref
-    row = dict(cell=cell, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, device=a.device,
+    row = dict(cell=cell, num_layers=L, bidirectional=bidir, T=T, N=N, I=I, H=H, proj_size=P, device=a.device,
                build_s=round(build_s, 1), tuned_kernels=tuned, package=package, options=options, dtype=a.dtype)
     results = []
     if a.profile:
@@ -546,6 +551,8 @@ def main(argv=None):
     unknown = [c for c in a.cells if c not in CELLS]
     if unknown:
         raise ValueError(f"cells: unknown {unknown}; expected some of {list(CELLS)} (--custom for custom cells)")
+    if a.proj_size and (a.custom or a.cells != ["lstm"]):
+        raise ValueError("--proj-size: the LSTM's projections; name the lstm cell alone (tvmrnn-bench lstm --proj-size P)")
     os.environ.setdefault("TVM_NUM_THREADS", str(a.threads))  # before TVM starts its thread pool
     if a.torch_huge_pages:
         os.environ["THP_MEM_ALLOC_ENABLE"] = "1"  # read by PyTorch's CPU allocator at its first use
