@@ -24,6 +24,7 @@ def main(argv=None):
     p.add_argument("--input-size", type=positive_int, required=True)
     p.add_argument("--hidden-size", type=positive_int, required=True)
     p.add_argument("--batch-size", type=positive_int, required=True)
+    p.add_argument("--proj-size", type=positive_int, default=0, help="the LSTM's projections (torch.nn's proj_size)")
     p.add_argument("--num-layers", type=positive_int, default=1)
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--batch-first", action="store_true")
@@ -47,7 +48,7 @@ def main(argv=None):
         p.error(str(err))
     rnn = tvmrnn.build(cell, input_size=a.input_size, hidden_size=a.hidden_size, num_layers=a.num_layers,
                        bidirectional=a.bidirectional, batch_size=a.batch_size, batch_first=a.batch_first,
-                       target=target, tuning_logs=a.tuning_logs, options=options)
+                       target=target, tuning_logs=a.tuning_logs, options=options, proj_size=a.proj_size)
     print(f"wrote {rnn.export(a.output)}: {rnn}")
 
 

@@ -35,7 +35,7 @@ from tvmrnn import device as targets
 from tvmrnn.cells import find_cell
 from tvmrnn.cli import positive_int, usage_errors
 from tvmrnn.options import BuildOptions, use_cpu_threads
-from tvmrnn.program.passes import Config
+from tvmrnn.program.passes import Config, projections_refused
 from tvmrnn.runtime.build import with_compiled_rows
 from tvmrnn.tune import records, tasks
 
@@ -63,7 +63,7 @@ def configs_from(args) -> list[Config]:
     if args.cells:
         entries.append({"cell": args.cells, "input_size": args.input_size, "hidden_size": args.hidden_size,
                         "num_layers": args.num_layers, "bidirectional": args.bidirectional,
-                        "batch_size": args.batch_size})
+                        "batch_size": args.batch_size, "proj_size": getattr(args, "proj_size", 0)})
     if not entries:
         raise ValueError("give cells and sizes, or --config FILE")
     configs = []
@@ -85,8 +85,12 @@ def configs_from(args) -> list[Config]:
                     fields.setdefault("dtype", dtype)
                 options = BuildOptions.from_dict(fields)
                 input_size, hidden_size, num_layers, batch_size = sizes
+                proj_size = int(e.get("proj_size") or 0)
+                if proj_size < 0:
+                    raise ValueError(f"proj_size must be 0 (none) or more, got {proj_size}")
                 configs.append(Config(find_cell(cell), input_size, hidden_size, num_layers,
-                                      bool(e.get("bidirectional", False)), batch_size, False, options))
+                                      bool(e.get("bidirectional", False)), batch_size, False, options,
+                                      proj_size=proj_size))
             except (TypeError, ValueError) as err:
                 raise ValueError(f"configuration {i + 1}: {err}") from None
     return configs
@@ -175,6 +179,7 @@ def main(argv=None):
     p.add_argument("--input-size", type=positive_int)
     p.add_argument("--hidden-size", type=positive_int)
     p.add_argument("--batch-size", type=positive_int)
+    p.add_argument("--proj-size", type=positive_int, default=0, help="the LSTM's projections (tvmrnn.build(proj_size=))")
     p.add_argument("--num-layers", type=positive_int, default=1)
     p.add_argument("--bidirectional", action="store_true")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
@@ -234,6 +239,10 @@ def main(argv=None):
         return compress(folder)
     # --distill names the workloads of the configurations given, if any; tuning and --list need some
     configs = [] if a.distill is not None and not (a.cells or a.config) else configs_from(a)
+    for c in configs:
+        refused = projections_refused(c, target)
+        if refused:
+            raise ValueError(f"proj_size: {refused}")
     if a.distill is not None:
         if not os.path.isdir(folder):
             raise ValueError(f"--distill: no raw logs in {folder}")

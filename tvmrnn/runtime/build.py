@@ -16,11 +16,11 @@ from .loader import load
 from .threads import prepare_cpu_threads
 from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
-from ..kernels import has_direct_part
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..schedules.cpu import padded_batch
-from ..program.passes import Config, all_programs, bf16_projections_refused, half_precision_choices, loop_block_caps
+from ..program.passes import (Config, all_programs, bf16_projections_refused, half_precision_choices, loop_block_caps,
+                              projections_refused)
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import as_built, report_untuned, scheduler, tuned_options
 
@@ -141,8 +141,9 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
                     proj_size=proj_size)
     device_index = targets.gpu_index(target)  # "cuda:1": the RNN runs on GPU 1
     target = targets.resolve(target)
-    if proj_size:
-        _check_projections(config, target)
+    refused = projections_refused(config, target)
+    if refused:
+        raise ValueError(f"proj_size: {refused}")
     # the pass-level choices a whole-pass tuning measured for this configuration (tvmrnn-tune)
     options = tuned_options(config, target, tuning_logs, options)
     config = dataclasses.replace(config, options=options)
@@ -168,21 +169,6 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         rnn.from_cache = True
         report_untuned(target, rnn.schedules)
     return rnn
-
-
-def _check_projections(config: Config, target) -> None:
-    """Raise unless ``config.proj_size`` can be built for ``target``: below ``hidden_size`` (as
-    torch.nn asks), a cell without a direct part of ``h_{t-1}``, fp32 on a CPU."""
-    if config.proj_size >= config.hidden_size:
-        raise ValueError(f"proj_size: must be smaller than hidden_size ({config.hidden_size}), got {config.proj_size}")
-    if has_direct_part(config.cell):
-        raise ValueError(f"proj_size: a {config.cell.name} reads h_(t-1) outside its gates, so its state cannot be "
-                         f"projected; projections are for cells that read it through their gates alone (the LSTM)")
-    if is_gpu(target):
-        raise ValueError("proj_size: CUDA builds do not take projections yet (CPU targets do); the PyTorch "
-                         "drop-in tvmrnn.torch.LSTM(proj_size=) runs them on a GPU layer by layer")
-    if config.options.dtype != "float32" or config.options.bf16_projections:
-        raise ValueError("proj_size: projections run in fp32 (not with dtype bfloat16 or bf16_projections)")
 
 
 def with_compiled_rows(config: Config, target) -> Config:

@@ -227,7 +227,7 @@ def _build(config, target, tuning_logs, options=None, cache: bool = False):
         warnings.simplefilter("ignore", records.UntunedWarning)
         return build(config.cell, config.input_size, config.hidden_size, config.num_layers, config.bidirectional,
                      config.batch_size, target=target, tuning_logs=tuning_logs,
-                     options=config.options if options is None else options, cache=cache)
+                     options=config.options if options is None else options, cache=cache, proj_size=config.proj_size)
 
 
 @contextlib.contextmanager
@@ -252,7 +252,8 @@ def _prebuild(config, target, builds, processes, cache, out) -> None:
     timed, and is said there."""
     import multiprocessing
     jobs = [(config.cell.name, config.input_size, config.hidden_size, config.num_layers, config.bidirectional,
-             config.batch_size, target.export(), logs, options.to_dict(), cache) for logs, options in builds]
+             config.batch_size, target.export(), logs, options.to_dict(), cache, config.proj_size)
+            for logs, options in builds]
     started = time.perf_counter()
     with multiprocessing.get_context("spawn").Pool(min(processes, len(jobs))) as pool:
         pool.starmap(_build_into_cache, jobs)
@@ -260,14 +261,14 @@ def _prebuild(config, target, builds, processes, cache, out) -> None:
 
 
 def _build_into_cache(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, target, tuning_logs,
-                      options, cache) -> None:
+                      options, cache, proj_size=0) -> None:
     """One job of :func:`_prebuild` (in a process of its own)."""
     os.environ["TVMRNN_CACHE_DIR"] = cache
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             build(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, target=tvm.target.Target(target),
-                  tuning_logs=tuning_logs, options=options, cache=True)
+                  tuning_logs=tuning_logs, options=options, cache=True, proj_size=proj_size)
     except Exception:  # noqa: BLE001 - the timed build will fail the same way, and say so
         pass
 

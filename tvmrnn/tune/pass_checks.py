@@ -57,11 +57,14 @@ def config_key(config) -> str:
     fixed = {k: v for k, v in config.options.to_dict().items() if k not in TUNED_FIELDS}
     parts = [hashlib.sha256(fingerprint(config.cell).encode()).hexdigest()[:16], config.input_size, config.hidden_size,
              config.num_layers, config.bidirectional, config.batch_size, fixed]
+    if config.proj_size:  # (keys of configurations without projections as before)
+        parts.append({"proj_size": config.proj_size})
     return json.dumps(parts, sort_keys=True, separators=(",", ":"))
 
 
 def describe(config) -> str:
-    return (f"{config.cell.name} I={config.input_size} H={config.hidden_size} L={config.num_layers}"
+    return (f"{config.cell.name} I={config.input_size} H={config.hidden_size}"
+            f"{f' P={config.proj_size}' if config.proj_size else ''} L={config.num_layers}"
             f"{' bidirectional' if config.bidirectional else ''} N={config.batch_size}"
             f"{'' if config.options.dtype == 'float32' else ' ' + config.options.dtype}")
 
