@@ -976,3 +976,17 @@ def test_packed_sequences_on_cuda_match_torch_without_waiting_for_the_gpu(cls, b
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("T", [1, 7, 50])
+def test_projection_builds_match_torch_on_cuda(T, rng, monkeypatch):
+    """``build(proj_size=)`` for CUDA, which ``build`` refuses until this passes on a GPU
+    (``passes.projections_refused``; it compiles without one, v71): the fused LSTMP passes (two
+    launches a step, directions not stacked) against torch.nn in float64, padded and with lengths."""
+    import test_lengths
+    import tvmrnn.runtime.build as building
+    monkeypatch.setattr(building, "projections_refused", lambda config, target: None)
+    _check("lstm", 2, True, False, T, rng, target="cuda", as_array=to_cuda, hidden=40, proj_size=17, tol=1e-5)
+    if T > 1:
+        test_lengths._check("lstm", 2, True, False, [T, 1, T - 1, 2][:4], T=T, as_array=to_cuda, target="cuda",
+                            hidden=40, proj_size=17)
