@@ -49,11 +49,12 @@ class Build:
     bidirectional: bool = False
     batch_first: bool = False
     variable_lengths: bool = False
+    proj_size: int = 0  # an LSTM's projections
 
     def rnn(self, target):
         return built(self.cell, self.num_layers, self.bidirectional, self.batch_first, self.input_size,
                      self.hidden_size, self.batch_size, target=target,
-                     options=tvmrnn.BuildOptions(variable_lengths=self.variable_lengths))
+                     options=tvmrnn.BuildOptions(variable_lengths=self.variable_lengths), proj_size=self.proj_size)
 
 
 # A fixed pool, so that the builds (about a second each) stay few: every cell, 1 everywhere, odd
@@ -71,6 +72,7 @@ BUILDS = (
     Build("gru", 7, 4, 1, 1, False, False, True),
     Build("lstm", 3, 6, 3, 3, False, True),
     Build("gru", 2, 5, 4, 1, True, False, True),
+    Build("lstm", 3, 7, 3, 2, True, False, True, proj_size=2),  # (last: explicit_examples indexes the others)
 )
 
 # What a case may make wrong, and the argument the error must name.
@@ -140,7 +142,8 @@ def _packaged(rnn, build: Build, target):
 
 def _torch_params(b: Build, seed: int):
     torch.manual_seed(seed)
-    return torch_module(b.cell, b.input_size, b.hidden_size, b.num_layers, b.bidirectional, b.batch_first).double()
+    return torch_module(b.cell, b.input_size, b.hidden_size, b.num_layers, b.bidirectional, b.batch_first,
+                        b.proj_size).double()
 
 
 class Fault(Exception):
@@ -168,10 +171,11 @@ def _torch_run(module, dtype, x, h0, c0, lengths, b: Build, T: int, rows: int):
     its gradients under tvmrnn's names."""
     L, D, H, has_c = b.num_layers, 2 if b.bidirectional else 1, b.hidden_size, b.cell == "lstm"
 
-    def leaf(a):
-        return (torch.tensor(a, dtype=dtype) if a is not None else torch.zeros(L * D, rows, H, dtype=dtype)
+    def leaf(a, features):
+        return (torch.tensor(a, dtype=dtype) if a is not None else torch.zeros(L * D, rows, features, dtype=dtype)
                 ).requires_grad_()
-    xt, h0t, c0t = torch.tensor(x, dtype=dtype, requires_grad=True), leaf(h0), leaf(c0) if has_c else None
+    xt, h0t = torch.tensor(x, dtype=dtype, requires_grad=True), leaf(h0, b.proj_size or H)
+    c0t = leaf(c0, H) if has_c else None
     inp = pack_padded_sequence(xt, torch.tensor(lengths), batch_first=b.batch_first, enforce_sorted=False) \
         if lengths is not None else xt
     out, states = module(inp, (h0t, c0t) if has_c else h0t)
@@ -229,6 +233,7 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
     b, c = case.build, call
     rng = np.random.default_rng(c.seed)
     D, H, L = 2 if b.bidirectional else 1, b.hidden_size, b.num_layers
+    S = b.proj_size or H  # the h state's features
     has_c = b.cell == "lstm"
     arr = (lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)) if c.torch else (lambda a: a)
     f32 = lambda *shape: rng.standard_normal(shape).astype(np.float32)  # noqa: E731
@@ -247,7 +252,7 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
         _expect(name, rnn.pack_weights, bad)
 
     x = f32(*seq(c.T, c.rows, b.input_size))
-    h0 = 0.5 * f32(L * D, c.rows, H) if c.h0 else None
+    h0 = 0.5 * f32(L * D, c.rows, S) if c.h0 else None
     c0 = 0.5 * f32(L * D, c.rows, H) if c.c0 and has_c else None
     lengths = list(c.lengths) if c.lengths is not None else None
     if fault == "x_dtype":
@@ -261,9 +266,9 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
     elif fault == "x_T0":
         x = f32(*seq(0, c.rows, b.input_size))
     elif fault == "h0_shape":
-        h0 = f32(L * D + 1, c.rows, H)
+        h0 = f32(L * D + 1, c.rows, S)
     elif fault == "h0_dtype":
-        h0 = f32(L * D, c.rows, H).astype(np.float64)
+        h0 = f32(L * D, c.rows, S).astype(np.float64)
     elif fault == "c0_extra" and not has_c:
         c0 = f32(L * D, c.rows, H)
     elif fault == "c0_shape" and has_c:
@@ -288,7 +293,7 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
         xs = torch.zeros(x.shape, device="meta")
     states = dict(h0=None if h0 is None else arr(h0), c0=None if c0 is None else arr(c0))
     if fault == "h0_framework":
-        states["h0"] = torch.from_numpy(f32(L * D, c.rows, H)) if not c.torch else f32(L * D, c.rows, H)
+        states["h0"] = torch.from_numpy(f32(L * D, c.rows, S)) if not c.torch else f32(L * D, c.rows, S)
         if c.torch and device != "cpu":
             states["h0"] = torch.from_numpy(states["h0"])  # a CPU tensor beside CUDA ones
     if lengths is not None and not b.variable_lengths and fault is None:
@@ -326,13 +331,13 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
         return
 
     dy, dhy = f32(*tuple(y.shape)), (f32(*tuple(hy.shape)) if c.dhy else None)
-    dcy = f32(*tuple(hy.shape)) if c.dhy and has_c else None
+    dcy = f32(*tuple(cy.shape)) if c.dhy and has_c else None
     if fault == "dy_shape":
         dy = f32(*tuple(y.shape)[:-1], y.shape[-1] + 1)
     elif fault == "dy_dtype":
         dy = dy.astype(np.float64)
     elif fault == "dhy_shape":
-        dhy = f32(L * D + 1, c.rows, H)
+        dhy = f32(L * D + 1, c.rows, S)
     if fault == "ws_other":
         other = BUILDS[(BUILDS.index(b) + 3) % len(BUILDS)].rnn(None if device == "cpu" else "cuda")
         _expect(name, rnn.backward, w, other.forward_train(
