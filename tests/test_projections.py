@@ -112,3 +112,21 @@ def test_bad_projections_are_refused(cell, kwargs, match):
 ], ids=["regions", "stack", "no-panels", "projections-first-chunks-3-1"])
 def test_projections_match_torch_with_other_build_options(options, rng):
     test_rnn._check("lstm", 2, True, False, 7, rng, hidden=40, batch=4, proj_size=17, tol=1e-5, options=options)
+
+
+def test_a_drop_in_runs_on_a_projection_package():
+    """``tvmrnn.torch.LSTM(proj_size=P, package=...)`` runs on a build with the same projections
+    (a package of another proj_size is refused, naming it)."""
+    import tvmrnn.torch as tt
+    rnn = built("lstm", 2, True, False, input_size=I, hidden_size=24, batch_size=5, proj_size=16)
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(I, 24, num_layers=2, bidirectional=True, proj_size=16)
+    ours = tt.LSTM(I, 24, num_layers=2, bidirectional=True, proj_size=16, package=rnn)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 4, I)
+    (y, (h, c)), (yr, (hr, cr)) = ours(x), ref(x)
+    assert y.shape == (6, 4, 32) and h.shape == (4, 4, 16) and c.shape == (4, 4, 24)
+    for a, b in ((y, yr), (h, hr), (c, cr)):
+        assert float((a - b).abs().max()) < 1e-5
+    with pytest.raises(ValueError, match="package: built with proj_size=16, this module has proj_size=8"):
+        tt.LSTM(I, 24, num_layers=2, bidirectional=True, proj_size=8, package=rnn)

@@ -15,17 +15,17 @@ earlier process made it; ``rebuild=False`` refuses instead), or runs on the RNN 
 by layer in training (two builds: the first layer's and one the others share), drawing the
 same masks from PyTorch's RNG as ``torch.nn`` does. A ``PackedSequence`` runs padded to its
 longest row on a variable-lengths build (:class:`tvmrnn.BuildOptions`), rows masked as they end,
-and comes back packed as ``torch.nn`` returns it. ``proj_size`` (the LSTM's projections) runs layer
-by layer on plain LSTM builds, exactly (:meth:`_Mixin._projected_layer`), not yet as a fused
-LSTMP step.
+and comes back packed as ``torch.nn`` returns it. ``proj_size`` (the LSTM's projections) runs on
+fused LSTMP builds on CPUs (``tvmrnn.build``'s ``proj_size``), on GPUs layer by layer on plain LSTM
+builds, exactly (:meth:`_Mixin._projected_layer`; CUDA builds do not take projections yet).
 
 Under ``torch.compile``: Dynamo leaves modules that are ``torch.nn`` RNNs (ours subclass them) out
 of its graphs unless ``torch._dynamo.config.allow_rnn`` is set, so by default the model's graph
 breaks around the module, which runs eagerly as a whole (as ``torch.nn.LSTM`` does; never step by
 step). With ``allow_rnn`` the passes join the graph as the custom ops ``tvmrnn::forward``,
 ``tvmrnn::forward_train`` and ``tvmrnn::backward`` (``fullgraph=True`` works; one compiled graph
-serves every batch size, the op choosing the build at run time; a module with ``proj_size`` runs each
-layer eagerly, a graph break, so not under ``fullgraph``). tvmrnn never sets that switch
+serves every batch size, the op choosing the build at run time; on a GPU a module with ``proj_size``
+runs each layer eagerly, a graph break, so not under ``fullgraph``). tvmrnn never sets that switch
 itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules too.
 """
 from __future__ import annotations
@@ -703,7 +703,8 @@ class _Mixin:
         elsewhere, ``W_hh`` beside ``W_ih``; ``h0`` None, the caller gave none: zeros, and the
         input as it is); then ``y = r W_hr^T`` and ``hy = r_last W_hr^T``.
         Gradients reach ``W_ih``, ``W_hh``, ``W_hr``, the biases, ``h0`` and ``c0`` through
-        PyTorch's autograd around the fused passes. Not the fused LSTMP step: each step multiplies
+        PyTorch's autograd around the fused passes. GPUs only (CPUs build the fused LSTMP step,
+        :meth:`_fused_projections`): each step multiplies
         by 4H x H recurrent weights instead of 4H x P and P x H (H / P times the recurrent work)."""
         D, P, H = (2 if self.bidirectional else 1), self.proj_size, self.hidden_size
         time_axis = 1 if self.batch_first else 0
@@ -828,8 +829,8 @@ class LSTM(_Mixin, torch.nn.LSTM):
     """``torch.nn.LSTM`` with tvmrnn's fused kernels. ``bias=False`` and ``dropout`` work as in
     torch.nn (dropout between layers runs the stack layer by layer in training; eval runs it
     fused); ``PackedSequence`` inputs too (a variable-lengths build of their own); ``proj_size``
-    too, layer by layer (exact; H / P times an LSTMP step's recurrent work, see
-    :meth:`_Mixin._projected_layer`). Extra keywords:
+    too (CPUs: a fused LSTMP build; GPUs: layer by layer, exact, H / P times an LSTMP step's
+    recurrent work, see :meth:`_Mixin._projected_layer`). Extra keywords:
 
     - ``package``: a built or loaded tvmrnn RNN to run on (batches of up to its batch size);
     - ``target``: where to build (default: the input's device);

@@ -502,12 +502,16 @@ def sweep(a) -> list[dict]:
                 cmd = [sys.executable, "-m", "tvmrnn.cli.bench", cell, "-T", str(T),
                        "-N", str(shape["batch_size"]), "--input-size", str(shape["input_size"]),
                        "--hidden-size", str(shape["hidden_size"]), "--num-layers", str(shape.get("num_layers", 1)),
-                       *(["--bidirectional"] if shape.get("bidirectional") else []), *passthrough, "--json", out]
+                       *(["--bidirectional"] if shape.get("bidirectional") else []),
+                       *(["--proj-size", str(shape["proj_size"])] if shape.get("proj_size") else []),
+                       *passthrough, "--json", out]
                 done = subprocess.run(cmd, capture_output=True, text=True)
                 found = json.load(open(out))["results"] if os.path.exists(out) else []
             ratios = {r["pass_"]: r["ratio"] for r in found}
+            proj = shape.get("proj_size")
             name = (f"{cell} T={T} N={shape['batch_size']} I={shape['input_size']} H={shape['hidden_size']} "
-                    f"L={shape.get('num_layers', 1)}{' bi' if shape.get('bidirectional') else ''}")
+                    f"{f'P={proj} ' if proj else ''}L={shape.get('num_layers', 1)}"
+                    f"{' bi' if shape.get('bidirectional') else ''}")
             error = "" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["failed"])[-1][:80]
             inference, training = ratios.get("inference" + main_row), ratios.get("training" + main_row)
             rows.append((name, inference, training, error))

@@ -118,6 +118,16 @@ def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
     return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates) == panel else 0
 
 
+def guarded_tile(lanes: int, lead: int, inner: int, lead_tile: int) -> bool:
+    """Whether :func:`cpu_gemm`'s default tile of ``lead_tile`` steps of the leading column axis
+    (``lead`` long, ``inner`` elements a step) becomes one whole guarded vector
+    (:data:`CPU_GUARDED_TILES`): no whole number of vectors, not fuller than
+    :data:`CPU_GUARDED_TILE_MAX_FILL`, gates that divide the lanes, two vectors of columns or more."""
+    width = lead_tile * inner
+    return bool(CPU_GUARDED_TILES and width % lanes and not CPU_GUARDED_TILE_MAX_FILL * lanes < width < lanes
+                and lanes % inner == 0 and lead * inner >= 2 * lanes)
+
+
 def tile_rows(extent: int, width: int, lanes: int, accumulators: int = 24, multiple_of: int = 1) -> int:
     """:func:`cpu_gemm`'s register tile rows: the last row axis (``extent``) tiled so that rows x
     the tile's column vectors (``width`` floats) fit the accumulators (12 at most on AVX2); a
@@ -135,9 +145,12 @@ def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
     rows are zeros the passes compute and drop (exact: rows are independent). ``tvmrnn.build`` of an
     fp32 CPU RNN builds so (``Config.compiled_rows``; the drop-ins through it), ``batch_size`` staying
     the largest batch a call may pass. An LSTM (T=100, I=H=512) running 7 rows on a 2-core Zen 5:
-    built for 7, inference 19.6 ms, training 50.3; for 8, 9.7 and 34.0 (v67)."""
+    built for 7, inference 19.6 ms, training 50.3; for 8, 9.7 and 34.0 (v67). A step whose tile
+    is guarded (:func:`guarded_tile`) is one vector wide, so its rows are those of a vector."""
     lanes = vector_lanes(target)
-    width = cpu_column_tile(lanes, hidden, gates) * gates
+    lead_tile = cpu_column_tile(lanes, hidden, gates)
+    guarded = CPU_GUARDED_STEP_TILES and guarded_tile(lanes, hidden, gates, lead_tile)
+    width = lanes if guarded else lead_tile * gates
 
     def short(rows):
         return tile_rows(rows, width, lanes) <= 2 < rows
@@ -205,10 +218,8 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     lead_tile = cpu_column_tile(lanes, col_extents[0], inner, column_vectors)
     fused_epilogue = len(sch.get_loops(epilogues[0])) < len(spatial) or len(epilogues) > 1
     # a guarded tile: one whole vector, the last tile cut at the columns' end (see CPU_GUARDED_TILES)
-    guarded = (CPU_GUARDED_TILES and (CPU_GUARDED_STEP_TILES or not fused_epilogue) and column_vectors is None
-               and lead_tile * inner % lanes
-               and not CPU_GUARDED_TILE_MAX_FILL * lanes < lead_tile * inner < lanes
-               and lanes % inner == 0 and col_extents[0] * inner >= 2 * lanes)
+    guarded = ((CPU_GUARDED_STEP_TILES or not fused_epilogue) and column_vectors is None
+               and guarded_tile(lanes, col_extents[0], inner, lead_tile))
     if guarded:
         lead_tile = lanes // inner
     width = lead_tile * inner

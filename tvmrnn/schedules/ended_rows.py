@@ -63,15 +63,15 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.
     problem, 0 where the GEMM ``gemm``'s row result is not used (a forward step's select keeps
     the old state) or is zero (a backward step's ``gemm_mask``), the GEMM as an init and an update
     block) with the update's outermost reduction loop run only where a row of the task runs.
-    Unchanged where the structure is not that (a tensorized GEMM, no mask, rows padded by a
-    predicate, more rows a task than :data:`MAX_ROWS_TESTED`)."""
+    Unchanged where the structure is not that (a tensorized GEMM, no mask, more rows a task than
+    :data:`MAX_ROWS_TESTED`). A guarded tile (a predicate: ``cpu.CPU_GUARDED_TILES``' columns,
+    ``CPU_GUARDED_ROWS``' rows) tests its rows' flags clamped to the mask's extent: the rows past
+    the end belong to the last tile, which holds the last row too."""
     flags = next((p for p in func.params if p.name == mask), None)  # the mask's buffer
     found = _find_update(func, f"{gemm}_update") if flags is not None else None
     if found is None:
         return func
     loops, realize = found
-    if not (isinstance(realize.predicate, tirx.IntImm) and int(realize.predicate) == 1):
-        return func  # padded rows (a predicate): their mask index would run past the buffer
     block = realize.block
     store = block.body
     m = len(flags.shape)
@@ -96,7 +96,9 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.
     running = None
     for values in itertools.product(*(range(e) for e in extents)):
         env = {loop.loop_var: tirx.const(int(loop.min) + v, str(loop.loop_var.ty)) for loop, v in zip(inner, values)}
-        test = tirx.BufferLoad(flags, [_substitute(index, env) for index in rows]) > tirx.const(0.5, "float32")
+        at = [tirx.min(_substitute(index, env), int(extent) - 1)
+              for index, extent in zip(rows, flags.shape)]  # (a guarded tile's rows past the end: the last)
+        test = tirx.BufferLoad(flags, at) > tirx.const(0.5, "float32")
         running = test if running is None else tirx.Or(running, test)
     target = loops[outer]
 

@@ -735,7 +735,9 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             used[kernel.name] = "tf32"
         if is_gpu(target):
             return fast_math.nan_propagating(fast_math.accurate_tanh(func))
-        if kernel.name.startswith("recurrent_step"):  # a masked step's tasks skip their GEMM where all their rows have ended
+        if kernel.name.startswith(("recurrent_step", "projection_step", "projected_recurrent_backward")):
+            # a masked step's tasks skip their GEMM where all their rows have ended (or had, at the
+            # step whose gate gradients the recurrent backward reads: zeros there)
             func = ended_rows.skip_ended_rows(func, kernel.gemm)
         elif kernel.name.startswith("backward_step"):  # ... where all their rows had ended at the GEMM's step
             func = ended_rows.skip_ended_rows(func, kernel.gemm, mask="gemm_mask")
