@@ -10,7 +10,8 @@ import pytest
 
 import tvmrnn
 from tvmrnn import BuildOptions
-from conftest import slow
+from conftest import built, slow
+from test_rnn import _check
 
 SIZES = dict(input_size=64, hidden_size=64, num_layers=2, bidirectional=True, batch_size=4)
 
@@ -1478,34 +1479,15 @@ def test_cpu_tiles_of_odd_hidden_sizes_are_no_wider_than_a_vector(mcpu, lanes, r
     input gradient's 27 columns take 9 on AVX-512, and on AVX2 since v70 whole vectors and a peeled
     3, ``cpu.CPU_GUARDED_TILES``, which needs two vectors' columns); and, where this CPU runs the
     code, the passes match torch.nn in float64."""
-    import re
-    import numpy as np
-    import torch
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     for cell in ("gru", "rnn_tanh"):
-        rnn = tvmrnn.build(cell, 27, 75, batch_size=3, target={"kind": "llvm", "mcpu": mcpu, "num-cores": 2},
-                           tuning_logs=False, cache=False)
+        rnn = built(cell, 1, False, False, input_size=27, hidden_size=75, batch_size=3, target=target)
         widths = {int(w) for w in re.findall(r"<(\d+) x float>", rnn.executable.mod.inspect_source("ll"))}
         odd = sorted(w for w in widths if w > lanes and w % lanes)
         assert not odd, f"{cell} on {mcpu}: float vectors of {odd} lanes"
     if mcpu == "skylake-avx512" and "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
-    torch.manual_seed(0)
-    ref = torch.nn.GRU(27, 75).double()
-    params = tvmrnn.params_from_torch(ref)
-    rnn = tvmrnn.build("gru", 27, 75, batch_size=3, target={"kind": "llvm", "mcpu": mcpu, "num-cores": 2},
-                       tuning_logs=False, cache=False)
-    w = rnn.pack_weights({k: v.astype(np.float32) for k, v in params.items()})
-    x = rng.standard_normal((9, 3, 27)).astype(np.float32)
-    dy = rng.standard_normal((9, 3, 75)).astype(np.float32)
-    y, hy, _, ws = rnn.forward_train(w, x)
-    g = rnn.backward(w, ws, dy)
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    yr, _ = ref(xt)
-    (yr * torch.tensor(dy, dtype=torch.float64)).sum().backward()
-    np.testing.assert_allclose(y, yr.detach().numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(g["x"], xt.grad.numpy(), rtol=1e-4, atol=1e-5)
-    for name, p in ref.named_parameters():
-        np.testing.assert_allclose(g[name], p.grad.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+    _check("gru", 1, False, False, 9, rng, target=target, hidden=75, input_size=27, batch=3)
 
 
 @pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])
@@ -1520,35 +1502,21 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng)
     columns: the column tiles in parallel); the GRU of the test above, rows outermost (K = 27)."""
     import torch
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
-    rnn = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
-                       tuning_logs=False, cache=False)
+    rnn = built("lstm", 2, True, False, input_size=37, hidden_size=129, batch_size=5, target=target)
     widths = {int(w) for w in re.findall(r"<(\d+) x float>", rnn.executable.mod.inspect_source("ll"))}
     assert lanes in widths and not widths & {3, 12, 37}, f"{mcpu}: float vectors of {sorted(widths)} lanes"
     if mcpu == "skylake-avx512" and "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
-    torch.manual_seed(0)
-    ref = torch.nn.LSTM(37, 129, num_layers=2, bidirectional=True).double()
-    w = rnn.pack_weights({k: v.astype(np.float32) for k, v in tvmrnn.params_from_torch(ref).items()})
-    x = rng.standard_normal((6, 5, 37)).astype(np.float32)
-    h0, c0 = (rng.standard_normal((4, 5, 129)).astype(np.float32) for _ in range(2))
-    dy = rng.standard_normal((6, 5, 258)).astype(np.float32)
-    y, hy, cy, ws = rnn.forward_train(w, x, h0, c0)
-    g = rnn.backward(w, ws, dy)
-    xt, ht, ct = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, h0, c0))
-    yr, (hr, cr) = ref(xt, (ht, ct))
-    (yr * torch.tensor(dy, dtype=torch.float64)).sum().backward()
-    for got, want in ((y, yr), (hy, hr), (cy, cr)):
-        np.testing.assert_allclose(got, want.detach().numpy(), rtol=1e-5, atol=1e-5)
-    for name, want in [("x", xt.grad), ("h0", ht.grad), ("c0", ct.grad), *ref.named_parameters()]:
-        want = want if name in ("x", "h0", "c0") else want.grad
-        np.testing.assert_allclose(g[name], want.numpy(), rtol=1e-4, atol=1e-4, err_msg=name)
+    _check("lstm", 2, True, False, 6, rng, target=target, hidden=129, input_size=37, batch=5)
     # time loops as one parallel region: a kernel with guarded tiles keeps a region per step
     # (LoopPartition would cut its parallel loop at lowering, the barrier on one part); the same bits
     regions = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
                            options=BuildOptions(time_loop_regions=True), tuning_logs=False, cache=False)
     assert "pragma_parallel_launch_point" not in regions.programs["forward"].build().script()
-    assert np.array_equal(regions.forward(regions.pack_weights(
-        {k: v.astype(np.float32) for k, v in tvmrnn.params_from_torch(ref).items()}), x, h0, c0)[0], y)
+    torch.manual_seed(0)
+    params = tvmrnn.params_from_torch(torch.nn.LSTM(37, 129, num_layers=2, bidirectional=True))
+    x = rng.standard_normal((6, 5, 37)).astype(np.float32)
+    assert np.array_equal(regions.forward(regions.pack_weights(params), x)[0], rnn.forward(rnn.pack_weights(params), x)[0])
 
 
 def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
@@ -1556,18 +1524,5 @@ def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
     on fused steps x rows (10-step chunks of 5 rows: a fused tile of 10 rows, 50 in all) a 24-row
     tile would end inside a step, and the second direction's input gradient, which adds to the
     first's in one buffer, added rows of the neighbouring tile twice (dx 0.64 off)."""
-    import torch
-    torch.manual_seed(0)
-    ref = torch.nn.LSTM(16, 40, bidirectional=True).double()
-    rnn = tvmrnn.build("lstm", 16, 40, bidirectional=True, batch_size=5, tuning_logs=False, cache=False,
-                       options=BuildOptions(chunk_steps=(10, 1), stack_directions=False))
-    w = rnn.pack_weights({k: v.float().numpy() for k, v in ref.state_dict().items()})
-    x = rng.standard_normal((23, 5, 16)).astype(np.float32)
-    dy = rng.standard_normal((23, 5, 80)).astype(np.float32)
-    y, _, _, ws = rnn.forward_train(w, x)
-    g = rnn.backward(w, ws, dy)
-    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
-    yr, _ = ref(xt)
-    (yr * torch.tensor(dy, dtype=torch.float64)).sum().backward()
-    np.testing.assert_allclose(y, yr.detach().numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(g["x"], xt.grad.numpy(), rtol=1e-4, atol=1e-5)
+    _check("lstm", 1, True, False, 23, rng, hidden=40, input_size=16, batch=5, tol=1e-5,
+           options=BuildOptions(chunk_steps=(10, 1), stack_directions=False))
