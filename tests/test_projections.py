@@ -11,7 +11,7 @@ import torch
 import tvmrnn
 import test_lengths
 import test_rnn
-from conftest import I, built, torch_module
+from conftest import I, built, rel_error, torch_module
 
 
 @pytest.mark.parametrize("num_layers,bidirectional,batch_first,hidden,proj,rows", [
@@ -130,3 +130,42 @@ def test_a_drop_in_runs_on_a_projection_package():
         assert float((a - b).abs().max()) < 1e-5
     with pytest.raises(ValueError, match="package: built with proj_size=16, this module has proj_size=8"):
         tt.LSTM(I, 24, num_layers=2, bidirectional=True, proj_size=8, package=rnn)
+
+
+@pytest.mark.parametrize("cell", ["rnn_tanh", "rnn_relu"])
+def test_projections_of_a_cell_without_a_cell_state(cell):
+    """Projections are for any cell that reads h_(t-1) through its gates alone: an Elman RNN with
+    ``h_t = W_hr act(...)`` (torch.nn has none) against a loop in float64 through autograd, with
+    rows of different lengths, forward and every gradient. Its derived backward reads the cell's
+    own output, which with projections is ``r_t``, not the state (v71's first build read the
+    state there: NaN)."""
+    T, N, I, H, P = 6, 3, 5, 11, 4
+    rnn = built(cell, 1, False, False, input_size=I, hidden_size=H, batch_size=N, proj_size=P,
+                options=tvmrnn.BuildOptions(variable_lengths=True))
+    act = torch.tanh if cell == "rnn_tanh" else torch.relu
+    g = torch.Generator().manual_seed(0)
+    shapes = {"weight_ih_l0": (H, I), "weight_hh_l0": (H, P), "bias_ih_l0": (H,), "bias_hh_l0": (H,),
+              "weight_hr_l0": (P, H)}
+    params = {k: (torch.rand(s, generator=g, dtype=torch.float64) - 0.5).requires_grad_() for k, s in shapes.items()}
+    x = torch.randn(T, N, I, generator=g, dtype=torch.float64, requires_grad=True)
+    h0 = torch.randn(1, N, P, generator=g, dtype=torch.float64, requires_grad=True)
+    dy, dhy = torch.randn(T, N, P, generator=g, dtype=torch.float64), torch.randn(1, N, P, generator=g, dtype=torch.float64)
+    for lengths in ([T, 2, 4], [T] * N):
+        for t in (x, h0, *params.values()):
+            t.grad = None
+        h, ys = h0[0], []
+        for t in range(T):
+            r = act(x[t] @ params["weight_ih_l0"].T + params["bias_ih_l0"] + h @ params["weight_hh_l0"].T
+                    + params["bias_hh_l0"])
+            running = (torch.tensor(lengths) > t)[:, None]
+            h = torch.where(running, r @ params["weight_hr_l0"].T, h)
+            ys.append(torch.where(running, h, torch.zeros_like(h)))
+        y = torch.stack(ys)
+        ((y * dy).sum() + (h * dhy[0]).sum()).backward()
+        w = rnn.pack_weights({k: v.detach().float().numpy() for k, v in params.items()})
+        args = (x.detach().float().numpy(), h0.detach().float().numpy())
+        got_y, got_h, _, ws = rnn.forward_train(w, *args, lengths=lengths)
+        grads = rnn.backward(w, ws, dy.float().numpy(), dhy.float().numpy())
+        assert rel_error(got_y, y) < 1e-5 and rel_error(got_h, h[None]) < 1e-5
+        for name, want in (("x", x.grad), ("h0", h0.grad), *((k, v.grad) for k, v in params.items())):
+            assert rel_error(grads[name], want) < 1e-5, (lengths, name)

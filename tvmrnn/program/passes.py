@@ -692,7 +692,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 views["saved"] = saved.at("n", "j", "s", ld=ld, t=s)
             for role, row in (("h_prev", prev_row(d, s)), ("h_next", next_row(d, s))):
                 if role in pointwise.roles:
-                    views[role] = states.at(_l, d, row)
+                    # with projections the cell's own output is r_t (its h_next), its state's
+                    # h_{t-1} is read through the gates alone (projections_refused)
+                    views[role] = rs.at("n", "j", ld=ld, t=s) if P else states.at(_l, d, row)
             for role, row in (("c_prev", prev_row(d, s)), ("c_next", next_row(d, s))):
                 if role in pointwise.roles:
                     views[role] = cs.at("n", "j", ld=ld, t=row)
