@@ -29,6 +29,8 @@ def main() -> None:
     p.add_argument("batch", type=int)
     p.add_argument("--target", default="cuda")
     p.add_argument("--tol", type=float, default=1e-4, help="largest error relative to the output's largest value")
+    p.add_argument("--proj-size", type=int, default=0,
+                   help="an LSTM with projections (on CUDA too, which build refuses until its tests pass there)")
     a = p.parse_args()
     warnings.simplefilter("ignore")
     import tvmrnn
@@ -47,7 +49,9 @@ def main() -> None:
         return recorded, used
 
     build_module.scheduler = scheduler
-    tvmrnn.build(a.cell, a.size, a.size, batch_size=a.batch, target=a.target)
+    if a.proj_size:
+        build_module.projections_refused = lambda config, target: None
+    tvmrnn.build(a.cell, a.size, a.size, batch_size=a.batch, target=a.target, proj_size=a.proj_size)
     gpu = a.target != "llvm" and "llvm" not in str(a.target)
     dev = tvm.cuda(0) if gpu else tvm.cpu()
     rng = np.random.default_rng(0)

@@ -12,6 +12,7 @@ tests)
     timeout ${2:-570} python3 -m pytest -v -n 14 -p no:cacheprovider --durations=20 tests/test_cuda.py > $OUT/test_cuda.txt 2>&1
     grep -c PASSED $OUT/test_cuda.txt; grep -E "FAILED|ERROR" $OUT/test_cuda.txt | head; tail -3 $OUT/test_cuda.txt ;;
 lstmp)
+    python3 scripts/check_kernels.py lstm 96 5 --proj-size 40 2>&1 | tail -5 | tee $OUT/check_kernels_lstmp.txt
     for a in "-T 100 -N 16 --input-size 512 --hidden-size 1024 --proj-size 256" \
              "-T 200 -N 64 --input-size 320 --hidden-size 1280 --proj-size 320" \
              "-T 50 -N 4 --input-size 128 --hidden-size 512 --proj-size 64 --num-layers 2 --bidirectional"; do
