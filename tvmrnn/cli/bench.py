@@ -180,6 +180,7 @@ def find_package(paths, **config):
     from tvmrnn.runtime.package import read_metadata
     for path in paths:
         meta = read_metadata(path)
+        meta.setdefault("proj_size", 0)  # (packages before v71: none)
         if all(meta.get(k) == v for k, v in config.items()):
             return path
     return None
@@ -202,7 +203,7 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     options = a.options
     package = None if a.tf32 or options or half else find_package(a.packages, cell=cell, num_layers=L, bidirectional=bidir, batch_size=N,
                            input_size=I, hidden_size=H, target_kind="cuda" if a.device == "cuda" else "llvm",
-                           **({"proj_size": P} if P else {}))
+                           proj_size=P)
     if package:
         if a.profile:
             raise ValueError(f"--profile needs a build (the kernels' programs); {package} is a package")

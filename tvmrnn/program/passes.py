@@ -723,7 +723,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
         for group in groups:
             if P:
                 (d,) = group
-                _projected_steps(prog, config, l, d, T, gate_math, d_out=d_out, w=w, dgx=dgx, dhp=dhp, dhy=dhy,
+                _projected_steps(prog, config, l, d, T, gate_math, d_out=d_out, w=w, dgh=dgh, dhp=dhp, dhy=dhy,
                                  dh0=dh0, carry=carry, mask=mask, panel_of=panel_of)
                 if c.has_cell_state:
                     prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
@@ -813,7 +813,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     return prog
 
 
-def _projected_steps(prog: Program, config: Config, l: int, d: int, T, gate_math, *, d_out, w, dgx, dhp, dhy, dh0,
+def _projected_steps(prog: Program, config: Config, l: int, d: int, T, gate_math, *, d_out, w, dgh, dhp, dhy, dh0,
                      carry, mask, panel_of) -> None:
     """The time loop of direction d of layer l of :func:`backward_program` with projections: the
     last step's gradient of its projected state, then one step after another from the end, the
@@ -840,7 +840,7 @@ def _projected_steps(prog: Program, config: Config, l: int, d: int, T, gate_math
         return views
 
     def recurrent(v, last: bool):  # its GEMM, with the next one's dhp in the epilogue
-        views = dict(dgh=dgx.at("n", "j", "g", d=gd, t=s_of(v)), w=w_hh)
+        views = dict(dgh=dgh.at("n", "j", "g", d=gd, t=s_of(v)), w=w_hh)  # (the recurrent side's: dgx or not)
         if masked:
             views.update(carry=carry.at("n", "j", d=gd, slot=tirx.floormod(v, 2)), mask=mask.at("n", t=s_of(v)))
         if last:
