@@ -933,8 +933,8 @@ def all_programs(config: Config, schedule, target=None,
         return weight_panel(target, 1, k_size, options.weight_panels)
     passes = options.persistent_passes
 
-    def blocks(name):
-        return persistent_blocks if name in passes else None
+    def blocks(name):  # (a step of two kernels, with projections, is never one persistent launch)
+        return persistent_blocks if name in passes and not config.proj_size else None
     interleave = interleaved_projections(target, options)
     tails = dict(tail_flops=tail_flops(target), tail_rows=tail_rows(target))
     programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
