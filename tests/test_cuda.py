@@ -982,7 +982,7 @@ def test_packed_sequences_on_cuda_match_torch_without_waiting_for_the_gpu(cls, b
 def test_projection_builds_match_torch_on_cuda(T, rng, monkeypatch):
     """``build(proj_size=)`` for CUDA, which ``build`` refuses until this passes on a GPU
     (``passes.projections_refused``; it compiles without one, v71): the fused LSTMP passes (two
-    launches a step, directions not stacked) against torch.nn in float64, padded and with lengths."""
+    launches a step, both directions in each on GPUs) against torch.nn in float64, padded and with lengths."""
     import test_lengths
     import tvmrnn.runtime.build as building
     monkeypatch.setattr(building, "projections_refused", lambda config, target: None)

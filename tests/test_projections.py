@@ -37,6 +37,9 @@ def test_projections_with_lengths_match_torch_packed_sequences(bidirectional):
                             pad_value=pad)
     test_lengths._check("lstm", 1, bidirectional, True, torch.tensor([2, 5, 5]), T=5, hidden=21, proj_size=5,
                         as_array=torch.from_numpy, rows=3)
+    if bidirectional:  # both directions in one launch a step (CPUs of 8 cores or more by default)
+        test_lengths._check("lstm", 2, True, False, [3, 6, 1, 4], T=6, hidden=21, proj_size=5, pad_value=np.nan,
+                            options=tvmrnn.BuildOptions(variable_lengths=True, stack_directions=True))
 
 
 def test_projection_gradient_matches_central_differences():
@@ -106,7 +109,7 @@ def test_bad_projections_are_refused(cell, kwargs, match):
 
 @pytest.mark.parametrize("options", [
     tvmrnn.BuildOptions(time_loop_regions=True),  # a time loop as one parallel region: two kernels a step
-    tvmrnn.BuildOptions(stack_directions=True),  # (not stacked with projections: one direction a loop)
+    tvmrnn.BuildOptions(stack_directions=True),  # both directions' steps in one launch (stacked kernels)
     tvmrnn.BuildOptions(weight_panels=False, gradient_panels=False),
     tvmrnn.BuildOptions(interleave_projections=False, chunk_steps=(3, 1)),
 ], ids=["regions", "stack", "no-panels", "projections-first-chunks-3-1"])

@@ -356,31 +356,38 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
                                                                  bf16=bf16, state_size=state_size))
 
 
-def projection_step(batch, hidden, proj, panel: int = 0, masked: bool = False) -> Kernel:
+def projection_step(batch, hidden, proj, panel: int = 0, masked: bool = False, directions: int = 1) -> Kernel:
     """An LSTM's projection for one step (torch.nn's ``proj_size``): ``h[n, p] = sum_j r[n, j]
     w_hr[p, j]``, the step's unprojected output ``r`` (:func:`recurrent_step`'s, with
     ``state_size``) times the ``(P, H)`` projection, into the state and the layer output (``h``,
     ``y``). ``w`` is packed as a one-gate weight with H inputs and P units, ``weight_shape(H, P, 1,
-    panel)``. ``masked``: a row whose mask is 0 keeps ``h_prev``, as :func:`recurrent_step`'s states."""
-    r = te.placeholder((batch, hidden), F32, "r")
-    w = te.placeholder(weight_shape(hidden, proj, 1, panel), F32, "w")
+    panel)``. ``masked``: a row whose mask is 0 keeps ``h_prev``, as :func:`recurrent_step`'s states.
+    ``directions``: as for :func:`recurrent_step`, a leading axis on every parameter."""
+    lead = _lead(directions)
+    r = te.placeholder(lead + (batch, hidden), F32, "r")
+    w = te.placeholder(lead + weight_shape(hidden, proj, 1, panel), F32, "w")
     inputs = {"r": r, "w": w}
     j = te.reduce_axis((0, hidden), "j")
-    mm = _gates_compute((batch,), proj, 1, panel, lambda n, col: te.sum(r[n, j] * _weight_at(w, (), j, col, panel),
-                                                                        axis=j), "matmul", ["n"])
-    if masked:
-        inputs["h_prev"] = te.placeholder((batch, proj), F32, "h_prev")
-        inputs["mask"] = te.placeholder((batch,), F32, "mask")
 
-    def out(n, p):
-        value = mm[(n, *gate_index(p, 0, panel))]
+    def product(*i):
+        *s, n, col = i  # s: the direction, if any
+        return te.sum(r[(*s, n, j)] * _weight_at(w, tuple(s), j, col, panel), axis=j)
+    mm = _gates_compute(lead + (batch,), proj, 1, panel, product, "matmul", _axis_names(lead, "n"))
+    if masked:
+        inputs["h_prev"] = te.placeholder(lead + (batch, proj), F32, "h_prev")
+        inputs["mask"] = te.placeholder(lead + (batch,), F32, "mask")
+
+    def out(*i):
+        *s, n, p = i
+        value = mm[(*s, n, *gate_index(p, 0, panel))]
         if masked:
-            value = tirx.Select(inputs["mask"][n] > tirx.const(0.5, F32), value, inputs["h_prev"][n, p])
+            value = tirx.Select(inputs["mask"][(*s, n)] > tirx.const(0.5, F32), value, inputs["h_prev"][(*s, n, p)])
         return [value, value]
-    h, y = te.compute((batch, proj), out, name="h")
-    kernel = _make(f"projection_step_n{batch}_h{hidden}_proj{proj}{_panel_suffix(panel)}{_MASKED if masked else ''}",
-                   inputs, {"h": h, "y": y}, gemm="matmul", columns=gate_axes(panel))
-    return _with_unmasked(kernel, masked, lambda: projection_step(batch, hidden, proj, panel))
+    h, y = te.compute(lead + (batch, proj), out, name="h", varargs_names=_axis_names(lead, "n", "p"))
+    kernel = _make(f"projection_step_n{batch}_h{hidden}_proj{proj}{_panel_suffix(panel)}{_lead_suffix(directions)}"
+                   f"{_MASKED if masked else ''}", inputs, {"h": h, "y": y}, gemm="matmul", columns=gate_axes(panel),
+                   batch=len(lead))
+    return _with_unmasked(kernel, masked, lambda: projection_step(batch, hidden, proj, panel, directions=directions))
 
 
 # A masked step's mask value for the row (1: the row's sequence runs at this step, 0: it has ended,
@@ -483,7 +490,7 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
 
 
 def projected_recurrent_backward(batch, hidden, proj, gates, panel: int = 0, masked: bool = False,
-                                 last: bool = False) -> Kernel:
+                                 last: bool = False, directions: int = 1) -> Kernel:
     """An LSTM with projections' recurrent GEMM backward for one step, ``dh_{t-1}[n, p] = sum_{g,j}
     dgh_t[n, j, g] W_hh[g, j, p]`` (``w``: W_hh's ``(G, H, P)`` copy, :func:`backward_weight_shape`),
     and in its epilogue the next step's (t-1's) gradient of its projected state, ``g = dy_{t-1} +
@@ -491,57 +498,63 @@ def projected_recurrent_backward(batch, hidden, proj, gates, panel: int = 0, mas
     ``masked``: where the GEMM's step has ended for a row (``mask``), ``dh_{t-1}`` is the carried
     ``dh_t`` (``carry``: the state passed through), written as ``carry_next``; where step t-1 has
     (``mask_next``), ``g`` is zero. ``last`` (the first step's GEMM): ``dh_{t-1}`` alone, as ``dh``
-    (the gradient of h0)."""
-    dgh = te.placeholder((batch, hidden, gates), F32, "dgh")
-    w = te.placeholder(backward_weight_shape(gates, hidden, proj, panel), F32, "w")
+    (the gradient of h0). ``directions``: a leading axis on every parameter (:func:`_lead`)."""
+    lead = _lead(directions)
+    dgh = te.placeholder(lead + (batch, hidden, gates), F32, "dgh")
+    w = te.placeholder(lead + backward_weight_shape(gates, hidden, proj, panel), F32, "w")
     inputs = {"dgh": dgh, "w": w}
     j = te.reduce_axis((0, hidden), "j")
     g = te.reduce_axis((0, gates), "g")
-    mm = te.compute((batch, proj),
-                    lambda n, k: te.sum(dgh[n, j, g] * _weight_t_at(w, (), g, j, k, panel), axis=[j, g]),
-                    name="matmul")
+
+    def product(*i):
+        *s, n, k = i
+        return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
+    mm = te.compute(lead + (batch, proj), product, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
     zero, half = tirx.const(0.0, F32), tirx.const(0.5, F32)
     if masked:
-        inputs["carry"] = te.placeholder((batch, proj), F32, "carry")
-        inputs["mask"] = te.placeholder((batch,), F32, "mask")
+        inputs["carry"] = te.placeholder(lead + (batch, proj), F32, "carry")
+        inputs["mask"] = te.placeholder(lead + (batch,), F32, "mask")
     if not last:
-        inputs["dy"] = te.placeholder((batch, proj), F32, "dy")
+        inputs["dy"] = te.placeholder(lead + (batch, proj), F32, "dy")
         if masked:
-            inputs["mask_next"] = te.placeholder((batch,), F32, "mask_next")
+            inputs["mask_next"] = te.placeholder(lead + (batch,), F32, "mask_next")
 
-    def carried(n, k):
+    def outputs(*i):
+        *s, n, k = i
+        dh = mm[i]
         if masked:
-            return tirx.Select(inputs["mask"][n] > half, mm[n, k], inputs["carry"][n, k])
-        return mm[n, k]
-
-    def outputs(n, k):
-        dh = carried(n, k)
+            dh = tirx.Select(inputs["mask"][(*s, n)] > half, dh, inputs["carry"][i])
         result = [dh] if last or masked else []
         if not last:
-            total = inputs["dy"][n, k] + dh
-            result.append(tirx.Select(inputs["mask_next"][n] > half, total, zero) if masked else total)
+            total = inputs["dy"][i] + dh
+            result.append(tirx.Select(inputs["mask_next"][(*s, n)] > half, total, zero) if masked else total)
         return result
     roles = ["dh"] if last else (["carry_next", "g"] if masked else ["g"])
-    tensors = te.compute((batch, proj), outputs, name="dh")
+    tensors = te.compute(lead + (batch, proj), outputs, name="dh", varargs_names=_axis_names(lead, "n", "k"))
     tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
-    suffix = ("_last" if last else "") + _panel_suffix(panel) + (_MASKED if masked else "")
+    suffix = ("_last" if last else "") + _panel_suffix(panel) + _lead_suffix(directions) + (_MASKED if masked else "")
     return _make(f"projected_recurrent_backward_n{batch}_h{hidden}_proj{proj}_g{gates}{suffix}", inputs,
-                 dict(zip(roles, tensors)), gemm="matmul", columns=("k",))
+                 dict(zip(roles, tensors)), gemm="matmul", columns=("k",), batch=len(lead))
 
 
-def projected_gradient_start(batch, proj, masked: bool = False) -> Kernel:
+def projected_gradient_start(batch, proj, masked: bool = False, directions: int = 1) -> Kernel:
     """The last step's gradient of an LSTM's projected state, ``g = dy + dhy`` (``masked``: zero
     where the row has ended; see :func:`projected_recurrent_backward`)."""
-    dy = te.placeholder((batch, proj), F32, "dy")
-    dh = te.placeholder((batch, proj), F32, "dh")
+    lead = _lead(directions)
+    dy = te.placeholder(lead + (batch, proj), F32, "dy")
+    dh = te.placeholder(lead + (batch, proj), F32, "dh")
     inputs = {"dy": dy, "dh": dh}
     if masked:
-        inputs["mask"] = te.placeholder((batch,), F32, "mask")
-        g = te.compute((batch, proj), lambda n, k: tirx.Select(inputs["mask"][n] > tirx.const(0.5, F32),
-                                                               dy[n, k] + dh[n, k], tirx.const(0.0, F32)), name="g")
-    else:
-        g = te.compute((batch, proj), lambda n, k: dy[n, k] + dh[n, k], name="g")
-    return _make(f"projected_gradient_start_n{batch}_p{proj}{_MASKED if masked else ''}", inputs, {"g": g})
+        inputs["mask"] = te.placeholder(lead + (batch,), F32, "mask")
+
+    def value(*i):
+        *s, n, k = i
+        total = dy[i] + dh[i]
+        return tirx.Select(inputs["mask"][(*s, n)] > tirx.const(0.5, F32), total, tirx.const(0.0, F32)) if masked \
+            else total
+    g = te.compute(lead + (batch, proj), value, name="g", varargs_names=_axis_names(lead, "n", "k"))
+    return _make(f"projected_gradient_start_n{batch}_p{proj}{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                 inputs, {"g": g}, batch=len(lead))
 
 
 def _with_unmasked(kernel: Kernel, masked: bool, unmasked) -> Kernel:

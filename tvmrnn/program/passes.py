@@ -408,12 +408,12 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     (:data:`GPU_GEMM_FULL_ROWS`): or where the chunks it saves are GEMMs of fewer rows than that
     (``Program.chunked``'s ``tail_rows``). With projections (``config.proj_size``), each step is
     two calls, the recurrent step into ``r`` and its projection (:func:`kernels.projection_step`,
-    its weights in panels of ``proj_panel`` units), the directions never stacked."""
+    its weights in panels of ``proj_panel`` units), both stacked where the directions are."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
     layout = config.layout
-    groups = _direction_groups(config, stacked and not P)
+    groups = _direction_groups(config, stacked)
     prog = Program("forward_train" if train else "forward", schedule, persistent_blocks, one_region, options=config.options,
                    view_pointers=view_pointers, subroutines=subroutines)
     T = tirx.Var("T", "int32")
@@ -444,10 +444,10 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         hs = prog.tensor("h_state", (LD, 2, N, S), ("ld", "t", "n", "j"))
         cs = prog.tensor("c_state", (LD, 2, N, H), ("ld", "t", "n", "j")) if c.has_cell_state else None
         outs = prog.tensor("layer_out", (min(L - 1, 2), T, N, D * S), ("l", "t", "n", "j")) if L > 1 else None
-        rs = prog.tensor("r_state", (N, H), ("n", "j")) if P else None  # a step's r, projected at once
+        # a step's r, projected at once (a direction each where they run together)
+        rs = prog.tensor("r_state", (len(groups[0]), N, H), ("d", "n", "j")) if P else None
 
     copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
-    projection = kernels.projection_step(N, H, P, panel=proj_panel, masked=masked) if P else None
     for l in range(L):
         in_size = I if l == 0 else D * S
         if l == 0:
@@ -515,7 +515,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                                      w=w.piece(layout.slot(_l, d, "weight_hh").offset),
                                      b=w.piece(layout.slot(_l, d, "bias_hh").offset), h_prev=h_row(d, rows[0]))
                         if P:  # the step's r, then its projection (below) into the state and output
-                            views["r"] = rs.at("n", "j", ld=ld, t=s) if train else rs.at("n", "j")
+                            views["r"] = rs.at("n", "j", ld=ld, t=s) if train else rs.at("n", "j", d=gd)
                         else:
                             views.update(h=h_row(d, rows[1]), y=layer_out(s, d))
                         if cs is not None:
@@ -530,13 +530,16 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                         return views
                     prog.call(_step, **_bind(_group, views_of))
                     if P:
-                        for d in _group:
-                            views = views_of(d)
-                            s = _time(config, T, d, u)
-                            more = dict(h_prev=views["h_prev"], mask=views["mask"]) if masked else {}
-                            prog.call(projection, r=views["r"], w=w.piece(layout.slot(_l, d, "weight_hr").offset),
-                                      h=h_row(d, next_row(d, s) if train else tirx.floormod(u + 1, 2)),
-                                      y=layer_out(s, d), **more)
+                        def projection_views(d):
+                            views, s = views_of(d), _time(config, T, d, u)
+                            out = dict(r=views["r"], w=w.piece(layout.slot(_l, d, "weight_hr").offset),
+                                       h=h_row(d, next_row(d, s) if train else tirx.floormod(u + 1, 2)),
+                                       y=layer_out(s, d))
+                            if masked:
+                                out.update(h_prev=views["h_prev"], mask=views["mask"])
+                            return out
+                        prog.call(kernels.projection_step(N, H, P, panel=proj_panel, masked=masked,
+                                                          directions=len(_group)), **_bind(_group, projection_views))
 
             if interleave:
                 def chunk(start, size):
@@ -593,7 +596,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     layout = config.layout
     deriv = kernels.derivation(c)
     masked = config.options.variable_lengths
-    groups = _direction_groups(config, stacked and not P)
+    groups = _direction_groups(config, stacked)
     DG = len(groups[0])  # directions whose temporaries are live together
     prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers,
                    options=config.options, subroutines=subroutines)
@@ -625,7 +628,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dlayer = prog.tensor("dlayer_out", (min(L - 1, slots), T, N, D * S), ("l", "t", "n", "j")) if L > 1 else None
     if P:  # each step's gradient of its projected state; the gate math's dy (zeros); masked: dh carried
         dhp = prog.tensor("dhp", (DG, T, N, P, 1), ("d", "t", "n", "j", "g"))
-        zero_dy = prog.flat("zero_dy", N * H)
+        zero_dy = prog.flat("zero_dy", DG * N * H)  # (a direction each: stacked views need distinct buffers)
         carry = prog.tensor("dh_carry", (DG, 2, N, P), ("d", "slot", "n", "j")) if masked else None
     dc_carry = prog.tensor("dc_carry", (DG, 2, N, H), ("d", "slot", "n", "j")) if c.has_cell_state else None
     # the pointwise's direct part of dh_{t-1}, read by the next launch's GEMM epilogue: two slots
@@ -654,7 +657,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     # more than its bare passes; notes/performance.md v25)
     prog.call(kernels.fill_zero(layout.total), dst=dw.piece(0))
     if P:
-        prog.call(kernels.fill_zero(N * H), dst=zero_dy.piece(0))
+        prog.call(kernels.fill_zero(DG * N * H), dst=zero_dy.piece(0))
     copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
     pointwise = kernels.pointwise_backward(c, N, H, masked=masked)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
@@ -684,7 +687,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             ld, gd = _l * D + d, d % DG
             s = _time(config, T, d, T - 1 - v)  # walk the forward's steps in reverse
             cur, nxt = tirx.floormod(v, 2), tirx.floormod(v + 1, 2)
-            views = {"dy": zero_dy.piece(0) if P else d_out(axes=("n", "j"), t=s, j=d * S)}
+            views = {"dy": zero_dy.piece(gd * N * H) if P else d_out(axes=("n", "j"), t=s, j=d * S)}
             if c.has_cell_state:  # the first step's dc comes in as dcy
                 views.update(dc=dcy.at("n", "j", ld=ld) if isinstance(v, int) and v == 0
                              else dc_carry.at("n", "j", d=gd, slot=cur), dc_prev=dc_carry.at("n", "j", d=gd, slot=nxt))
@@ -722,10 +725,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
 
         for group in groups:
             if P:
-                (d,) = group
-                _projected_steps(prog, config, l, d, T, gate_math, d_out=d_out, w=w, dgh=dgh, dhp=dhp, dhy=dhy,
+                _projected_steps(prog, config, l, group, T, gate_math, d_out=d_out, w=w, dgh=dgh, dhp=dhp, dhy=dhy,
                                  dh0=dh0, carry=carry, mask=mask, panel_of=panel_of)
-                if c.has_cell_state:
+                for d in group if c.has_cell_state else ():
                     prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
                               dst=dc0.at("n", "j", ld=l * D + d))
             else:
@@ -813,57 +815,67 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     return prog
 
 
-def _projected_steps(prog: Program, config: Config, l: int, d: int, T, gate_math, *, d_out, w, dgh, dhp, dhy, dh0,
-                     carry, mask, panel_of) -> None:
-    """The time loop of direction d of layer l of :func:`backward_program` with projections: the
-    last step's gradient of its projected state, then one step after another from the end, the
-    projection's backward with the gate math, the recurrent GEMM with the gradient of the step
-    before (``dhp``; masked: the carried dh in ``carry``'s two slots), into dh0 at the end."""
+def _projected_steps(prog: Program, config: Config, l: int, group: tuple, T, gate_math, *, d_out, w, dgh, dhp, dhy,
+                     dh0, carry, mask, panel_of) -> None:
+    """The time loop of the directions ``group`` of layer l (one, or both where they run together)
+    of :func:`backward_program` with projections: the last step's gradient of its projected state,
+    then one step after another from the end, the projection's backward with the gate math, the
+    recurrent GEMM with the gradient of the step before (``dhp``; masked: the carried dh in
+    ``carry``'s two slots), into dh0 at the end."""
     c, N, H, D = config.cell, config.rows, config.hidden_size, config.num_directions
     S, G, layout = config.state_size, c.num_gates, config.layout
-    masked, ld, gd = mask is not None, l * D + d, 0
+    masked, k = mask is not None, len(group)
 
-    def s_of(v):  # the time of the v-th step from the end
+    def s_of(d, v):  # the time of direction d's v-th step from the end
         return _time(config, T, d, T - 1 - v)
-    w_hr = w.piece(layout.torch_copy(layout.slot(l, d, "weight_hr").offset))  # (P, H): a one-gate weight
-    w_hh = w.piece(layout.torch_copy(layout.slot(l, d, "weight_hh").offset))  # (G, H, P)
-    fused = kernels.backward_step(c, N, H, panel=panel_of(H), masked=masked, proj=S)
 
-    def dy_at(v):
-        return d_out(axes=("n", "j"), t=s_of(v), j=d * S)
+    def weight(d, kind):  # W_hr (P, H): a one-gate weight; W_hh (G, H, P)
+        return w.piece(layout.torch_copy(layout.slot(l, d, kind).offset))
+
+    def dy_at(d, v):
+        return d_out(axes=("n", "j"), t=s_of(d, v), j=d * S)
 
     def step(v):  # the projection's backward and the gate math of the v-th step from the end
-        views = gate_math(d, v)
-        views.update(dgh=dhp.at("n", "j", "g", d=gd, t=s_of(v)), w=w_hr)
-        if masked:
-            views["gemm_mask"] = mask.at("n", t=s_of(v))
-        return views
-
-    def recurrent(v, last: bool):  # its GEMM, with the next one's dhp in the epilogue
-        views = dict(dgh=dgh.at("n", "j", "g", d=gd, t=s_of(v)), w=w_hh)  # (the recurrent side's: dgx or not)
-        if masked:
-            views.update(carry=carry.at("n", "j", d=gd, slot=tirx.floormod(v, 2)), mask=mask.at("n", t=s_of(v)))
-        if last:
-            views["dh"] = dh0.at("n", "j", ld=ld)
-        else:
-            views.update(dy=dy_at(v + 1), g=dhp.at("n", "j", d=gd, t=s_of(v + 1), g=0))
+        def views_of(d):
+            views = gate_math(d, v)
+            views.update(dgh=dhp.at("n", "j", "g", d=group.index(d), t=s_of(d, v)), w=weight(d, "weight_hr"))
             if masked:
-                views.update(mask_next=mask.at("n", t=s_of(v + 1)),
-                             carry_next=carry.at("n", "j", d=gd, slot=tirx.floormod(v + 1, 2)))
-        return views
+                views["gemm_mask"] = mask.at("n", t=s_of(d, v))
+            return views
+        return _bind(group, views_of)
 
-    start = dict(dy=dy_at(0), dh=dhy.at("n", "j", ld=ld), g=dhp.at("n", "j", d=gd, t=s_of(0), g=0))
-    if masked:
-        start["mask"] = mask.at("n", t=s_of(0))
-        prog.call(kernels.copy(N, S), src=dhy.at("n", "j", ld=ld), dst=carry.at("n", "j", d=gd, slot=0))
-    prog.call(kernels.projected_gradient_start(N, S, masked), **start)
+    def recurrent(v, last: bool):  # its GEMM (the recurrent side's gate gradients), the next one's dhp in the epilogue
+        def views_of(d):
+            gd = group.index(d)
+            views = dict(dgh=dgh.at("n", "j", "g", d=gd, t=s_of(d, v)), w=weight(d, "weight_hh"))
+            if masked:
+                views.update(carry=carry.at("n", "j", d=gd, slot=tirx.floormod(v, 2)), mask=mask.at("n", t=s_of(d, v)))
+            if last:
+                views["dh"] = dh0.at("n", "j", ld=l * D + d)
+            else:
+                views.update(dy=dy_at(d, v + 1), g=dhp.at("n", "j", d=gd, t=s_of(d, v + 1), g=0))
+                if masked:
+                    views.update(mask_next=mask.at("n", t=s_of(d, v + 1)),
+                                 carry_next=carry.at("n", "j", d=gd, slot=tirx.floormod(v + 1, 2)))
+            return views
+        return _bind(group, views_of)
+
+    def start(d):
+        views = dict(dy=dy_at(d, 0), dh=dhy.at("n", "j", ld=l * D + d), g=dhp.at("n", "j", d=group.index(d), t=s_of(d, 0), g=0))
+        if masked:
+            views["mask"] = mask.at("n", t=s_of(d, 0))
+        return views
+    for d in group if masked else ():
+        prog.call(kernels.copy(N, S), src=dhy.at("n", "j", ld=l * D + d), dst=carry.at("n", "j", d=group.index(d), slot=0))
+    prog.call(kernels.projected_gradient_start(N, S, masked, directions=k), **_bind(group, start))
+    fused = kernels.backward_step(c, N, H, directions=k, panel=panel_of(H), masked=masked, proj=S)
     prog.call(fused, **step(0))
-    gemm = kernels.projected_recurrent_backward(N, H, S, G, panel=panel_of(S), masked=masked)
+    gemm = kernels.projected_recurrent_backward(N, H, S, G, panel=panel_of(S), masked=masked, directions=k)
     with prog.loop(T - 1, "step") as u:
         prog.call(gemm, **recurrent(u, False))
         prog.call(fused, **step(u + 1))
-    prog.call(kernels.projected_recurrent_backward(N, H, S, G, panel=panel_of(S), masked=masked, last=True),
-              **recurrent(T - 1, True))
+    prog.call(kernels.projected_recurrent_backward(N, H, S, G, panel=panel_of(S), masked=masked, last=True,
+                                                   directions=k), **recurrent(T - 1, True))
 
 
 def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k: 0,

@@ -97,8 +97,8 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         tanh(c_t))`` of ``proj_size`` features (the states ``h0``/``hy`` and each direction's output),
         the parameters ``weight_hh_l{k}`` ``(4 * hidden_size, proj_size)`` and ``weight_hr_l{k}``
         ``(proj_size, hidden_size)``. Each step runs the recurrent step on the projected state and
-        then the projection, forward and backward (CPU targets, fp32; the directions of a
-        bidirectional layer one after the other). Any cell that reads ``h_{t-1}`` only through its
+        then the projection, forward and backward (CPU targets, fp32; both directions of a
+        bidirectional layer in one launch a step where ``stack_directions`` says so). Any cell that reads ``h_{t-1}`` only through its
         gates takes it (not the GRU).
     cache : None or bool
         Take the build from the on-disk build cache, or put it there (:mod:`tvmrnn.runtime.cache`:
