@@ -439,6 +439,22 @@ def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kerne
     return _with_unmasked(kernel, masked, lambda: pointwise_backward(cell, batch, hidden))
 
 
+def _state_gradient_gemm(lead: tuple, batch, rows, gates, out_size, panel: int):
+    """The backward's GEMM onto a state's gradient, ``mm[n, k] = sum_{g,j} dgh[n, j, g] w[g, j, k]``
+    with ``w`` a ``(G, rows, K)`` weight in PyTorch's layout or its panels
+    (:func:`backward_weight_shape`), ``lead`` axes on every operand: ``({"dgh", "w"}, mm)``."""
+    dgh = te.placeholder(lead + (batch, rows, gates), F32, "dgh")
+    w = te.placeholder(lead + backward_weight_shape(gates, rows, out_size, panel), F32, "w")
+    j = te.reduce_axis((0, rows), "j")
+    g = te.reduce_axis((0, gates), "g")
+
+    def product(*i):
+        *s, n, k = i  # s: the direction, if any
+        return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
+    mm = te.compute(lead + (batch, out_size), product, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
+    return {"dgh": dgh, "w": w}, mm
+
+
 def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False,
                   proj: int = 0) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
@@ -461,19 +477,9 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     gate math runs on that ``dr`` (its ``dy`` zeros: the output's gradient is in ``dgh``); the
     recurrent GEMM is :func:`projected_recurrent_backward`'s.
     """
-    G = cell.num_gates
     lead = _lead(directions)
-    rows, gates = (proj, 1) if proj else (hidden, G)
-    dgh = te.placeholder(lead + (batch, rows, gates), F32, "dgh")
-    w = te.placeholder(lead + backward_weight_shape(gates, rows, hidden, panel), F32, "w")
-    inputs = {"dgh": dgh, "w": w}
-    j = te.reduce_axis((0, rows), "j")
-    g = te.reduce_axis((0, gates), "g")
-
-    def dh(*i):
-        *s, n, k = i  # s: the direction, if any
-        return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
-    mm = te.compute(lead + (batch, hidden), dh, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
+    rows, gates = (proj, 1) if proj else (hidden, cell.num_gates)
+    inputs, mm = _state_gradient_gemm(lead, batch, rows, gates, hidden, panel)
     if has_direct_part(cell, masked) and not proj:
         inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
@@ -500,16 +506,7 @@ def projected_recurrent_backward(batch, hidden, proj, gates, panel: int = 0, mas
     (``mask_next``), ``g`` is zero. ``last`` (the first step's GEMM): ``dh_{t-1}`` alone, as ``dh``
     (the gradient of h0). ``directions``: a leading axis on every parameter (:func:`_lead`)."""
     lead = _lead(directions)
-    dgh = te.placeholder(lead + (batch, hidden, gates), F32, "dgh")
-    w = te.placeholder(lead + backward_weight_shape(gates, hidden, proj, panel), F32, "w")
-    inputs = {"dgh": dgh, "w": w}
-    j = te.reduce_axis((0, hidden), "j")
-    g = te.reduce_axis((0, gates), "g")
-
-    def product(*i):
-        *s, n, k = i
-        return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
-    mm = te.compute(lead + (batch, proj), product, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
+    inputs, mm = _state_gradient_gemm(lead, batch, hidden, gates, proj, panel)
     zero, half = tirx.const(0.0, F32), tirx.const(0.5, F32)
     if masked:
         inputs["carry"] = te.placeholder(lead + (batch, proj), F32, "carry")
@@ -635,14 +632,7 @@ def recurrent_backward(batch, hidden, gates, direct: bool, panel: int = 0) -> Ke
     ``w`` is W_hh in PyTorch's ``(G, H, K)`` layout (kept beside the packed one, see
     :mod:`tvmrnn.cells.parameters`): the output axis ``k`` is then contiguous in the weights too.
     """
-    dgh = te.placeholder((batch, hidden, gates), F32, "dgh")
-    w = te.placeholder(backward_weight_shape(gates, hidden, hidden, panel), F32, "w")
-    inputs = {"dgh": dgh, "w": w}
-    j = te.reduce_axis((0, hidden), "j")
-    g = te.reduce_axis((0, gates), "g")
-    mm = te.compute((batch, hidden),
-                    lambda n, k: te.sum(dgh[n, j, g] * _weight_t_at(w, (), g, j, k, panel), axis=[j, g]),
-                    name="matmul")
+    inputs, mm = _state_gradient_gemm((), batch, hidden, gates, hidden, panel)
     if direct:
         inputs["dh_direct"] = te.placeholder((batch, hidden), F32, "dh_direct")
         out = te.compute(mm.shape, lambda n, k: mm[n, k] + inputs["dh_direct"][n, k], name="dh")

@@ -658,7 +658,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     prog.call(kernels.fill_zero(layout.total), dst=dw.piece(0))
     if P:
         prog.call(kernels.fill_zero(DG * N * H), dst=zero_dy.piece(0))
-    copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
+    copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H, masked=masked)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
     for l in reversed(range(L)):
