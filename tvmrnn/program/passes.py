@@ -727,9 +727,6 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             if P:
                 _projected_steps(prog, config, l, group, T, gate_math, d_out=d_out, w=w, dgh=dgh, dhp=dhp, dhy=dhy,
                                  dh0=dh0, carry=carry, mask=mask, panel_of=panel_of)
-                for d in group if c.has_cell_state else ():
-                    prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
-                              dst=dc0.at("n", "j", ld=l * D + d))
             else:
                 fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
                 # the last step's gate math with dhy; then one launch per step: step v's GEMM and
@@ -748,11 +745,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                         return views
                     prog.call(fused, **_bind(group, views_of))
                 for d in group:
-                    ld = l * D + d
-                    prog.call(recurrent, dh=dh0.at("n", "j", ld=ld), **recurrent_views(d, T - 1))
-                    if c.has_cell_state:
-                        prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
-                                  dst=dc0.at("n", "j", ld=ld))
+                    prog.call(recurrent, dh=dh0.at("n", "j", ld=l * D + d), **recurrent_views(d, T - 1))
+            for d in group if c.has_cell_state else ():  # the first step's dc: dc0
+                prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
+                          dst=dc0.at("n", "j", ld=l * D + d))
 
             for d in group:
                 slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh",
@@ -790,7 +786,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                                   dg=operand, a=a, acc=piece, dw=piece)
                         bias = dw.piece(_slot[kind_b])
                         prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
-                    if config.proj_size:  # W_hr's: dw[p, j] += sum dhp[t, n, p] r[t, n, j]
+                    if P:  # W_hr's: dw[p, j] += sum dhp[t, n, p] r[t, n, j]
                         hr = dw.piece(_slot["weight_hr"])
                         prog.call(kernels.weight_gradient(size, N, H, S, 1), dg=dhp.at("t", "n", "j", "g", d=gd, t=start),
                                   a=rs.at("t", "n", "j", ld=_l * D + _d, t=start), acc=hr, dw=hr)
