@@ -189,3 +189,24 @@ def test_projections_of_cells_other_than_the_lstm(cell):
         assert rel_error(got_y, y) < 1e-5 and rel_error(got_h, h[None]) < 1e-5
         for name, want in (("x", x.grad), ("h0", h0.grad), *((k, v.grad) for k, v in params.items())):
             assert rel_error(grads[name], want) < 1e-5, (lengths, name)
+
+
+def test_masked_projection_kernels_have_unmasked_twins():
+    """A variable-lengths LSTMP's masked kernels each carry their unmasked twin (the kernel the
+    fixed-length build has), whose records build replays where the masked one has none
+    (``Kernel.unmasked``, ``tvmrnn.tune.records.scheduler``)."""
+    from tvmrnn.program.passes import Config
+    from tvmrnn.tune import tasks
+    from tvmrnn.cells import CELLS
+
+    def kernels(variable_lengths):
+        options = tvmrnn.BuildOptions(variable_lengths=variable_lengths)
+        config = Config(CELLS["lstm"], 12, 40, 1, True, 5, False, options, proj_size=9)
+        return {t.kernel.name: t.kernel for t in tasks.extract_tasks([config])}
+    plain, masked = kernels(False), kernels(True)
+    projected = [k for name, k in masked.items() if name.startswith("projected_")]
+    assert {k.name.split("_n")[0] for k in projected} == {"projected_recurrent_backward", "projected_gradient_start"}
+    for kernel in masked.values():
+        if "_masked" in kernel.name:
+            assert kernel.unmasked is not None and kernel.unmasked.name in plain, kernel.name
+            assert kernel.unmasked.roles == plain[kernel.unmasked.name].roles, kernel.name

@@ -530,8 +530,10 @@ def projected_recurrent_backward(batch, hidden, proj, gates, panel: int = 0, mas
     tensors = te.compute(lead + (batch, proj), outputs, name="dh", varargs_names=_axis_names(lead, "n", "k"))
     tensors = tensors if isinstance(tensors, (list, tuple)) else [tensors]
     suffix = ("_last" if last else "") + _panel_suffix(panel) + _lead_suffix(directions) + (_MASKED if masked else "")
-    return _make(f"projected_recurrent_backward_n{batch}_h{hidden}_proj{proj}_g{gates}{suffix}", inputs,
-                 dict(zip(roles, tensors)), gemm="matmul", columns=("k",), batch=len(lead))
+    kernel = _make(f"projected_recurrent_backward_n{batch}_h{hidden}_proj{proj}_g{gates}{suffix}", inputs,
+                   dict(zip(roles, tensors)), gemm="matmul", columns=("k",), batch=len(lead))
+    return _with_unmasked(kernel, masked, lambda: projected_recurrent_backward(batch, hidden, proj, gates, panel,
+                                                                              last=last, directions=directions))
 
 
 def projected_gradient_start(batch, proj, masked: bool = False, directions: int = 1) -> Kernel:
@@ -550,8 +552,9 @@ def projected_gradient_start(batch, proj, masked: bool = False, directions: int 
         return tirx.Select(inputs["mask"][(*s, n)] > tirx.const(0.5, F32), total, tirx.const(0.0, F32)) if masked \
             else total
     g = te.compute(lead + (batch, proj), value, name="g", varargs_names=_axis_names(lead, "n", "k"))
-    return _make(f"projected_gradient_start_n{batch}_p{proj}{_lead_suffix(directions)}{_MASKED if masked else ''}",
-                 inputs, {"g": g}, batch=len(lead))
+    kernel = _make(f"projected_gradient_start_n{batch}_p{proj}{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                   inputs, {"g": g}, batch=len(lead))
+    return _with_unmasked(kernel, masked, lambda: projected_gradient_start(batch, proj, directions=directions))
 
 
 def _with_unmasked(kernel: Kernel, masked: bool, unmasked) -> Kernel:
