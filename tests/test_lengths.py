@@ -156,7 +156,8 @@ def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell
     every gradient are the same bits as a build without it, on rows sorted longest first (whole
     row tiles end) and unsorted, in both directions (the reverse one's dh0 comes through a row's
     first real step: a skip on the backward step's own mask got it wrong, v49). At H = 37 the
-    tiles are guarded (``cpu.CPU_GUARDED_TILES``: a predicate), which v70 left unskipped."""
+    tiles are guarded (``cpu.CPU_GUARDED_TILES``: a predicate), which v70 left unskipped. The
+    chunks' input projections and input gradients skip rows on their ``(steps, rows)`` masks too."""
     from tvmrnn.schedules import ended_rows
     T, batch = 23, 40
     torch.manual_seed(3)
@@ -168,9 +169,11 @@ def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell
         builds.append(tvmrnn.build(cell, I, hidden, bidirectional=True, batch_size=batch, options=VARIABLE,
                                    cache=False))
     with_skip = builds[0]
-    for name in ("forward", "forward_train"):
+    for name, prefix in (("forward", "recurrent_step"), ("forward_train", "recurrent_step"),
+                         ("forward", "input_projection"), ("forward_train", "input_projection"),
+                         ("backward", "input_gradient")):  # (the chunks' GEMMs on their (steps, rows) masks: v72)
         prog = with_skip.programs[name]
-        steps = [k for k in prog.calls(T) if k.startswith("recurrent_step")]
+        steps = [k for k in prog.calls(T) if k.startswith(prefix)]
         assert steps and all("if mask[" in prog.scheduled(k).script() for k in steps), (name, steps)
     steps = [k for k in with_skip.programs["backward"].calls(T) if k.startswith("backward_step")]
     assert steps and all("if gemm_mask[" in with_skip.programs["backward"].scheduled(k).script() for k in steps)

@@ -176,7 +176,8 @@ def _panel_suffix(panel: int) -> str:
     return f"_p{panel}" if panel else ""
 
 
-def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16: bool = False) -> Kernel:
+def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16: bool = False,
+                     masked: bool = False) -> Kernel:
     """``gx[t, n, j, g] = sum_k x[t, n, k] w[k, j, g] + b[j, g]`` for a chunk of steps (``w`` in
     column panels of ``panel`` units if given, :func:`weight_shape`; ``b`` and ``gx`` then
     gate-blocked, :func:`gate_shape`).
@@ -188,7 +189,11 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16:
     weights packed so, ``(H / panel, ceil(K / 2), G, panel)`` words held as float32
     (:func:`bf16_weight_pairs`, at weight packing), and a stage ``xb[t, n, k2]`` the inputs; the
     GEMM sums ``dot2`` over the pairs (:func:`tvmrnn.schedules.bf16.cpu_gemm_bf16` rounds ``xb``
-    per task and tensorizes)."""
+    per task and tensorizes).
+
+    ``masked`` (a variable-lengths CPU build): a ``mask`` of the chunk's steps and rows, read by
+    no expression, with which the scheduled kernel skips the GEMM of row tiles whose rows have all
+    ended (:func:`_ended_rows_mask`)."""
     x = te.placeholder((steps, batch, in_size), F32, "x")
     pairs = (in_size + 1) // 2
     w = te.placeholder((hidden // panel, pairs, gates, panel) if bf16 and panel else
@@ -214,7 +219,19 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16:
                             ("t", "n"))
     gx = _gates_compute((steps, batch), hidden, gates, panel, lambda t, n, col: mm[(t, n, *col)] + b[col], "gx",
                         ("t", "n"))
-    return _make(name, {"x": x, "w": w, "b": b}, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
+    inputs = {"x": x, "w": w, "b": b, **_ended_rows_mask(steps, batch, masked)}
+    kernel = _make(name + (_MASKED if masked else ""), inputs, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
+    return _with_unmasked(kernel, masked, lambda: input_projection(steps, batch, in_size, hidden, gates, panel, bf16))
+
+
+def _ended_rows_mask(steps, batch, masked: bool) -> dict:
+    """The ``mask`` of a masked all-steps GEMM (a chunk's input projection or input gradient, on
+    a CPU with variable lengths): ``(steps, batch)``, 1 while a row runs. No
+    expression reads it; :mod:`tvmrnn.schedules.ended_rows` has the scheduled kernel skip the
+    products of rows that have ended, whose results the steps discard (the input projection's:
+    the masked step keeps the old state) or which are zero (the input gradient's: an ended row's
+    gate gradients are), so every result that is used has the same bits."""
+    return {"mask": te.placeholder((steps, batch), F32, "mask")} if masked else {}
 
 
 _U32 = "uint32"
@@ -761,12 +778,14 @@ def bias_gradient(steps, batch, hidden, gates) -> Kernel:
                  gemm="sum", columns=("j", "g"))
 
 
-def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel: int = 0) -> Kernel:
+def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel: int = 0,
+                   masked: bool = False) -> Kernel:
     """``dx[t, n, k] (+)= sum_{g,j} dg[t, n, j, g] w[g, j, k]`` for a chunk of steps.
 
     ``w`` is W_ih in PyTorch's ``(G, H, K)`` layout, as in :func:`recurrent_backward`. With
     ``accumulate`` the caller passes the same buffer as ``acc`` and ``dx`` (the second
-    direction of a bidirectional layer adds to what the first wrote).
+    direction of a bidirectional layer adds to what the first wrote). ``masked``: as for
+    :func:`input_projection` (an ended row's ``dx`` is zero, or ``acc``).
     """
     dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
     w = te.placeholder(backward_weight_shape(gates, hidden, in_size, panel), F32, "w")
@@ -781,9 +800,12 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel
         out = te.compute(mm.shape, lambda t, n, k: inputs["acc"][t, n, k] + mm[t, n, k], name="dx")
     else:
         out = te.compute(mm.shape, lambda t, n, k: mm[t, n, k], name="dx")
-    suffix = ("_acc" if accumulate else "") + _panel_suffix(panel)
-    return _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out},
-                 gemm="matmul", columns=("k",))
+    inputs.update(_ended_rows_mask(steps, batch, masked))
+    suffix = ("_acc" if accumulate else "") + _panel_suffix(panel) + (_MASKED if masked else "")
+    kernel = _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out},
+                   gemm="matmul", columns=("k",))
+    return _with_unmasked(kernel, masked, lambda: input_gradient(steps, batch, in_size, hidden, gates, accumulate,
+                                                                 panel))
 
 
 def persistent(kernel: Kernel, max_blocks: int) -> Kernel:

@@ -735,9 +735,11 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             used[kernel.name] = "tf32"
         if is_gpu(target):
             return fast_math.nan_propagating(fast_math.accurate_tanh(func))
-        if kernel.name.startswith(("recurrent_step", "projection_step", "projected_recurrent_backward")):
+        if kernel.name.startswith(("recurrent_step", "projection_step", "projected_recurrent_backward",
+                                   "input_projection", "input_gradient")):
             # a masked step's tasks skip their GEMM where all their rows have ended (or had, at the
-            # step whose gate gradients the recurrent backward reads: zeros there)
+            # step whose gate gradients the recurrent backward reads: zeros there); so do a masked
+            # chunk's input projection and input gradient (kernels._ended_rows_mask)
             func = ended_rows.skip_ended_rows(func, kernel.gemm)
         elif kernel.name.startswith("backward_step"):  # ... where all their rows had ended at the GEMM's step
             func = ended_rows.skip_ended_rows(func, kernel.gemm, mask="gemm_mask")
