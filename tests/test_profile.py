@@ -86,3 +86,14 @@ def test_random_kernel_arguments_are_sane_as_float32_and_as_bf16_pairs():
         as_float = (half.astype(np.uint32) << 16).view(np.float32)
         finite_normal = np.isfinite(as_float) & ((np.abs(as_float) >= np.finfo(np.float32).tiny) | (as_float == 0))
         assert finite_normal.all() and np.abs(as_float).max() <= 0.5 + 2 ** -8 and as_float.std() > 0.2
+
+
+def test_masks_are_timed_with_every_row_running():
+    """A variable-lengths build's masks are ones when its kernels and passes are timed (profile,
+    pass tuning): with random values every row had ended, and the CPU kernels skipped their GEMMs
+    (``tvmrnn.schedules.ended_rows``), so a masked pass timed at a fraction of its cost."""
+    import numpy as np
+    import tvm
+    from tvmrnn.runtime.profile import random_tensors
+    mask, gemm_mask, x = random_tensors([(4, 3), (3,), (4, 3)], tvm.cpu(0), ["mask", "gemm_mask", "x"])
+    assert (mask.numpy() == 1).all() and (gemm_mask.numpy() == 1).all() and not (x.numpy() == 1).any()

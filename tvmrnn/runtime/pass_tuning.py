@@ -149,8 +149,8 @@ class PassTimer:
         dev = tvm.cuda(rnn.device_index) if is_gpu(rnn.target) else tvm.cpu(0)
         prepared = {"sync": dev.sync, "calls": {}}
         for kind, names in PASS_KINDS.items():
-            prepared[kind] = [(rnn.module[name], random_tensors(rnn.shapes(name, self.T).values(), dev))
-                              for name in names]
+            prepared[kind] = [(rnn.module[name], random_tensors(shapes.values(), dev, list(shapes)))
+                              for name in names for shapes in [rnn.shapes(name, self.T)]]
         return prepared
 
     def forget(self, rnn) -> None:

@@ -105,8 +105,15 @@ def _device(target):
     return tvm.cuda(0) if is_gpu(target) else tvm.cpu(0)
 
 
-def random_tensors(shapes, dev):
-    """Random float32 arguments on ``dev``; on a CPU where tvmrnn's own arrays get huge pages
+# a variable-lengths build's masks (kernels.recurrent_step's ``mask``, backward_step's ``gemm_mask``,
+# ...): 1 where a row runs. Timed with every row running, as a padded batch runs them; random
+# values (below 0.5) had every row ended, and the CPU kernels skipped their GEMMs
+_MASKS = ("mask", "gemm_mask", "mask_next")
+
+
+def random_tensors(shapes, dev, names=None):
+    """Random float32 arguments on ``dev`` (those ``names`` calls a mask: ones, every row running);
+    on a CPU where tvmrnn's own arrays get huge pages
     (:func:`tvmrnn.runtime.arrays.huge_pages`), the large ones get them too, as a user's call gives its
     scratch and workspaces (with 4 KB pages a pass measured 20-34 us a step slower than its kernels
     on the Xeon, against 4-7 us with a user's arrays: notes/performance.md v24)."""
@@ -115,8 +122,10 @@ def random_tensors(shapes, dev):
     from .arrays import huge_empty, wants_huge_pages
     rng = np.random.default_rng(0)
     tensors = []
-    for shape in shapes:
+    for shape, name in zip(shapes, names or [None] * len(shapes)):
         values = _pairs_of_bf16(rng.random(shape, np.float32) - 0.5, rng.random(shape, np.float32) - 0.5)
+        if name in _MASKS:
+            values = np.ones(shape, np.float32)
         if dev.dlpack_device_type() == tvm.cpu(0).dlpack_device_type() and wants_huge_pages(values.nbytes):
             array = huge_empty(values.shape)
             array[...] = values
@@ -149,7 +158,8 @@ def kernel_timer(func, target, number: int = 20, repeat: int = 5):
         # (a tile instruction the OS has not allowed is SIGILL: the whole process, not an error)
         raise RuntimeError("tvmrnn: timing a kernel for an AMX target, and the OS refused this process AMX tiles")
     lib = compile_module(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)
-    args = random_tensors([[int(s) for s in param.shape] for param in func.params], dev)
+    args = random_tensors([[int(s) for s in param.shape] for param in func.params], dev,
+                          [param.name for param in func.params])
     return lib.jit().time_evaluator("main", dev, number=number, repeat=repeat), args
 
 
@@ -167,7 +177,8 @@ def time_kernel(func, target, number: int = 20, repeat: int = 5, results: list |
 def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
     """Time one pass of a built RNN and every kernel in it."""
     dev = _device(rnn.target)
-    frame_args = random_tensors(rnn.shapes(program.name, T).values(), dev)
+    shapes = rnn.shapes(program.name, T)
+    frame_args = random_tensors(shapes.values(), dev, list(shapes))
     fn = rnn.module[program.name]
     fn(*frame_args)
     dev.sync()
