@@ -898,3 +898,27 @@ def test_a_record_made_before_a_knob_existed_keeps_its_origin(monkeypatch):
                         (dict(tf32_shape=0, k_tile=128, pipeline=1), "searched")):
         monkeypatch.setattr(records, "knob_values_json", lambda trace, old=old: dict(old))
         assert records.record_origin([["trace"], [1e-5]], ([], settings)) == origin
+
+
+@pytest.mark.parametrize("cell", ["gru", "lstm"])
+def test_masked_chunk_gemms_replay_their_twins_records_and_skip_ended_rows(cell, monkeypatch):
+    """A CPU variable-lengths build's masked input projections and input gradients (v72: a
+    ``(steps, rows)`` mask no expression reads) take the very records their unmasked twins take
+    (the shipped Xeon records, DS2 sizes; no compilation), and then skip ended rows' tiles."""
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
+    config = Config(CELLS[cell], 800, 800, 1, True, 20, False, tvmrnn.BuildOptions(variable_lengths=True))
+    chunks = [t.kernel for t in tasks.extract_tasks([config], target=target)
+              if t.kernel.name.startswith(("input_projection", "input_gradient"))]
+    assert chunks and all(k.unmasked is not None and k.name.endswith("_masked") for k in chunks), chunks
+    monkeypatch.delenv("TVMRNN_TUNING_LOGS")  # the shipped records, as build takes them
+    schedule, used, picked = records.scheduler(target)
+    replayed = 0
+    for kernel in chunks:
+        func = schedule(kernel)
+        schedule(kernel.unmasked)
+        if used[kernel.unmasked.name] == "tuned":
+            assert used[kernel.name] == "unmasked record", kernel.name
+            assert picked[kernel.name]["where"] == picked[kernel.unmasked.name]["where"], kernel.name
+            replayed += 1
+        assert "if mask[" in func.script(), kernel.name
+    assert replayed >= 2, used
