@@ -157,7 +157,8 @@ def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell
     row tiles end) and unsorted, in both directions (the reverse one's dh0 comes through a row's
     first real step: a skip on the backward step's own mask got it wrong, v49). At H = 37 the
     tiles are guarded (``cpu.CPU_GUARDED_TILES``: a predicate), which v70 left unskipped. The
-    chunks' input projections and input gradients skip rows on their ``(steps, rows)`` masks too."""
+    chunks' input projections and input gradients skip rows on their ``(steps, rows)`` masks too,
+    and the weight gradients sum over the rows that run (``skip_ended_reduction_rows``)."""
     from tvmrnn.schedules import ended_rows
     T, batch = 23, 40
     torch.manual_seed(3)
@@ -166,6 +167,7 @@ def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell
     for skip in (True, False):
         if not skip:
             monkeypatch.setattr(ended_rows, "skip_ended_rows", lambda func, gemm, mask="mask": func)
+            monkeypatch.setattr(ended_rows, "skip_ended_reduction_rows", lambda func, gemm, mask="mask": func)
         builds.append(tvmrnn.build(cell, I, hidden, bidirectional=True, batch_size=batch, options=VARIABLE,
                                    cache=False))
     with_skip = builds[0]
@@ -175,6 +177,8 @@ def test_tasks_whose_rows_have_all_ended_skip_their_gemm_with_the_same_bits(cell
         prog = with_skip.programs[name]
         steps = [k for k in prog.calls(T) if k.startswith(prefix)]
         assert steps and all("if mask[" in prog.scheduled(k).script() for k in steps), (name, steps)
+    sums = [k for k in with_skip.programs["backward"].calls(T) if k.startswith("weight_gradient")]
+    assert sums and all("running_rows" in with_skip.programs["backward"].scheduled(k).script() for k in sums), sums
     steps = [k for k in with_skip.programs["backward"].calls(T) if k.startswith("backward_step")]
     assert steps and all("if gemm_mask[" in with_skip.programs["backward"].scheduled(k).script() for k in steps)
     sorted_lengths = np.sort(np.random.default_rng(4).integers(1, T + 1, batch))[::-1].copy()

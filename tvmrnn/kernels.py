@@ -225,12 +225,12 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16:
 
 
 def _ended_rows_mask(steps, batch, masked: bool) -> dict:
-    """The ``mask`` of a masked all-steps GEMM (a chunk's input projection or input gradient, on
-    a CPU with variable lengths): ``(steps, batch)``, 1 while a row runs. No
+    """The ``mask`` of a masked all-steps GEMM (a chunk's input projection, input gradient or
+    weight gradient, on a CPU with variable lengths): ``(steps, batch)``, 1 while a row runs. No
     expression reads it; :mod:`tvmrnn.schedules.ended_rows` has the scheduled kernel skip the
     products of rows that have ended, whose results the steps discard (the input projection's:
-    the masked step keeps the old state) or which are zero (the input gradient's: an ended row's
-    gate gradients are), so every result that is used has the same bits."""
+    the masked step keeps the old state) or which are zero (the gradients': an ended row's gate
+    gradients are), so every result that is used has the same bits."""
     return {"mask": te.placeholder((steps, batch), F32, "mask")} if masked else {}
 
 
@@ -707,7 +707,7 @@ def weight_gradient_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, 
 
 
 def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, panel: int = 0,
-                    input_rows: int = 0) -> Kernel:
+                    input_rows: int = 0, masked: bool = False) -> Kernel:
     """Accumulate ``dw[g, j, k] += sum_{t,n} dg[t, n, j, g] a[t, n, k]`` over a chunk of steps.
 
     ``dw`` is in PyTorch's layout (row g*H + j), or with ``packed`` in the forward kernels'
@@ -722,7 +722,9 @@ def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, 
     running sum stays in place and its order (chunk by chunk, in time order) is fixed: the
     result is bit-identical from run to run. With ``input_rows`` (and ``panel``) the inputs come in
     :func:`input_panels`' row panels too, both operands packed as BLIS packs them; the register
-    tile's rows are then the panel's (:func:`tvmrnn.schedules.cpu.input_panel`).
+    tile's rows are then the panel's (:func:`tvmrnn.schedules.cpu.input_panel`). ``masked``: as
+    for :func:`input_projection`, the products of ended rows (zero gate gradients) left out of the
+    sum (:func:`tvmrnn.schedules.ended_rows.skip_ended_reduction_rows`).
     """
     if panel and not packed:
         raise ValueError("weight_gradient: panels are a packed layout (packed=True)")
@@ -758,8 +760,11 @@ def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, 
                         name="matmul")
         out = te.compute(acc.shape, lambda g, j, k: acc[g, j, k] + mm[g, j, k], name="dw")
         columns, name = ("k",), "weight_gradient"
-    return _make(f"{name}_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}",
-                 {"dg": dg, "a": a, "acc": acc}, {"dw": out}, gemm="matmul", columns=columns)
+    kernel = _make(f"{name}_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_MASKED if masked else ''}",
+                   {"dg": dg, "a": a, "acc": acc, **_ended_rows_mask(steps, batch, masked)}, {"dw": out},
+                   gemm="matmul", columns=columns)
+    return _with_unmasked(kernel, masked, lambda: weight_gradient(steps, batch, in_size, hidden, gates, packed, panel,
+                                                                  input_rows))
 
 
 def bias_gradient(steps, batch, hidden, gates) -> Kernel:

@@ -595,11 +595,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     (:func:`kernels.backward_step` with ``proj``), then the recurrent GEMM with the step before's
     gradient of its projected state in its epilogue (:func:`kernels.projected_recurrent_backward`);
     those gradients (``dhp``) and the forward's ``rs`` make the gradient of ``W_hr``.
-    ``skip_ended`` (variable lengths, CPUs): the input gradients take each chunk's mask and skip
-    the rows that have ended, whose gate gradients are zero (:func:`kernels.input_gradient`'s
-    ``masked``). The weight gradients sum over the rows: a test a row inside that sum cost more
-    than the products it saved (this VM, LSTM T=100 N=20 H=256, lengths over [T/2, T]: backward
-    53 -> 73 ms), so they run every row."""
+    ``skip_ended`` (variable lengths, CPUs): the input and weight gradients take each chunk's mask
+    and leave out the rows that have ended, whose gate gradients are zero (``masked`` of
+    :func:`kernels.input_gradient` and :func:`kernels.weight_gradient`)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
@@ -796,14 +794,15 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                             prog.call(kernels.input_panels(size, N, k_size, rows), src=a, dst=a_panels.piece(0))
                             a = a_panels.piece(0)
                         prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads,
-                                                          panel=grad_panel, input_rows=rows),
-                                  dg=operand, a=a, acc=piece, dw=piece)
+                                                          panel=grad_panel, input_rows=rows, masked=skip),
+                                  dg=operand, a=a, acc=piece, dw=piece, **chunk_mask(start))
                         bias = dw.piece(_slot[kind_b])
                         prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
                     if P:  # W_hr's: dw[p, j] += sum dhp[t, n, p] r[t, n, j]
                         hr = dw.piece(_slot["weight_hr"])
-                        prog.call(kernels.weight_gradient(size, N, H, S, 1), dg=dhp.at("t", "n", "j", "g", d=gd, t=start),
-                                  a=rs.at("t", "n", "j", ld=_l * D + _d, t=start), acc=hr, dw=hr)
+                        prog.call(kernels.weight_gradient(size, N, H, S, 1, masked=skip),
+                                  dg=dhp.at("t", "n", "j", "g", d=gd, t=start),
+                                  a=rs.at("t", "n", "j", ld=_l * D + _d, t=start), acc=hr, dw=hr, **chunk_mask(start))
                     if U:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
                         unit = dw.piece(layout.unit_offset(_l, _d))
                         prog.call(kernels.bias_gradient(size, N, H, U), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),

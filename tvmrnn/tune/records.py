@@ -743,6 +743,8 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
             func = ended_rows.skip_ended_rows(func, kernel.gemm)
         elif kernel.name.startswith("backward_step"):  # ... where all their rows had ended at the GEMM's step
             func = ended_rows.skip_ended_rows(func, kernel.gemm, mask="gemm_mask")
+        elif kernel.name.startswith("weight_gradient"):  # a masked chunk's: its ended rows' products (zero)
+            func = ended_rows.skip_ended_reduction_rows(func, kernel.gemm)
         return fast_math.vectorisable(fast_math.nan_propagating(func))
 
     def candidates(mod):
