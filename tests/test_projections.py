@@ -99,7 +99,7 @@ def test_a_package_with_projections_round_trips(tmp_path, rng):
     ("lstm", dict(proj_size=-1), "proj_size"),
     ("lstm", dict(proj_size=2.5), "proj_size"),
     ("gru", dict(proj_size=8), "proj_size: a gru reads h_\\(t-1\\) outside its gates"),
-    ("lstm", dict(proj_size=8, target="nvidia/nvidia-h100"), "proj_size: CUDA builds do not take projections yet"),
+    ("lstm", dict(proj_size=8, target="nvidia/nvidia-h100", dtype="float16"), "proj_size: projections run in fp32"),
     ("lstm", dict(proj_size=8, options=tvmrnn.BuildOptions(bf16_projections=True)), "proj_size: projections run in fp32"),
 ])
 def test_bad_projections_are_refused(cell, kwargs, match):
@@ -210,3 +210,15 @@ def test_masked_projection_kernels_have_unmasked_twins():
         if "_masked" in kernel.name:
             assert kernel.unmasked is not None and kernel.unmasked.name in plain, kernel.name
             assert kernel.unmasked.roles == plain[kernel.unmasked.name].roles, kernel.name
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_a_cuda_projection_build_compiles_without_a_gpu():
+    """A CUDA LSTMP build (bidirectional, variable lengths) compiles here, as the drop-in builds
+    it on a GPU (``tests/test_cuda.py`` runs it there against torch.nn: v72, the H200)."""
+    rnn = tvmrnn.build("lstm", input_size=I, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
+                       proj_size=17, target="nvidia/nvidia-h100", cache=False, tuning_logs=False,
+                       options=tvmrnn.BuildOptions(variable_lengths=True))
+    assert rnn.config.proj_size == 17 and rnn.config.state_size == 17
+    calls = rnn.programs["forward"].calls(9)
+    assert any(k.startswith("projection_step") for k in calls), calls

@@ -135,15 +135,14 @@ def test_projections_with_dropout_and_default_states_match_torch():
 @pytest.mark.parametrize("where", ["x", "h0", "c0", "weight_hh_l0", "weight_hr_l1"])
 def test_projections_propagate_nan_and_inf_as_torch(where):
     """A NaN or Inf in x, h0, c0, W_hh or W_hr of a bidirectional LSTM with projections reaches the
-    same outputs and states as in torch.nn (an Inf in h0, or in those weights, runs torch.nn's own
-    path: the reformulation would turn 0 x Inf into NaN)."""
+    same outputs and states as in torch.nn (the fused LSTMP build, on every device since v72)."""
     torch.manual_seed(0)
     ref = torch.nn.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True)
     ours = tt.LSTM(5, 8, proj_size=3, num_layers=2, bidirectional=True)
     ours.load_state_dict(ref.state_dict())
     for bad in (float("nan"), float("inf")):
         x, h0, c0 = torch.randn(6, 3, 5), torch.randn(4, 3, 3), torch.randn(4, 3, 8)
-        if where.startswith("weight"):  # (torch.nn's own path: see _recurrent_weights_finite)
+        if where.startswith("weight"):
             for module in (ours, ref):
                 with torch.no_grad():
                     getattr(module, where)[1, 2] = bad

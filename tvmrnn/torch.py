@@ -16,16 +16,14 @@ by layer in training (two builds: the first layer's and one the others share), d
 same masks from PyTorch's RNG as ``torch.nn`` does. A ``PackedSequence`` runs padded to its
 longest row on a variable-lengths build (:class:`tvmrnn.BuildOptions`), rows masked as they end,
 and comes back packed as ``torch.nn`` returns it. ``proj_size`` (the LSTM's projections) runs on
-fused LSTMP builds on CPUs (``tvmrnn.build``'s ``proj_size``), on GPUs layer by layer on plain LSTM
-builds, exactly (:meth:`_Mixin._projected_layer`; CUDA builds do not take projections yet).
+fused LSTMP builds (``tvmrnn.build``'s ``proj_size``; in fp32 on GPUs, also under autocast).
 
 Under ``torch.compile``: Dynamo leaves modules that are ``torch.nn`` RNNs (ours subclass them) out
 of its graphs unless ``torch._dynamo.config.allow_rnn`` is set, so by default the model's graph
 breaks around the module, which runs eagerly as a whole (as ``torch.nn.LSTM`` does; never step by
 step). With ``allow_rnn`` the passes join the graph as the custom ops ``tvmrnn::forward``,
 ``tvmrnn::forward_train`` and ``tvmrnn::backward`` (``fullgraph=True`` works; one compiled graph
-serves every batch size, the op choosing the build at run time; on a GPU a module with ``proj_size``
-runs each layer eagerly, a graph break, so not under ``fullgraph``). tvmrnn never sets that switch
+serves every batch size, the op choosing the build at run time). tvmrnn never sets that switch
 itself: it is process-wide, and lets Dynamo into ``torch.nn``'s own RNN modules too.
 """
 from __future__ import annotations
@@ -424,10 +422,9 @@ class _Mixin:
         if not getattr(_Mixin._run_eager, "_tvmrnn_disabled", False):
             # wrapped here, when the first module is made, not at import: torch.compiler.disable
             # imports torch._dynamo, which sets TORCHINDUCTOR_CACHE_DIR in the environment
-            for name in ("_run_eager", "_projected_layer"):
-                eager = torch.compiler.disable(getattr(_Mixin, name))
-                eager._tvmrnn_disabled = True
-                setattr(_Mixin, name, eager)
+            eager = torch.compiler.disable(_Mixin._run_eager)
+            eager._tvmrnn_disabled = True
+            _Mixin._run_eager = eager
         self._handle = next(_HANDLES)
         _MODULES[self._handle] = self
 
@@ -438,7 +435,7 @@ class _Mixin:
         when an earlier process made it). ``layer``: a one-layer build for that layer alone (dropout
         between layers runs the stack layer by layer). ``ragged``: a build for rows of different
         lengths (``PackedSequence`` input). ``input_size``: the layer's, where it is not the
-        module's own (:meth:`_projected_layer`). ``bf16``: a half-precision build (None: what
+        module's own. ``bf16``: a half-precision build (None: what
         :meth:`_forward_fp32` asked for in this thread, where torch.nn would compute in half): on
         a CPU bf16 projections, on a GPU TF32 all-steps GEMMs (``allow_tf32``) and large steps
         (``BuildOptions.tensor_core_steps``, as half builds run them); a preference: with
@@ -448,8 +445,7 @@ class _Mixin:
         if input_size is None:
             input_size = self.input_size if not layer else D * (self.proj_size or self.hidden_size)
         num_layers = self.num_layers if layer is None else 1
-        # projections fused into the build (CPUs); else a plain LSTM build of _projected_layer's
-        proj_size = self.proj_size if self._fused_projections(device) else 0
+        proj_size = self.proj_size  # (fused into the build: the LSTMP step and its projection)
         if self._package is not None:
             pc = self._package.config
             if layer is not None:
@@ -491,7 +487,9 @@ class _Mixin:
         else:  # the input's GPU (DDP: each rank its own; the build cache holds one entry for all)
             target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
                 if device.type == "cuda" else None
-        half_gpu = bf16 and device.type == "cuda"  # where cuDNN computes in half: TF32 GEMMs, large steps too
+        # where cuDNN computes in half: TF32 GEMMs, large steps too (not with projections: their
+        # CUDA kernels have run in fp32 alone, notes/performance.md v72)
+        half_gpu = bf16 and device.type == "cuda" and not proj_size
         rnn = build(self._cell, **sizes, proj_size=proj_size, target=target, allow_tf32=half_gpu,
                     options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda",
                                          tensor_core_steps=True if half_gpu else None))
@@ -528,16 +526,6 @@ class _Mixin:
             if data.dim() == 3 and data.shape[0 if self.batch_first else 1] == 0 and data.shape[
                     1 if self.batch_first else 0] > 0:
                 return self._torch_nn_forward(input, hx, "an empty batch")
-        fused = self._fused_projections(data.device) if isinstance(data, torch.Tensor) else True
-        if self.proj_size and not fused and self.bidirectional and hx is not None and isinstance(hx, tuple) \
-                and isinstance(hx[0], torch.Tensor) and not bool(torch.isfinite(hx[0]).all()):
-            # an Inf or NaN in h0: the projections' reformulation would meet 0 x Inf in the other
-            # direction's widened input (_projected_layer); torch.nn's own LSTM, as torch.nn does it
-            return self._torch_nn_forward(input, hx, "a non-finite h0")
-        if self.proj_size and not fused and not self._recurrent_weights_finite():
-            # an Inf or NaN in W_hh or W_hr: the reformulation's W_hh W_hr product meets the zero
-            # state before the first step (0 x NaN), and W_hh the widened input's zeros (0 x Inf)
-            return self._torch_nn_forward(input, hx, "a non-finite recurrent weight")
         if isinstance(data, torch.Tensor) and data.is_floating_point():
             self._check_state_dtypes(data, hx)
         if isinstance(input, PackedSequence):
@@ -547,20 +535,6 @@ class _Mixin:
         if input.dim() not in (2, 3):
             raise ValueError(f"input: expected a 2-d (unbatched) or 3-d tensor, got shape {tuple(input.shape)}")
         return self._forward_fp32(input, hx)
-
-    def _fused_projections(self, device) -> bool:
-        """Whether an LSTM's projections (``proj_size``) run fused in its builds on ``device``
-        (``tvmrnn.build``'s ``proj_size``: CPUs), else layer by layer (:meth:`_projected_layer`:
-        GPUs, until the fused step is measured there). A package runs as it was built."""
-        if self._package is not None:
-            return bool(self._package.config.proj_size)
-        return bool(self.proj_size) and device.type == "cpu"
-
-    def _recurrent_weights_finite(self) -> bool:
-        """Whether a projected LSTM's W_hh and W_hr hold no Inf or NaN (one check, one wait for the
-        device where they are on a GPU)."""
-        weights = [p for n, p in self.named_parameters() if n.startswith(("weight_hh", "weight_hr"))]
-        return bool(torch.stack([torch.isfinite(w.detach()).all() for w in weights]).all())
 
     @staticmethod
     def _check_state_dtypes(data, hx) -> None:
@@ -693,52 +667,6 @@ class _Mixin:
         names = rnn.config.layout.names
         return _Fused.apply(rnn, names, lengths, torch.is_grad_enabled(), x, h0, c0, *self._parameters_of(names, layer))
 
-    def _projected_layer(self, k: int, lengths, x, h0, c0):
-        """Layer ``k`` of an LSTM with projections (``proj_size`` P < H), exactly, on a plain
-        one-layer LSTM build of hidden size H: with ``r_t = o_t * tanh(c_t)`` and ``h_t = W_hr r_t``,
-        the recurrence ``W_hh h_{t-1} = (W_hh W_hr) r_{t-1}`` runs on the recurrent weight
-        ``W_hh W_hr`` (4H x H) and ``r`` as its state (zero before the first step); each
-        direction's ``W_hh h0`` enters its first step through the input projection (the input
-        widened by D x P features, ``h0`` at the direction's first step of each row and zeros
-        elsewhere, ``W_hh`` beside ``W_ih``; ``h0`` None, the caller gave none: zeros, and the
-        input as it is); then ``y = r W_hr^T`` and ``hy = r_last W_hr^T``.
-        Gradients reach ``W_ih``, ``W_hh``, ``W_hr``, the biases, ``h0`` and ``c0`` through
-        PyTorch's autograd around the fused passes. GPUs only (CPUs build the fused LSTMP step,
-        :meth:`_fused_projections`): each step multiplies
-        by 4H x H recurrent weights instead of 4H x P and P x H (H / P times the recurrent work)."""
-        D, P, H = (2 if self.bidirectional else 1), self.proj_size, self.hidden_size
-        time_axis = 1 if self.batch_first else 0
-        T, N = x.shape[time_axis], x.shape[1 - time_axis]
-        if h0 is None:  # zero initial states: nothing to add to the first steps' gates
-            widened, extra_size = x, 0
-        else:
-            widened, extra_size = self._with_initial_states(x, h0, lengths, T, N), D * P
-        rnn = self._rnn_for(N, x.device, layer=k, ragged=lengths is not None, input_size=x.shape[2] + extra_size)
-        own, projections = {}, []
-        for d in range(D):
-            suffix = f"_l{k}" + ("_reverse" if d else "")
-            # in fp32, as the kernels run (half parameters after module.half(): gradients flow back cast)
-            w_ih, w_hh, w_hr = (getattr(self, f"{n}{suffix}").float() for n in ("weight_ih", "weight_hh", "weight_hr"))
-            if extra_size:  # W_hh beside W_ih, under this direction's h0 features
-                beside = [w_hh.new_zeros(4 * H, P)] * D
-                beside[d] = w_hh
-                w_ih = torch.cat([w_ih, *beside], dim=1)
-            bias_ih, bias_hh = (getattr(self, f"{n}{suffix}", None) for n in ("bias_ih", "bias_hh"))
-            if bias_ih is None:  # bias=False
-                bias_ih = bias_hh = w_hh.new_zeros(4 * H)
-            bias_ih, bias_hh = bias_ih.float(), bias_hh.float()
-            end = "_l0" + ("_reverse" if d else "")  # the one-layer build's names
-            own.update({"weight_ih" + end: w_ih,
-                        "weight_hh" + end: w_hh @ w_hr, "bias_ih" + end: bias_ih, "bias_hh" + end: bias_hh})
-            projections.append(w_hr)
-        names = rnn.config.layout.names
-        params = [own[name] for name in names]
-        r0 = x.new_zeros((D, N, H))
-        r, r_last, cy = _Fused.apply(rnn, names, lengths, torch.is_grad_enabled(), widened, r0, c0.contiguous(), *params)
-        y = torch.cat([r[..., d * H:(d + 1) * H] @ projections[d].t() for d in range(D)], dim=2)
-        hy = torch.stack([r_last[d] @ projections[d].t() for d in range(D)])
-        return y, hy, cy
-
     def _dropout(self, y, lengths):
         """Dropout of a layer's output ``y`` before the next layer, with torch.nn's masks: over the
         whole padded output, or (``lengths``: a PackedSequence's sorted rows, padded) over its
@@ -751,21 +679,6 @@ class _Mixin:
         index = _packed_places(sizes, self.batch_first, y.device)
         data = torch.nn.functional.dropout(_Pack.apply(y.reshape(T * N, -1), index), self.dropout, training=True)
         return _Unpack.apply(data, index, T * N).view(y.shape)
-
-    def _with_initial_states(self, x, h0, lengths, T: int, N: int):
-        """``x`` widened by D x P features: each direction's h0 at its first step of each row
-        (for the reverse direction, the row's own last time), zeros elsewhere."""
-        D, P = (2 if self.bidirectional else 1), self.proj_size
-        extra = x.new_zeros((T, N, D * P))
-        extra[0, :, :P] = h0[0]
-        if D == 2:  # the reverse direction starts at each row's own last step
-            last = (to_device(lengths, x.device).long() - 1) if lengths is not None else \
-                torch.full((N,), T - 1, dtype=torch.long, device=x.device)
-            rows = torch.arange(N, device=x.device)
-            extra = extra.index_put((last, rows), torch.nn.functional.pad(h0[1], (P, 0)), accumulate=True)
-        if self.batch_first:
-            extra = extra.transpose(0, 1)
-        return torch.cat([x, extra], dim=2).contiguous()
 
     def _forward(self, input, hx, lengths=None):
         unbatched = input.dim() == 2
@@ -795,21 +708,15 @@ class _Mixin:
                     raise ValueError(f"{name}: expected shape {shape} (layers x directions, batch, "
                                      f"{'proj_size' if name == 'h0' else 'hidden_size'}), got {tuple(t.shape)}")
         dropout = self.dropout and self.training
-        unfused = self.proj_size and not self._fused_projections(input.device)
-        if unfused or (dropout and self.num_layers > 1):
-            # layer by layer: projections on a GPU (_projected_layer: eager under torch.compile, see
-            # _register); dropout between layers as torch.nn does in training (one build for the
+        if dropout and self.num_layers > 1:
+            # layer by layer: dropout between layers as torch.nn does in training (one build for the
             # first layer, one shared by the others; eval runs the fused stack)
             y, hys, cys = input.contiguous(), [], []
             for k in range(self.num_layers):
                 if k and dropout:
                     y = self._dropout(y, lengths)
                 states = slice(k * D, (k + 1) * D)
-                if unfused:  # given no initial states, zeros: no widened input for them
-                    out = self._projected_layer(k, lengths, y, h0[states] if hx is not None else None, c0[states])
-                else:
-                    out = self._run(k, lengths, y, h0[states].contiguous(),
-                                    c0[states].contiguous() if has_c else None)
+                out = self._run(k, lengths, y, h0[states].contiguous(), c0[states].contiguous() if has_c else None)
                 y = out[0]
                 hys.append(out[1])
                 if has_c:
@@ -829,8 +736,7 @@ class LSTM(_Mixin, torch.nn.LSTM):
     """``torch.nn.LSTM`` with tvmrnn's fused kernels. ``bias=False`` and ``dropout`` work as in
     torch.nn (dropout between layers runs the stack layer by layer in training; eval runs it
     fused); ``PackedSequence`` inputs too (a variable-lengths build of their own); ``proj_size``
-    too (CPUs: a fused LSTMP build; GPUs: layer by layer, exact, H / P times an LSTMP step's
-    recurrent work, see :meth:`_Mixin._projected_layer`). Extra keywords:
+    too (a fused LSTMP build, ``tvmrnn.build``'s ``proj_size``). Extra keywords:
 
     - ``package``: a built or loaded tvmrnn RNN to run on (batches of up to its batch size);
     - ``target``: where to build (default: the input's device);

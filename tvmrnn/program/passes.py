@@ -346,7 +346,8 @@ def half_precision_choices(config: Config, options: BuildOptions, target, allow_
 def projections_refused(config: Config, target) -> str | None:
     """Why ``config.proj_size`` (an LSTM's projections) cannot be built for ``target``, or None
     (also where it is 0): it must be below ``hidden_size`` (as torch.nn asks), for a cell that reads
-    ``h_{t-1}`` through its gates alone, in fp32 on a CPU (CUDA builds do not take it yet)."""
+    ``h_{t-1}`` through its gates alone, in fp32 (on CUDA too: run on the H200 in fp32, v72; TF32
+    GEMMs, ``allow_tf32``, with projections have not run)."""
     if not config.proj_size:
         return None
     if config.proj_size >= config.hidden_size:
@@ -354,9 +355,6 @@ def projections_refused(config: Config, target) -> str | None:
     if kernels.has_direct_part(config.cell):
         return (f"a {config.cell.name} reads h_(t-1) outside its gates, so its state cannot be projected; "
                 f"projections are for cells that read it through their gates alone (the LSTM)")
-    if target is not None and is_gpu(target):
-        return ("CUDA builds do not take projections yet (CPU targets do); the PyTorch drop-in "
-                "tvmrnn.torch.LSTM(proj_size=) runs them on a GPU layer by layer")
     if config.options.dtype != "float32" or config.options.bf16_projections:
         return "projections run in fp32 (not with dtype bfloat16 or bf16_projections)"
     return None
