@@ -713,8 +713,8 @@ def test_variable_lengths_match_torch_packed_on_cuda(cell, num_layers, bidirecti
 
 @pytest.mark.parametrize("packed", [False, True])
 def test_projections_match_torch_on_cuda(packed):
-    """``proj_size`` in the drop-in on the GPU (tvmrnn.torch.LSTM's layer-by-layer reformulation on
-    CUDA builds): outputs, states and every gradient against torch.nn on the CPU in float64,
+    """``proj_size`` in the drop-in on the GPU (the fused LSTMP build since v72; before, each layer
+    a plain LSTM on W_hh W_hr): outputs, states and every gradient against torch.nn on the CPU in float64,
     2 layers, bidirectional, packed with unsorted lengths or not."""
     import tvmrnn.torch as tt
     from torch.nn.utils.rnn import pack_padded_sequence

@@ -100,6 +100,7 @@ def test_a_package_with_projections_round_trips(tmp_path, rng):
     ("lstm", dict(proj_size=2.5), "proj_size"),
     ("gru", dict(proj_size=8), "proj_size: a gru reads h_\\(t-1\\) outside its gates"),
     ("lstm", dict(proj_size=8, target="nvidia/nvidia-h100", dtype="float16"), "proj_size: projections run in fp32"),
+    ("lstm", dict(proj_size=8, target="nvidia/nvidia-h100", allow_tf32=True), "proj_size: with allow_tf32"),
     ("lstm", dict(proj_size=8, options=tvmrnn.BuildOptions(bf16_projections=True)), "proj_size: projections run in fp32"),
 ])
 def test_bad_projections_are_refused(cell, kwargs, match):

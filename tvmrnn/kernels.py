@@ -199,7 +199,8 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16:
     w = te.placeholder((hidden // panel, pairs, gates, panel) if bf16 and panel else
                        weight_shape(in_size, hidden, gates, panel), F32, "w")
     b = te.placeholder(gate_shape(hidden, gates, panel), F32, "b")
-    name = f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_panel_suffix(panel)}"
+    name = f"input_projection_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{_panel_suffix(panel)}" + (
+        _MASKED if masked else "")  # (then _bf16, as the steps' names have it)
     if bf16:
         if not panel:
             raise ValueError("bf16 projections need the CPU weight panels (BuildOptions.weight_panels)")
@@ -220,7 +221,7 @@ def input_projection(steps, batch, in_size, hidden, gates, panel: int = 0, bf16:
     gx = _gates_compute((steps, batch), hidden, gates, panel, lambda t, n, col: mm[(t, n, *col)] + b[col], "gx",
                         ("t", "n"))
     inputs = {"x": x, "w": w, "b": b, **_ended_rows_mask(steps, batch, masked)}
-    kernel = _make(name + (_MASKED if masked else ""), inputs, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
+    kernel = _make(name, inputs, {"gx": gx}, gemm="matmul", columns=gate_axes(panel))
     return _with_unmasked(kernel, masked, lambda: input_projection(steps, batch, in_size, hidden, gates, panel, bf16))
 
 

@@ -467,9 +467,11 @@ class _Mixin:
             return self._package
         sizes = dict(input_size=input_size, hidden_size=self.hidden_size, num_layers=num_layers,
                      bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first)
-        if bf16 and device.type != "cuda" and (proj_size or _bf16_refused(self._cell, _hashable(self._target), **sizes)):
-            # a build of these sizes cannot take bf16 projections (no 16-unit panels, a state too
-            # large for the step): the fp32 build, which fp32 calls share
+        if bf16 and (proj_size or (device.type != "cuda" and _bf16_refused(self._cell, _hashable(self._target),
+                                                                             **sizes))):
+            # a build that cannot take bf16 projections (no 16-unit panels, a state too large for
+            # the step) or, with projections, any half-precision GEMMs: the fp32 build, which fp32
+            # calls share
             bf16 = False
 
         def fitting(precision):
@@ -487,9 +489,9 @@ class _Mixin:
         else:  # the input's GPU (DDP: each rank its own; the build cache holds one entry for all)
             target = f"cuda:{device.index if device.index is not None else torch.cuda.current_device()}" \
                 if device.type == "cuda" else None
-        # where cuDNN computes in half: TF32 GEMMs, large steps too (not with projections: their
-        # CUDA kernels have run in fp32 alone, notes/performance.md v72)
-        half_gpu = bf16 and device.type == "cuda" and not proj_size
+        # where cuDNN computes in half: TF32 GEMMs, large steps too (not with projections, bf16
+        # False above: their CUDA kernels have run in fp32 alone, notes/performance.md v72)
+        half_gpu = bf16 and device.type == "cuda"
         rnn = build(self._cell, **sizes, proj_size=proj_size, target=target, allow_tf32=half_gpu,
                     options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda",
                                          tensor_core_steps=True if half_gpu else None))

@@ -148,6 +148,9 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     options = tuned_options(config, target, tuning_logs, options)
     config = dataclasses.replace(config, options=options)
     options, allow_tf32 = half_precision_choices(config, options, target, allow_tf32)
+    if proj_size and is_gpu(target) and allow_tf32:
+        raise ValueError("proj_size: with allow_tf32 (TF32 GEMMs and steps), which have not run with projections "
+                         "on a GPU; build it with allow_tf32=False")
     config = dataclasses.replace(config, options=options)
     config = with_compiled_rows(config, target)
     if not is_gpu(target):
