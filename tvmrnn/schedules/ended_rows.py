@@ -22,9 +22,10 @@ torch.nn's packed path, which computes no ended row, does.
 A masked chunk's input projection and input gradient too (a variable-lengths CPU build:
 :func:`tvmrnn.kernels.input_projection`'s ``masked``), on their ``(steps, rows)`` mask: an ended
 row's projection is discarded by its step's select, its input gradient is zero (its gate gradients
-are). Packed order leaves the ended rows of each step last, so whole row tiles skip (this VM, LSTM
-T=100 N=20 I=H=256 bidirectional, lengths over [T/2, T]: inference 12% faster than with those
-GEMMs unmasked; notes/performance.md v72).
+are). Packed order leaves the ended rows of each step last, so whole row tiles skip. A chunk's
+weight gradients sum over its rows: :func:`skip_ended_reduction_rows` leaves the ended ones out
+(a 2-core VM, bidirectional, T=100, lengths over [T/2, T], against the same builds without the
+chunks' skips, rows in packed order: inference 6-15% faster, training 7-15%; notes/performance.md v72).
 
 This runs on scheduled kernels (as :mod:`tvmrnn.schedules.fast_math` does), so records and
 tuning keep the kernels' plain form.
