@@ -343,7 +343,7 @@ def half_precision_choices(config: Config, options: BuildOptions, target, allow_
     return dataclasses.replace(options, bf16_projections=bf16_projections_refused(target, config) is None), allow_tf32
 
 
-def projections_refused(config: Config, target) -> str | None:
+def projections_refused(config: Config, target, allow_tf32: bool = False) -> str | None:
     """Why ``config.proj_size`` (an LSTM's projections) cannot be built for ``target``, or None
     (also where it is 0): it must be below ``hidden_size`` (as torch.nn asks), for a cell that reads
     ``h_{t-1}`` through its gates alone, in fp32 (on CUDA too: run on the H200 in fp32, v72; TF32
@@ -357,6 +357,9 @@ def projections_refused(config: Config, target) -> str | None:
                 f"projections are for cells that read it through their gates alone (the LSTM)")
     if config.options.dtype != "float32" or config.options.bf16_projections:
         return "projections run in fp32 (not with dtype bfloat16 or bf16_projections)"
+    if allow_tf32 and target is not None and is_gpu(target):
+        return ("with allow_tf32 (TF32 GEMMs and steps), which have not run with projections on a GPU; "
+                "build it with allow_tf32=False")
     return None
 
 

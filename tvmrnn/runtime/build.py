@@ -97,9 +97,9 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         tanh(c_t))`` of ``proj_size`` features (the states ``h0``/``hy`` and each direction's output),
         the parameters ``weight_hh_l{k}`` ``(4 * hidden_size, proj_size)`` and ``weight_hr_l{k}``
         ``(proj_size, hidden_size)``. Each step runs the recurrent step on the projected state and
-        then the projection, forward and backward (CPU targets, fp32; both directions of a
-        bidirectional layer in one launch a step where ``stack_directions`` says so). Any cell that reads ``h_{t-1}`` only through its
-        gates takes it (not the GRU).
+        then the projection, forward and backward (fp32, on CPUs and CUDA, not with ``allow_tf32``;
+        both directions of a bidirectional layer in one launch a step where ``stack_directions``
+        says so). Any cell that reads ``h_{t-1}`` only through its gates takes it (not the GRU).
     cache : None or bool
         Take the build from the on-disk build cache, or put it there (:mod:`tvmrnn.runtime.cache`:
         ``~/.cache/tvmrnn`` unless ``TVMRNN_CACHE_DIR`` says otherwise). None: on unless
@@ -141,16 +141,13 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
                     proj_size=proj_size)
     device_index = targets.gpu_index(target)  # "cuda:1": the RNN runs on GPU 1
     target = targets.resolve(target)
-    refused = projections_refused(config, target)
+    refused = projections_refused(config, target, allow_tf32)
     if refused:
         raise ValueError(f"proj_size: {refused}")
     # the pass-level choices a whole-pass tuning measured for this configuration (tvmrnn-tune)
     options = tuned_options(config, target, tuning_logs, options)
     config = dataclasses.replace(config, options=options)
     options, allow_tf32 = half_precision_choices(config, options, target, allow_tf32)
-    if proj_size and is_gpu(target) and allow_tf32:
-        raise ValueError("proj_size: with allow_tf32 (TF32 GEMMs and steps), which have not run with projections "
-                         "on a GPU; build it with allow_tf32=False")
     config = dataclasses.replace(config, options=options)
     config = with_compiled_rows(config, target)
     if not is_gpu(target):

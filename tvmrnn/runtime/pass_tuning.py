@@ -50,7 +50,7 @@ from ..tune.tasks import extract_tasks
 from ..cells.definition import CELLS
 from .build import build
 from .cache import runnable_here
-from .profile import random_tensors
+from .profile import pass_arguments
 
 PASS_KINDS = {"inference": ("forward",), "training": ("forward_train", "backward")}
 # a difference smaller than this share of a pass is not acted on, however steady: 1% for a record
@@ -149,8 +149,7 @@ class PassTimer:
         dev = tvm.cuda(rnn.device_index) if is_gpu(rnn.target) else tvm.cpu(0)
         prepared = {"sync": dev.sync, "calls": {}}
         for kind, names in PASS_KINDS.items():
-            prepared[kind] = [(rnn.module[name], random_tensors(shapes.values(), dev, list(shapes)))
-                              for name in names for shapes in [rnn.shapes(name, self.T)]]
+            prepared[kind] = [(rnn.module[name], pass_arguments(rnn, name, self.T, dev)) for name in names]
         return prepared
 
     def forget(self, rnn) -> None:

@@ -135,6 +135,13 @@ def random_tensors(shapes, dev, names=None):
     return tensors
 
 
+def pass_arguments(rnn, name: str, T: int, dev) -> list:
+    """A pass's arguments at sequence length ``T``, as its kernels are timed: random values, masks
+    of ones (:func:`random_tensors`)."""
+    shapes = rnn.shapes(name, T)
+    return random_tensors(shapes.values(), dev, list(shapes))
+
+
 def _pairs_of_bf16(high, low) -> np.ndarray:
     """float32 values whose two 16-bit halves are each a bf16 value of the same range: ``high``
     rounded to bf16 (:func:`tvmrnn.runtime.arrays.round_to`) with ``low``'s bf16 bits below. Read
@@ -177,8 +184,7 @@ def time_kernel(func, target, number: int = 20, repeat: int = 5, results: list |
 def profile_pass(rnn, program: Program, T: int, reps: int = 5) -> PassProfile:
     """Time one pass of a built RNN and every kernel in it."""
     dev = _device(rnn.target)
-    shapes = rnn.shapes(program.name, T)
-    frame_args = random_tensors(shapes.values(), dev, list(shapes))
+    frame_args = pass_arguments(rnn, program.name, T, dev)
     fn = rnn.module[program.name]
     fn(*frame_args)
     dev.sync()

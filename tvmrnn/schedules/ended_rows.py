@@ -66,6 +66,14 @@ def _find_update(func, block_name: str):
     return found[0] if len(found) == 1 else None
 
 
+def _masked_update(func: tirx.PrimFunc, gemm: str, mask: str):
+    """``(the mask's buffer, the loops around the GEMM's update block, its SBlockRealize)``, or None
+    where ``func`` has no parameter ``mask`` or no single update block of ``gemm``."""
+    flags = next((p for p in func.params if p.name == mask), None)
+    found = _find_update(func, f"{gemm}_update") if flags is not None else None
+    return (flags, *found) if found is not None else None
+
+
 def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.PrimFunc:
     """``func`` (a scheduled masked step on a CPU: a ``mask`` parameter, one value per row of each
     problem, 0 where the GEMM ``gemm``'s row result is not used (a forward step's select keeps
@@ -75,11 +83,10 @@ def skip_ended_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask") -> tirx.
     :data:`MAX_ROWS_TESTED`). A guarded tile (a predicate: ``cpu.CPU_GUARDED_TILES``' columns,
     ``CPU_GUARDED_ROWS``' rows) tests its rows' flags clamped to the mask's extent: the rows past
     the end belong to the last tile, which holds the last row too."""
-    flags = next((p for p in func.params if p.name == mask), None)  # the mask's buffer
-    found = _find_update(func, f"{gemm}_update") if flags is not None else None
+    found = _masked_update(func, gemm, mask)
     if found is None:
         return func
-    loops, realize = found
+    flags, loops, realize = found
     block = realize.block
     store = block.body
     m = len(flags.shape)
@@ -130,22 +137,20 @@ def skip_ended_reduction_rows(func: tirx.PrimFunc, gemm: str, mask: str = "mask"
     row inside ``B`` kept LLVM from holding the tile in registers: the backward of an LSTM T=100
     N=20 H=256 went from 53 to 73 ms on a 2-core VM, v72.) Unchanged where the structure is not
     that (no update block, ``B`` vectorised or parallel, other than two loops moving the rows)."""
-    flags = next((p for p in func.params if p.name == mask), None)
-    found = _find_update(func, f"{gemm}_update") if flags is not None else None
-    if found is None or len(flags.shape) != 2:
+    found = _masked_update(func, gemm, mask)
+    if found is None or len(found[0].shape) != 2:
         return func
-    loops, realize = found
+    flags, loops, realize = found
     reductions = [v for iv, v in zip(realize.block.iter_vars, realize.iter_values)
                   if iv.iter_type == tirx.IterVar.CommReduce]
     if len(reductions) != 2:  # (t, n): kernels.weight_gradient's
         return func
     moving = [loop for loop in loops if any(_uses(value, loop.loop_var) for value in reductions)]
-    if not 1 <= len(moving) <= 2 or moving[-1].kind not in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED):
+    if len(moving) != 2:  # (one loop, no L1 block of rows: not met by the default schedules)
         return func
-    inner, outer = moving[-1], moving[0] if len(moving) == 2 else None
-    if outer is None:  # one loop moves the rows (no L1 block): not met by the default schedules
-        return func
-    if outer.kind not in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED, tirx.ForKind.PARALLEL):
+    outer, inner = moving
+    if inner.kind not in (tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED) or outer.kind not in (
+            tirx.ForKind.SERIAL, tirx.ForKind.UNROLLED, tirx.ForKind.PARALLEL):
         return func
     extent = int(inner.extent)
     i32 = str(inner.loop_var.ty)
