@@ -681,9 +681,9 @@ def test_weight_gradients_with_both_operands_in_panels_match_torch(cell, mcpu, r
 def test_time_loop_as_one_parallel_region_matches_torch(cell, rng):
     """``time_loop_regions=True``: each CPU time loop is one parallel region with a pool barrier
     after each step's kernel (``sequence.Program._region_loop``), and the passes stay exact,
-    with both directions of a layer in one launch and with them apart. (One layer: these builds
-    embed every kernel, as `Subroutines` cannot, and a second layer adds no other loop. H = 48:
-    whole vectors; at sizes with guarded tiles a loop stays a region a step,
+    with both directions of a layer in one launch and with them apart. Each kernel's parallel
+    loop stays in the region and calls a function of one tile (``sequence.Subroutines``, v73).
+    (H = 48: whole vectors; at sizes with guarded tiles a loop stays a region a step,
     ``test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail``.)"""
     import torch
     from conftest import rel_error, torch_module
@@ -707,6 +707,7 @@ def test_time_loop_as_one_parallel_region_matches_torch(cell, rng):
                 loops *= len(passes.chunk_steps(rnn.target, options))
             assert script.count("pragma_parallel_launch_point") == loops, (name, stacked)
             assert script.count("pragma_parallel_barrier_when_finish") == loops, (name, stacked)
+            assert script.count("for tile in T.parallel") == loops, (name, stacked)  # the kernels' tiles called
         w = rnn.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
         y, _, _ = rnn.forward(w, x.float())
         assert rel_error(y, y_ref) < 1e-5
@@ -906,15 +907,17 @@ def test_dependent_launch_option():
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_views_as_pointers_match_torch(cell, rng):
+def test_views_as_pointers_match_torch(cell, rng, monkeypatch):
     """Views whose offset is in the data pointer (``sequence._make_view(pointer=True)``, what GPU
     builds with ``shared_kernels=True``, the default, declare) address the same elements: a CPU
-    build whose time loops are one parallel region embeds its kernels with such views, stacked
-    directions included (a view pair whose stride is the distance between them); the passes agree
-    with PyTorch forward and backward."""
+    build made to embed its kernels with such views (as builds whose time loops were one parallel
+    region did before v73), stacked directions included (a view pair whose stride is the distance
+    between them); the passes agree with PyTorch forward and backward."""
     import torch
     from conftest import rel_error, torch_module
+    from tvmrnn.program import passes
 
+    monkeypatch.setattr(passes, "kernel_sharing", lambda target, options: (True, None))
     options = BuildOptions(shared_kernels=True, stack_directions=True, time_loop_regions=True)
     ref = torch_module(cell, 13, 37, 2, True, False).double()
     rnn = tvmrnn.build(cell, input_size=13, hidden_size=37, num_layers=2, bidirectional=True, batch_size=3,

@@ -194,6 +194,27 @@ def test_options_measured_faster_are_recorded_and_build_applies_them(tmp_path, m
     assert seen[0] is None and (32, 1) in seen and (8, 1) not in seen
 
 
+def test_time_loops_as_one_region_are_a_tuned_option(tmp_path, rng):
+    """``time_loop_regions`` is a pass-level option that tuning measures (v73): chosen where the
+    passes are faster with it, applied by build (its time loops then one parallel region each,
+    the kernels' tiles called from them), with the same bits as the default build; verdicts
+    written before it was tuned keep their keys (it stays in them, always its default there)."""
+    root = str(tmp_path / "logs")
+    timer = FakeTimer(slow=lambda rnn: not rnn.config.options.time_loop_regions, factor=1.3)
+    verdict = pass_tuning.tune_options(CONFIG, TARGET, root, timer, pairs=3, out=lambda line: None,
+                                       candidates=[("time_loop_regions", True)])
+    assert verdict["options"] == {"time_loop_regions": True}
+    tuned, plain = _build(root), _build(False)
+    assert tuned.config.options.time_loop_regions and not plain.config.options.time_loop_regions
+    script = tuned.programs["forward"].build().script()
+    assert script.count("pragma_parallel_launch_point") >= 1
+    assert script.count("for tile in T.parallel") == script.count("pragma_parallel_barrier_when_finish")
+    x = rng.standard_normal((7, 2, 4)).astype(np.float32)
+    params = tvmrnn.params_from_torch(torch_module("rnn_tanh", 4, 8, 1, False, False))
+    assert np.array_equal(tuned.forward(tuned.pack_weights(params), x)[0], plain.forward(plain.pack_weights(params), x)[0])
+    assert '"time_loop_regions":false' in config_key(CONFIG)
+
+
 def test_option_candidates_are_built_at_once_before_they_are_timed(tmp_path, monkeypatch):
     """With build processes, the defaults and every candidate are built first, in parallel, into
     a cache of the stage's own: the builds timed are loaded from it, the user's cache untouched."""
@@ -369,4 +390,5 @@ def test_option_candidates_follow_the_target_and_configuration():
     assert ("chunk_steps", (256, 32, 16, 8, 4, 1)) in many_rows  # (64 rows: 128- and 64-step chunks by default)
     assert ("chunk_steps", (256, 32, 4, 1)) not in many_rows
     cpu = pass_tuning.option_candidates(CONFIG, TARGET)
-    assert {name for name, _ in cpu} == {"interleave_projections", "weight_panels", "gradient_panels", "chunk_steps"}
+    assert {name for name, _ in cpu} == {"interleave_projections", "weight_panels", "gradient_panels", "chunk_steps",
+                                         "time_loop_regions"}

@@ -458,6 +458,24 @@ def test_committed_h100_logs_build_for_sm90():
     assert rnn.schedules["recurrent_step_gru_train_n20_h800"] == "tuned"
 
 
+def test_masked_chunk_gemms_are_tuned_as_their_twins():
+    """A variable-lengths CPU build's chunk GEMMs take a mask that no expression reads (the
+    ended-row skip is added after scheduling) and replay their twins' records, so their tasks are
+    the twins', with the same calls; the masked steps, whose select reads the mask, stay tasks of
+    their own."""
+    target = tvmrnn.device.host_target()
+
+    def calls(variable_lengths):
+        config = Config(CELLS["lstm"], 24, 24, 1, True, 5, False, tvmrnn.BuildOptions(variable_lengths=variable_lengths))
+        return {t.kernel.name: t.calls for t in tasks.extract_tasks([config], target=target)}
+    fixed, masked = calls(False), calls(True)
+    gemms = [n for n in fixed if n.startswith(("input_projection", "input_gradient", "weight_gradient"))]
+    assert gemms and all(masked.get(n) == fixed[n] for n in gemms), (gemms, masked)
+    assert not [n for n in masked if n.endswith("_masked") and n.startswith(("input_", "weight_"))]
+    steps = [n for n in masked if n.startswith("recurrent_step") and n.endswith("_masked")]
+    assert len(steps) == 2 and all(masked[n] == fixed[n[:-len("_masked")]] for n in steps)
+
+
 def test_tasks_rank_by_their_share_of_a_step(monkeypatch):
     """--max-tasks keeps the heaviest tasks: calls x latency where measured, else calls x FLOPs."""
     every = tasks.extract_tasks([CONFIG])
@@ -907,8 +925,10 @@ def test_masked_chunk_gemms_replay_their_twins_records_and_skip_ended_rows(cell,
     (the shipped Xeon records, DS2 sizes; no compilation), and then skip ended rows' tiles."""
     target = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
     config = Config(CELLS[cell], 800, 800, 1, True, 20, False, tvmrnn.BuildOptions(variable_lengths=True))
-    chunks = [t.kernel for t in tasks.extract_tasks([config], target=target)
-              if t.kernel.name.startswith(("input_projection", "input_gradient"))]
+    from tvmrnn.program.passes import all_programs
+    # the build's kernels (their tasks are their twins': test_masked_chunk_gemms_are_tuned_as_their_twins)
+    chunks = list({k.name: k for p in all_programs(config, lambda k: k.func, target) for k in p.kernels.values()
+                   if k.name.startswith(("input_projection", "input_gradient"))}.values())
     assert chunks and all(k.unmasked is not None and k.name.endswith("_masked") for k in chunks), chunks
     monkeypatch.delenv("TVMRNN_TUNING_LOGS")  # the shipped records, as build takes them
     schedule, used, picked = records.scheduler(target)

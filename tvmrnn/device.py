@@ -273,8 +273,10 @@ def shared_kernels(target, options: BuildOptions) -> bool:
       (``sequence.Subroutines``) instead of embedding it at each call site, which LLVM compiled
       once per site: on the GPU machine's Xeon (DS2 sizes) the LSTM's build 8.7-11.7 -> 3.6-4.2 s,
       a 2-layer bidirectional LSTM's 25.7 -> 10.7 s, with the same bits and speed within that
-      machine's noise (notes/performance.md v31). Not where a time loop is one parallel region
-      (``options.time_loop_regions``): its kernels' loops must be inline (views as pointers there).
+      machine's noise (notes/performance.md v31). In a time loop that is one parallel region
+      (``options.time_loop_regions``) a kernel's parallel loop must sit in that region, so the
+      loop stays at the call site and calls a function of one tile (v73: until then those
+      kernels were embedded, and such builds took 3-4x as long).
     """
     return options.shared_kernels
 

@@ -81,9 +81,11 @@ class BuildOptions:
         CPU forwards project each 16-step chunk just before its steps, into a buffer of one chunk
         (4 MB instead of 77 MB for a DS2 LSTM, same speed, v26). None: CPUs yes, GPUs no.
     time_loop_regions : bool
-        CPU: each time loop as one parallel region with a barrier between steps (off: measured no
-        faster). A loop with a kernel whose columns take guarded tiles (a hidden or input size that
-        no whole number of vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region per step.
+        CPU: each time loop as one parallel region with a barrier between steps, instead of a region
+        a step (off by default: 0-7% faster on a 2-core EPYC, v73, 0-23% on the Xeon in noisy runs,
+        v24; ``tvmrnn-tune`` measures it per configuration as a pass-level option). A loop with a
+        kernel whose columns take guarded tiles (a hidden or input size that no whole number of
+        vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region per step.
     weight_panels, gradient_panels : bool or None
         CPU: recurrent weights, and the backward's weight gradients, in gate-blocked column panels
         that the GEMM's register tile reads whole. None: where the schedule's tile is narrower
@@ -251,7 +253,7 @@ class BuildOptions:
 # and ``build`` applies from its verdicts where the options leave them to the target: each one's
 # "the target decides" value
 TUNED_FIELDS = {"persistent": "auto", "persistent_blocks": None, "stack_directions": None, "interleave_projections": None,
-                "weight_panels": None, "gradient_panels": None, "chunk_steps": None}
+                "weight_panels": None, "gradient_panels": None, "chunk_steps": None, "time_loop_regions": False}
 
 
 def left_to_target(options: BuildOptions) -> bool:

@@ -228,6 +228,22 @@ def _time(config, T, d, u):
     return u if d == 0 else T - 1 - u
 
 
+def kernel_sharing(target, options: BuildOptions) -> tuple:
+    """How the passes embed their kernels: ``(view_pointers, subroutines)``.
+
+    With ``options.shared_kernels`` each distinct kernel is compiled once for all of its call
+    sites: on a GPU as a function launching it (:class:`sequence.GpuKernels`), its views as
+    pointers the host computes, so that the launches of different layers and directions are one
+    kernel; on a CPU as a function the passes call (:class:`sequence.Subroutines`, one table for
+    all four passes), or, in a time loop that is one parallel region, a function of one tile of
+    its parallel loop, which the loop calls. Without it every call site embeds its kernel."""
+    if not shared_kernels(target, options):
+        return False, None
+    if target is not None and is_gpu(target):
+        return True, GpuKernels(target, dependent_launch(target, options))
+    return False, Subroutines()
+
+
 def time_loop_regions(target, options: BuildOptions) -> bool:
     """Whether each time loop runs as one parallel region on ``target`` (a ``tvm.target.Target``,
     or None: CPU) instead of one per step (:meth:`sequence.Program._region_loop`):
@@ -932,20 +948,9 @@ def all_programs(config: Config, schedule, target=None,
     sizes (:func:`chunk_steps`) and direction stacking (:func:`stack_directions`). Tuning takes
     its tasks from the same programs."""
     options = config.options
-    # each kernel compiled once for all of its call sites: on a GPU with the views as pointers,
-    # so that the launches of different layers and directions are one kernel
-    # (`sequence.merge_identical_kernels`); on a CPU as functions the passes call
-    # (`sequence.Subroutines`, one table for all four passes)
-    shared = shared_kernels(target, options)
-    gpu = target is not None and is_gpu(target)
-    one_region = time_loop_regions(target, options)
-    # (a CPU time loop that is one parallel region embeds its kernels, views as pointers)
-    pointers = shared and (gpu or one_region)
-    # (GPU: each distinct kernel lowered once, a function launching it that the passes call)
-    subroutines = (GpuKernels(target, dependent_launch(target, options)) if gpu else Subroutines()) if shared and (
-        gpu or not pointers) else None
+    pointers, subroutines = kernel_sharing(target, options)  # each kernel compiled once, or embedded
     how = dict(chunks=chunk_steps(target, options, config.rows), stacked=stack_directions(target, options),
-               one_region=one_region, view_pointers=pointers, subroutines=subroutines)
+               one_region=time_loop_regions(target, options), view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)

@@ -750,6 +750,20 @@ def _scratch_parameters(scratch, decls: list, mapping: list, prefix: str = "") -
     return params
 
 
+def _tile_loop(func):
+    """The parallel loop that is the whole of a scheduled CPU kernel ``func`` (its root block
+    holding nothing else: no allocation left after :func:`_hoist_scratch`'s, no loop that
+    LoopPartition would cut, :meth:`Program._region_loop`), or None."""
+    body = _hoist_scratch(func.body, [])
+    if not isinstance(body, s_tir.SBlockRealize) or body.block.alloc_buffers or body.block.init is not None:
+        return None
+    loop = body.block.body
+    if not (isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL) or \
+            "pragma_loop_partition_hint" in loop.annotations:
+        return None
+    return loop
+
+
 class Subroutines:
     """CPU: each distinct kernel compiled once, as a function the passes call.
 
@@ -782,10 +796,18 @@ class Subroutines:
         self._entries: dict = {}  # key -> (GlobalVar, the kernel's global scratch buffers)
         self.functions: dict = {}  # GlobalVar -> PrimFunc
 
-    def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt:
+    def call(self, program: "Program", kernel: Kernel, views: dict, tiles: bool = False) -> tirx.Stmt | None:
         """The call of ``kernel`` on ``views`` (role -> view), defining
-        its function at the first call with these constant strides and these shared views."""
+        its function at the first call with these constant strides and these shared views.
+
+        ``tiles`` (a time loop that is one parallel region, :meth:`Program._region_loop`): the
+        kernel's parallel loop stays at the call site, and the function is one iteration of it
+        (one tile, its index a parameter), so that the loop can join the time loop's region while
+        its tiles' code is compiled once. Returns the call site (a block whose body is that loop),
+        or None where the kernel is not one parallel loop (:func:`_tile_loop`)."""
         func = program.scheduled(kernel.name)
+        if tiles and _tile_loop(func) is None:
+            return None
         layouts, aliases = [], []
         for param, role in zip(func.params, kernel.roles):
             data, offset, strides = _view_layout(views[role], param)
@@ -809,23 +831,40 @@ class Subroutines:
                     names.append(_view_tensor(views[role]).name)
                     group = len(bases) - 1
                 groups.append(group)
-        key = (kernel.name, signature, tuple(aliases), tuple(groups), tuple(names))
+        key = (kernel.name, signature, tuple(aliases), tuple(groups), tuple(names), tiles)
         if key not in self._entries:
-            self._entries[key] = self._define(func, kernel, signature, aliases, groups, names)
+            self._entries[key] = self._define(func, kernel, signature, aliases, groups, names, tiles)
         gvar, scratch = self._entries[key]
         args = [_byte_offset(b, 0) for b in bases]
         args += [o for (_, o, _, _), same in zip(layouts, aliases) if same is None]
         args += [x for (_, _, strides, _), same in zip(layouts, aliases) if same is None
                  for x in strides if not isinstance(x, tirx.IntImm)]
         args += program.scratch_arguments(scratch)
-        # the function returns nonzero where a check in the kernel failed (it has set the error):
-        # the pass stops there with an error, not on with the kernel's outputs unwritten
-        # (TVM 0.27's Python AssertStmt hands its arguments on in the FFI's order: condition first)
-        return tirx.AssertStmt(tvm.ir.Call(gvar, args, ret_ty=I32) == tirx.const(0, I32), tvm.ir.StringImm("RuntimeError"),
-                               [tvm.ir.StringImm(f"tvmrnn: a check in kernel {kernel.name} failed")])
 
-    def _define(self, func, kernel: Kernel, signature, aliases, groups, names) -> tuple:
+        def checked(call):
+            # the function returns nonzero where a check in the kernel failed (it has set the error):
+            # the pass stops there with an error, not on with the kernel's outputs unwritten
+            # (TVM 0.27's Python AssertStmt hands its arguments on in the FFI's order: condition first)
+            return tirx.AssertStmt(call == tirx.const(0, I32), tvm.ir.StringImm("RuntimeError"),
+                                   [tvm.ir.StringImm(f"tvmrnn: a check in kernel {kernel.name} failed")])
+        if not tiles:
+            return checked(tvm.ir.Call(gvar, args, ret_ty=I32))
+        loop = _tile_loop(func)
+        tile = tirx.Var("tile", I32)
+        grid = tirx.For(tile, loop.min, loop.extent, tirx.ForKind.PARALLEL,
+                        checked(tvm.ir.Call(gvar, args + [tile], ret_ty=I32)))
+        return s_tir.SBlockRealize([], tirx.const(True, "bool"), s_tir.SBlock([], [], [], kernel.name, grid))
+
+    def _define(self, func, kernel: Kernel, signature, aliases, groups, names, tiles: bool = False) -> tuple:
         func = s_tir.renew_defs(func)  # variables of its own
+        tile_params = []
+        if tiles:  # the function is one iteration of its parallel loop, the loop's variable a parameter
+            loop = _tile_loop(func)
+            tile_params.append(loop.loop_var)
+            root = func.body.block
+            func = func.with_body(s_tir.SBlockRealize(func.body.iter_values, func.body.predicate, s_tir.SBlock(
+                root.iter_vars, root.reads, root.writes, root.name_hint, loop.body, root.init, root.alloc_buffers,
+                root.match_buffers, root.annotations)))
         # named after their tensors: one_alias_root_per_tensor makes each name one variable
         bases = [tirx.Var(name, tvm.ir.PointerType(tvm.ir.PrimType(F32))) for name in names]
         params, stride_params, decls, mapping = [], [], [], []
@@ -858,7 +897,7 @@ class Subroutines:
                 scratch_params += _scratch_parameters([b], decls, mapping, prefix="scratch_own_")
 
         body = kernels._substitute(body, dict(mapping))
-        sub = tirx.PrimFunc(bases + params + stride_params + pool_offsets + scratch_params,
+        sub = tirx.PrimFunc(bases + params + stride_params + pool_offsets + scratch_params + tile_params,
                             tirx.SeqStmt(decls + [body, tirx.Return(tirx.const(0, I32))]),
                             ret_type=tvm.ir.PrimType(I32))
         gvar = tvm.ir.GlobalVar(f"{kernel.name}_{len(self._entries)}")
@@ -1060,8 +1099,8 @@ class Program:
         self.dependent_launch: bool | str = False
         # GPU: views declared as pointers the host computes (`_make_view`)
         self.view_pointers = view_pointers
-        # CPU: kernels called as functions, each compiled once (:class:`Subroutines`), except in
-        # a time loop that is one parallel region (its kernels' loops must be inline)
+        # CPU: kernels called as functions, each compiled once (:class:`Subroutines`); in a time
+        # loop that is one parallel region, each kernel's parallel loop calling a function of a tile
         self.subroutines = subroutines
 
     def _pool_offsets(self, pieces) -> list:
@@ -1158,8 +1197,16 @@ class Program:
         self._call_extents.setdefault(kernel.name, []).append(list(self._extents))
         if self._in_step_loop:
             self._step_loops[-1][1] += 1
-        if self.subroutines is not None and self._persistent is None and self._region is None:
-            called = self.subroutines.call(self, kernel, views)
+        if self.subroutines is not None and self._persistent is None:
+            in_region = self._region is not None and self._in_step_loop
+            # in a time loop that is one parallel region, a kernel's tiles are called from its
+            # parallel loop, which joins the region; one that is not a parallel loop is called
+            # whole (the loop then stays a region per step: _region_loop)
+            called = self.subroutines.call(self, kernel, views, tiles=True) if in_region else None
+            if called is not None:
+                self._region.append(called)
+            else:
+                called = self.subroutines.call(self, kernel, views)
             if called is not None:
                 self._stack[-1].append(called)
                 return

@@ -6,7 +6,7 @@ against each other, calls interleaved (:func:`compare`):
 
 1. **Pass-level options** (:func:`tune_options`): the choices that are not one kernel's
    (:data:`tvmrnn.options.TUNED_FIELDS`: persistence and its block count, chunk sizes, direction
-   stacking, CPU panels and per-chunk projections), tried one at a time from the target's defaults; a change is kept
+   stacking, CPU panels, per-chunk projections and time loops as one parallel region), tried one at a time from the target's defaults; a change is kept
    where the pass is faster with it beyond the measurements' noise, and the changes kept are then
    compared together against the defaults once more (unless that confirms them, the defaults
    stay: one of several tries can look faster by chance). The winner is written to the
@@ -289,7 +289,8 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:
-        found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False)]
+        found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False),
+                  ("time_loop_regions", True)]
     # on GPUs the other ladder than the batch's default (passes.chunk_steps), and one of short chunks;
     # for a batch on the few-row default ladder, the one without its 16- and 8-step chunks too
     # (passes.GPU_SHORT_CHUNK_STEPS: fewer kernels)

@@ -7,6 +7,7 @@ import dataclasses
 import functools
 from dataclasses import dataclass
 import tvm
+import tvm_ffi
 from ..schedules import default_schedule
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
@@ -98,11 +99,30 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
         blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
         for program in all_programs(config, schedule, target, blocks):
             for name, count in program.calls(length).items():
-                kernel = as_built(program.kernels[name], target, tf32_on, config.options.tf32_steps,
+                kernel = as_built(tuned_as(program.kernels[name]), target, tf32_on, config.options.tf32_steps,
                                   config.options.tensor_core_operands)
                 task = tasks.setdefault(kernel.name, Task(kernel, 0))
                 task.calls += count
     return sorted(tasks.values(), key=lambda t: -t.calls)
+
+
+def tuned_as(kernel: Kernel) -> Kernel:
+    """The kernel whose task tunes ``kernel``: its unmasked twin where no block reads its mask.
+
+    A variable-lengths CPU build's chunk GEMMs take the chunk's mask only for the skip that
+    :mod:`tvmrnn.schedules.ended_rows` adds after scheduling (:func:`tvmrnn.kernels._ended_rows_mask`):
+    the same computation as the twin, whose record the build replays on them
+    (:func:`tvmrnn.tune.records.scheduler`), so trials on them would be spent twice. Masked steps,
+    whose select reads the mask, stay tasks of their own."""
+    if kernel.unmasked is None:
+        return kernel
+    reads = []
+
+    def visit(block, mutator):
+        reads.extend(str(r.source.name) for r in block.reads)
+        return mutator.default_mutate(block)
+    tvm_ffi.structural_mutate(kernel.func.body, [(tvm.s_tir.SBlock, visit)])
+    return kernel if "mask" in reads else kernel.unmasked
 
 
 def is_persistent(kernel: Kernel) -> bool:
