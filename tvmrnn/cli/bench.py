@@ -160,7 +160,6 @@ def interleaved(ours, theirs, sync, reps, max_seconds, lead_in=1):
 
 
 def rel(a, b):
-    import torch
     a, b = a.double(), b.double()
     return float((a - b).norm() / max(float(b.norm()), 1e-30))
 

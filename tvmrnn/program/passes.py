@@ -965,7 +965,7 @@ def all_programs(config: Config, schedule, target=None,
     interleave = interleaved_projections(target, options)
     tails = dict(tail_flops=tail_flops(target), tail_rows=tail_rows(target))
     # (CPU schedules skip ended rows' products: tvmrnn.schedules.ended_rows; GPU ones do not)
-    how["skip_ended"] = options.variable_lengths and not gpu
+    how["skip_ended"] = options.variable_lengths and not (target is not None and is_gpu(target))
     programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
                                 interleave=interleave, proj_panel=proj_panel, **tails, **how),
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,

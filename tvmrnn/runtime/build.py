@@ -19,7 +19,7 @@ from ..cells.definition import get_cell
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..schedules.cpu import padded_batch
-from ..program.passes import (Config, all_programs, bf16_projections_refused, half_precision_choices, loop_block_caps,
+from ..program.passes import (Config, all_programs, half_precision_choices, loop_block_caps,
                               projections_refused)
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import as_built, report_untuned, scheduler, tuned_options

@@ -45,7 +45,7 @@ from ..program.passes import (GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, GPU_WIDE_C
                               loop_block_caps, stack_directions)
 from ..schedules.common import is_gpu
 from ..tune import records
-from ..tune.pass_checks import ALL_RECORDS, FILE_NAME, PassChecks, config_key, describe
+from ..tune.pass_checks import FILE_NAME, PassChecks, config_key, describe
 from ..tune.tasks import extract_tasks
 from ..cells.definition import CELLS
 from .build import build

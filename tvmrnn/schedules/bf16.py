@@ -477,7 +477,6 @@ def _projection_tiles(sch, kernel, target, tile_rows: int, tasks_per_core: int, 
     tiles); 0: a task per panel). Returns (task, tile, panel loop inside the task or None, t_in,
     n_in, g, u, k2, the GEMM block, the bias block) with ``xb`` local, rounded once a tile (or,
     ``xb_per_tile=False``, once a call before the tasks, in parallel over the rows)."""
-    from .common import _divisor
     mm, gx, xb = sch.get_sblock(kernel.gemm), sch.get_sblock("gx"), sch.get_sblock("xb")
     t, n, p, g, u, k2 = sch.get_loops(mm)
     steps, batch, panels = (int(sch.get(l).extent) for l in (t, n, p))
