@@ -821,7 +821,9 @@ def test_autocast_returns_what_cudnn_returns(dtype):
                     assert float((y.float() - y32).norm() / y32.norm()) < 1e-2
                     y.float().sum().backward()
                     assert all(p.grad.dtype == torch.float32 for p in ours.parameters())
-        assert ours._built and all(rnn.allow_tf32 for rnn in ours._built.values())
+        # (an LSTMP stays fp32 under CUDA autocast: TF32 with projections has not run; passes.projections_refused)
+        tf32 = not kwargs.get("proj_size")
+        assert ours._built and all(rnn.allow_tf32 == tf32 for rnn in ours._built.values())
 
 
 def test_autocast_runs_large_steps_on_tensor_cores_within_half_errors():
