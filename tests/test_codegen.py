@@ -943,11 +943,15 @@ def test_cpu_kernels_compile_once_and_give_the_same_bits_as_inline(rng):
     """A CPU build calls each kernel as a function of the module (``sequence.Subroutines``), so
     LLVM compiles each parallel loop once, not once per call site (layer, direction, chunk size):
     far fewer outlined loops than with the kernels embedded at each call site
-    (``shared_kernels=False``, the build before v31), and the same bits from every pass."""
+    (``shared_kernels=False``, the build before v31), and the same bits from every pass. (Counted
+    with a region a step: with a time loop as one region, the default since v74, each call site
+    keeps its parallel loop and calls the kernel's tile, ``test_time_loop_as_one_parallel_region_matches_torch``;
+    its bits are checked here too.)"""
     from conftest import built
-    called = built("gru", 1, True, True)
-    inline = built("gru", 1, True, True, options=BuildOptions(shared_kernels=False))
-    assert all(p.subroutines is not None for p in called.programs.values())
+    called = built("gru", 1, True, True, options=BuildOptions(time_loop_regions=False))
+    inline = built("gru", 1, True, True, options=BuildOptions(shared_kernels=False, time_loop_regions=False))
+    regions = built("gru", 1, True, True)
+    assert all(p.subroutines is not None for p in (*called.programs.values(), *regions.programs.values()))
     assert all(p.subroutines is None for p in inline.programs.values())
 
     def loops(rnn):
@@ -958,12 +962,13 @@ def test_cpu_kernels_compile_once_and_give_the_same_bits_as_inline(rng):
     x = rng.standard_normal((3, 21, 13)).astype(np.float32)  # batch first
     dy = rng.standard_normal((3, 21, 2 * 37)).astype(np.float32)
     out = {}
-    for name, rnn in (("called", called), ("inline", inline)):
+    for name, rnn in (("called", called), ("inline", inline), ("regions", regions)):
         w = rnn.pack_weights(params)
         y, hy, _, ws = rnn.forward_train(w, x)
         out[name] = [rnn.forward(w, x)[0], y, hy, *rnn.backward(w, ws, dy).values()]
-    for a, b in zip(out["called"], out["inline"]):
-        assert np.array_equal(np.asarray(a), np.asarray(b))
+    for other in ("called", "regions"):
+        for a, b in zip(out[other], out["inline"]):
+            assert np.array_equal(np.asarray(a), np.asarray(b)), other
 
 
 def _host_kernel_names(rnn) -> set[str]:

@@ -195,20 +195,22 @@ def test_options_measured_faster_are_recorded_and_build_applies_them(tmp_path, m
 
 
 def test_time_loops_as_one_region_are_a_tuned_option(tmp_path, rng):
-    """``time_loop_regions`` is a pass-level option that tuning measures (v73): chosen where the
-    passes are faster with it, applied by build (its time loops then one parallel region each,
-    the kernels' tiles called from them), with the same bits as the default build; verdicts
-    written before it was tuned keep their keys (it stays in them, always its default there)."""
+    """``time_loop_regions`` is a pass-level option that tuning measures (v73; on by default on
+    CPUs since v74): a region a step is chosen where the passes are faster with it, applied by
+    build, with the same bits as the default build (its time loops one parallel region each, the
+    kernels' tiles called from them); verdicts written before it was tuned keep their keys (it
+    stays in them as it was, false)."""
     root = str(tmp_path / "logs")
-    timer = FakeTimer(slow=lambda rnn: not rnn.config.options.time_loop_regions, factor=1.3)
+    timer = FakeTimer(slow=lambda rnn: rnn.config.options.time_loop_regions is not False, factor=1.3)
     verdict = pass_tuning.tune_options(CONFIG, TARGET, root, timer, pairs=3, out=lambda line: None,
-                                       candidates=[("time_loop_regions", True)])
-    assert verdict["options"] == {"time_loop_regions": True}
+                                       candidates=[("time_loop_regions", False)])
+    assert verdict["options"] == {"time_loop_regions": False}
     tuned, plain = _build(root), _build(False)
-    assert tuned.config.options.time_loop_regions and not plain.config.options.time_loop_regions
-    script = tuned.programs["forward"].build().script()
-    assert script.count("pragma_parallel_launch_point") >= 1
-    assert script.count("for tile in T.parallel") == script.count("pragma_parallel_barrier_when_finish")
+    assert tuned.config.options.time_loop_regions is False and plain.config.options.time_loop_regions is None
+    regions = plain.programs["forward"].build().script()
+    assert regions.count("pragma_parallel_launch_point") >= 1
+    assert regions.count("for tile in T.parallel") == regions.count("pragma_parallel_barrier_when_finish")
+    assert "pragma_parallel_launch_point" not in tuned.programs["forward"].build().script()
     x = rng.standard_normal((7, 2, 4)).astype(np.float32)
     params = tvmrnn.params_from_torch(torch_module("rnn_tanh", 4, 8, 1, False, False))
     assert np.array_equal(tuned.forward(tuned.pack_weights(params), x)[0], plain.forward(plain.pack_weights(params), x)[0])

@@ -143,3 +143,23 @@ def test_compiled_model_with_projections_trains_like_torch(allow_rnn):
             _check_step(model, ref, compiled, torch.randn(6, n, 5))
     text = "\n".join(graphs)
     assert ("tvmrnn.forward_train" in text and "tvmrnn.backward" in text) == allow_rnn
+
+
+def test_traced_model_runs_the_custom_ops_like_torch():
+    """``torch.jit.trace`` of a model with a drop-in records the custom ops (before v74 it failed:
+    the traced batch size was a tensor), and the traced model then takes other lengths and batch
+    sizes, with gradients, as torch.nn in float64 does; a graph that outlives its module raises."""
+    model, ref = _pair(tt.GRU(I, H, num_layers=2, bidirectional=True))
+    torch.manual_seed(1)
+    traced = torch.jit.trace(model, (torch.randn(5, N, I),), check_trace=False)
+    assert "tvmrnn::forward_train" in str(traced.inlined_graph)
+    for T, rows in ((5, N), (9, N + 2), (3, 1)):
+        _check_step(model, ref, traced, torch.randn(T, rows, I))
+    with torch.no_grad():
+        x = torch.randn(4, N, I)
+        assert rel_error(traced(x), ref(x.double())) < 1e-5
+    del model
+    import gc
+    gc.collect()
+    with pytest.raises(RuntimeError, match="no longer exists"):
+        traced(torch.randn(5, N, I))

@@ -80,12 +80,13 @@ class BuildOptions:
     interleave_projections : bool or None
         CPU forwards project each 16-step chunk just before its steps, into a buffer of one chunk
         (4 MB instead of 77 MB for a DS2 LSTM, same speed, v26). None: CPUs yes, GPUs no.
-    time_loop_regions : bool
+    time_loop_regions : bool or None
         CPU: each time loop as one parallel region with a barrier between steps, instead of a region
-        a step (off by default: 0-7% faster on a 2-core EPYC, v73, 0-23% on the Xeon in noisy runs,
-        v24; ``tvmrnn-tune`` measures it per configuration as a pass-level option). A loop with a
-        kernel whose columns take guarded tiles (a hidden or input size that no whole number of
-        vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region per step.
+        a step. None: CPUs yes (v74: as fast or faster at every shape measured, the 16-core Xeon
+        up to 38% for a forward and 32% for training at few rows, a 2-core EPYC 0-7%; notes v73-v74);
+        ``tvmrnn-tune`` measures the other choice per configuration as a pass-level option. A loop
+        with a kernel whose columns take guarded tiles (a hidden or input size that no whole number
+        of vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region per step.
     weight_panels, gradient_panels : bool or None
         CPU: recurrent weights, and the backward's weight gradients, in gate-blocked column panels
         that the GEMM's register tile reads whole. None: where the schedule's tile is narrower
@@ -163,7 +164,7 @@ class BuildOptions:
     shared_kernels: bool = True
     stack_directions: bool | None = None
     interleave_projections: bool | None = None
-    time_loop_regions: bool = False
+    time_loop_regions: bool | None = None
     weight_panels: bool | None = None
     gradient_panels: bool | None = None
     chunk_steps: tuple[int, ...] | None = None
@@ -183,11 +184,11 @@ class BuildOptions:
         if not isinstance(self.dependent_launch, (str, type(None))) or self.dependent_launch not in DEPENDENT_LAUNCH:
             raise ValueError(f"options.dependent_launch: expected one of {', '.join(DEPENDENT_LAUNCH)}; "
                              f"got {self.dependent_launch!r}")
-        for name in ("persist_stacked", "shared_kernels", "time_loop_regions", "variable_lengths", "bf16_projections"):
+        for name in ("persist_stacked", "shared_kernels", "variable_lengths", "bf16_projections"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected True or False, got {getattr(self, name)!r}")
-        for name in ("stack_directions", "interleave_projections", "weight_panels", "gradient_panels", "tensor_core_steps",
-                     "half_operands"):
+        for name in ("stack_directions", "interleave_projections", "time_loop_regions", "weight_panels", "gradient_panels",
+                     "tensor_core_steps", "half_operands"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected None, True or False, got {getattr(self, name)!r}")
         if self.chunk_steps is not None:
@@ -253,7 +254,7 @@ class BuildOptions:
 # and ``build`` applies from its verdicts where the options leave them to the target: each one's
 # "the target decides" value
 TUNED_FIELDS = {"persistent": "auto", "persistent_blocks": None, "stack_directions": None, "interleave_projections": None,
-                "weight_panels": None, "gradient_panels": None, "chunk_steps": None, "time_loop_regions": False}
+                "weight_panels": None, "gradient_panels": None, "chunk_steps": None, "time_loop_regions": None}
 
 
 def left_to_target(options: BuildOptions) -> bool:

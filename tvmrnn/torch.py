@@ -195,8 +195,9 @@ _HANDLES = itertools.count(1)
 def _module(handle: int) -> "_Mixin":
     module = _MODULES.get(handle)
     if module is None:
-        raise RuntimeError(f"tvmrnn: the module of handle {handle} no longer exists (a compiled graph outlived the "
-                           f"tvmrnn.torch module it was traced from)")
+        raise RuntimeError(f"tvmrnn: the module of handle {handle} no longer exists (a compiled, traced or "
+                           f"exported graph outlived the tvmrnn.torch module it was made from: such graphs run in "
+                           f"the process that made them; elsewhere, load the module's RNN from a package: RNN.export, package=)")
     return module
 
 
@@ -650,7 +651,7 @@ class _Mixin:
         """The fused stack (``layer`` None) or one layer of it on ``x``: ``(y, hy[, cy])``. Eager:
         through :class:`_Fused`; under torch.compile, through the custom ops (one graph node a pass)."""
         ragged = lengths is not None
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
             names = self._op_names if layer is None else self._op_layer_names
             params = self._parameters_of(names, layer)
             index = -1 if layer is None else layer

@@ -247,10 +247,10 @@ def kernel_sharing(target, options: BuildOptions) -> tuple:
 def time_loop_regions(target, options: BuildOptions) -> bool:
     """Whether each time loop runs as one parallel region on ``target`` (a ``tvm.target.Target``,
     or None: CPU) instead of one per step (:meth:`sequence.Program._region_loop`):
-    ``options.time_loop_regions`` on CPUs; GPUs never (their loops are launches)."""
+    ``options.time_loop_regions`` on CPUs, yes where it is None; GPUs never (their loops are launches)."""
     if target is not None and is_gpu(target):
         return False
-    return options.time_loop_regions
+    return options.time_loop_regions is not False
 
 
 def interleaved_projections(target, options: BuildOptions) -> bool:

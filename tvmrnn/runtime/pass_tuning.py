@@ -290,7 +290,7 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False),
-                  ("time_loop_regions", True)]
+                  ("time_loop_regions", False)]
     # on GPUs the other ladder than the batch's default (passes.chunk_steps), and one of short chunks;
     # for a batch on the few-row default ladder, the one without its 16- and 8-step chunks too
     # (passes.GPU_SHORT_CHUNK_STEPS: fewer kernels)

@@ -54,9 +54,10 @@ def record_digest(record_json) -> str:
 def config_key(config) -> str:
     """The key of a configuration's option verdict: its cell (its traced math), sizes and batch,
     and the options that tuning does not choose."""
-    # (time_loop_regions is tuned since v73 and stays in the key, as before: a verdict applies only
-    # where every tuned field is its default, so earlier verdicts keep their keys)
-    fixed = {k: v for k, v in config.options.to_dict().items() if k not in TUNED_FIELDS or k == "time_loop_regions"}
+    # (time_loop_regions, tuned since v73, stays in the key as it was written before, false: a verdict
+    # applies only where every tuned field is left to the target, so earlier verdicts keep their keys)
+    fixed = {k: v for k, v in config.options.to_dict().items() if k not in TUNED_FIELDS}
+    fixed["time_loop_regions"] = False
     parts = [hashlib.sha256(fingerprint(config.cell).encode()).hexdigest()[:16], config.input_size, config.hidden_size,
              config.num_layers, config.bidirectional, config.batch_size, fixed]
     if config.proj_size:  # (keys of configurations without projections as before)
