@@ -3,6 +3,7 @@
 #   bash notes/bench/v74/gpu_run.sh autocast   # the CUDA autocast test fixed in v74 (LSTMP stays fp32)
 #   bash notes/bench/v74/gpu_run.sh xeonregion # time loops as one parallel region against a region a step,
 #                                              #   on the Xeon's 16 cores (notes/bench/v73/region_ab.py)
+#   bash notes/bench/v74/gpu_run.sh xeonlstm   # sweep.json's LSTM shapes on the Xeon with the v74 default
 #   others: v73's runbook (bash notes/bench/v73/gpu_run.sh MODE)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 case "$1" in
@@ -14,5 +15,9 @@ xeonregion)
              "gru 100 32 512 3 0" "lstm 100 20 800 1 1" "gru 400 8 320 1 0"; do
         timeout 100 python3 notes/bench/v73/region_ab.py $a ${2:-9} 2>&1 | grep -v Warn
     done | tee $OUT/xeon_region_ab.txt ;;
+xeonlstm)  # sweep.json's shapes, LSTM only, with v74's default (one region a time loop)
+    timeout ${2:-300} python3 -m tvmrnn.cli.bench --device cpu --threads 16 --sweep notes/bench/v74/sweep_lstm.json \
+        --reps 3 --max-seconds 1 --json $OUT/xeon_sweep_lstm.json 2>&1 | grep --line-buffered -v Warn > $OUT/xeon_sweep_lstm.txt
+    tail -12 $OUT/xeon_sweep_lstm.txt ;;
 *) bash notes/bench/v73/gpu_run.sh "$@" ;;
 esac
