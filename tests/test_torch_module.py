@@ -319,6 +319,22 @@ def test_a_batch_of_short_cpu_tiles_builds_a_few_rows_more():
     assert (rnn.config.batch_size, rnn.config.rows) == (7, 8)
 
 
+def test_batches_whose_tiles_leave_the_fma_units_idle_build_a_few_rows_more():
+    """Beyond one- or two-row tiles, a batch pads (up to an eighth more rows) where its steps'
+    register tiles would hold fewer accumulators than keep the FMA units busy (the device model's
+    ``busy_accumulators``) and a few rows more fill them: an AVX-512 LSTM at H = 200 takes tiles
+    of 2 vectors, so 129 rows (3-row tiles, 6 accumulators) run as 130 (10-row tiles; on a
+    2-core Zen 5, inference 21.5 -> 16.7 ms, notes v74), where a full tile stays as it is and a
+    batch too small to fill one is not padded (the same time, more rows)."""
+    import tvm
+    from tvmrnn.schedules.cpu import padded_batch
+    spr = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 16})
+    assert [padded_batch(n, 4, 200, spr) for n in (129, 57, 37, 128, 60, 1, 3, 20)] == [130, 60, 40, 128, 60, 1, 3, 20]
+    assert [padded_batch(n, 4, 512, spr) for n in (7, 13, 14, 129, 20)] == [8, 15, 15, 129, 20]  # v67's short tiles; 4 vectors: 3 rows fill 12
+    assert [padded_batch(n, 4, 256, avx2) for n in (9, 27, 8, 1)] == [10, 28, 8, 1]
+
+
 def test_smaller_batches_reuse_a_build_and_larger_ones_build_once():
     """A batch up to a build's size runs on it (padded): a training loop's short last batch and a
     batch-1 evaluation do not build again; a larger batch builds once, and with rebuild=False it

@@ -123,6 +123,10 @@ class DeviceModel:
     registers_per_block: int = 65536  # 32-bit registers a block may use: every CUDA GPU since sm_50
     cores: int | None = None
     vector_lanes: int | None = None  # float32 lanes of the widest vectors
+    # independent vector accumulators that keep a CPU's FMA units busy: FMA latency x FMA pipes
+    # (4 cycles x 2 on Zen 3-5 and on Intel's cores since Skylake); a register tile of fewer runs
+    # at that share of the FMA rate (tvmrnn.schedules.cpu.padded_batch)
+    busy_accumulators: int = 8
     # whether AVX512-BF16's dot products (vdpbf16ps, 32 products an instruction) outrun fp32 FMAs
     # (16): on AMD's Zen 4 and 5 they issue as FMAs do, twice the products (bf16 projections,
     # 1.3-1.7x the fp32 build's inference, notes/performance.md v40); on Intel's Xeons one port

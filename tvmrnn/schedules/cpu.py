@@ -4,6 +4,7 @@ it streams (:func:`weight_panel`, :func:`gradient_panel`).
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from ..device import device_model, host_target
 from ..kernels import Kernel
 
@@ -138,10 +139,15 @@ def tile_rows(extent: int, width: int, lanes: int, accumulators: int = 24, multi
 
 
 def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
-    """The rows to build a CPU RNN for, to run batches of ``batch`` rows fast: ``batch``, unless the
-    register tiles of its fused steps would be short (one or two rows: a batch of 7, 11, 13, 14,
-    17, ... rows with no divisor near the tile's; :func:`tile_rows`), then the next row count, up
-    to an eighth more, whose tiles are not (7 -> 8, 11 -> 12, 13 -> 15, 14 -> 15). The padding's
+    """The rows to build a CPU RNN for, to run batches of ``batch`` rows fast: of ``batch`` and up
+    to an eighth more rows, the fewest whose fused steps take the least time by a model of their
+    register tiles (:func:`tile_rows`): a row count's time is its rows over the share of the FMA
+    rate its tiles reach, a tile of fewer accumulators (rows x vectors) than the device model's
+    ``busy_accumulators`` reaching that fraction, and a short tile (one or two rows: a batch of 7,
+    11, 13, 14, 17, ... rows with no divisor near the tile's) half. So 7 -> 8, 13 -> 15, 14 -> 15
+    (v67); with tiles of 2 vectors (an AVX-512 LSTM at H = 200), 129 -> 130 and 57 -> 60 (v74:
+    on a 2-core Zen 5, inference 21.5 -> 16.7 and 9.2 -> 7.8 ms; training 93.9 -> 78.1 and
+    30.3 -> 32.0). The padding's
     rows are zeros the passes compute and drop (exact: rows are independent). ``tvmrnn.build`` of an
     fp32 CPU RNN builds so (``Config.compiled_rows``; the drop-ins through it), ``batch_size`` staying
     the largest batch a call may pass. An LSTM (T=100, I=H=512) running 7 rows on a 2-core Zen 5:
@@ -151,12 +157,14 @@ def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
     lead_tile = cpu_column_tile(lanes, hidden, gates)
     guarded = CPU_GUARDED_STEP_TILES and guarded_tile(lanes, hidden, gates, lead_tile)
     width = lanes if guarded else lead_tile * gates
+    vectors, busy = -(-width // lanes), device_model(target).busy_accumulators
 
-    def short(rows):
-        return tile_rows(rows, width, lanes) <= 2 < rows
-    if not short(batch):
-        return batch
-    return next((n for n in range(batch + 1, batch + max(2, batch // 8) + 1) if not short(n)), batch)
+    def cost(rows):  # the steps' time, as rows over the share of the FMA rate their tiles reach
+        tile = tile_rows(rows, width, lanes)
+        if tile <= 2 < rows:  # a short tile: each weight vector loaded for one or two rows (v67)
+            return Fraction(2 * rows)
+        return Fraction(rows * max(tile * vectors, busy), tile * vectors)
+    return min(range(batch, batch + max(2, batch // 8) + 1), key=lambda rows: (cost(rows), rows))
 
 
 # The fewest input features and batch rows whose weight gradients take input panels
