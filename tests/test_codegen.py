@@ -1534,3 +1534,37 @@ def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
     first's in one buffer, added rows of the neighbouring tile twice (dx 0.64 off)."""
     _check("lstm", 1, True, False, 23, rng, hidden=40, input_size=16, batch=5, tol=1e-5,
            options=BuildOptions(chunk_steps=(10, 1), stack_directions=False))
+
+
+@pytest.mark.parametrize("cell,layers,bidirectional,stacked", [("lstm", 2, False, None), ("gru", 1, True, False),
+                                                               ("rnn_relu", 2, True, True)])
+def test_cpu_backward_takes_each_chunks_gradients_after_its_steps(cell, layers, bidirectional, stacked, monkeypatch, rng):
+    """A CPU backward (``interleave_projections``, CPUs' default) runs each chunk's weight, bias
+    and input gradients right after the chunk's steps, while its gate gradients are in cache
+    (v74; stacked directions, which walk time in opposite orders, their input gradients after
+    the loop); at a T that takes every chunk size, layer by layer, its outputs
+    match torch.nn in float64, as the build with the gradients after all the steps does."""
+    import torch
+    from conftest import rel_error, torch_module
+    from tvmrnn.program import passes
+
+    ref = torch_module(cell, 13, 24, layers, bidirectional, False).double()
+    T = 2 * passes.CHUNK_STEPS[0] + 7  # chunks of every size (16, 4, 1)
+    x = torch.from_numpy(rng.standard_normal((T, 3, 13)))
+    xr = x.clone().requires_grad_(True)
+    y_ref = ref(xr)[0]
+    dy = torch.from_numpy(rng.standard_normal(tuple(y_ref.shape)))
+    y_ref.backward(dy)
+    loops = {}
+    for chunked in (True, False):
+        monkeypatch.setattr(passes, "BACKWARD_CHUNK_GRADIENTS", chunked)
+        rnn = tvmrnn.build(cell, input_size=13, hidden_size=24, num_layers=layers, bidirectional=bidirectional,
+                           batch_size=3, options=BuildOptions(stack_directions=stacked), cache=False, tuning_logs=False)
+        loops[chunked] = str(rnn.programs["backward"].build()).count("for step in")
+        w = rnn.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
+        grads = rnn.backward(w, rnn.forward_train(w, x.float())[-1], dy.float())
+        assert rel_error(grads["x"], xr.grad) < 1e-5, chunked
+        for name, p in ref.named_parameters():
+            assert rel_error(grads[name], p.grad) < 1e-5, (chunked, name)
+    # a step loop a chunk size and layer (and direction group) where they interleave, else one each
+    assert loops[True] > loops[False]

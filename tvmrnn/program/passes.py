@@ -263,7 +263,8 @@ def interleaved_projections(target, options: BuildOptions) -> bool:
     projections first against 60.3 / 62.3 / 62.3 / 94.8 interleaved in four studies, its training
     220.6 / 221.4 against 213.2 / 221.3, the 5-layer bidirectional LSTM's 918 / 3,188 against 919 /
     2,891 ms, the GRU's and RNN-tanh's within 3%; longer chunks for it (32, 64 steps) gained
-    nothing. ``options.interleave_projections``: None (default: CPUs yes), or True / False
+    nothing. The backward does the same with each chunk's gradients (:func:`backward_program`
+    ``interleave``, v74). ``options.interleave_projections``: None (default: CPUs yes), or True / False
     (False: projections first, for comparisons). GPUs never by default: their forward time loop is one persistent kernel where the
     weights fit on chip, and the all-steps GEMM runs there in chunks of 256 steps."""
     if options.interleave_projections is not None:
@@ -589,12 +590,16 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 TWO_GRADIENT_PACKS_MIN_UNITS = 512
 
 
+# A/B switch (v74): CPU backwards take each chunk's gradients right after its steps
+BACKWARD_CHUNK_GRADIENTS = True
+
+
 def backward_program(config: Config, schedule, persistent_blocks: int | None = None,
                      chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False,
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
                      grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
                      subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
-                     tail_rows: int = 0, skip_ended: bool = False) -> Program:
+                     tail_rows: int = 0, skip_ended: bool = False, interleave: bool = False) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
@@ -614,7 +619,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     those gradients (``dhp``) and the forward's ``rs`` make the gradient of ``W_hr``.
     ``skip_ended`` (variable lengths, CPUs): the input and weight gradients take each chunk's mask
     and leave out the rows that have ended, whose gate gradients are zero (``masked`` of
-    :func:`kernels.input_gradient` and :func:`kernels.weight_gradient`)."""
+    :func:`kernels.input_gradient` and :func:`kernels.weight_gradient`). ``interleave``
+    (:func:`interleaved_projections`; not with projections): each chunk's gradients right after
+    its steps, walked from the end, while its gate gradients are in cache (stacked directions:
+    their weight gradients so, their input gradients after the loop)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
@@ -668,7 +676,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dunit = prog.tensor("dunit", (DG, T, N, H, U), ("d", "t", "n", "j", "p")) if U else None
     # packed weight gradients: W_ih's (the largest input size) then W_hh's, reused by every layer
     k_most = max(I, D * S) if L > 1 else I
-    dw_packed = prog.flat("dw_packed", (k_most + S) * H * G) if packed_grads else None
+    # (a pair a direction where stacked directions take their chunks' gradients in their loop)
+    packed_size = (k_most + S) * H * G
+    packed_pairs = DG if interleave and not P else 1
+    dw_packed = prog.flat("dw_packed", packed_pairs * packed_size) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
     # the gate gradients in panels: one pack of a chunk serves both weights where dgh is dgx (the
     # LSTM, the RNNs), the GRU packs each at many units (TWO_GRADIENT_PACKS_MIN_UNITS)
@@ -752,34 +763,12 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 views["dh_direct"] = dh_direct.at("n", "j", d=d % DG, slot=tirx.floormod(v + 1, 2))
             return views
 
-        for group in groups:
-            if P:
-                _projected_steps(prog, config, l, group, T, gate_math, d_out=d_out, w=w, dgh=dgh, dhp=dhp, dhy=dhy,
-                                 dh0=dh0, carry=carry, mask=mask, panel_of=panel_of)
-            else:
-                fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
-                # the last step's gate math with dhy; then one launch per step: step v's GEMM and
-                # step v+1's gate math (from the end); then the first step's GEMM, into dh0
-                for d in group:
-                    prog.call(pointwise, dh=dhy.at("n", "j", ld=l * D + d), **gate_math(d, 0))
-                with prog.loop(T - 1, "step") as u:
-                    def views_of(d):
-                        views = gate_math(d, u + 1)
-                        gemm = recurrent_views(d, u)
-                        views.update(dgh=gemm["dgh"], w=gemm["w"])
-                        if dh_direct is not None:
-                            views["dh_direct_in"] = gemm["dh_direct"]
-                        if mask is not None:  # the GEMM's step's mask (views["mask"]: its epilogue's step's)
-                            views["gemm_mask"] = mask.at("n", t=_time(config, T, d, T - 1 - u))
-                        return views
-                    prog.call(fused, **_bind(group, views_of))
-                for d in group:
-                    prog.call(recurrent, dh=dh0.at("n", "j", ld=l * D + d), **recurrent_views(d, T - 1))
-            for d in group if c.has_cell_state else ():  # the first step's dc: dc0
-                prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
-                          dst=dc0.at("n", "j", ld=l * D + d))
-
-            for d in group:
+        def _gradient_emitters(l, d, inputs_after=False):
+            """Direction d's weight, bias and input gradients of layer l: ``chunk(start, size)``
+            emits one chunk's, ``zero()`` and ``finish()`` what comes before and after all chunks
+            (packed weight gradients), ``all()`` all three over the whole sequence. ``inputs_after``:
+            the input gradients in ``finish()``, over the whole sequence, not in the chunks."""
+            if True:  # (indented as before v74)
                 slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh",
                                                                   *(("weight_hr",) if P else ()))}
 
@@ -791,7 +780,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0,
                                                      panel=panel_of(in_size), masked=skip), **views, **chunk_mask(start))
                 # the first direction's input gradients write dx: a cover of their own may overlap
-                own_cover = GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows)
+                own_cover = inputs_after or (GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows))
+                base = (d % DG) * packed_size if packed_pairs > 1 else 0
 
                 def gradients(start, size, _d=d, _slot=slot, _l=l, _own=own_cover, _input_gradient=input_gradient):
                     gd = _d % DG
@@ -800,7 +790,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                             (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
                             (dgh, "weight_hh", "bias_hh", h_before, S)):
                         chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
-                        piece = dw_packed.piece(packed_at[kind_w]) if packed_grads else dw.piece(_slot[kind_w])
+                        piece = dw_packed.piece(base + packed_at[kind_w]) if packed_grads else dw.piece(_slot[kind_w])
                         operand = chunk
                         if grad_panel:  # packed once where dgh is dgx
                             operand = dg_panels.piece(0)
@@ -826,18 +816,82 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                                   acc=unit, db=unit)
                     if not _own:
                         _input_gradient(start, size)
-                if packed_grads:
-                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
-                        prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(packed_at[kind]))
-                prog.chunked(T, chunks, gradients)
-                if packed_grads:
-                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
-                        prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
-                                  src=dw_packed.piece(packed_at[kind]),
-                                  dst=dw.piece(slot[kind]))
-                if own_cover:
-                    prog.chunked(T, chunks, input_gradient, tail_waste=tail_flops // (2 * N * in_size * G * H),
-                                 tail_rows=(N, tail_rows) if tail_rows else None)
+                def zero():
+                    if packed_grads:
+                        for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
+                            prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(base + packed_at[kind]))
+
+                def finish(_slot=slot, _input_gradient=input_gradient, _own=own_cover):
+                    if packed_grads:
+                        for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
+                            prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
+                                      src=dw_packed.piece(base + packed_at[kind]),
+                                      dst=dw.piece(_slot[kind]))
+                    if _own:
+                        prog.chunked(T, chunks, _input_gradient, tail_waste=tail_flops // (2 * N * in_size * G * H),
+                                     tail_rows=(N, tail_rows) if tail_rows else None)
+
+                def whole(_gradients=gradients, _zero=zero, _finish=finish):
+                    _zero()
+                    prog.chunked(T, chunks, _gradients)
+                    _finish()
+                return dict(chunk=gradients, zero=zero, finish=finish, all=whole)
+
+        for group in groups:
+            # each chunk's gradients right after the chunk's steps, while its gate gradients are
+            # in cache. Stacked directions (one loop, time walked in opposite orders) take their
+            # weight and bias gradients so, each into a packed pair of its own; their input
+            # gradients run after the loop, the first's first (the second's add to them)
+            chunk_grads = interleave and not P
+            emitters = {d: _gradient_emitters(l, d, inputs_after=chunk_grads and len(group) > 1) for d in group}
+            for d in group if chunk_grads else ():
+                emitters[d]["zero"]()
+            if P:
+                _projected_steps(prog, config, l, group, T, gate_math, d_out=d_out, w=w, dgh=dgh, dhp=dhp, dhy=dhy,
+                                 dh0=dh0, carry=carry, mask=mask, panel_of=panel_of)
+            else:
+                fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
+                # the last step's gate math with dhy; then one launch per step: step v's GEMM and
+                # step v+1's gate math (from the end); then the first step's GEMM, into dh0
+                for d in group:
+                    prog.call(pointwise, dh=dhy.at("n", "j", ld=l * D + d), **gate_math(d, 0))
+
+                def fused_steps(first, count, _group=group, _fused=fused):
+                    with prog.loop(count, "step") as i:
+                        u = first + i
+
+                        def views_of(d):
+                            views = gate_math(d, u + 1)
+                            gemm = recurrent_views(d, u)
+                            views.update(dgh=gemm["dgh"], w=gemm["w"])
+                            if dh_direct is not None:
+                                views["dh_direct_in"] = gemm["dh_direct"]
+                            if mask is not None:  # the GEMM's step's mask (views["mask"]: its epilogue's step's)
+                                views["gemm_mask"] = mask.at("n", t=_time(config, T, d, T - 1 - u))
+                            return views
+                        prog.call(_fused, **_bind(_group, views_of))
+                if chunk_grads:
+                    def chunk(start, size, _group=group):
+                        # the steps start..start+size-1 from the end have their gate math in the
+                        # launches (start-1)..(start+size-2) (step 0's before the loop), then their
+                        # gradients, over the times they cover
+                        first = tirx.max(start - 1, 0)
+                        fused_steps(first, start + size - 1 - first)
+                        for d in _group:
+                            emitters[d]["chunk"](T - start - size if d == 0 else start, size)
+                    prog.chunked(T, chunks, chunk)
+                else:
+                    fused_steps(0, T - 1)
+                for d in group:
+                    prog.call(recurrent, dh=dh0.at("n", "j", ld=l * D + d), **recurrent_views(d, T - 1))
+            for d in group if c.has_cell_state else ():  # the first step's dc: dc0
+                prog.call(copy, src=dc_carry.at("n", "j", d=d % DG, slot=tirx.floormod(T, 2)),
+                          dst=dc0.at("n", "j", ld=l * D + d))
+            for d in group:
+                if chunk_grads:
+                    emitters[d]["finish"]()
+                else:
+                    emitters[d]["all"]()
     return prog
 
 
@@ -975,7 +1029,8 @@ def all_programs(config: Config, schedule, target=None,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
                                                             options.gradient_panels, options.weight_panels),
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
-                                                                         config.rows), **tails, **how),
+                                                                         config.rows),
+                                 interleave=interleave and BACKWARD_CHUNK_GRADIENTS, **tails, **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines, proj_panel=proj_panel),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,
