@@ -1561,6 +1561,12 @@ def test_cpu_backward_takes_each_chunks_gradients_after_its_steps(cell, layers, 
         rnn = tvmrnn.build(cell, input_size=13, hidden_size=24, num_layers=layers, bidirectional=bidirectional,
                            batch_size=3, options=BuildOptions(stack_directions=stacked), cache=False, tuning_logs=False)
         loops[chunked] = str(rnn.programs["backward"].build()).count("for step in")
+        # (the profiler's counts: a chunk's step loop has an extent in the chunk's start)
+        groups = 1 if not bidirectional or stacked else 2
+        assert rnn.programs["backward"].step_counts(T)[0] == layers * groups * (T - 1)
+        weight_gradients = sum(n for name, n in rnn.programs["backward"].calls(T).items()
+                               if name.startswith("weight_gradient"))
+        assert weight_gradients == 2 * layers * (2 if bidirectional else 1) * 6  # chunks: 2 x 16, 4, 3 x 1 steps
         w = rnn.pack_weights({k: v.float() for k, v in ref.state_dict().items()})
         grads = rnn.backward(w, rnn.forward_train(w, x.float())[-1], dy.float())
         assert rel_error(grads["x"], xr.grad) < 1e-5, chunked

@@ -875,15 +875,14 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                         return T - v - size if d == 0 else v
 
                     def chunk(start, size, _group=group):
-                        # launches start..start+size-1 leave the gate math of the steps up to
-                        # start+size from the end done (step 0's before the loop): then the
-                        # gradients of steps start..start+size-1, over the times they cover
-                        fused_steps(start, size)
+                        # the steps start..start+size-1 from the end have their gate math in the
+                        # launches start-1..start+size-2 (step 0's before the loop): then their
+                        # gradients, over the times they cover (chunks as the forward's, over T)
+                        first = tirx.max(start - 1, 0)
+                        fused_steps(first, start + size - 1 - first)
                         for d in _group:
                             emitters[d]["chunk"](time_of(d, start, size), size)
-                    prog.chunked(T - 1, chunks, chunk)
-                    for d in group:  # the first step's (step T-1 from the end)
-                        emitters[d]["chunk"](time_of(d, T - 1, 1), 1)
+                    prog.chunked(T, chunks, chunk)
                 else:
                     fused_steps(0, T - 1)
                 for d in group:

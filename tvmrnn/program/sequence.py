@@ -38,34 +38,47 @@ def _const(v):
     return tirx.const(v, I32) if isinstance(v, int) else v
 
 
-def _iterations(extents, length: int) -> int:
-    """How many times a body nested in loops of these extents runs."""
-    n = 1
-    for e in extents:
-        n *= max(evaluate(e, length), 0)
-    return n
+def _iterations(nest, length: int, env: tuple = ()) -> int:
+    """How many times a body nested in these loops (``(variable, extent)`` pairs, outermost
+    first) runs; an extent may read the variables of the loops around it (a chunk's steps)."""
+    if not nest:
+        return 1
+    (var, extent), rest = nest[0], nest[1:]
+    n = max(evaluate(extent, length, env), 0)
+    if any(_mentions(e, var) for _, e in rest):
+        return sum(_iterations(rest, length, (*env, (var, i))) for i in range(n))
+    return n * _iterations(rest, length, env)
 
 
-def evaluate(e, length: int) -> int:
-    """Value of an integer expression in the sequence length ``T`` (the only variable we use)."""
+def _mentions(e, var) -> bool:
+    if isinstance(e, tvm.ir.Var):
+        return e.same_as(var)
+    return any(_mentions(getattr(e, f), var) for f in ("a", "b", "condition", "true_value", "false_value")
+               if hasattr(e, f))
+
+
+def evaluate(e, length: int, env: tuple = ()) -> int:
+    """Value of an integer expression in the sequence length ``T`` (the variable that ``env``, the
+    values of enclosing loops' variables, does not give)."""
     if isinstance(e, int):
         return e
     if isinstance(e, tvm.ir.Var):
-        return length
+        return next((value for var, value in env if var.same_as(e)), length)
     if isinstance(e, tirx.IntImm):
         return int(e.value)
     if isinstance(e, tirx.Not):
-        return int(not evaluate(e.a, length))
+        return int(not evaluate(e.a, length, env))
     if isinstance(e, tirx.Select):
-        return evaluate(e.true_value if evaluate(e.condition, length) else e.false_value, length)
+        return evaluate(e.true_value if evaluate(e.condition, length, env) else e.false_value, length, env)
     ops = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+           tirx.Max: max, tirx.Min: min,
            tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b,
            tirx.LT: lambda a, b: int(a < b), tirx.LE: lambda a, b: int(a <= b),
            tirx.GT: lambda a, b: int(a > b), tirx.GE: lambda a, b: int(a >= b),
            tirx.And: lambda a, b: int(bool(a) and bool(b)), tirx.Or: lambda a, b: int(bool(a) or bool(b))}
     for kind, f in ops.items():
         if isinstance(e, kind):
-            return f(evaluate(e.a, length), evaluate(e.b, length))
+            return f(evaluate(e.a, length, env), evaluate(e.b, length, env))
     raise AssertionError(f"unexpected integer expression {e}")
 
 
@@ -1076,7 +1089,7 @@ class Program:
         self._scheduled: dict[str, tirx.PrimFunc] = {}
         self._launched_forms: dict[str, tirx.PrimFunc] = {}  # (scheduled to decide on persistence)
         self._stack: list[list] = [[]]
-        self._extents: list = []  # extents of the loops being emitted, innermost last
+        self._extents: list = []  # (variable, extent) of the loops being emitted, innermost last
         self.kernels: dict[str, Kernel] = {}
         self._call_extents: dict[str, list] = {}  # kernel name -> loop extents of each call
         self._step_loops: list[list] = []  # per time loop: [extents down to it, calls directly in it]
@@ -1243,7 +1256,7 @@ class Program:
         """``for i in range(extent)``: statements emitted inside go into the loop body."""
         var = tirx.Var(name, I32)
         self._stack.append([])
-        self._extents.append(_const(extent))
+        self._extents.append((var, _const(extent)))
         outer_step = self._in_step_loop
         persistent = name == "step" and self.persistent_blocks is not None
         if name == "step":
