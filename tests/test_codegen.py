@@ -702,8 +702,8 @@ def test_time_loop_as_one_parallel_region_matches_torch(cell, rng):
         for name in ("forward", "forward_train", "backward"):
             script = rnn.programs[name].build().script()
             loops = 1 if stacked else 2  # time loops: one, or one per direction
-            if name != "backward" and passes.interleaved_projections(rnn.target, options):
-                # a forward's loop per chunk size, its projection before each
+            if passes.interleaved_projections(rnn.target, options):
+                # a loop per chunk size: a forward's projection before each, a backward's gradients after
                 loops *= len(passes.chunk_steps(rnn.target, options))
             assert script.count("pragma_parallel_launch_point") == loops, (name, stacked)
             assert script.count("pragma_parallel_barrier_when_finish") == loops, (name, stacked)

@@ -168,7 +168,9 @@ def test_stacked_directions_match_one_after_the_other(cell, rng):
 def test_interleaved_projections_match_projections_first():
     """CPU forwards project each 16-step chunk just before its steps, into a one-chunk buffer
     (the reverse direction's chunk is its times in reverse), instead of every step before the
-    time loop: the same results bit for bit, inference, training and the backward, for 2
+    time loop, and backwards take each chunk's gradients right after its steps (v74): the same
+    results bit for bit, inference, training and the backward's input and state gradients (the
+    weight gradients sum their chunks in another order: within fp32 rounding), for 2
     bidirectional LSTM layers, both directions in one launch, at a length that ends in 4- and
     1-step chunks and at one shorter than a chunk. (Directions one after the other, a 2-core
     machine's default, are what every other CPU test runs against PyTorch.)"""
@@ -187,7 +189,13 @@ def test_interleaved_projections_match_projections_first():
             assert gx[1] == (16 if mode == "auto" else T), (mode, gx)
             assert gx[0] == 2  # both directions stacked
             results.append(_every_result(rnn, T, seed=7))
-        _same_bits(results)
+        names = ["y", "hy", "cy", "y", "hy", "cy", *sorted(["x", "h0", "c0", *rnn.config.layout.names])]
+        assert len(names) == len(results[0])
+        for name, a, b in zip(names, *results):
+            if name.startswith(("weight", "bias")):
+                assert np.abs(a - b).max() <= 1e-5 * np.abs(b).max(), (T, name)
+            else:
+                assert np.array_equal(a, b), (T, name)
     assert not interleaved_projections(tvm_target.Target("nvidia/nvidia-h100"), tvmrnn.BuildOptions())
     with pytest.raises(TypeError, match="options.interleave_projections"):
         tvmrnn.BuildOptions(interleave_projections="auto")
