@@ -678,7 +678,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     k_most = max(I, D * S) if L > 1 else I
     # (a pair a direction where stacked directions take their chunks' gradients in their loop)
     packed_size = (k_most + S) * H * G
-    packed_pairs = DG if interleave and not P else 1
+    chunk_grads = interleave and not P  # (projections: their own time loop, _projected_steps)
+    packed_pairs = DG if chunk_grads else 1
     dw_packed = prog.flat("dw_packed", packed_pairs * packed_size) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
     # the gate gradients in panels: one pack of a chunk serves both weights where dgh is dgx (the
@@ -768,81 +769,80 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             emits one chunk's, ``zero()`` and ``finish()`` what comes before and after all chunks
             (packed weight gradients), ``all()`` all three over the whole sequence. ``inputs_after``:
             the input gradients in ``finish()``, over the whole sequence, not in the chunks."""
-            if True:  # (indented as before v74)
-                slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh",
-                                                                  *(("weight_hr",) if P else ()))}
+            slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh",
+                                                              *(("weight_hr",) if P else ()))}
 
-                def input_gradient(start, size, _d=d, _slot=slot):
-                    views = dict(dg=dgx.at("t", "n", "j", "g", d=_d % DG, t=start),
-                                 w=w.piece(layout.torch_copy(_slot["weight_ih"])), dx=d_in(start))
-                    if _d > 0:
-                        views["acc"] = d_in(start)
-                    prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=_d > 0,
-                                                     panel=panel_of(in_size), masked=skip), **views, **chunk_mask(start))
-                # the first direction's input gradients write dx: a cover of their own may overlap
-                own_cover = inputs_after or (GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows))
-                base = (d % DG) * packed_size if packed_pairs > 1 else 0
+            def input_gradient(start, size):
+                views = dict(dg=dgx.at("t", "n", "j", "g", d=d % DG, t=start),
+                             w=w.piece(layout.torch_copy(slot["weight_ih"])), dx=d_in(start))
+                if d > 0:
+                    views["acc"] = d_in(start)
+                prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=d > 0,
+                                                 panel=panel_of(in_size), masked=skip), **views, **chunk_mask(start))
+            # the first direction's input gradients write dx: a cover of their own may overlap
+            own_cover = inputs_after or (GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows))
+            base = (d % DG) * packed_size if packed_pairs > 1 else 0
 
-                def gradients(start, size, _d=d, _slot=slot, _l=l, _own=own_cover, _input_gradient=input_gradient):
-                    gd = _d % DG
-                    h_before = states.at(_l, _d, prev_row(_d, start), ("t", "n", "j"))  # the steps' h_{t-1}
-                    for dg, kind_w, kind_b, a, k_size in (
-                            (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
-                            (dgh, "weight_hh", "bias_hh", h_before, S)):
-                        chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
-                        piece = dw_packed.piece(base + packed_at[kind_w]) if packed_grads else dw.piece(_slot[kind_w])
-                        operand = chunk
-                        if grad_panel:  # packed once where dgh is dgx
-                            operand = dg_panels.piece(0)
-                            if kind_w == "weight_ih" or not deriv.gate_grads_shared:
-                                prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=chunk, dst=operand)
-                        rows = input_rows[k_size]
-                        if rows:
-                            prog.call(kernels.input_panels(size, N, k_size, rows), src=a, dst=a_panels.piece(0))
-                            a = a_panels.piece(0)
-                        prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads,
-                                                          panel=grad_panel, input_rows=rows, masked=skip),
-                                  dg=operand, a=a, acc=piece, dw=piece, **chunk_mask(start))
-                        bias = dw.piece(_slot[kind_b])
-                        prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
-                    if P:  # W_hr's: dw[p, j] += sum dhp[t, n, p] r[t, n, j]
-                        hr = dw.piece(_slot["weight_hr"])
-                        prog.call(kernels.weight_gradient(size, N, H, S, 1, masked=skip),
-                                  dg=dhp.at("t", "n", "j", "g", d=gd, t=start),
-                                  a=rs.at("t", "n", "j", ld=_l * D + _d, t=start), acc=hr, dw=hr, **chunk_mask(start))
-                    if U:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
-                        unit = dw.piece(layout.unit_offset(_l, _d))
-                        prog.call(kernels.bias_gradient(size, N, H, U), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),
-                                  acc=unit, db=unit)
-                    if not _own:
-                        _input_gradient(start, size)
-                def zero():
-                    if packed_grads:
-                        for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
-                            prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(base + packed_at[kind]))
+            def gradients(start, size):
+                gd = d % DG
+                h_before = states.at(l, d, prev_row(d, start), ("t", "n", "j"))  # the steps' h_{t-1}
+                for dg, kind_w, kind_b, a, k_size in (
+                        (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
+                        (dgh, "weight_hh", "bias_hh", h_before, S)):
+                    chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
+                    piece = dw_packed.piece(base + packed_at[kind_w]) if packed_grads else dw.piece(slot[kind_w])
+                    operand = chunk
+                    if grad_panel:  # packed once where dgh is dgx
+                        operand = dg_panels.piece(0)
+                        if kind_w == "weight_ih" or not deriv.gate_grads_shared:
+                            prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=chunk, dst=operand)
+                    rows = input_rows[k_size]
+                    if rows:
+                        prog.call(kernels.input_panels(size, N, k_size, rows), src=a, dst=a_panels.piece(0))
+                        a = a_panels.piece(0)
+                    prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads,
+                                                      panel=grad_panel, input_rows=rows, masked=skip),
+                              dg=operand, a=a, acc=piece, dw=piece, **chunk_mask(start))
+                    bias = dw.piece(slot[kind_b])
+                    prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
+                if P:  # W_hr's: dw[p, j] += sum dhp[t, n, p] r[t, n, j]
+                    hr = dw.piece(slot["weight_hr"])
+                    prog.call(kernels.weight_gradient(size, N, H, S, 1, masked=skip),
+                              dg=dhp.at("t", "n", "j", "g", d=gd, t=start),
+                              a=rs.at("t", "n", "j", ld=l * D + d, t=start), acc=hr, dw=hr, **chunk_mask(start))
+                if U:  # a per-unit parameter's gradient is a bias gradient over its (T, N, H) shares
+                    unit = dw.piece(layout.unit_offset(l, d))
+                    prog.call(kernels.bias_gradient(size, N, H, U), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),
+                              acc=unit, db=unit)
+                if not own_cover:
+                    input_gradient(start, size)
 
-                def finish(_slot=slot, _input_gradient=input_gradient, _own=own_cover):
-                    if packed_grads:
-                        for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
-                            prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
-                                      src=dw_packed.piece(base + packed_at[kind]),
-                                      dst=dw.piece(_slot[kind]))
-                    if _own:
-                        prog.chunked(T, chunks, _input_gradient, tail_waste=tail_flops // (2 * N * in_size * G * H),
-                                     tail_rows=(N, tail_rows) if tail_rows else None)
+            def zero():
+                if packed_grads:
+                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
+                        prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(base + packed_at[kind]))
 
-                def whole(_gradients=gradients, _zero=zero, _finish=finish):
-                    _zero()
-                    prog.chunked(T, chunks, _gradients)
-                    _finish()
-                return dict(chunk=gradients, zero=zero, finish=finish, all=whole)
+            def finish():
+                if packed_grads:
+                    for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
+                        prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
+                                  src=dw_packed.piece(base + packed_at[kind]),
+                                  dst=dw.piece(slot[kind]))
+                if own_cover:
+                    prog.chunked(T, chunks, input_gradient, tail_waste=tail_flops // (2 * N * in_size * G * H),
+                                 tail_rows=(N, tail_rows) if tail_rows else None)
+
+            def whole():
+                zero()
+                prog.chunked(T, chunks, gradients)
+                finish()
+            return dict(chunk=gradients, zero=zero, finish=finish, all=whole)
 
         for group in groups:
             # each chunk's gradients right after the chunk's steps, while its gate gradients are
             # in cache. Stacked directions (one loop, time walked in opposite orders) take their
             # weight and bias gradients so, each into a packed pair of its own; their input
             # gradients run after the loop, the first's first (the second's add to them)
-            chunk_grads = interleave and not P
             emitters = {d: _gradient_emitters(l, d, inputs_after=chunk_grads and len(group) > 1) for d in group}
             for d in group if chunk_grads else ():
                 emitters[d]["zero"]()
