@@ -1527,6 +1527,31 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng)
     assert np.array_equal(regions.forward(regions.pack_weights(params), x)[0], rnn.forward(rnn.pack_weights(params), x)[0])
 
 
+@pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])
+def test_cpu_guarded_tiles_of_gates_that_do_not_divide_the_lanes(mcpu, lanes, monkeypatch, rng):
+    """The GRU's 3 gates at a prime H (53) had one-unit tiles, 3 floats (H = 151: inference 3x
+    slower than with this rule); since v75 (``cpu.CPU_GUARDED_GATE_TILES``) its gate-interleaved
+    GEMMs take guarded tiles of lanes // 3 units, one partial vector (15 floats on AVX-512, 6 on
+    AVX2), the last tile peeled. The compiled code holds those vectors (and not without the rule);
+    where this CPU runs it, a 2-layer bidirectional GRU matches torch.nn in float64, outputs, states
+    and every gradient."""
+    from tvmrnn.schedules import cpu
+    target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
+    tile = lanes // 3 * 3
+
+    def widths():
+        rnn = tvmrnn.build("gru", 37, 53, num_layers=2, bidirectional=True, batch_size=5, target=target,
+                           tuning_logs=False, cache=False)
+        return {int(w) for w in re.findall(r"<(\d+) x float>", rnn.executable.mod.inspect_source("ll"))}
+    assert tile in widths(), f"{mcpu}: no {tile}-float tiles"
+    monkeypatch.setattr(cpu, "CPU_GUARDED_GATE_TILES", False)
+    assert tile not in widths()
+    monkeypatch.setattr(cpu, "CPU_GUARDED_GATE_TILES", True)
+    if mcpu == "skylake-avx512" and "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    _check("gru", 2, True, False, 6, rng, target=target, hidden=53, input_size=37, batch=5)
+
+
 def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
     """Guarded row tiles (``cpu.CPU_GUARDED_ROWS``) only where the GEMM has one row axis of its own:
     on fused steps x rows (10-step chunks of 5 rows: a fused tile of 10 rows, 50 in all) a 24-row

@@ -123,10 +123,11 @@ def guarded_tile(lanes: int, lead: int, inner: int, lead_tile: int) -> bool:
     """Whether :func:`cpu_gemm`'s default tile of ``lead_tile`` steps of the leading column axis
     (``lead`` long, ``inner`` elements a step) becomes one whole guarded vector
     (:data:`CPU_GUARDED_TILES`): no whole number of vectors, not fuller than
-    :data:`CPU_GUARDED_TILE_MAX_FILL`, gates that divide the lanes, two vectors of columns or more."""
+    :data:`CPU_GUARDED_TILE_MAX_FILL`, two vectors of columns or more, and gates that divide the
+    lanes or (:data:`CPU_GUARDED_GATE_TILES`) ``lanes // gates`` units, one partial vector."""
     width = lead_tile * inner
     return bool(CPU_GUARDED_TILES and width % lanes and not CPU_GUARDED_TILE_MAX_FILL * lanes < width < lanes
-                and lanes % inner == 0 and lead * inner >= 2 * lanes)
+                and (lanes % inner == 0 or CPU_GUARDED_GATE_TILES) and lead * inner >= 2 * lanes)
 
 
 def tile_rows(extent: int, width: int, lanes: int, accumulators: int = 24, multiple_of: int = 1) -> int:
@@ -342,6 +343,16 @@ CPU_GUARDED_TILES = True
 # GRU N=13 H=129 4.2 -> 3.8, RNN N=3 H=129 0.49 -> 0.45, LSTM N=2 H=37 0.41-0.44 -> 0.39;
 # inference unchanged (no forward GEMM takes it).
 CPU_GUARDED_ROWS = True
+
+# Whether CPU_GUARDED_TILES applies also where the gates do not divide the lanes (the GRU's 3 on
+# AVX-512 and AVX2): the tile is then lanes // gates units, one partial vector (15 floats on AVX-512,
+# 6 on AVX2), the last tile peeled, where the old tile was 12 floats or fewer (a GRU H with no
+# divisor of 5 units: prime H, 4 x odd). On a 2-core Zen 5 dev VM, 2 threads, T=50, off -> on
+# (notes/performance.md v75): GRU N=57 H=151 inference 11.1 -> 3.4-3.8 ms, training 26.5 -> 9.9-10.9;
+# N=5 H=506 7.5 -> 3.9, 20.9 -> 13.3; N=64 H=101 6.1 -> 2.8, 15.4 -> 8.1; N=20 H=232 3.3 -> 2.4,
+# 7.8 -> 7.2; N=13 H=124 2 layers the same (1.10 / 3.06 -> 1.07 / 3.16); AVX2 code (znver3) on the
+# same VM: N=57 H=151 19.4 -> 9.1, 47.2 -> 26.3; N=20 H=75 2 layers 2.75 -> 1.64. The same results.
+CPU_GUARDED_GATE_TILES = True
 
 # Whether CPU_GUARDED_TILES applies also to the GEMMs tiled from a fused step's outputs
 CPU_GUARDED_STEP_TILES = True
