@@ -1552,6 +1552,32 @@ def test_cpu_guarded_tiles_of_gates_that_do_not_divide_the_lanes(mcpu, lanes, mo
     _check("gru", 2, True, False, 6, rng, target=target, hidden=53, input_size=37, batch=5)
 
 
+def test_cpu_gate_blocked_tiles_widen_past_four_vectors_where_only_one_divides(monkeypatch, rng):
+    """An AVX-512 LSTM at H = 220 (= 4 x 55): of tiles of 1-4 vectors (4-16 units) only the
+    one-vector tile divides the units, a register tile of 24 rows x 1 vector (24 broadcasts for
+    each weight vector). Since v75 (``cpu.CPU_WIDE_TILE_VECTORS``) it takes 20-unit panels (5
+    vectors, 4 rows) where that leaves ``CPU_WIDE_TILE_MIN_TILES`` column tiles (not at H = 100),
+    its weight gradients the same panels; the kernels say so in their names (``_p20``), and a
+    2-layer bidirectional LSTM matches torch.nn in float64, outputs, states and every gradient."""
+    import tvm
+    from tvmrnn.schedules import cpu
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+    avx512 = tvm.target.Target(target)
+    assert cpu.weight_panel(avx512, 4, 220) == cpu.gradient_panel(avx512, 4, 220) == 20
+    assert cpu.weight_panel(avx512, 4, 100) == 4 and cpu.weight_panel(avx512, 4, 704) == 16
+    monkeypatch.setattr(cpu, "CPU_WIDE_TILE_VECTORS", 0)
+    assert cpu.weight_panel(avx512, 4, 220) == 4
+    monkeypatch.setattr(cpu, "CPU_WIDE_TILE_VECTORS", 6)
+    rnn = tvmrnn.build("lstm", 37, 220, num_layers=2, bidirectional=True, batch_size=5, target=target,
+                       tuning_logs=False, cache=False)
+    names = [name for program in rnn.programs.values() for name in program.kernels]
+    assert any(n.startswith("recurrent_step_lstm_infer") and n.endswith("_p20") for n in names), names
+    assert any(n.startswith("weight_gradient_panels_p20") for n in names), names
+    if "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    _check("lstm", 2, True, False, 6, rng, target=target, hidden=220, input_size=37, batch=5)
+
+
 def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
     """Guarded row tiles (``cpu.CPU_GUARDED_ROWS``) only where the GEMM has one row axis of its own:
     on fused steps x rows (10-step chunks of 5 rows: a fused tile of 10 rows, 50 in all) a 24-row

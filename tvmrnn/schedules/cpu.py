@@ -11,10 +11,13 @@ from ..kernels import Kernel
 from .common import _divisor, _extent, _gemm_axes, _uses, _vectorize, _vectorize_trailing, is_gpu, vector_lanes
 
 
-def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | None = None) -> int:
+def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | None = None,
+                    min_tiles: int | None = None) -> int:
     """:func:`cpu_gemm`'s column tile, in steps of its leading column axis (``lead`` long; the
     trailing ones, ``inner`` elements, e.g. all G gates of a unit, are taken whole): at most
-    ``column_vectors`` vectors of ``lanes`` floats, a whole number of them where possible."""
+    ``column_vectors`` vectors of ``lanes`` floats, a whole number of them where possible; where
+    that is one vector of several gates, up to :data:`CPU_WIDE_TILE_VECTORS` if that leaves
+    ``min_tiles`` tiles (default :data:`CPU_WIDE_TILE_MIN_TILES`)."""
     def lead_tile_for(vectors):
         cap = max(1, vectors * lanes // inner)
         # Whole vectors, so that `_vectorize` can run the tile as lane-wide pieces: with 3 gates,
@@ -33,6 +36,11 @@ def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | Non
         return _divisor(lead, cap)
 
     lead_tile = lead_tile_for(column_vectors or 4)
+    if (column_vectors is None and CPU_WIDE_TILE_VECTORS and lanes >= 16 and inner > 1
+            and lead_tile * inner == lanes):
+        wide = lead_tile_for(CPU_WIDE_TILE_VECTORS)
+        if wide * inner % lanes == 0 and lead // wide >= (CPU_WIDE_TILE_MIN_TILES if min_tiles is None else min_tiles):
+            lead_tile = wide
     if lanes == 8 and column_vectors is None:
         # AVX2's 16 registers: a 2-vector-wide tile with 5 rows (each loaded vector of the
         # streamed operand feeds 5 multiply-adds) instead of a 4-wide one with 2 rows (2), where
@@ -61,6 +69,18 @@ def cpu_column_tile(lanes: int, lead: int, inner: int, column_vectors: int | Non
 # columns, e.g. RNN H=37) measured mixed (inference 1.8x faster, training 1.2x slower): the old
 # tile stayed there (since v70 CPU_GUARDED_TILES gives both whole vectors and a peeled tail).
 CPU_PARTIAL_TILE_VECTORS = 1
+
+# Where 2-4 whole vectors of units divide no gate-blocked columns and one does (an AVX-512 LSTM at
+# H = 500, 700, 1100, 1220: 4-unit panels, a register tile of 24 rows x 1 vector, each k 24
+# broadcasts for one weight vector), up to this many vectors (5: 20 units, 4 rows) instead (0:
+# off), where that leaves CPU_WIDE_TILE_MIN_TILES column tiles or more (H = 100's 5 tiles of 20
+# units would leave most of 16 cores idle at small batches). On a 2-core Zen 5 dev VM, 2 threads,
+# one process, interleaved, off -> on, inference / training ms (the same bits; notes/performance.md
+# v75): LSTM T=96 N=24 I=H=700 45.0 / 164.4 -> 39.1 / 154.6; N=32 H=500 31.8 / 107.0 -> 27.0 / 101.0;
+# N=8 H=1100 47.0 / 167.3 -> 39.1 / 153.3; T=125 N=1 I=1024 H=1220 2 layers 72.9 / 327.5 -> 45.6 /
+# 291.7; N=64 H=100 (5 tiles, below the minimum) 4.17 / 11.40 -> 2.67 / 11.44. Not run on a Xeon.
+CPU_WIDE_TILE_VECTORS = 6
+CPU_WIDE_TILE_MIN_TILES = 8
 
 
 def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -> int:
@@ -116,7 +136,7 @@ def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
     if target is None:
         target = host_target()
     panel = weight_panel(target, gates, hidden, weight_panels)
-    return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates) == panel else 0
+    return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates, min_tiles=1) == panel else 0
 
 
 def guarded_tile(lanes: int, lead: int, inner: int, lead_tile: int) -> bool:
