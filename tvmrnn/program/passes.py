@@ -64,6 +64,16 @@ from .sequence import GpuKernels, Program, Stacked, Subroutines
 # notes/performance.md v60). Fewer rows were not measured, and the shipped (DS2, N=20) records
 # are for the four sizes: smaller batches keep them.
 CHUNK_STEPS = (16, 4, 1)
+# CPU batches of CPU_NARROW_CHUNK_BATCH rows or fewer take 64-step chunks first (at most 512 rows, as
+# many as a 16-step chunk of 32): a chunk's weight gradient reads and writes all of dW, which at
+# a few rows dominates its GEMM. On a 2-core Zen 5 dev VM, one process, interleaved, against (16,
+# 4, 1), inference / training ms (notes/performance.md v75): LSTM T=125 N=1 I=1024 H=1220 2 layers
+# 47.3 / 327.3 -> 44.3 / 294.8; T=300 N=1 H=512 8.09 / 22.6 -> 7.66 / 20.7; T=200 N=4 H=800 20.2 /
+# 81.4 -> 21.3 / 71.6; N=8 H=512 15.3 / 54.7 -> 15.3 / 52.3; T=300 N=2 H=256 2 layers 3.74 / 12.9
+# -> 3.80 / 12.1; GRU T=300 N=1 H=512 5.69 / 18.3 -> 5.70 / 16.7; but LSTM N=20 H=800 T=100 45.1 /
+# 152.3 -> 43.8 / 157.8 (so 16 steps from 9 rows on). Not run on a Xeon.
+CPU_NARROW_CHUNK_STEPS = (64, 16, 4, 1)
+CPU_NARROW_CHUNK_BATCH = 8
 # Fewer rows take 16- and 8-step chunks too: the backward cannot cover its last steps with an
 # overlapping chunk as the forward does (its weight gradients sum), and a 4-step chunk's GEMMs took
 # 43-60% of a 32-step one's time at N = 12, H = 2048 (input gradient 156 against 367 us), so 16-
@@ -122,7 +132,7 @@ def chunk_steps(target, options: BuildOptions, batch: int = 1) -> tuple[int, ...
     if options.chunk_steps is not None:
         return options.chunk_steps
     if target is None or not is_gpu(target):
-        return CHUNK_STEPS
+        return CPU_NARROW_CHUNK_STEPS if batch <= CPU_NARROW_CHUNK_BATCH else CHUNK_STEPS
     return GPU_WIDE_CHUNK_STEPS if batch >= GPU_WIDE_CHUNK_BATCH else GPU_CHUNK_STEPS
 
 
