@@ -240,8 +240,14 @@ def test_bf16_projections_refused_where_they_cannot_run():
         tvmrnn.build("lstm", target={"kind": "llvm", "mcpu": "znver3"}, **sizes)
     with pytest.raises(ValueError, match="bf16_projections: CPUs only"):
         tvmrnn.build("lstm", target="nvidia/nvidia-h100", **sizes)
-    with pytest.raises(ValueError, match="panels of a multiple of 16 units.*hidden_size 37 of a 4-gate cell gets no panels"):
+    with pytest.raises(ValueError, match="panels of a multiple of 16 units.*hidden_size 37 of a 4-gate cell gets 8-unit"):
         tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=37))
+    with pytest.raises(ValueError, match="panels of a multiple of 16 units.*hidden_size 36 of a 4-gate cell gets 12-unit"):
+        tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=36))
+    with pytest.raises(ValueError, match="panels of a multiple of 16 units.*hidden_size 37 of a 3-gate cell gets no panels"):
+        tvmrnn.build("gru", target=ZEN4, **dict(sizes, hidden_size=37))
+    with pytest.raises(ValueError, match="panels that divide the hidden size: hidden_size 124 takes 16-unit panels"):
+        tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=124))  # (padded: cpu.CPU_PADDED_PANELS)
     with pytest.raises(ValueError, match="batch_size x hidden_size too large"):
         tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=1024, batch_size=4096))
     with pytest.raises(TypeError, match="options.bf16_projections: expected True or False"):

@@ -1578,6 +1578,46 @@ def test_cpu_gate_blocked_tiles_widen_past_four_vectors_where_only_one_divides(m
     _check("lstm", 2, True, False, 6, rng, target=target, hidden=220, input_size=37, batch=5)
 
 
+@pytest.mark.parametrize("hidden,panel,units", [(124, 16, 128), (67, 12, 72), (37, 8, 40)])
+def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(hidden, panel, units, monkeypatch, rng, tmp_path):
+    """An AVX-512 LSTM whose units no panel of 2-4 vectors divides (H = 4 x 31, 67, 37) had
+    one-vector tiles; since v75 (``cpu.CPU_PADDED_PANELS``) its forward GEMMs take the panels that
+    pad it least (at most an eighth more units), the padding's weights and biases zero, the gate
+    math on the real units alone. The packed buffer grows by the padding (``Layout.packed_units``,
+    the PyTorch-layout copy after it); kernels say so in their names; a 2-layer bidirectional LSTM
+    matches torch.nn in float64, outputs, states and every gradient; a package of it loads with its
+    layout and gives the same bits; and without the rule the build is the old one."""
+    import tvm
+    from tvmrnn.schedules import cpu
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+    avx512 = tvm.target.Target(target)
+    assert (cpu.weight_panel(avx512, 4, hidden), cpu.packed_units(avx512, 4, hidden)) == (panel, units)
+    assert cpu.gradient_panel(avx512, 4, hidden) == 0  # (the weight gradients in rows)
+    rnn = tvmrnn.build("lstm", 29, hidden, num_layers=2, bidirectional=True, batch_size=3, target=target,
+                       tuning_logs=False, cache=False)
+    layout = rnn.config.layout
+    # per layer and direction 4 (Hp - H) rows more of weight_ih (29 or 2H inputs), weight_hh and 2 biases
+    assert rnn.config.packed_units == units and layout.forward_total - layout.total == 8 * (units - hidden) * (
+        4 * hidden + 33)
+    assert layout.packed_total == layout.forward_total + layout.total
+    names = [n for program in rnn.programs.values() for n in program.kernels]
+    assert any(n.startswith("recurrent_step_lstm_infer") and f"_h{hidden}_p{panel}" in n for n in names), names
+    monkeypatch.setattr(cpu, "CPU_PADDED_PANELS", False)
+    assert cpu.packed_units(avx512, 4, hidden) == hidden
+    monkeypatch.setattr(cpu, "CPU_PADDED_PANELS", True)
+    if "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    _check("lstm", 2, True, False, 7, rng, target=target, hidden=hidden, input_size=29, batch=3)
+    import torch
+    torch.manual_seed(1)
+    params = tvmrnn.params_from_torch(torch.nn.LSTM(29, hidden, num_layers=2, bidirectional=True))
+    x = rng.standard_normal((5, 3, 29)).astype(np.float32)
+    rnn.export(tmp_path / "padded.so")
+    loaded = tvmrnn.load(tmp_path / "padded.so")
+    assert loaded.config.packed_units == units
+    assert np.array_equal(loaded.forward(loaded.pack_weights(params), x)[0], rnn.forward(rnn.pack_weights(params), x)[0])
+
+
 def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
     """Guarded row tiles (``cpu.CPU_GUARDED_ROWS``) only where the GEMM has one row axis of its own:
     on fused steps x rows (10-step chunks of 5 rows: a fused tile of 10 rows, 50 in all) a 24-row

@@ -110,9 +110,14 @@ def weight_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, ...]:
     :func:`tvmrnn.schedules.cpu.weight_panel`)."""
     if not panel:
         return (in_size, hidden, gates)
-    if hidden % panel:
-        raise ValueError(f"panel: {panel} units do not divide hidden_size {hidden}")
-    return (hidden // panel, in_size, gates, panel)
+    return (panels(hidden, panel), in_size, gates, panel)
+
+
+def panels(hidden, panel: int) -> int:
+    """Column panels of ``panel`` units for ``hidden`` units: the last one padded where ``panel``
+    does not divide ``hidden`` (:func:`tvmrnn.schedules.cpu.weight_panel`; its units past
+    ``hidden`` hold zero weights and biases, and no kernel reads what they compute)."""
+    return -(-hidden // panel)
 
 
 def _weight_at(w, lead: tuple, k, column: tuple, panel: int):
@@ -130,7 +135,7 @@ def gate_shape(hidden, gates, panel: int = 0) -> tuple[int, ...]:
     weights' ``panel`` (:func:`weight_shape`) gate-blocked ``(H / panel, G, panel)``, so that a CPU
     vector holds one gate of ``panel`` consecutive units and the fused gate math reads and writes
     whole vectors (gate-interleaved, it gathered each gate lane by lane)."""
-    return (hidden // panel, gates, panel) if panel else (hidden, gates)
+    return (panels(hidden, panel), gates, panel) if panel else (hidden, gates)
 
 
 def gate_axes(panel: int = 0) -> tuple[str, ...]:
@@ -865,7 +870,12 @@ def gate_transpose(gates, hidden, in_size, panel: int = 0) -> Kernel:
     its gate-blocked column panels ``(H / panel, K, G, panel)`` (:func:`weight_shape`; a bias is
     a weight with K = 1, so it comes out as :func:`gate_shape`'s layout)."""
     src = te.placeholder((gates, hidden, in_size), F32, "src")
-    if panel:
+    if panel and hidden % panel:  # the last panel padded with zeros
+        dst = te.compute(weight_shape(in_size, hidden, gates, panel),
+                         lambda p, k, g, u: tirx.if_then_else(
+                             p * panel + u < hidden, src[g, tirx.min(p * panel + u, hidden - 1), k],
+                             tirx.const(0.0, F32)), name="dst")
+    elif panel:
         dst = te.compute(weight_shape(in_size, hidden, gates, panel),
                          lambda p, k, g, u: src[g, p * panel + u, k], name="dst")
     else:

@@ -21,8 +21,11 @@ also from one flat buffer.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+
+_GATE_KINDS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 
 
 @dataclass(frozen=True)
@@ -54,13 +57,17 @@ class Layout:
     total: int
     unit_params: tuple[str, ...] = ()
     proj_size: int = 0
+    packed_units: int = 0
 
     @staticmethod
     def create(input_size, hidden_size, num_layers, num_directions, num_gates, unit_params=(),
-               proj_size: int = 0) -> "Layout":
+               proj_size: int = 0, packed_units: int = 0) -> "Layout":
         """``proj_size`` P (an LSTM with projections, torch.nn's ``proj_size``): the hidden state
         has P features, ``weight_hh`` is ``(G*H, P)``, each layer-direction has ``weight_hr``
-        ``(P, H)`` after its biases, and layers above the first take ``D*P`` inputs."""
+        ``(P, H)`` after its biases, and layers above the first take ``D*P`` inputs.
+        ``packed_units`` Hp > H (CPU weight panels that do not divide H, padded:
+        :func:`tvmrnn.schedules.cpu.weight_panel`): the forward kernels' weights and biases hold Hp
+        units each in the packed layout, the padding's zero (0: H)."""
         slots, offset = [], 0
         GH = num_gates * hidden_size
         state = proj_size or hidden_size
@@ -75,13 +82,38 @@ class Layout:
                     slot = Slot(kind + suffix, layer, direction, kind, shape, offset)
                     slots.append(slot)
                     offset += slot.size
+        units = packed_units if packed_units and packed_units != hidden_size else 0
         return Layout(input_size, hidden_size, num_layers, num_directions, num_gates, tuple(slots), offset,
-                      tuple(unit_params), proj_size)
+                      tuple(unit_params), proj_size, units)
+
+    def packed_size(self, slot: Slot) -> int:
+        """Elements of ``slot`` in the kernels' layout: its PyTorch size, or with ``packed_units``
+        a gate weight's or bias's ``G * Hp`` rows."""
+        if self.packed_units and slot.kind in _GATE_KINDS:
+            return slot.size // self.hidden_size * self.packed_units
+        return slot.size
+
+    @functools.cached_property
+    def _packed_offsets(self) -> tuple[tuple[int, ...], int]:
+        offsets, offset = [], 0
+        for s in self.slots:
+            offsets.append(offset)
+            offset += self.packed_size(s)
+        return tuple(offsets), offset
+
+    def packed_offset(self, slot: Slot) -> int:
+        """Where ``slot`` sits in the packed buffer's first part (the kernels' layout)."""
+        return self._packed_offsets[0][self.slots.index(slot)] if self.packed_units else slot.offset
+
+    @property
+    def forward_total(self) -> int:
+        """Elements of the packed buffer's first part: ``total``, or more with ``packed_units``."""
+        return self._packed_offsets[1] if self.packed_units else self.total
 
     @property
     def packed_total(self) -> int:
         """Elements of the packed buffer: the kernels' layout, then the PyTorch-layout copy."""
-        return 2 * self.total
+        return self.forward_total + self.total
 
     def parameter_list(self) -> list:
         """``[name, PyTorch shape, offset]`` of each parameter, in order: what a package's metadata
@@ -89,15 +121,17 @@ class Layout:
         return [[s.name, list(s.torch_shape), s.offset] for s in self.slots]
 
     def torch_copy(self, offset: int) -> int:
-        """Where the PyTorch-layout copy of the weight packed at ``offset`` sits."""
-        return self.total + offset
+        """Where the PyTorch-layout copy of the weight at PyTorch offset ``offset`` sits."""
+        return self.forward_total + offset
 
     def slot(self, layer: int, direction: int, kind: str) -> Slot:
         return next(s for s in self.slots if (s.layer, s.direction, s.kind) == (layer, direction, kind))
 
-    def unit_offset(self, layer: int, direction: int) -> int:
-        """Where the ``(P, H)`` block of a layer-direction's per-unit parameters starts."""
-        return self.slot(layer, direction, self.unit_params[0]).offset
+    def unit_offset(self, layer: int, direction: int, packed: bool = False) -> int:
+        """Where the ``(P, H)`` block of a layer-direction's per-unit parameters starts (in
+        PyTorch's layout, or with ``packed`` in the packed buffer's first part)."""
+        slot = self.slot(layer, direction, self.unit_params[0])
+        return self.packed_offset(slot) if packed else slot.offset
 
     @property
     def names(self) -> list[str]:

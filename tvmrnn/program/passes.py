@@ -155,6 +155,9 @@ class Config:
     # features; each step is the recurrent step on a P-wide state, then the projection
     # (kernels.recurrent_step's state_size, kernels.projection_step). 0: none
     proj_size: int = 0
+    # the units of the forward kernels' gate columns where a CPU build pads them to whole weight
+    # panels (tvmrnn.schedules.cpu.weight_panel; Layout.packed_units); 0: hidden_size
+    packed_units: int = 0
 
     @property
     def state_size(self) -> int:
@@ -175,7 +178,8 @@ class Config:
     @functools.cached_property  # (a drop-in asks at every call: building it took ~0.1 ms)
     def layout(self) -> Layout:
         return Layout.create(self.input_size, self.hidden_size, self.num_layers,
-                             self.num_directions, self.cell.num_gates, self.cell.unit_params, self.proj_size)
+                             self.num_directions, self.cell.num_gates, self.cell.unit_params, self.proj_size,
+                             self.packed_units)
 
     @property
     def num_saved(self) -> int:
@@ -400,6 +404,9 @@ def bf16_projections_refused(target, config: Config, panel: int | None = None) -
         return (f"needs the weights in column panels of a multiple of 16 units (AVX-512), smaller than the hidden "
                 f"size: hidden_size {config.hidden_size} of a {config.cell.num_gates}-gate cell gets "
                 f"{'no panels' if not panel else f'{panel}-unit panels'} (weight_panels={config.options.weight_panels})")
+    if config.hidden_size % panel:
+        return (f"needs column panels that divide the hidden size: hidden_size {config.hidden_size} takes "
+                f"{panel}-unit panels, the last one padded")
     state = bf16.step_state_bytes(config.num_directions, config.rows, config.hidden_size)
     if state > bf16.STEP_STATE_BYTES:
         return (f"batch_size x hidden_size too large: the step's rounded state would take {state} bytes of the "
@@ -515,8 +522,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                                                  masked=skip)
                     t0 = base(d, start, size) if interleave else start
                     views = dict(mask=mask.at("t", "n", t=t0)) if skip else {}
-                    prog.call(k, x=layer_in(t0, size), w=w.piece(layout.slot(_l, d, "weight_ih").offset),
-                              b=w.piece(layout.slot(_l, d, "bias_ih").offset),
+                    prog.call(k, x=layer_in(t0, size), w=w.piece(layout.packed_offset(layout.slot(_l, d, "weight_ih"))),
+                              b=w.piece(layout.packed_offset(layout.slot(_l, d, "bias_ih"))),
                               gx=gx.at("t", "n", *gate_axes, d=gd, t=0 if interleave else start), **views)
 
             if not interleave:
@@ -545,8 +552,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                             rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
                         t_gx = s - base(d, start, size) if interleave else s
                         views = dict(gx=gx.at("n", *gate_axes, d=gd, t=t_gx),
-                                     w=w.piece(layout.slot(_l, d, "weight_hh").offset),
-                                     b=w.piece(layout.slot(_l, d, "bias_hh").offset), h_prev=h_row(d, rows[0]))
+                                     w=w.piece(layout.packed_offset(layout.slot(_l, d, "weight_hh"))),
+                                     b=w.piece(layout.packed_offset(layout.slot(_l, d, "bias_hh"))),
+                                     h_prev=h_row(d, rows[0]))
                         if P:  # the step's r, then its projection (below) into the state and output
                             views["r"] = rs.at("n", "j", ld=ld, t=s) if train else rs.at("n", "j", d=gd)
                         else:
@@ -554,7 +562,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                         if cs is not None:
                             views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
                         if c.unit_params:
-                            views["unit"] = w.piece(layout.unit_offset(_l, d))
+                            views["unit"] = w.piece(layout.unit_offset(_l, d, packed=True))
                         if mask is not None:
                             views["mask"] = mask.at("n", t=s)
                         if train:
@@ -565,7 +573,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                     if P:
                         def projection_views(d):
                             views, s = views_of(d), _time(config, T, d, u)
-                            out = dict(r=views["r"], w=w.piece(layout.slot(_l, d, "weight_hr").offset),
+                            out = dict(r=views["r"], w=w.piece(layout.packed_offset(layout.slot(_l, d, "weight_hr"))),
                                        h=h_row(d, next_row(d, s) if train else tirx.floormod(u + 1, 2)),
                                        y=layer_out(s, d))
                             if masked:
@@ -759,7 +767,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             if dh_direct is not None:
                 views["dh_direct"] = dh_direct.at("n", "j", d=gd, slot=nxt)
             if "unit" in pointwise.roles:
-                views["unit"] = w.piece(layout.unit_offset(_l, d))
+                views["unit"] = w.piece(layout.unit_offset(_l, d, packed=True))
             views.update({f"dp{i}": dunit.at("n", "j", d=gd, t=s, p=i) for i in range(U)})
             if mask is not None:
                 views["mask"] = mask.at("n", t=s)
@@ -999,7 +1007,7 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
         kernel = kernels.gate_transpose(gates, units, k_size, panel=own_panel)
         if slot.kind in ("weight_ih", "weight_hh") and config.options.bf16_projections:  # rounded, in pairs
             kernel = kernels.bf16_weight_pairs(G, H, k_size, panel)
-        prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(slot.offset))
+        prog.call(kernel, src=src.piece(slot.offset), dst=dst.piece(layout.packed_offset(slot)))
         if len(slot.torch_shape) == 2 and backward:
             back = prog.backward_weight_panels[k_size] = panel_of(k_size)
             copy = kernels.weight_panels(gates, units, k_size, back) if back else kernels.copy(*slot.torch_shape)
@@ -1019,6 +1027,10 @@ def all_programs(config: Config, schedule, target=None,
     how = dict(chunks=chunk_steps(target, options, config.rows), stacked=stack_directions(target, options),
                one_region=time_loop_regions(target, options), view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
+    units = kernels.panels(config.hidden_size, panel) * panel if panel else config.hidden_size
+    if (config.packed_units or config.hidden_size) != units:
+        raise ValueError(f"config.packed_units: {config.packed_units}, where this target's weight panels of {panel} "
+                         f"units pack {units} (tvmrnn.runtime.build.with_compiled_rows sets it)")
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)
     proj_panel = weight_panel(target, 1, config.proj_size, options.weight_panels) if config.proj_size else 0

@@ -18,7 +18,7 @@ from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
-from ..schedules.cpu import padded_batch
+from ..schedules.cpu import packed_units, padded_batch
 from ..program.passes import (Config, all_programs, half_precision_choices, loop_block_caps,
                               projections_refused)
 from ..program.sequence import SharedMemoryError, compile_module
@@ -175,7 +175,13 @@ def with_compiled_rows(config: Config, target) -> Config:
     """``config`` with the batch rows its kernels are built for (``Config.compiled_rows``): on a
     CPU, fp32, a batch whose register tiles would be short (7, 11, 13 rows...) gets a few rows more,
     every call padded to them (:func:`tvmrnn.schedules.cpu.padded_batch`: 2x faster at 7 rows)."""
-    if is_gpu(target) or config.options.dtype != "float32" or config.options.bf16_projections:
+    if is_gpu(target):
+        return config
+    # and the units of its forward gate columns (Config.packed_units): weight panels that do not
+    # divide H pad the last one (tvmrnn.schedules.cpu.CPU_PADDED_PANELS)
+    units = packed_units(target, config.cell.num_gates, config.hidden_size, config.options.weight_panels)
+    config = dataclasses.replace(config, packed_units=units if units != config.hidden_size else 0)
+    if config.options.dtype != "float32" or config.options.bf16_projections:
         return config
     rows = padded_batch(config.batch_size, config.cell.num_gates, config.hidden_size, target)
     return dataclasses.replace(config, compiled_rows=rows if rows != config.batch_size else 0)

@@ -104,7 +104,8 @@ def _load(path: str, opened: str, device, device_index: int) -> RNN:
         config = Config(_cell_of(meta), meta["input_size"], meta["hidden_size"], meta["num_layers"],
                         meta["bidirectional"], meta["batch_size"], meta["batch_first"], options,
                         int(meta.get("compiled_rows", 0)),  # (packages before v67: none)
-                        proj_size=int(meta.get("proj_size", 0)))  # (before v71: none)
+                        proj_size=int(meta.get("proj_size", 0)),  # (before v71: none)
+                        packed_units=int(meta.get("packed_units", 0)))  # (before v75: none)
         _check_layout(meta, config)
     except (KeyError, TypeError, ValueError) as err:
         raise PackageError(f"load: {path!r}: its metadata does not describe a configuration ({err!s}); "

@@ -67,12 +67,15 @@ def metadata(rnn: RNN) -> dict:
         "unit_param_init": [list(item) for item in c.cell.unit_param_init],  # (a drop-in's start values)
         "input_size": c.input_size, "hidden_size": c.hidden_size, "proj_size": c.proj_size, "num_layers": c.num_layers,
         "bidirectional": c.bidirectional, "batch_size": c.batch_size, "compiled_rows": c.compiled_rows, "batch_first": c.batch_first,
+        "packed_units": c.packed_units,
         "dtype": c.options.dtype,  # the passes' inputs, outputs and states (weight gradients: float32)
         "options": c.options.to_dict(),
         "target": str(t), "target_kind": t.kind.name,
         "weight_layout": "one flat float32 buffer of packed_weights_size; per parameter, in PyTorch's order: "
                          "weights (K, H, G) gate-interleaved, biases (H, G) (with weight_panel u > 0: weights in "
-                         "gate-blocked column panels (H / u, K, G, u), biases (H / u, G, u)); then, from weights_size on, the "
+                         "gate-blocked column panels (ceil(H / u), K, G, u), biases (ceil(H / u), G, u), the last panel's units past H "
+                         "zero, and with packed_units Hp > 0 every weight and bias taking G * Hp rows); then, from "
+                         "packed_weights_size - weights_size on, the "
                          "weights again in PyTorch's (G, H, K) layout (with backward_weight_panels[K] = v > 0: "
                          "(K / v, H, G, v)); pack_weights(params, w) makes it from PyTorch's flat layout",
         "weight_panel": rnn.programs["pack_weights"].weight_panel,

@@ -444,7 +444,7 @@ def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     round_state(sch, target)
     batch = int(sch.get(sch.get_loops(output)[-2]).extent)
     rows = _divisor(batch, max(1, accumulators // (gates * units // 16)))
-    _, lead, j_inner = output_tiles(sch, gemm, output, units, rows)
+    _, lead, j_inner, _ = output_tiles(sch, gemm, output, units, rows)
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gp, gg, gu = spatial[len(lead):]
     sch.reorder(*reduction, gn, gp, gg, gu)
@@ -718,7 +718,7 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
                     key=lambda d: ((batch // d) * -(-d // 16), -d))
     if tile_rows < AMX_MIN_TILE_ROWS:  # a batch without a fair divisor (a prime): all its rows in one tile
         tile_rows = batch
-    _, lead, j_inner = output_tiles(sch, gemm, output, units, tile_rows)
+    _, lead, j_inner, _ = output_tiles(sch, gemm, output, units, tile_rows)
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gp, gg, gu = spatial[len(lead):]
     sch.reorder(gn, gp, gg, gu, *reduction)

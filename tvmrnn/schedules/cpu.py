@@ -116,7 +116,24 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     lanes = vector_lanes(target)
     units = cpu_column_tile(lanes, hidden, gates)
     # whole vectors only (a narrower tile, e.g. 2 of 74 features, gains nothing from a panel)
-    return units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
+    panel = units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
+    if CPU_PADDED_PANELS and gates > 1 and lanes % gates == 0 and lanes >= 16 and panel * gates <= lanes:
+        # one vector or none: 2-4 vectors of units in panels, the last padded (CPU_PADDED_PANELS)
+        def padded(u):
+            return -(-hidden // u) * u
+        sizes = [v * lanes // gates for v in (4, 3, 2)]  # the widest padding at most 1/16 more units,
+        best = next((u for u in sizes if padded(u) * 16 <= hidden * 17), None)  # else the least, to 1/8
+        best = best or min(sizes, key=lambda u: (padded(u), -u))
+        if padded(best) * 8 <= hidden * 9 and best < hidden:
+            return best
+    return panel
+
+
+def packed_units(target, gates: int, hidden: int, enabled: bool | None = None) -> int:
+    """The units the forward kernels' gate columns hold: ``hidden``, or more where the weight
+    panels (:func:`weight_panel`) do not divide it (the last one padded)."""
+    panel = weight_panel(target, gates, hidden, enabled)
+    return -(-hidden // panel) * panel if panel else hidden
 
 
 def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
@@ -136,6 +153,8 @@ def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
     if target is None:
         target = host_target()
     panel = weight_panel(target, gates, hidden, weight_panels)
+    if panel and hidden % panel:  # padded panels: the weight gradients in rows
+        return 0
     return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates, min_tiles=1) == panel else 0
 
 
@@ -178,6 +197,9 @@ def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
     lead_tile = cpu_column_tile(lanes, hidden, gates)
     guarded = CPU_GUARDED_STEP_TILES and guarded_tile(lanes, hidden, gates, lead_tile)
     width = lanes if guarded else lead_tile * gates
+    panel = weight_panel(target, gates, hidden)
+    if panel and hidden % panel:  # padded panels: a tile of one panel
+        width = panel * gates
     vectors, busy = -(-width // lanes), device_model(target).busy_accumulators
 
     def cost(rows):  # the steps' time, as rows over the share of the FMA rate their tiles reach
@@ -364,6 +386,15 @@ CPU_GUARDED_TILES = True
 # inference unchanged (no forward GEMM takes it).
 CPU_GUARDED_ROWS = True
 
+# Whether a CPU's gate-blocked weight panels may leave the last one padded: where no panel of 2-4
+# whole vectors of units divides H (an AVX-512 LSTM at H = 124, 151, 292, 467, 883), panels of
+# the 2-4 vectors that pad H least (at most an eighth more units), the padding's weights and biases
+# zero; the forward GEMMs compute the padded units, the gate math runs on the H real ones (the
+# fused step's last tile peeled), and the recurrent reduction is over H (Layout.packed_units,
+# Config.packed_units). Before, such an H took panels of one vector (H = 4 x odd) or one guarded
+# vector: a register tile of 24 rows x 1 vector. notes/performance.md v75.
+CPU_PADDED_PANELS = True
+
 # Whether CPU_GUARDED_TILES applies also where the gates do not divide the lanes (the GRU's 3 on
 # AVX-512 and AVX2): the tile is then lanes // gates units, one partial vector (15 floats on AVX-512,
 # 6 on AVX2), the last tile peeled, where the old tile was 12 floats or fewer (a GRU H with no
@@ -421,6 +452,7 @@ def output_tiles(sch, gemm, output, unit_tile, rows, partition_hint: bool = Fals
     (``compute_at``) instead, the siblings staying in one loop body. Returns the tiles' loop, the
     leading (direction) loops and the tile's loop over its units."""
     *lead, n, j = sch.get_loops(output)  # lead: a direction axis (kernels.recurrent_step), if any
+    partition_hint = partition_hint or _extent(sch, j) % unit_tile != 0  # (padded panels: the last tile peeled)
     j_outer, j_inner = sch.split(j, [None, unit_tile])
     n_outer, n_inner = sch.split(n, [None, rows])
     sch.reorder(j_outer, *lead, n_outer, n_inner, j_inner)
@@ -429,19 +461,20 @@ def output_tiles(sch, gemm, output, unit_tile, rows, partition_hint: bool = Fals
     if partition_hint:
         sch.annotate(tile, "pragma_loop_partition_hint", 1)
     sch.compute_at(gemm, tile, preserve_unit_loops=True)
-    return tile, lead, j_inner
+    return tile, lead, j_inner, partition_hint
 
 
 def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes, guarded: bool = False):
     """:func:`output_tiles`, the GEMM's register tile under each (rows unrolled, columns vectorised)."""
-    _, lead, j_inner = output_tiles(sch, gemm, output, unit_tile, rows, guarded)
+    _, lead, j_inner, peeled = output_tiles(sch, gemm, output, unit_tile, rows, guarded)
     spatial, reduction = _gemm_axes(sch, gemm)
     gn, gj, *trailing = spatial[len(lead):]
     sch.reorder(*reduction, gn, gj, *trailing)
     sch.unroll(gn)
     vector = sch.fuse(gj, *trailing) if trailing else gj
-    if guarded:
+    if guarded:  # the GEMM's columns guarded too (padded panels: only the gate math's units)
         sch.annotate(vector, "pragma_loop_partition_hint", 1)
+    if peeled:
         sch.annotate(j_inner, "pragma_loop_partition_hint", 1)
     _vectorize(sch, vector, lanes)
     sch.decompose_reduction(gemm, reduction[0])
