@@ -1499,7 +1499,7 @@ def test_cpu_tiles_of_odd_hidden_sizes_are_no_wider_than_a_vector(mcpu, lanes, r
 
 
 @pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])
-def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng):
+def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng, monkeypatch):
     """Columns that no whole number of vectors divides (H = 129 = 3 x 43; I = 37, a prime) take
     one-vector tiles with the last one peeled to the remainder (``cpu.CPU_GUARDED_TILES``): v69's
     fallback tiles were 3 floats (the backward's data GEMMs at H = 129: LSTM training 0.62x PyTorch)
@@ -1507,8 +1507,13 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng)
     where this CPU runs it, a 2-layer bidirectional LSTM matches torch.nn in float64, outputs,
     states and every gradient (so the peeled tails cover each column once). Its weight gradients'
     37, 129 and 258 rows take guarded row tiles too (``cpu.CPU_GUARDED_ROWS``, with guarded
-    columns: the column tiles in parallel); the GRU of the test above, rows outermost (K = 27)."""
+    columns: the column tiles in parallel); the GRU of the test above, rows outermost (K = 27).
+    (Since v75 an AVX-512 LSTM at H = 129 takes padded 12-unit panels instead,
+    ``cpu.CPU_PADDED_PANELS``: off here, the guarded tiles are what this tests.)"""
     import torch
+    from tvmrnn.schedules import cpu
+    monkeypatch.setattr(cpu, "CPU_PADDED_PANELS", False)
+    built.cache_clear()
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     rnn = built("lstm", 2, True, False, input_size=37, hidden_size=129, batch_size=5, target=target)
     widths = {int(w) for w in re.findall(r"<(\d+) x float>", rnn.executable.mod.inspect_source("ll"))}
@@ -1564,9 +1569,10 @@ def test_cpu_gate_blocked_tiles_widen_past_four_vectors_where_only_one_divides(m
     target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
     avx512 = tvm.target.Target(target)
     assert cpu.weight_panel(avx512, 4, 220) == cpu.gradient_panel(avx512, 4, 220) == 20
-    assert cpu.weight_panel(avx512, 4, 100) == 4 and cpu.weight_panel(avx512, 4, 704) == 16
+    assert cpu.weight_panel(avx512, 4, 704) == 16
+    assert cpu.weight_panel(avx512, 4, 100) == 8 and cpu.packed_units(avx512, 4, 100) == 104  # (padded panels)
     monkeypatch.setattr(cpu, "CPU_WIDE_TILE_VECTORS", 0)
-    assert cpu.weight_panel(avx512, 4, 220) == 4
+    assert cpu.weight_panel(avx512, 4, 220) == 16  # (padded panels: 224 units)
     monkeypatch.setattr(cpu, "CPU_WIDE_TILE_VECTORS", 6)
     rnn = tvmrnn.build("lstm", 37, 220, num_layers=2, bidirectional=True, batch_size=5, target=target,
                        tuning_logs=False, cache=False)

@@ -1028,6 +1028,8 @@ def all_programs(config: Config, schedule, target=None,
                one_region=time_loop_regions(target, options), view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
     units = kernels.panels(config.hidden_size, panel) * panel if panel else config.hidden_size
+    if not config.packed_units and units != config.hidden_size:  # (a configuration made without build's
+        config = dataclasses.replace(config, packed_units=units)  # with_compiled_rows: the programs' own)
     if (config.packed_units or config.hidden_size) != units:
         raise ValueError(f"config.packed_units: {config.packed_units}, where this target's weight panels of {panel} "
                          f"units pack {units} (tvmrnn.runtime.build.with_compiled_rows sets it)")
