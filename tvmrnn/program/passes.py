@@ -40,7 +40,7 @@ from tvm import tirx
 from .. import kernels
 from ..cells.definition import Cell
 from ..options import BuildOptions
-from ..schedules.cpu import gradient_panel, input_panel, weight_panel
+from ..schedules.cpu import gradient_panel, input_panel, packed_units, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
 from ..device import dependent_launch, persistent_block_caps, shared_kernels
@@ -1027,12 +1027,12 @@ def all_programs(config: Config, schedule, target=None,
     how = dict(chunks=chunk_steps(target, options, config.rows), stacked=stack_directions(target, options),
                one_region=time_loop_regions(target, options), view_pointers=pointers, subroutines=subroutines)
     panel = weight_panel(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
-    units = kernels.panels(config.hidden_size, panel) * panel if panel else config.hidden_size
-    if not config.packed_units and units != config.hidden_size:  # (a configuration made without build's
-        config = dataclasses.replace(config, packed_units=units)  # with_compiled_rows: the programs' own)
-    if (config.packed_units or config.hidden_size) != units:
+    units = packed_units(target, config.cell.num_gates, config.hidden_size, options.weight_panels)
+    if config.packed_units and config.packed_units != units:
         raise ValueError(f"config.packed_units: {config.packed_units}, where this target's weight panels of {panel} "
                          f"units pack {units} (tvmrnn.runtime.build.with_compiled_rows sets it)")
+    if units != config.hidden_size:  # (also for a configuration made without build's with_compiled_rows)
+        config = dataclasses.replace(config, packed_units=units)
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)
     proj_panel = weight_panel(target, 1, config.proj_size, options.weight_panels) if config.proj_size else 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 from ..device import device_model, host_target
-from ..kernels import Kernel
+from ..kernels import Kernel, panels
 
 from .common import _divisor, _extent, _gemm_axes, _uses, _vectorize, _vectorize_trailing, is_gpu, vector_lanes
 
@@ -120,7 +120,7 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     if CPU_PADDED_PANELS and gates > 1 and lanes % gates == 0 and lanes >= 16 and panel * gates <= lanes:
         # one vector or none: 2-4 vectors of units in panels, the last padded (CPU_PADDED_PANELS)
         def padded(u):
-            return -(-hidden // u) * u
+            return panels(hidden, u) * u
         sizes = [v * lanes // gates for v in (4, 3, 2)]  # the widest padding at most 1/16 more units,
         best = next((u for u in sizes if padded(u) * 16 <= hidden * 17), None)  # else the least, to 1/8
         best = best or min(sizes, key=lambda u: (padded(u), -u))
@@ -133,7 +133,7 @@ def packed_units(target, gates: int, hidden: int, enabled: bool | None = None) -
     """The units the forward kernels' gate columns hold: ``hidden``, or more where the weight
     panels (:func:`weight_panel`) do not divide it (the last one padded)."""
     panel = weight_panel(target, gates, hidden, enabled)
-    return -(-hidden // panel) * panel if panel else hidden
+    return panels(hidden, panel) * panel if panel else hidden
 
 
 def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
