@@ -819,14 +819,29 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel
                                                                  panel))
 
 
-def persistent(kernel: Kernel, max_blocks: int) -> Kernel:
+def persistent(kernel: Kernel, max_blocks: int, row_groups: bool = False) -> Kernel:
     """The same step kernel, to be run persistently (:meth:`tvmrnn.program.sequence.Program.loop`): one
     launch for all steps, at most ``max_blocks`` thread blocks (all resident at once), a grid-wide
     barrier between steps. A workload of its own (the limit is an attribute of its function), as
-    its schedule differs: fewer, larger blocks."""
+    its schedule differs: fewer, larger blocks.
+
+    ``row_groups``: its blocks are to split the rows only, each with all of a direction's weights
+    on chip (:data:`ROW_GROUPS`, the schedules' row tiles at any row count; a name of its own, ``_rows``)."""
     func = kernel.func.with_attr("tvmrnn.persistent_blocks", max_blocks)
-    twin = persistent(kernel.unmasked, max_blocks) if kernel.unmasked is not None else None
-    return dataclasses.replace(kernel, name=f"{kernel.name}_persistent", func=func, unmasked=twin)
+    if row_groups:
+        func = func.with_attr(ROW_GROUPS, 1)
+    twin = persistent(kernel.unmasked, max_blocks, row_groups) if kernel.unmasked is not None else None
+    name = f"{kernel.name}_persistent" + ("_rows" if row_groups else "")
+    return dataclasses.replace(kernel, name=name, func=func, unmasked=twin)
+
+
+# The attribute of a persistent step kernel whose blocks split the rows alone (:func:`persistent`)
+ROW_GROUPS = "tvmrnn.row_groups"
+
+
+def row_groups(func) -> bool:
+    """Whether a kernel's function is a persistent step of row groups (:func:`persistent`)."""
+    return func.attrs is not None and int(func.attrs.get(ROW_GROUPS, 0)) == 1
 
 
 def tf32(kernel: Kernel, operands: str = "tf32") -> Kernel:

@@ -24,7 +24,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 from .. import kernels
 from ..kernels import Kernel
 from ..schedules.common import (backward_blocks_too_few, backward_launches_beat_persistence, is_gpu,
-                                launches_beat_persistence)
+                                launches_beat_persistence, row_groups_apply)
 from ..schedules.row_tiles import INDEPENDENT_BLOCKS, independent_blocks
 from ..schedules.split_k import FIRST_STEP_ONLY, keeps_weights_on_chip
 from ..device import SHARED_BYTES_WITHOUT_OPT_IN, device_model
@@ -237,6 +237,19 @@ def _bound_extent(stmt, tag: str) -> int | None:
         return mutator.default_mutate(loop) if not found else loop
 
     tvm_ffi.structural_mutate(stmt, [(tirx.For, visit)])
+    return found[0] if found else None
+
+
+def _block_loop(func):
+    """The first ``blockIdx.x`` loop of a scheduled GPU kernel, or None."""
+    found = []
+
+    def visit(loop, mutator):
+        if not found and loop.thread_binding is not None and loop.thread_binding.thread_tag == "blockIdx.x":
+            found.append(loop)
+        return mutator.default_mutate(loop) if not found else loop
+
+    tvm_ffi.structural_mutate(func.body, [(tirx.For, visit)])
     return found[0] if found else None
 
 
@@ -1343,6 +1356,19 @@ class Program:
         # blocks (v64)
         declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel, self.tf32_steps, self._launched) or (
             self.name == "backward" and backward_launches_beat_persistence(kernels.persistent(kernel, self.persistent_caps[0]))))
+        if self.persistent_if_on_chip and row_groups_apply(kernel):
+            # blocks of row groups first (common.GPU_ROW_GROUP_STEPS): taken where the schedule's
+            # blocks are independent (each holds the weights) and fit the SMs
+            persistent = kernels.persistent(kernel, self.persistent_caps[-1], row_groups=True)
+            scheduled = self.schedule(persistent)
+            grid = _block_loop(scheduled)
+            if (grid is not None and independent_blocks(grid) and keeps_weights_on_chip(scheduled, persistent)
+                    and (_grid_blocks(scheduled) or 0) <= self.persistent_caps[-1]):
+                self._scheduled[persistent.name] = scheduled
+                self.kernels[persistent.name] = persistent
+                self.blocks_used = max(self.blocks_used, _grid_blocks(scheduled) or 1)
+                self._persistent_choice[kernel.name] = persistent
+                return persistent
         if not declined:
             for cap in self.persistent_caps:
                 persistent = kernels.persistent(kernel, cap)

@@ -13,7 +13,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 from ..device import device_model
-from ..kernels import Kernel
+from ..kernels import Kernel, row_groups
 
 
 GPU_THREADS = 128
@@ -270,7 +270,8 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         units = _extent(sch, spatial[n_rows])
         own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
-            return "row tiles" if own_rows >= GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS else "split-K"
+            tiled = own_rows >= GPU_ROW_TILE_ROWS or row_groups(sch.mod["main"])
+            return "row tiles" if tiled and units <= GPU_ROW_TILE_UNITS else "split-K"
         backward = total > columns  # G x H gate gradients reduced into H columns
         large = rows * columns >= (GPU_BACKWARD_STEP_MATMUL_OUTPUTS if backward else GPU_STEP_MATMUL_OUTPUTS)
         tiled = own_rows >= GPU_ROW_TILE_ROWS or (rows >= GPU_ROW_TILE_ROWS and own_rows >= GPU_STACKED_MATMUL_ROWS)
@@ -317,6 +318,40 @@ def splits_over_blocks(func) -> bool:
         visitor.default_visit(block)
     tvm_ffi.structural_visit(func.body, [(tvm.s_tir.SBlock, visit)])
     return any(found)
+
+
+# Persistent steps of fewer rows than row tiles take (GPU_ROW_TILE_ROWS a direction) try blocks that
+# split the rows alone first, each with all of its direction's weights on chip, where those fit a
+# block (:func:`row_groups_apply`; ``kernels.persistent(row_groups=True)``): such blocks meet at
+# ``__syncthreads`` only, with no grid barrier and no exchange of the hidden state through L2 a
+# step, as cuDNN's one-block persistent kernels do for small hidden sizes (``RNN_blockPersist_fp_LSTM``
+# at N = 13, H = 90 on the H100: 0.7 us a step, where split-K's 16-132 blocks and their grid
+# barrier took 2.2-2.5; notes/performance.md v76).
+GPU_ROW_GROUP_STEPS = True
+# the most shared memory of a block on any GPU (sm_90: 227 KB): a direction's weights past it
+# cannot fit one block, so no row-groups form is tried
+ROW_GROUP_MAX_WEIGHT_BYTES = 227 * 1024
+
+
+def row_groups_apply(kernel: Kernel) -> bool:
+    """Whether a step kernel's persistent form may try blocks of row groups (:data:`GPU_ROW_GROUP_STEPS`):
+    a GEMM fused with its epilogue, fewer than :data:`GPU_ROW_TILE_ROWS` rows a direction, at most
+    :data:`GPU_ROW_TILE_UNITS` units, a direction's weights within :data:`ROW_GROUP_MAX_WEIGHT_BYTES`
+    (whether they fit this device's block is the schedule's to find: the tile it makes then has
+    independent blocks, :func:`tvmrnn.schedules.row_tiles.independent_blocks`)."""
+    if not GPU_ROW_GROUP_STEPS or kernel.gemm is None or "w" not in kernel.roles:
+        return False
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    gemm = sch.get_sblock(kernel.gemm)
+    spatial, reduction = _gemm_axes(sch, gemm)
+    n_rows = len(spatial) - len(kernel.columns)
+    if not reduction or n_rows <= kernel.batch or not fused_epilogue(sch, kernel):
+        return False
+    own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])
+    units = _extent(sch, spatial[n_rows])
+    w = kernel.func.params[kernel.roles.index("w")]
+    weights = 4 * math.prod(int(d) for d in w.shape[kernel.batch:])
+    return own_rows < GPU_ROW_TILE_ROWS and units <= GPU_ROW_TILE_UNITS and weights <= ROW_GROUP_MAX_WEIGHT_BYTES
 
 
 def gemm_work(kernel: Kernel) -> int:

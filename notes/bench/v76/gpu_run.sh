@@ -2,6 +2,7 @@
 # v76's GPU-machine calls, each under the 600 s limit (after the 3 packing calls):
 #   bash notes/bench/v76/gpu_run.sh blocks    # persistent block counts at small steps (block_sweep.py)
 #   bash notes/bench/v76/gpu_run.sh profile   # where the 2-layer N=57 H=645 (and 640) LSTM's passes go
+#   bash notes/bench/v76/gpu_run.sh rowgroups # persistent steps of row groups against split-K (row_groups_ab.py)
 #   others: v75's runbook (xeonheld, xeon, gpuheld, ...)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 case "$1" in
@@ -16,5 +17,9 @@ profile)
             --num-layers 2 --profile --reps 3 --max-seconds 1 lstm 2>&1 | grep --line-buffered -v Warn > $OUT/profile_h$H.txt
     done
     tail -5 $OUT/profile_h*.txt ;;
+rowgroups)
+    timeout ${2:-330} python3 notes/bench/v76/row_groups_ab.py ${SHAPES:-lstm:13:90:90:100 gru:13:90:90:100 lstm:32:96:96:100 \
+        gru:100:100:100:100 lstm:1:64:64:100 lstm:8:96:96:100 lstm:64:64:64:100 lstm:20:100:100:100:bi} \
+        2>&1 | grep --line-buffered -v Warn | tee $OUT/row_groups_ab.txt ;;
 *) bash notes/bench/v75/gpu_run.sh "$@" ;;
 esac
