@@ -236,8 +236,8 @@ def test_persistent_options(monkeypatch):
 def test_small_steps_take_fewer_persistent_blocks_from_the_device_model():
     """At batch 8 or less the persistent loops take about three times the fewest blocks whose
     shared memory holds a direction's recurrent weights (one where one block does), from the
-    device model's shared memory per block; more rows, or that many blocks reaching the SM count,
-    one per SM; ``options.persistent_blocks`` overrides it."""
+    device model's shared memory per block; at 9-64 rows a block per 4 units too; more rows, or
+    that many blocks reaching the SM count, one per SM; ``options.persistent_blocks`` overrides it."""
     from tvmrnn import device
     from tvmrnn.cells.definition import CELLS
     from tvmrnn.program.passes import Config
@@ -252,7 +252,12 @@ def test_small_steps_take_fewer_persistent_blocks_from_the_device_model():
     assert blocks(H100, "lstm", 256, 4) == blocks(H100, "gru", 256, 1) == 16
     assert blocks(H100, "lstm", 512, 1) == 64
     assert blocks(H100, "lstm", 1024, 1) == _sms()  # 16 MB: every SM's share
-    assert blocks(H100, "lstm", 96, 9) == _sms()  # more rows: one block per SM
+    # 9-64 rows: a block per 4 units (device.FEW_ROWS_UNITS), to the nearest power of two, at least
+    # the count above; one per SM where that passes half the SMs; more rows: one per SM
+    assert blocks(H100, "lstm", 96, 9) == 32 and blocks(H100, "lstm", 128, 16) == 32
+    assert blocks(H100, "lstm", 256, 24) == blocks(H100, "lstm", 320, 12) == 64
+    assert blocks(H100, "lstm", 800, 20) == blocks(H100, "lstm", 200, 16, bidirectional=True) == _sms()
+    assert blocks(H100, "lstm", 96, 65) == blocks(H100, "lstm", 64, 128) == _sms()
     assert blocks(H100, "lstm", 96, 1, persistent_blocks=32) == 32
     assert blocks(H100, "lstm", 96, 1, persistent="off") is None
     # the device model's shared memory decides: an L40S's 99 KB per block does not hold H = 96's
@@ -266,6 +271,8 @@ def test_small_steps_take_fewer_persistent_blocks_from_the_device_model():
     assert caps == (1, 2, 4, 8, 16, 32, 64, 128, _sms())
     assert device.persistent_block_caps(h100, BuildOptions(persistent_blocks=1), None) == (1,)
     assert device.persistent_block_caps(h100, BuildOptions(), Config(CELLS["lstm"], 96, 96, 1, False, 64, False)) \
+        == (32, 64, 128, _sms())
+    assert device.persistent_block_caps(h100, BuildOptions(), Config(CELLS["lstm"], 96, 96, 1, False, 65, False)) \
         == (_sms(),)
 
 
@@ -276,7 +283,8 @@ def test_small_steps_that_do_not_fit_one_block_take_more():
     not launches a step; with 1 block asked for, no retry: launches (the backward's split-K step,
     whose block holds its weights and fewer partial sums, stays persistent in its one block)."""
     sizes = dict(input_size=128, hidden_size=128, batch_size=8, target=H100, tuning_logs=False, cache=False)
-    rnn = tvmrnn.build("gru", options=BuildOptions(**STEPS), **sizes)
+    # (split-K's blocks: by default these steps take blocks of row groups, a row a block)
+    rnn = tvmrnn.build("gru", options=BuildOptions(row_groups=False, **STEPS), **sizes)
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward"].blocks_used == 2
     # the backward's step (8 x 128 x 384 multiply-adds) in 4 blocks, not 1 that would hold its weights
     # (common.GPU_BACKWARD_BLOCK_WORK); the package needs the most any loop takes
@@ -537,3 +545,45 @@ def test_row_chunk_knob_stages_rows_in_chunks_of_its_value():
         given = chunk_loops(default_schedule(step, target, **knobs.tiles_of(step, target, {**values, "row_chunk": 128})))
         assert given == [384 // _divisor(384, 128 // G)], (cell, given)  # chunks of whole units (all G gates)
     assert "row_chunk" not in {k.name for k in knobs.knobs(kernels.backward_step(CELLS["lstm"], 160, 384), target)}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_cuda_steps_of_few_rows_take_blocks_of_row_groups(tmp_path):
+    """A persistent step of fewer than 128 rows whose direction's weights fit one block (the LSTM at
+    N = 13, H = 90: 130 KB of the H100's 227) runs in blocks that split the rows alone (here a row a
+    block: 13 blocks), each holding every weight on chip, with no grid barrier (no atomics, no
+    polling), in every pass (``BuildOptions.row_groups``, common.GPU_ROW_GROUP_STEPS). Where the
+    weights do not fit a block (H = 128: 262 KB), on a device whose blocks have less shared memory
+    (an L40S, 99 KB), with ``row_groups=False`` or with a block count asked for, the steps keep
+    split-K's blocks and grid barrier, as many as device.small_step_blocks gives 9-64 rows (a block
+    per 4 units, to the nearest power of two)."""
+    sizes = dict(input_size=90, hidden_size=90, batch_size=13, target=H100, tuning_logs=False)
+
+    def steps(rnn):
+        return sorted(n for n in rnn.schedules if "_persistent" in n)
+
+    def loops(rnn):
+        source = rnn.executable.mod.imports[0].inspect_source()
+        return [k for k in source.split("extern \"C\" __global__")[1:] if "for (int step = 0; step < " in k]
+
+    rows = tvmrnn.build("lstm", options=BuildOptions(**STEPS), **sizes)
+    assert [n.split("_n13")[0] for n in steps(rows)] == ["backward_step_lstm", "recurrent_step_lstm_infer",
+                                                        "recurrent_step_lstm_train"]
+    assert all(n.endswith("_persistent_rows") for n in steps(rows)) and rows.persistent_blocks == 13
+    assert all(rows.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
+    assert len(loops(rows)) == 3 and not any("atomic_add" in k or "wait_until" in k for k in loops(rows))
+    assert all(re.search(r"\(\(int\)blockIdx\.x\) \* 90\)", k) for k in loops(rows))  # a block's own row
+    report = _ptxas(rows.executable.mod.imports[0].inspect_source(), tmp_path)
+    assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
+
+    for options, other in [(dict(row_groups=False), {}), (dict(persistent_blocks=16), {}),
+                           ({}, dict(input_size=128, hidden_size=128, batch_size=16)),
+                           ({}, dict(target={"kind": "cuda", "arch": "sm_89"}))]:
+        split = tvmrnn.build("lstm", options=BuildOptions(**STEPS, **options), **dict(sizes, **other))
+        assert steps(split) and not any(n.endswith("_rows") for n in steps(split)), (options, other)
+        assert all("atomic_add" in k for k in loops(split)), (options, other)
+        H, arch = split.config.hidden_size, other.get("target")
+        expected = 16 if arch else {90: 16, 128: 32}[H]  # (sm_89: 142 SMs, the same rule)
+        assert split.persistent_blocks == expected, (options, other, split.persistent_blocks)
+    with pytest.raises(TypeError, match="options.row_groups: expected None, True or False"):
+        BuildOptions(row_groups=1)

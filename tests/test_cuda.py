@@ -990,3 +990,21 @@ def test_projection_builds_match_torch_on_cuda(T, rng):
     if T > 1:
         test_lengths._check("lstm", 2, True, False, [T, 1, T - 1, 2][:4], T=T, as_array=to_cuda, target="cuda",
                             hidden=40, proj_size=17)
+
+
+@pytest.mark.parametrize("cell,batch,hidden,bidirectional", [
+    ("lstm", 13, 90, False), ("gru", 32, 128, True), ("rnn_relu", 5, 200, False), ("lstm", 1, 64, False)])
+def test_row_group_steps_of_few_rows_match_torch_on_cuda(cell, batch, hidden, bidirectional, rng):
+    """Persistent steps of fewer than 128 rows whose weights fit a block run in blocks of row groups
+    (``BuildOptions.row_groups``, on by default; v76): every pass's steps so, each block its own rows,
+    no grid barrier. Forward, training forward and every gradient against torch in float64, one
+    step (the backward's loop runs zero times) and 9."""
+    for T in (1, 9):
+        _check(cell, 1, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=hidden, batch=batch, tol=1e-4)
+    rnn = built(cell, 1, bidirectional, False, input_size=hidden, hidden_size=hidden, batch_size=batch, target="cuda")
+    steps = [n for n in rnn.schedules if "_persistent" in n]
+    # (the Elman RNN's backward step at H = 200 stages its rows beside 160 KB of weights: split-K)
+    rows = [n for n in steps if n.endswith("_persistent_rows")]
+    assert len(steps) == 3 and len(rows) == (2 if cell == "rnn_relu" else 3), steps
+    assert rnn.persistent_blocks <= (2 if bidirectional else 1) * batch

@@ -386,8 +386,13 @@ def test_option_candidates_follow_the_target_and_configuration():
     assert ("chunk_steps", (256, 32, 4, 1)) in gpu  # and, for few rows, the ladder without 16- and 8-step chunks
     wide = pass_tuning.option_candidates(Config(CELLS["lstm"], 512, 512, 1, False, 1, False), h100)
     assert {v for n, v in wide if n == "persistent_blocks"} == {32, 128, 132}
+    assert ("row_groups", False) in gpu  # (its weights fit a block: row groups by default)
+    assert ("row_groups", False) not in wide  # (1 MB: no block holds them)
     many_rows = pass_tuning.option_candidates(Config(CELLS["lstm"], 96, 96, 1, True, 64, False), h100)
-    assert not any(name == "persistent_blocks" for name, _ in many_rows)
+    # 64 rows: 64 blocks for the two directions (a block per 4 units), and half, twice, one a SM
+    assert {v for n, v in many_rows if n == "persistent_blocks"} == {32, 128, 132}
+    more_rows = pass_tuning.option_candidates(Config(CELLS["lstm"], 96, 96, 1, True, 128, False), h100)
+    assert not any(name in ("persistent_blocks", "row_groups") for name, _ in more_rows)
     assert ("stack_directions", False) in many_rows  # GPUs stack both directions by default
     assert ("chunk_steps", (256, 32, 16, 8, 4, 1)) in many_rows  # (64 rows: 128- and 64-step chunks by default)
     assert ("chunk_steps", (256, 32, 4, 1)) not in many_rows

@@ -550,9 +550,11 @@ def test_persistent_candidates_build_as_step_loops(tmp_path):
     source = tvm.compile(tvm.IRModule({"main": loop}), target=target).mod.imports[0].inspect_source()
     assert source.count("__global__") == 2 * 2  # two kernels (declared, then defined): the reset and the loop
     assert "for (int step = 0; step < 5; ++step)" in source and "atomicAdd" in source  # the grid barrier
-    # one block (3 rows by default): the loop alone, its threads meeting at __syncthreads
+    # 3 rows by default: blocks of row groups (a row a block, common.GPU_ROW_GROUP_STEPS), the loop
+    # alone, its threads meeting at __syncthreads
     one = next(t for t in tasks.extract_tasks([Config(CELLS["lstm"], 13, 37, 1, False, 3, False)], target=target)
                if tasks.is_persistent(t.kernel))
+    assert one.kernel.name.endswith("_persistent_rows")
     single = tvm.s_tir.Schedule(records.workload(one.kernel))
     default_schedule.apply(single, one.kernel, target)
     source = tvm.compile(tvm.IRModule({"main": step_loop(single.mod["main"], target, 5)}),

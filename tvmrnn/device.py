@@ -176,11 +176,22 @@ WEIGHT_SHARE = 0.85
 # the blocks of a small step: this many times the fewest that hold the weights (to the nearest
 # power of two), measured on the H100 (notes v39)
 SMALL_STEP_SPREAD = 3
+# Batches of more rows, up to this many, take a block per FEW_ROWS_UNITS units of a direction (to
+# the nearest power of two; none fewer than the rule above gives), one per SM where that is more
+# than half the SMs. A split-K step gives each block all the rows and a few units: 132 blocks of one unit each
+# spend a step mostly at the grid barrier. H100, T = 100, inference / training ms, 132 blocks ->
+# this rule's (notes/performance.md v76, block_sweep.py): LSTM N=16 H=128 0.380 / 0.846 -> 0.237 /
+# 0.689 (32 blocks); N=24 H=256 0.403 / 1.176 -> 0.361 / 1.124 (64); N=12 H=320 0.373 / 1.060 ->
+# 0.351 / 1.093 (64); at N=13-64 and H=64-128 16-32 blocks were best too (those steps now take row
+# groups where a block holds the weights: common.GPU_ROW_GROUP_STEPS).
+FEW_ROWS_BATCH = 64
+FEW_ROWS_UNITS = 4
 
 
 def small_step_blocks(model: DeviceModel, config, directions: int | None = None) -> int | None:
     """The blocks a persistent loop of ``config`` takes by default where a step has few rows
-    (batch up to :data:`SMALL_STEP_BATCH`), None for one per SM. A step of one row is ~2 us of
+    (batch up to :data:`SMALL_STEP_BATCH`; up to :data:`FEW_ROWS_BATCH`, a block per
+    :data:`FEW_ROWS_UNITS` units), None for one per SM. A step of one row is ~2 us of
     work, much of it the grid barrier that every block of every step meets: fewer blocks meet
     sooner, but each must hold its slice of the recurrent weights in shared memory. Where one
     block holds one direction's weights, one block a direction (one block alone meets at
@@ -193,13 +204,18 @@ def small_step_blocks(model: DeviceModel, config, directions: int | None = None)
     ``bidirectional``; ``directions``: those one launch runs (default: the configuration's; 1
     where a layer's directions run apart, ``stack_directions=False``)."""
     sms = model.multiprocessors
-    if not sms or config.batch_size > SMALL_STEP_BATCH:
+    if not sms or config.batch_size > FEW_ROWS_BATCH:
         return None
     gates = getattr(config.cell, "num_gates", None) or 1
     weights = 4 * gates * config.hidden_size * config.hidden_size  # one direction's, float32
     fewest = -(-weights // int(WEIGHT_SHARE * model.shared_bytes_per_block))
     per_direction = 1 if fewest == 1 else 1 << round(math.log2(SMALL_STEP_SPREAD * fewest))
-    blocks = per_direction * (directions or (2 if config.bidirectional else 1))
+    directions = directions or (2 if config.bidirectional else 1)
+    if config.batch_size > SMALL_STEP_BATCH:
+        per_direction = max(per_direction, 1 << round(math.log2(max(1, config.hidden_size / FEW_ROWS_UNITS))))
+        # (measured up to half the SMs; past that, one per SM as before)
+        return per_direction * directions if per_direction * directions <= sms // 2 else None
+    blocks = per_direction * directions
     return blocks if blocks < sms else None
 
 

@@ -157,6 +157,14 @@ class BuildOptions:
         and a float at a time, bound them, not the multiply-adds; notes v51). True: the steps too;
         False: neither. The backward's GEMMs stay TF32 (gradients rounded to fp16 would
         underflow). True needs a half ``dtype``.
+    row_groups : bool or None
+        GPU: a persistent step of fewer than 128 rows a direction whose direction's weights fit one
+        block's shared memory (fp32 on the H100: LSTM H up to ~110, GRU ~128, Elman ~230) runs in
+        blocks that split the rows alone, each holding all of the weights, meeting at
+        ``__syncthreads`` with no grid barrier (as cuDNN's ``RNN_blockPersist`` kernels do), instead
+        of split-K's blocks of a few units each and a grid barrier a step. The blocks' code is that
+        of the row tiles measured at 128 rows (notes v57-v59). None: on (where it applies and
+        ``persistent_blocks`` is not given); ``tvmrnn-tune``'s whole-pass stage tries it off.
     """
 
     persistent: str = field(default_factory=_persistent_default)
@@ -176,6 +184,7 @@ class BuildOptions:
     dtype: str = "float32"
     tensor_core_steps: bool | None = None
     half_operands: bool | None = None
+    row_groups: bool | None = None
 
     def __post_init__(self):
         persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent) if isinstance(
@@ -190,7 +199,7 @@ class BuildOptions:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected True or False, got {getattr(self, name)!r}")
         for name in ("stack_directions", "interleave_projections", "time_loop_regions", "weight_panels", "gradient_panels",
-                     "tensor_core_steps", "half_operands"):
+                     "tensor_core_steps", "half_operands", "row_groups"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected None, True or False, got {getattr(self, name)!r}")
         if self.chunk_steps is not None:
@@ -236,6 +245,8 @@ class BuildOptions:
             del out["tensor_core_steps"]
         if out["half_operands"] is None:  # (the same)
             del out["half_operands"]
+        if out["row_groups"] is None:  # (the same)
+            del out["row_groups"]
         if out["chunk_steps"] is not None:
             out["chunk_steps"] = list(out["chunk_steps"])
         return out
@@ -255,7 +266,7 @@ class BuildOptions:
 # the pass-level choices that ``tvmrnn-tune`` measures as whole passes (tvmrnn.runtime.pass_tuning)
 # and ``build`` applies from its verdicts where the options leave them to the target: each one's
 # "the target decides" value
-TUNED_FIELDS = {"persistent": "auto", "persistent_blocks": None, "stack_directions": None, "interleave_projections": None,
+TUNED_FIELDS = {"persistent": "auto", "persistent_blocks": None, "row_groups": None, "stack_directions": None, "interleave_projections": None,
                 "weight_panels": None, "gradient_panels": None, "chunk_steps": None, "time_loop_regions": None}
 
 

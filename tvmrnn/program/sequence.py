@@ -23,6 +23,7 @@ from tvm.tirx import compilation_pipeline as _tir_pipelines
 
 from .. import kernels
 from ..kernels import Kernel
+from ..schedules import common
 from ..schedules.common import (backward_blocks_too_few, backward_launches_beat_persistence, is_gpu,
                                 launches_beat_persistence, row_groups_apply)
 from ..schedules.row_tiles import INDEPENDENT_BLOCKS, independent_blocks
@@ -1084,6 +1085,10 @@ class Program:
         # with it, only kernels whose schedule keeps their weights in shared memory run
         # persistent (``options.persistent == "auto"``); the others' loops stay per-step
         self.persistent_if_on_chip = persistent_blocks is not None and options.persistent == "auto"
+        # steps of few rows try blocks of row groups first (``options.row_groups``, common.GPU_ROW_GROUP_STEPS;
+        # not where a block count is asked for: that asks for split-K's blocks)
+        self.row_groups = (self.persistent_if_on_chip and options.persistent_blocks is None
+                           and (options.row_groups if options.row_groups is not None else common.GPU_ROW_GROUP_STEPS))
         # large steps on TF32 tiles run one launch a step (``options.tensor_core_steps``)
         self.tf32_steps = persistent_blocks is not None and options.tf32_steps
         # a persistent kernel scheduled with more blocks than are surely resident (a tile that did
@@ -1356,13 +1361,15 @@ class Program:
         # blocks (v64)
         declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel, self.tf32_steps, self._launched) or (
             self.name == "backward" and backward_launches_beat_persistence(kernels.persistent(kernel, self.persistent_caps[0]))))
-        if self.persistent_if_on_chip and row_groups_apply(kernel):
+        if self.row_groups and (row_groups_apply(kernel) or not self.persistent_if_on_chip):
             # blocks of row groups first (common.GPU_ROW_GROUP_STEPS): taken where the schedule's
-            # blocks are independent (each holds the weights) and fit the SMs
+            # blocks are independent (each holds the weights) and fit the SMs; a schedule measured
+            # as it is (tvmrnn.tune.step_loop: persistent_if_on_chip off) is taken as it is
             persistent = kernels.persistent(kernel, self.persistent_caps[-1], row_groups=True)
             scheduled = self.schedule(persistent)
             grid = _block_loop(scheduled)
-            if (grid is not None and independent_blocks(grid) and keeps_weights_on_chip(scheduled, persistent)
+            if not self.persistent_if_on_chip or (
+                    grid is not None and independent_blocks(grid) and keeps_weights_on_chip(scheduled, persistent)
                     and (_grid_blocks(scheduled) or 0) <= self.persistent_caps[-1]):
                 self._scheduled[persistent.name] = scheduled
                 self.kernels[persistent.name] = persistent

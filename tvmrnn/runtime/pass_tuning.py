@@ -39,10 +39,11 @@ import warnings
 
 import tvm
 
-from ..device import SMALL_STEP_BATCH, multiprocessors
+from ..device import FEW_ROWS_BATCH, multiprocessors
 from ..options import BuildOptions, left_to_target
 from ..program.passes import (GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, GPU_WIDE_CHUNK_STEPS, chunk_steps,
                               loop_block_caps, stack_directions)
+from ..schedules import common
 from ..schedules.common import is_gpu
 from ..tune import records
 from ..tune.pass_checks import FILE_NAME, PassChecks, config_key, describe
@@ -277,15 +278,21 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     gpu = is_gpu(target)
     found = [("persistent", value) for value in ("off", "forward", "all")] if gpu else []
     # the persistent loops' block count around the target's choice for a step of few rows
-    # (tvmrnn.device.small_step_blocks, from the H100's best at batch 1-8, notes v38-v39): half
-    # and twice it, and one a SM; a step of many rows has the work for every SM
-    if gpu and config.batch_size <= SMALL_STEP_BATCH:
+    # (tvmrnn.device.small_step_blocks, from the H100's best at batch 1-8, notes v38-v39, and 9-64,
+    # v76): half and twice it, and one a SM; a step of many rows has the work for every SM
+    if gpu and config.batch_size <= FEW_ROWS_BATCH:
         sms = multiprocessors(target)
         caps = loop_block_caps(config, target)
         chosen = caps[0] if caps else None
         if sms and chosen:
             found += [("persistent_blocks", blocks) for blocks in sorted({max(1, chosen // 2), min(sms, 2 * chosen), sms})
                       if blocks != chosen]
+    # persistent steps of row groups (on by default where they apply, common.GPU_ROW_GROUP_STEPS):
+    # without them, split-K's blocks and grid barrier
+    gates = getattr(config.cell, "num_gates", None) or 1
+    if (gpu and common.GPU_ROW_GROUP_STEPS and config.batch_size < common.GPU_ROW_TILE_ROWS
+            and 4 * gates * config.hidden_size ** 2 <= common.ROW_GROUP_MAX_WEIGHT_BYTES):
+        found.append(("row_groups", False))
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     if not gpu:

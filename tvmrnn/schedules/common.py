@@ -322,7 +322,8 @@ def splits_over_blocks(func) -> bool:
 
 # Persistent steps of fewer rows than row tiles take (GPU_ROW_TILE_ROWS a direction) try blocks that
 # split the rows alone first, each with all of its direction's weights on chip, where those fit a
-# block (:func:`row_groups_apply`; ``kernels.persistent(row_groups=True)``): such blocks meet at
+# block (:func:`row_groups_apply`; ``kernels.persistent(row_groups=True)``; the default of
+# ``BuildOptions.row_groups``): such blocks meet at
 # ``__syncthreads`` only, with no grid barrier and no exchange of the hidden state through L2 a
 # step, as cuDNN's one-block persistent kernels do for small hidden sizes (``RNN_blockPersist_fp_LSTM``
 # at N = 13, H = 90 on the H100: 0.7 us a step, where split-K's 16-132 blocks and their grid
@@ -334,12 +335,13 @@ ROW_GROUP_MAX_WEIGHT_BYTES = 227 * 1024
 
 
 def row_groups_apply(kernel: Kernel) -> bool:
-    """Whether a step kernel's persistent form may try blocks of row groups (:data:`GPU_ROW_GROUP_STEPS`):
+    """Whether a step kernel's persistent form may try blocks of row groups (``BuildOptions.row_groups``,
+    default :data:`GPU_ROW_GROUP_STEPS`):
     a GEMM fused with its epilogue, fewer than :data:`GPU_ROW_TILE_ROWS` rows a direction, at most
     :data:`GPU_ROW_TILE_UNITS` units, a direction's weights within :data:`ROW_GROUP_MAX_WEIGHT_BYTES`
     (whether they fit this device's block is the schedule's to find: the tile it makes then has
     independent blocks, :func:`tvmrnn.schedules.row_tiles.independent_blocks`)."""
-    if not GPU_ROW_GROUP_STEPS or kernel.gemm is None or "w" not in kernel.roles:
+    if kernel.gemm is None or "w" not in kernel.roles:
         return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     gemm = sch.get_sblock(kernel.gemm)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from .. import kernels
 from ..kernels import Kernel
 from ..program.sequence import COOPERATIVE, F32, LAUNCH_PARAMS, Program, SequenceTensor
 from ..schedules import default_schedule
@@ -31,12 +32,15 @@ def step_loop(func: tirx.PrimFunc, target: tvm.target.Target, steps: int = STEP_
     blocks = persistent_blocks(func)
     if blocks is None:
         raise ValueError("step_loop: not a persistent kernel (no tvmrnn.persistent_blocks attribute)")
-    name = str(func.attrs.get("global_symbol", "step")).removesuffix("_persistent")
+    rows = kernels.row_groups(func)  # blocks of row groups (kernels.persistent(row_groups=True))
+    suffix = "_persistent_rows" if rows else "_persistent"
+    name = str(func.attrs.get("global_symbol", "step")).removesuffix(suffix)
 
     def schedule(kernel):  # the candidate, and the barrier's reset
-        return func if kernel.name == f"{name}_persistent" else default_schedule(kernel, target)
+        return func if kernel.name == f"{name}{suffix}" else default_schedule(kernel, target)
     prog = Program("main", schedule, persistent_blocks=blocks, barrier_param=False)
     prog.persistent_if_on_chip = False  # measure the schedule as it is
+    prog.row_groups = rows
     prog.check_resident = False
     prog.dependent_launch = dependent_launch(target, BuildOptions())
     for param in func.params:
