@@ -662,7 +662,9 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     half = Config(CELLS["gru"], 24, 600, 1, False, 128, False, tvmrnn.BuildOptions(dtype="float16"))
     families = set()
     for target in (tvmrnn.device.host_target(), tvm.target.Target("nvidia/nvidia-h100")):
-        for task in tasks.extract_tasks([config, half] if is_gpu(target) else [config, wide], target=target):
+        # (on the GPU also without row groups: at 3 rows split-K's persistent step is their alternative)
+        split = Config(CELLS["gru"], 5, 24, 1, False, 3, False, tvmrnn.BuildOptions(row_groups=False))
+        for task in tasks.extract_tasks([config, split, half] if is_gpu(target) else [config, wide], target=target):
             kernel = task.kernel
             family = (knobs.family(kernel, target), "_t" in kernel.name and kernel.name.split("_t")[0])
             if family in families:  # one kernel of each template and kind (the test's time)
@@ -691,7 +693,7 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
                 after = spaces.knob_values(replayed.trace)
                 assert sum(after[k] != settings[0][k] for k in after) == 1, kernel.name
     assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "cpu_transpose", "split_k", "matmul", "column_sum",
-                                        "gpu_pointwise", "persistent", "matmul_tf32"}
+                                        "gpu_pointwise", "persistent", "row_tiles", "matmul_tf32"}
     assert any(f == "matmul_tf32" and str(name).startswith("recurrent_step") for f, name in families)  # the TF32 step
 
 
