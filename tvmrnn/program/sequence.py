@@ -1366,8 +1366,13 @@ class Program:
             # blocks are independent (each holds the weights) and fit the SMs; a schedule measured
             # as it is (tvmrnn.tune.step_loop: persistent_if_on_chip off) is taken as it is
             persistent = kernels.persistent(kernel, self.persistent_caps[-1], row_groups=True)
-            scheduled = self.schedule(persistent)
-            grid = _block_loop(scheduled)
+            try:
+                scheduled = self.schedule(persistent)
+            except (s_tir.ScheduleError, tvm.error.TVMError, ValueError):
+                if not self.persistent_if_on_chip:
+                    raise
+                scheduled = None  # a template that does not take this kernel: split-K's forms below
+            grid = _block_loop(scheduled) if scheduled is not None else None
             if not self.persistent_if_on_chip or (
                     grid is not None and independent_blocks(grid) and keeps_weights_on_chip(scheduled, persistent)
                     and (_grid_blocks(scheduled) or 0) <= self.persistent_caps[-1]):
