@@ -224,15 +224,15 @@ def _same_view(a: tirx.DeclBuffer, b: tirx.DeclBuffer) -> bool:
                                                             (list(a.buffer.strides), list(b.buffer.strides))))
 
 
-def _bound_extent(stmt, tag: str) -> int | None:
-    """The constant extent of the first loop in ``stmt`` bound to the thread tag ``tag``
-    (``"threadIdx.x"``, ``"blockIdx.x"``), or None."""
+def _bound_loop(stmt, tag: str):
+    """The first loop in ``stmt`` bound to the thread tag ``tag`` (``"threadIdx.x"``,
+    ``"blockIdx.x"``) whose extent is constant, or None."""
     found = []
 
     def visit(loop, mutator):
         if not found and loop.thread_binding is not None and loop.thread_binding.thread_tag == tag \
                 and isinstance(loop.extent, tirx.IntImm):
-            found.append(int(loop.extent))
+            found.append(loop)
         # a callback's result is not descended into: the loops inside, until one is found (the
         # first thread loop may sit in an unrolled loop of one, as at H = 37)
         return mutator.default_mutate(loop) if not found else loop
@@ -241,17 +241,10 @@ def _bound_extent(stmt, tag: str) -> int | None:
     return found[0] if found else None
 
 
-def _block_loop(func):
-    """The first ``blockIdx.x`` loop of a scheduled GPU kernel, or None."""
-    found = []
-
-    def visit(loop, mutator):
-        if not found and loop.thread_binding is not None and loop.thread_binding.thread_tag == "blockIdx.x":
-            found.append(loop)
-        return mutator.default_mutate(loop) if not found else loop
-
-    tvm_ffi.structural_mutate(func.body, [(tirx.For, visit)])
-    return found[0] if found else None
+def _bound_extent(stmt, tag: str) -> int | None:
+    """The constant extent of :func:`_bound_loop`'s loop, or None."""
+    loop = _bound_loop(stmt, tag)
+    return int(loop.extent) if loop is not None else None
 
 
 def _thread_extent(stmt) -> int | None:
@@ -1359,28 +1352,14 @@ class Program:
         # (split-K, every block all 256 rows) took 58.7 ms on the H200, its launches 7.8 (v42;
         # common.launches_beat_persistence); nor one of fewer rows whose launched GEMM is split over
         # blocks (v64)
+        rows = self._row_groups_form(kernel)  # blocks of row groups first, where they apply
+        if rows is not None:
+            persistent, scheduled = rows
+            self._take(persistent, scheduled, _grid_blocks(scheduled) or 1)
+            self._persistent_choice[kernel.name] = persistent
+            return persistent
         declined = self.persistent_if_on_chip and (launches_beat_persistence(kernel, self.tf32_steps, self._launched) or (
             self.name == "backward" and backward_launches_beat_persistence(kernels.persistent(kernel, self.persistent_caps[0]))))
-        if self.row_groups and (row_groups_apply(kernel) or not self.persistent_if_on_chip):
-            # blocks of row groups first (common.GPU_ROW_GROUP_STEPS): taken where the schedule's
-            # blocks are independent (each holds the weights) and fit the SMs; a schedule measured
-            # as it is (tvmrnn.tune.step_loop: persistent_if_on_chip off) is taken as it is
-            persistent = kernels.persistent(kernel, self.persistent_caps[-1], row_groups=True)
-            try:
-                scheduled = self.schedule(persistent)
-            except (s_tir.ScheduleError, tvm.error.TVMError, ValueError):
-                if not self.persistent_if_on_chip:
-                    raise
-                scheduled = None  # a template that does not take this kernel: split-K's forms below
-            grid = _block_loop(scheduled) if scheduled is not None else None
-            if not self.persistent_if_on_chip or (
-                    grid is not None and independent_blocks(grid) and keeps_weights_on_chip(scheduled, persistent)
-                    and (_grid_blocks(scheduled) or 0) <= self.persistent_caps[-1]):
-                self._scheduled[persistent.name] = scheduled
-                self.kernels[persistent.name] = persistent
-                self.blocks_used = max(self.blocks_used, _grid_blocks(scheduled) or 1)
-                self._persistent_choice[kernel.name] = persistent
-                return persistent
         if not declined:
             for cap in self.persistent_caps:
                 persistent = kernels.persistent(kernel, cap)
@@ -1392,13 +1371,39 @@ class Program:
                 if (self.persistent_if_on_chip and self.name == "backward" and cap != self.persistent_caps[-1]
                         and backward_blocks_too_few(kernel, _grid_blocks(scheduled) or cap)):
                     continue  # too much of a backward step a block: more blocks (the next cap)
-                self._scheduled[persistent.name] = scheduled
-                self.kernels[persistent.name] = persistent
-                self.blocks_used = max(self.blocks_used, cap)
+                self._take(persistent, scheduled, cap)
                 chosen = persistent
                 break
         self._persistent_choice[kernel.name] = chosen
         return chosen
+
+    def _take(self, persistent: Kernel, scheduled: tirx.PrimFunc, blocks: int) -> None:
+        """Record a step kernel's chosen persistent form, scheduled, of ``blocks`` blocks."""
+        self._scheduled[persistent.name] = scheduled
+        self.kernels[persistent.name] = persistent
+        self.blocks_used = max(self.blocks_used, blocks)
+
+    def _row_groups_form(self, kernel: Kernel) -> tuple[Kernel, tirx.PrimFunc] | None:
+        """A step kernel's persistent form in blocks of row groups (common.GPU_ROW_GROUP_STEPS) and
+        its schedule, where it applies and the schedule's blocks are independent (each holds the
+        weights) and fit the SMs; else None. A schedule measured as it is (tvmrnn.tune.step_loop:
+        ``persistent_if_on_chip`` off) is taken as it is."""
+        if not (self.row_groups and (row_groups_apply(kernel) or not self.persistent_if_on_chip)):
+            return None
+        persistent = kernels.persistent(kernel, self.persistent_caps[-1], row_groups=True)
+        try:
+            scheduled = self.schedule(persistent)
+        except (s_tir.ScheduleError, tvm.error.TVMError, ValueError):
+            if not self.persistent_if_on_chip:
+                raise
+            return None  # a template that does not take this kernel: split-K's forms instead
+        if not self.persistent_if_on_chip:
+            return persistent, scheduled
+        grid = _bound_loop(scheduled.body, "blockIdx.x")
+        if (grid is not None and independent_blocks(grid) and keeps_weights_on_chip(scheduled, persistent)
+                and int(grid.extent) <= self.persistent_caps[-1]):
+            return persistent, scheduled
+        return None
 
     def _launched(self, kernel: Kernel) -> tirx.PrimFunc:
         """A step kernel's launched form, scheduled (once: :meth:`call` takes it from here)."""

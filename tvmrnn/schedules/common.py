@@ -205,6 +205,17 @@ def persistent_blocks(func) -> int | None:
     return int(value) if value is not None else None
 
 
+def _fused_step_axes(sch, kernel: Kernel):
+    """``(spatial, reduction, n_rows)`` of the GEMM of the kernel held by ``sch`` where it is a
+    step's (a reduction, rows past the problems' axis, fused with an epilogue:
+    :func:`fused_epilogue`), else None."""
+    spatial, reduction = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
+    n_rows = len(spatial) - len(kernel.columns)
+    if not reduction or n_rows <= kernel.batch or not fused_epilogue(sch, kernel):
+        return None
+    return spatial, reduction, n_rows
+
+
 def tf32_step(sch, kernel: Kernel) -> bool:
     """Whether the kernel held by ``sch`` is a step that a build with TF32 steps
     (``BuildOptions.tensor_core_steps``) runs on the TF32 tiles: a GEMM fused with a step's gate
@@ -216,11 +227,10 @@ def tf32_step(sch, kernel: Kernel) -> bool:
     :func:`launches_beat_persistence` ask it."""
     if kernel.gemm is None or persistent_blocks(sch.mod["main"]) is not None:
         return False
-    gemm = sch.get_sblock(kernel.gemm)
-    spatial, reduction = _gemm_axes(sch, gemm)
-    n_rows = len(spatial) - len(kernel.columns)
-    if not reduction or n_rows <= kernel.batch or not fused_epilogue(sch, kernel):
+    axes = _fused_step_axes(sch, kernel)
+    if axes is None:
         return False
+    spatial, reduction, n_rows = axes
     own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])
     columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
     total = math.prod(_extent(sch, l) for l in reduction)
@@ -344,11 +354,10 @@ def row_groups_apply(kernel: Kernel) -> bool:
     if kernel.gemm is None or "w" not in kernel.roles:
         return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
-    gemm = sch.get_sblock(kernel.gemm)
-    spatial, reduction = _gemm_axes(sch, gemm)
-    n_rows = len(spatial) - len(kernel.columns)
-    if not reduction or n_rows <= kernel.batch or not fused_epilogue(sch, kernel):
+    axes = _fused_step_axes(sch, kernel)
+    if axes is None:
         return False
+    spatial, _, n_rows = axes
     own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])
     units = _extent(sch, spatial[n_rows])
     w = kernel.func.params[kernel.roles.index("w")]
