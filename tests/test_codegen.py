@@ -1607,7 +1607,10 @@ def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, 
     # per layer and direction 4 (Hp - H) rows more of weight_ih (29 or 2H inputs), weight_hh and 2 biases
     assert rnn.config.packed_units == units and layout.forward_total - layout.total == 8 * (units - hidden) * (
         4 * hidden + 33)
-    assert layout.packed_total == layout.forward_total + layout.total
+    # (the backward's copies: K = 124 and 2H = 248 inputs in 64-feature panels, padded to 128 and
+    # 256 since v77, cpu.CPU_PADDED_BACKWARD_PANELS; 29 inputs as they are)
+    assert rnn.config.padded_inputs == ((124, 128), (248, 256))
+    assert layout.packed_total == layout.forward_total + layout.total + 4 * hidden * 2 * (4 + 8 + 4)
     names = [n for program in rnn.programs.values() for n in program.kernels]
     assert any(n.startswith("recurrent_step_lstm_infer") and f"_h{hidden}_p{panel}" in n for n in names), names
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS", False)
@@ -1624,6 +1627,100 @@ def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, 
     loaded = tvmrnn.load(tmp_path / "padded.so")
     assert loaded.config.packed_units == units
     assert np.array_equal(loaded.forward(loaded.pack_weights(params), x)[0], rnn.forward(rnn.pack_weights(params), x)[0])
+
+
+def test_cpu_backward_weight_copies_whose_panels_do_not_divide_k_pad_the_last(monkeypatch, rng, tmp_path):
+    """The backward's copy of a weight with K inputs (its data GEMMs, ``dh = dg W_hh`` and ``dx =
+    dg W_ih``, tile along K) was PyTorch's ``(G, H, K)`` where no panel of whole vectors divides K;
+    since v77 (``cpu.CPU_PADDED_BACKWARD_PANELS``) an AVX-512 build takes the 2-4-vector panels that
+    pad K least, the padding zero (``Config.padded_inputs``, ``Layout.backward_copy``): the backward
+    step's GEMM runs over whole panels, its gate math on the real units. A 2-layer bidirectional GRU
+    (I = 90, H = 123: K = 90 -> 96, 123 -> 128, 2H = 246 -> 256) packs so, names its kernels so,
+    matches torch.nn in float64 (every gradient) and loads from a package with its layout; AVX2
+    targets and the switch off keep PyTorch's layout."""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.schedules import cpu
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+    avx512, avx2 = tvm.target.Target(target), tvm.target.Target({"kind": "llvm", "mcpu": "znver3"})
+    for k, panel in ((1220, 64), (1216, 64), (467, 48), (90, 48), (123, 64), (246, 64), (161, 0), (37, 0)):
+        assert cpu.backward_panel(avx512, k) == panel, k
+    assert cpu.backward_panel(avx2, 1220) == cpu.backward_panel(avx512, 1220, enabled=False) == 0
+    monkeypatch.setattr(cpu, "CPU_PADDED_BACKWARD_PANELS", False)
+    assert cpu.backward_panel(avx512, 1220) == 0 and cpu.backward_panel(avx512, 1216) == 64
+    monkeypatch.setattr(cpu, "CPU_PADDED_BACKWARD_PANELS", True)
+    I, H, G = 90, 123, 3
+    rnn = tvmrnn.build("gru", I, H, num_layers=2, bidirectional=True, batch_size=3, target=target,
+                       tuning_logs=False, cache=False)
+    padded = dict(rnn.config.padded_inputs)
+    assert padded == {90: 96, 123: 128, 246: 256}
+    layout = rnn.config.layout
+    extra = sum(s.torch_shape[0] * (padded[s.torch_shape[1]] - s.torch_shape[1])
+                for s in layout.slots if len(s.torch_shape) == 2)
+    assert extra == G * H * 2 * ((6 + 5) + (10 + 5)) and layout.packed_total == layout.forward_total + layout.total + extra
+    names = [n for program in rnn.programs.values() for n in program.kernels]
+    assert f"backward_step_gru_n3_h{H}_p64_d2" in names or f"backward_step_gru_n3_h{H}_p64" in names, names
+    assert any(n.startswith("weight_panels_g3_h123_k90_p48") for n in names), names
+    import torch
+    torch.manual_seed(2)
+    params = tvmrnn.params_from_torch(torch.nn.GRU(I, H, num_layers=2, bidirectional=True))
+    w = rnn.pack_weights(params)
+    for kind, k in (("weight_ih", 246), ("weight_hh", 123)):
+        slot = layout.slot(1, 1, kind)
+        W = params[slot.name].reshape(G, H, k)
+        back = w.flat[layout.backward_copy(slot):][:G * H * padded[k]]
+        want = np.zeros((G, H, padded[k]), np.float32)
+        want[:, :, :k] = W
+        np.testing.assert_array_equal(back.reshape(kernels.backward_weight_shape(G, H, k, 64)),
+                                      want.reshape(G, H, padded[k] // 64, 64).transpose(2, 1, 0, 3))
+    rnn.export(tmp_path / "padded_backward.so")
+    from tvmrnn.runtime import package
+    meta = package.read_metadata(tmp_path / "padded_backward.so")
+    assert meta["padded_inputs"] == [[90, 96], [123, 128], [246, 256]]
+    assert meta["backward_weight_panels"] == {"90": 48, "123": 64, "246": 64}
+    if "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    loaded = tvmrnn.load(tmp_path / "padded_backward.so")
+    assert loaded.config.padded_inputs == rnn.config.padded_inputs
+    assert np.array_equal(loaded.pack_weights(params).flat, w.flat)
+    _check("gru", 2, True, False, 7, rng, target=target, hidden=H, input_size=I, batch=3)
+    _check("lstm", 1, False, False, 5, rng, target=target, hidden=123, input_size=93, batch=1)
+
+
+def test_cpu_backward_of_few_rows_sums_its_tails_weight_gradients_in_one_call(monkeypatch, rng):
+    """A CPU backward of few rows (``passes.CPU_STAGED_WEIGHT_GRADIENTS``) copies the gate gradients,
+    inputs and h_{t-1} of the chunks after its 64-step ones into a stage and sums their weight
+    gradients in one call over the smallest chunk size that holds them, where they are two chunks
+    or more and the calls saved cost more than the span's padding (``CPU_STAGED_PASS_ROWS``): each
+    call reads and writes all of dW. Counted per sequence length, and matched against torch.nn in
+    float64 where the tail is staged into each span (both directions, two layers; the stacked
+    directions' chunks walk time in opposite orders, the unstacked' too)."""
+    from tvmrnn.program import passes
+
+    def weight_calls(rnn, T):
+        calls = rnn.programs["backward"].calls(T)
+        return ({int(re.search(r"_t(\d+)_", k).group(1)): n for k, n in calls.items()
+                 if k.startswith("weight_gradient") and "_k20_" in k and n},
+                sum(n for k, n in calls.items() if k.startswith("copy_steps")))
+    one = tvmrnn.build("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False, cache=False)
+    assert weight_calls(one, 125) == ({64: 2}, 3 * 7)  # 61 steps of tail: 7 chunks staged, one span
+    assert weight_calls(one, 128) == ({64: 2}, 0)
+    assert weight_calls(one, 65) == ({64: 1, 1: 1}, 0)  # (one chunk: nothing to save)
+    assert weight_calls(one, 66) == ({64: 1, 4: 1}, 3 * 2)
+    assert weight_calls(one, 75) == ({64: 1, 16: 1}, 3 * 5)
+    assert weight_calls(one, 9) == ({16: 1}, 3 * 3)
+    four = tvmrnn.build("lstm", 20, 33, batch_size=4, target="llvm", tuning_logs=False, cache=False)
+    # 36 steps of tail in 3 chunks: 2 calls saved (64 rows) against 28 x 4 padding rows: as they were
+    assert weight_calls(four, 100) == ({64: 1, 16: 2, 4: 1}, 0)
+    assert weight_calls(four, 125) == ({64: 2}, 3 * 7)
+    monkeypatch.setattr(passes, "CPU_STAGED_WEIGHT_GRADIENTS", False)
+    off = tvmrnn.build("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False, cache=False)
+    assert weight_calls(off, 125) == ({64: 1, 16: 3, 4: 3, 1: 1}, 0)
+    monkeypatch.setattr(passes, "CPU_STAGED_WEIGHT_GRADIENTS", True)
+    for T in (6, 50, 66):  # spans of 16, 64 and 4 (test_lengths: staged masks, NaN past the lengths)
+        _check("gru", 2, True, False, T, rng, hidden=21, input_size=20, batch=2, tol=1e-5)
+    _check("lstm", 1, True, True, 70, rng, hidden=19, input_size=20, batch=3, tol=1e-5,
+           options=BuildOptions(stack_directions=False))
 
 
 def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):

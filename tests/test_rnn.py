@@ -390,7 +390,7 @@ def test_weights_in_column_panels_match_torch(cell, hidden, rng):
                                   B.transpose(1, 0, 2))
     ub = default_schedule.weight_panel(host_target(), 1, hidden)  # the backward's copy, in panels of K
     assert 1 < ub < hidden
-    back = w.flat[rnn.config.layout.torch_copy(slot.offset):][:slot.size]
+    back = w.flat[rnn.config.layout.backward_copy(slot):][:slot.size]
     np.testing.assert_array_equal(back.reshape(kernels.backward_weight_shape(G, hidden, hidden, ub)),
                                   W.reshape(G, hidden, hidden // ub, ub).transpose(2, 1, 0, 3))
     assert any(k.startswith("backward_step") and f"_p{ub}" in k for k in rnn.programs["backward"].kernels)

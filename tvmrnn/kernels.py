@@ -164,12 +164,11 @@ def backward_weight_shape(gates, hidden, in_size, panel: int = 0) -> tuple[int, 
     """The backward's copy of the weights: PyTorch's ``(G, H, K)``, or in panels of ``panel``
     input features ``(K / panel, H, G, panel)``, so that a tile of ``panel`` outputs ``k``
     reduces over ``(j, g)`` along one contiguous block (:func:`weight_shape`'s idea, for the
-    data GEMMs ``dh = dg W_hh`` and ``dx = dg W_ih``)."""
+    data GEMMs ``dh = dg W_hh`` and ``dx = dg W_ih``); where ``panel`` does not divide K, the last
+    panel padded with zeros (:func:`tvmrnn.schedules.cpu.backward_panel`)."""
     if not panel:
         return (gates, hidden, in_size)
-    if in_size % panel:
-        raise ValueError(f"panel: {panel} features do not divide {in_size}")
-    return (in_size // panel, hidden, gates, panel)
+    return (panels(in_size, panel), hidden, gates, panel)
 
 
 def _weight_t_at(w, lead: tuple, g, j, k, panel: int):
@@ -462,12 +461,16 @@ def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kerne
     return _with_unmasked(kernel, masked, lambda: pointwise_backward(cell, batch, hidden))
 
 
-def _state_gradient_gemm(lead: tuple, batch, rows, gates, out_size, panel: int):
+def _state_gradient_gemm(lead: tuple, batch, rows, gates, out_size, panel: int, padded: bool = False):
     """The backward's GEMM onto a state's gradient, ``mm[n, k] = sum_{g,j} dgh[n, j, g] w[g, j, k]``
     with ``w`` a ``(G, rows, K)`` weight in PyTorch's layout or its panels
-    (:func:`backward_weight_shape`), ``lead`` axes on every operand: ``({"dgh", "w"}, mm)``."""
+    (:func:`backward_weight_shape`), ``lead`` axes on every operand: ``({"dgh", "w"}, mm)``.
+    ``padded``: over every column of the panels, the last one's padding included (zero weights;
+    a fused epilogue reads the K real ones), so that each tile is one whole panel."""
     dgh = te.placeholder(lead + (batch, rows, gates), F32, "dgh")
     w = te.placeholder(lead + backward_weight_shape(gates, rows, out_size, panel), F32, "w")
+    if padded and panel:
+        out_size = panels(out_size, panel) * panel
     j = te.reduce_axis((0, rows), "j")
     g = te.reduce_axis((0, gates), "g")
 
@@ -502,7 +505,7 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     """
     lead = _lead(directions)
     rows, gates = (proj, 1) if proj else (hidden, cell.num_gates)
-    inputs, mm = _state_gradient_gemm(lead, batch, rows, gates, hidden, panel)
+    inputs, mm = _state_gradient_gemm(lead, batch, rows, gates, hidden, panel, padded=True)
     if has_direct_part(cell, masked) and not proj:
         inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
@@ -880,6 +883,15 @@ def copy(rows, cols) -> Kernel:
     return _make(f"copy_{rows}x{cols}", {"src": src}, {"dst": dst})
 
 
+def copy_steps(*shape) -> Kernel:
+    """``dst = src`` for a chunk of steps, ``(steps, rows, ...)``: stages a chunk's gate gradients,
+    inputs and mask for a weight gradient over a longer span (the backward's ``staged`` tails,
+    :data:`tvmrnn.program.passes.CPU_STAGED_WEIGHT_GRADIENTS`)."""
+    src = te.placeholder(tuple(shape), F32, "src")
+    dst = te.compute(src.shape, lambda *i: src[i], name="dst")
+    return _make(f"copy_steps_{'x'.join(str(d) for d in shape)}", {"src": src}, {"dst": dst})
+
+
 def gate_transpose(gates, hidden, in_size, panel: int = 0) -> Kernel:
     """Weight packing: PyTorch's ``(G, H, K)`` (rows g*H + j) -> the kernels' ``(K, H, G)``, or
     its gate-blocked column panels ``(H / panel, K, G, panel)`` (:func:`weight_shape`; a bias is
@@ -913,10 +925,14 @@ def bf16_weight_pairs(gates, hidden, in_size, panel: int) -> Kernel:
 
 def weight_panels(gates, hidden, in_size, panel: int) -> Kernel:
     """Weight packing for the backward: PyTorch's ``(G, H, K)`` -> its panels
-    ``(K / panel, H, G, panel)`` (:func:`backward_weight_shape`)."""
+    ``(ceil(K / panel), H, G, panel)`` (:func:`backward_weight_shape`), zeros past K."""
     src = te.placeholder((gates, hidden, in_size), F32, "src")
-    dst = te.compute(backward_weight_shape(gates, hidden, in_size, panel),
-                     lambda p, j, g, v: src[g, j, p * panel + v], name="dst")
+    if in_size % panel:
+        body = lambda p, j, g, v: tirx.if_then_else(  # noqa: E731
+            p * panel + v < in_size, src[g, j, tirx.min(p * panel + v, in_size - 1)], tirx.const(0.0, F32))
+    else:
+        body = lambda p, j, g, v: src[g, j, p * panel + v]  # noqa: E731
+    dst = te.compute(backward_weight_shape(gates, hidden, in_size, panel), body, name="dst")
     return _make(f"weight_panels_g{gates}_h{hidden}_k{in_size}_p{panel}", {"src": src}, {"dst": dst})
 
 

@@ -12,10 +12,11 @@ units, ``w[j // u, k, g, j % u]``, :func:`tvmrnn.schedules.cpu.weight_panel`), b
 (with panels ``b[j // u, g, j % u]``, :func:`tvmrnn.kernels.gate_shape`); the transposition itself is a compiled
 pass (``pack_weights`` in :mod:`tvmrnn.program.passes`), so it runs on the device and ships inside
 exported libraries. The packed buffer holds a second copy of the weights in PyTorch's own
-``(G, H, K)`` layout at ``total + offset``: the backward's data GEMMs (``dx = dg W``,
+``(G, H, K)`` layout after the first part (:meth:`Layout.backward_copy`): the backward's data GEMMs (``dx = dg W``,
 ``dh = dg W_hh``) produce ``k`` and want it contiguous in the weights (a CPU vectorises along it,
 a GPU warp reads it coalesced), as BLAS's transposed GEMM would (on AVX2 CPUs in panels of the
-tile's ``u`` features, ``(K / u, H, G, u)``, :func:`tvmrnn.kernels.backward_weight_shape`). That doubles the weights' memory
+tile's ``u`` features, ``(K / u, H, G, u)``, :func:`tvmrnn.kernels.backward_weight_shape`; where
+no such panel divides K, the last one padded with zeros, :func:`tvmrnn.schedules.cpu.backward_panel`). That doubles the weights' memory
 (10 MB more for a DS2 LSTM layer), not the workspace. Gradients come back in PyTorch's layout,
 also from one flat buffer.
 """
@@ -58,16 +59,20 @@ class Layout:
     unit_params: tuple[str, ...] = ()
     proj_size: int = 0
     packed_units: int = 0
+    padded_inputs: tuple[tuple[int, int], ...] = ()
 
     @staticmethod
     def create(input_size, hidden_size, num_layers, num_directions, num_gates, unit_params=(),
-               proj_size: int = 0, packed_units: int = 0) -> "Layout":
+               proj_size: int = 0, packed_units: int = 0, padded_inputs=()) -> "Layout":
         """``proj_size`` P (an LSTM with projections, torch.nn's ``proj_size``): the hidden state
         has P features, ``weight_hh`` is ``(G*H, P)``, each layer-direction has ``weight_hr``
         ``(P, H)`` after its biases, and layers above the first take ``D*P`` inputs.
         ``packed_units`` Hp > H (CPU weight panels that do not divide H, padded:
         :func:`tvmrnn.schedules.cpu.weight_panel`): the forward kernels' weights and biases hold Hp
-        units each in the packed layout, the padding's zero (0: H)."""
+        units each in the packed layout, the padding's zero (0: H).
+        ``padded_inputs`` ``((K, Kp), ...)`` (CPU backward panels that do not divide K, padded:
+        :func:`tvmrnn.schedules.cpu.backward_panel`): the backward's copy of each weight with K
+        inputs holds Kp of them (the second part grows; the padding's zero)."""
         slots, offset = [], 0
         GH = num_gates * hidden_size
         state = proj_size or hidden_size
@@ -83,8 +88,9 @@ class Layout:
                     slots.append(slot)
                     offset += slot.size
         units = packed_units if packed_units and packed_units != hidden_size else 0
+        padded = tuple(sorted((int(k), int(kp)) for k, kp in dict(padded_inputs).items() if kp != k))
         return Layout(input_size, hidden_size, num_layers, num_directions, num_gates, tuple(slots), offset,
-                      tuple(unit_params), proj_size, units)
+                      tuple(unit_params), proj_size, units, padded)
 
     def packed_size(self, slot: Slot) -> int:
         """Elements of ``slot`` in the kernels' layout: its PyTorch size, or with ``packed_units``
@@ -110,19 +116,36 @@ class Layout:
         """Elements of the packed buffer's first part: ``total``, or more with ``packed_units``."""
         return self._packed_offsets[1] if self.packed_units else self.total
 
+    def copy_size(self, slot: Slot) -> int:
+        """Elements of ``slot``'s place in the packed buffer's second part: its PyTorch size, or
+        for a weight of K inputs padded to Kp (``padded_inputs``) its rows times Kp."""
+        if len(slot.torch_shape) == 2 and self.padded_inputs:
+            rows, k = slot.torch_shape
+            return rows * dict(self.padded_inputs).get(k, k)
+        return slot.size
+
+    @functools.cached_property
+    def _copy_offsets(self) -> tuple[tuple[int, ...], int]:
+        offsets, offset = [], 0
+        for s in self.slots:
+            offsets.append(offset)
+            offset += self.copy_size(s)
+        return tuple(offsets), offset
+
     @property
     def packed_total(self) -> int:
-        """Elements of the packed buffer: the kernels' layout, then the PyTorch-layout copy."""
-        return self.forward_total + self.total
+        """Elements of the packed buffer: the kernels' layout, then the backward's copies."""
+        return self.forward_total + self._copy_offsets[1]
+
+    def backward_copy(self, slot: Slot) -> int:
+        """Where the backward's copy of weight ``slot`` (PyTorch's layout or its panels:
+        :func:`tvmrnn.kernels.backward_weight_shape`) sits in the packed buffer."""
+        return self.forward_total + self._copy_offsets[0][self.slots.index(slot)]
 
     def parameter_list(self) -> list:
         """``[name, PyTorch shape, offset]`` of each parameter, in order: what a package's metadata
         records, and what ``load`` checks it against."""
         return [[s.name, list(s.torch_shape), s.offset] for s in self.slots]
-
-    def torch_copy(self, offset: int) -> int:
-        """Where the PyTorch-layout copy of the weight at PyTorch offset ``offset`` sits."""
-        return self.forward_total + offset
 
     def slot(self, layer: int, direction: int, kind: str) -> Slot:
         return next(s for s in self.slots if (s.layer, s.direction, s.kind) == (layer, direction, kind))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass, field
 
 from tvm import tirx
@@ -40,11 +41,11 @@ from tvm import tirx
 from .. import kernels
 from ..cells.definition import Cell
 from ..options import BuildOptions
-from ..schedules.cpu import gradient_panel, input_panel, packed_units, weight_panel
+from ..schedules.cpu import backward_panel, gradient_panel, input_panel, packed_units, padded_inputs, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
 from ..device import dependent_launch, persistent_block_caps, shared_kernels
-from .sequence import GpuKernels, Program, Stacked, Subroutines
+from .sequence import GpuKernels, Program, Stacked, Subroutines, _const
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
 # static shapes: as many of the first size as fit, then the next... (``Program.chunked``). The chunk
@@ -74,6 +75,21 @@ CHUNK_STEPS = (16, 4, 1)
 # 152.3 -> 43.8 / 157.8 (so 16 steps from 9 rows on). Not run on a Xeon.
 CPU_NARROW_CHUNK_STEPS = (64, 16, 4, 1)
 CPU_NARROW_CHUNK_BATCH = 8
+# Whether a CPU backward of at most CPU_STAGED_WEIGHT_GRADIENT_ROWS rows sums the weight gradients
+# of its tail (the T mod 64 steps after the whole 64-step chunks, in chunks of 16, 4 and 1) in one
+# call, over a staged copy of those chunks' gate gradients, inputs and mask (zero past the tail; a
+# span of the smallest chunk size that holds it), where the tail takes two chunks or more: each
+# call reads and writes all of dW, which at a few rows costs more than its multiply-adds (an LSTM
+# at N = 1, K = H = 1220 on a 2-core Zen 5: 1.99 ms for 1 step, 2.82 for 4, 2.94 for 16, 4.69 for 64;
+# notes/performance.md v76, v77). Staged where the calls it saves cost more than the padding's
+# rows: (calls - 1) x CPU_STAGED_PASS_ROWS > rows x (span - tail steps), a pass over dW costing
+# about as much as CPU_STAGED_PASS_ROWS rows' multiply-adds (on that VM ~90 at N = 1, K = H =
+# 1220, ~35 at N = 4, K = H = 800; the lower kept: LSTM T=100 N=4 I=H=800 staged into a 64-step
+# span, 36 steps of them real, was 14% slower in training). The chunks' bias and input gradients
+# stay as they were.
+CPU_STAGED_WEIGHT_GRADIENTS = True
+CPU_STAGED_WEIGHT_GRADIENT_ROWS = 8
+CPU_STAGED_PASS_ROWS = 32
 # Fewer rows take 16- and 8-step chunks too: the backward cannot cover its last steps with an
 # overlapping chunk as the forward does (its weight gradients sum), and a 4-step chunk's GEMMs took
 # 43-60% of a 32-step one's time at N = 12, H = 2048 (input gradient 156 against 367 us), so 16-
@@ -158,6 +174,9 @@ class Config:
     # the units of the forward kernels' gate columns where a CPU build pads them to whole weight
     # panels (tvmrnn.schedules.cpu.weight_panel; Layout.packed_units); 0: hidden_size
     packed_units: int = 0
+    # ((K, Kp), ...): the backward's copies of the weights with K inputs padded to Kp, where a CPU
+    # build's backward panels do not divide K (tvmrnn.schedules.cpu.backward_panel; Layout.padded_inputs)
+    padded_inputs: tuple[tuple[int, int], ...] = ()
 
     @property
     def state_size(self) -> int:
@@ -179,7 +198,7 @@ class Config:
     def layout(self) -> Layout:
         return Layout.create(self.input_size, self.hidden_size, self.num_layers,
                              self.num_directions, self.cell.num_gates, self.cell.unit_params, self.proj_size,
-                             self.packed_units)
+                             self.packed_units, self.padded_inputs)
 
     @property
     def num_saved(self) -> int:
@@ -617,7 +636,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                      packed_grads: bool = False, one_region: bool = False, panel_of=lambda k: 0,
                      grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
                      subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
-                     tail_rows: int = 0, skip_ended: bool = False, interleave: bool = False) -> Program:
+                     tail_rows: int = 0, skip_ended: bool = False, interleave: bool = False,
+                     staged: bool = False) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
@@ -640,7 +660,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     :func:`kernels.input_gradient` and :func:`kernels.weight_gradient`). ``interleave``
     (:func:`interleaved_projections`; not with projections): each chunk's gradients right after
     its steps, walked from the end, while its gate gradients are in cache (stacked directions:
-    their weight gradients so, their input gradients after the loop)."""
+    their weight gradients so, their input gradients after the loop). ``staged``
+    (:data:`CPU_STAGED_WEIGHT_GRADIENTS`): the weight gradients of the chunks after the longest
+    ones in one call over a staged copy of their operands, where they are two chunks or more."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
@@ -711,6 +733,31 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     paneled = [k for k, rows in input_rows.items() if rows]
     a_panels = prog.flat("a_panels", max(chunks) * N * max(paneled)) if paneled else None
 
+    # the tail's staged operands (staged): a direction's gate gradients, inputs (the widest layer's
+    # row stride) and h_{t-1}, and mask, zero past the tail (every layer stages the same rows)
+    C = chunks[0]
+    staged = staged and len(chunks) > 2
+    if staged:
+        rest = tirx.floormod(T, C)  # the tail's steps
+        tails, left = _const(0), rest
+        for size in chunks[1:]:
+            tails, left = tails + tirx.floordiv(left, size), tirx.floormod(left, size)
+        # a span of each chunk size but 1 takes the tails of more steps than the next size, where
+        # the calls it saves cost more than its padding's rows (CPU_STAGED_PASS_ROWS)
+        spans = [(size, tirx.And(tirx.And(rest > smaller, rest <= size),
+                                 (tails - 1) * CPU_STAGED_PASS_ROWS > N * (size - rest)))
+                 for size, smaller in zip(chunks[:-1], chunks[1:])]
+        use_stage = functools.reduce(tirx.Or, [fits for _, fits in spans])
+        stage = {"dgx": prog.tensor("stage_dgx", (DG, C, N, H, G), ("d", "t", "n", "j", "g"))}
+        stage["dgh"] = stage["dgx"] if deriv.gate_grads_shared else prog.tensor(
+            "stage_dgh", (DG, C, N, H, G), ("d", "t", "n", "j", "g"))
+        stage["ih"] = prog.tensor("stage_ih", (DG, C, N, k_most), ("d", "t", "n", "k"))
+        stage["hh"] = prog.tensor("stage_hh", (DG, C, N, S), ("d", "t", "n", "j"))
+        if skip:
+            stage["mask"] = prog.tensor("stage_mask", (DG, C, N), ("d", "t", "n"))
+        for t in {id(v): v for v in stage.values()}.values():
+            prog.call(kernels.fill_zero(math.prod(t.shape)), dst=t.at(**{a: 0 for a in t.axes}))
+
     # zeroed here, not by the caller: a caller's torch.zeros is a parallel PyTorch op whose OpenMP
     # threads then spin on the cores this pass needs (a DS2 LSTM training call on the Xeon: 37 ms
     # more than its bare passes; notes/performance.md v25)
@@ -776,7 +823,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
         def recurrent_views(d, v, _l=l):
             """The GEMM of direction d's v-th step from the end: its dgh (and direct part of dh) in."""
             s = _time(config, T, d, T - 1 - v)
-            w_hh = w.piece(layout.torch_copy(layout.slot(_l, d, "weight_hh").offset))  # PyTorch layout (G, H, H)
+            w_hh = w.piece(layout.backward_copy(layout.slot(_l, d, "weight_hh")))  # (G, H, H) or its panels
             views = dict(dgh=dgh.at("n", "j", "g", d=d % DG, t=s), w=w_hh)
             if dh_direct is not None:
                 views["dh_direct"] = dh_direct.at("n", "j", d=d % DG, slot=tirx.floormod(v + 1, 2))
@@ -789,10 +836,11 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             the input gradients in ``finish()``, over the whole sequence, not in the chunks."""
             slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh",
                                                               *(("weight_hr",) if P else ()))}
+            w_ih = layout.backward_copy(layout.slot(l, d, "weight_ih"))
 
             def input_gradient(start, size):
                 views = dict(dg=dgx.at("t", "n", "j", "g", d=d % DG, t=start),
-                             w=w.piece(layout.torch_copy(slot["weight_ih"])), dx=d_in(start))
+                             w=w.piece(w_ih), dx=d_in(start))
                 if d > 0:
                     views["acc"] = d_in(start)
                 prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=d > 0,
@@ -801,28 +849,56 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             own_cover = inputs_after or (GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows))
             base = (d % DG) * packed_size if packed_pairs > 1 else 0
 
-            def gradients(start, size):
-                gd = d % DG
-                h_before = states.at(l, d, prev_row(d, start), ("t", "n", "j"))  # the steps' h_{t-1}
-                for dg, kind_w, kind_b, a, k_size in (
-                        (dgx, "weight_ih", "bias_ih", layer_in(start), in_size),
-                        (dgh, "weight_hh", "bias_hh", h_before, S)):
-                    chunk = dg.at("t", "n", "j", "g", d=gd, t=start)
+            def weight_gradients(size, operands, mask_views):
+                """The two weights' gradients over ``size`` steps: ``operands`` the views of
+                dgx, dgh, the inputs (ih) and h_{t-1} (hh)."""
+                for dg, kind_w, a, k_size in (("dgx", "weight_ih", operands["ih"], in_size),
+                                              ("dgh", "weight_hh", operands["hh"], S)):
                     piece = dw_packed.piece(base + packed_at[kind_w]) if packed_grads else dw.piece(slot[kind_w])
-                    operand = chunk
+                    operand = operands[dg]
                     if grad_panel:  # packed once where dgh is dgx
                         operand = dg_panels.piece(0)
                         if kind_w == "weight_ih" or not deriv.gate_grads_shared:
-                            prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=chunk, dst=operand)
+                            prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=operands[dg],
+                                      dst=operand)
                     rows = input_rows[k_size]
                     if rows:
                         prog.call(kernels.input_panels(size, N, k_size, rows), src=a, dst=a_panels.piece(0))
                         a = a_panels.piece(0)
                     prog.call(kernels.weight_gradient(size, N, k_size, H, G, packed=packed_grads,
                                                       panel=grad_panel, input_rows=rows, masked=skip),
-                              dg=operand, a=a, acc=piece, dw=piece, **chunk_mask(start))
+                              dg=operand, a=a, acc=piece, dw=piece, **mask_views)
+
+            def stage_views(row, gd=d % DG):  # the stage's operands from its row ``row``
+                views = {"dgx": stage["dgx"].at("t", "n", "j", "g", d=gd, t=row),
+                         "dgh": stage["dgh"].at("t", "n", "j", "g", d=gd, t=row),
+                         "ih": stage["ih"].at("t", "n", "k", d=gd, t=row),
+                         "hh": stage["hh"].at("t", "n", "j", d=gd, t=row)}
+                return views, (dict(mask=stage["mask"].at("t", "n", d=gd, t=row)) if skip else {})
+
+            def gradients(start, size):
+                gd = d % DG
+                h_before = states.at(l, d, prev_row(d, start), ("t", "n", "j"))  # the steps' h_{t-1}
+                operands = {"dgx": dgx.at("t", "n", "j", "g", d=gd, t=start),
+                            "dgh": dgh.at("t", "n", "j", "g", d=gd, t=start), "ih": layer_in(start), "hh": h_before}
+                if staged and size < C:  # a chunk of the tail: staged, where the tail is two chunks or more
+                    # (its times: [0, rest) for the first direction's chunks walked from the end, else [T - rest, T))
+                    row = start if chunk_grads and d == 0 else start - (T - rest)
+                    with prog.loop(tirx.Select(use_stage, _const(1), _const(0)), "staged"):
+                        to, mask_to = stage_views(row)
+                        shapes = {"dgx": (size, N, H, G), "dgh": (size, N, H, G), "ih": (size, N, in_size),
+                                  "hh": (size, N, S)}
+                        for key in ("dgx", "ih", "hh") if deriv.gate_grads_shared else ("dgx", "dgh", "ih", "hh"):
+                            prog.call(kernels.copy_steps(*shapes[key]), src=operands[key], dst=to[key])
+                        if skip:
+                            prog.call(kernels.copy_steps(size, N), src=chunk_mask(start)["mask"], dst=mask_to["mask"])
+                    with prog.loop(tirx.Select(use_stage, _const(0), _const(1)), "unstaged"):
+                        weight_gradients(size, operands, chunk_mask(start))
+                else:
+                    weight_gradients(size, operands, chunk_mask(start))
+                for dg, kind_b in (("dgx", "bias_ih"), ("dgh", "bias_hh")):
                     bias = dw.piece(slot[kind_b])
-                    prog.call(kernels.bias_gradient(size, N, H, G), dg=chunk, acc=bias, db=bias)
+                    prog.call(kernels.bias_gradient(size, N, H, G), dg=operands[dg], acc=bias, db=bias)
                 if P:  # W_hr's: dw[p, j] += sum dhp[t, n, p] r[t, n, j]
                     hr = dw.piece(slot["weight_hr"])
                     prog.call(kernels.weight_gradient(size, N, H, S, 1, masked=skip),
@@ -841,6 +917,10 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                         prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(base + packed_at[kind]))
 
             def finish():
+                if staged:  # the tail's weight gradients, over the smallest chunk size that holds it
+                    for size, fits in spans:
+                        with prog.loop(tirx.Select(fits, _const(1), _const(0)), f"flush{size}"):
+                            weight_gradients(size, *stage_views(0))
                 if packed_grads:
                     for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
                         prog.call(kernels.gate_untranspose(G, H, k_size, panel=grad_panel),
@@ -931,7 +1011,7 @@ def _projected_steps(prog: Program, config: Config, l: int, group: tuple, T, gat
         return _time(config, T, d, T - 1 - v)
 
     def weight(d, kind):  # W_hr (P, H): a one-gate weight; W_hh (G, H, P)
-        return w.piece(layout.torch_copy(layout.slot(l, d, kind).offset))
+        return w.piece(layout.backward_copy(layout.slot(l, d, kind)))
 
     def dy_at(d, v):
         return d_out(axes=("n", "j"), t=s_of(d, v), j=d * S)
@@ -1011,7 +1091,7 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
         if len(slot.torch_shape) == 2 and backward:
             back = prog.backward_weight_panels[k_size] = panel_of(k_size)
             copy = kernels.weight_panels(gates, units, k_size, back) if back else kernels.copy(*slot.torch_shape)
-            prog.call(copy, src=src.piece(slot.offset), dst=dst.piece(layout.torch_copy(slot.offset)))
+            prog.call(copy, src=src.piece(slot.offset), dst=dst.piece(layout.backward_copy(slot)))
     return prog
 
 
@@ -1033,12 +1113,18 @@ def all_programs(config: Config, schedule, target=None,
                          f"units pack {units} (tvmrnn.runtime.build.with_compiled_rows sets it)")
     if units != config.hidden_size:  # (also for a configuration made without build's with_compiled_rows)
         config = dataclasses.replace(config, packed_units=units)
+    padded = padded_inputs(target, config.layout, options.weight_panels)
+    if config.padded_inputs and tuple(config.padded_inputs) != padded:
+        raise ValueError(f"config.padded_inputs: {config.padded_inputs}, where this target's backward panels pad "
+                         f"{padded} (tvmrnn.runtime.build.with_compiled_rows sets it)")
+    if padded:
+        config = dataclasses.replace(config, padded_inputs=padded)
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)
     proj_panel = weight_panel(target, 1, config.proj_size, options.weight_panels) if config.proj_size else 0
 
     def panel_of(k_size):  # the backward's data GEMMs: their tile runs along K, one "gate"
-        return weight_panel(target, 1, k_size, options.weight_panels)
+        return backward_panel(target, k_size, options.weight_panels)
     passes = options.persistent_passes
 
     def blocks(name):  # (a step of two kernels, with projections, is never one persistent launch)
@@ -1057,7 +1143,9 @@ def all_programs(config: Config, schedule, target=None,
                                                             options.gradient_panels, options.weight_panels),
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
                                                                          config.rows),
-                                 interleave=interleave and BACKWARD_CHUNK_GRADIENTS, **tails, **how),
+                                 interleave=interleave and BACKWARD_CHUNK_GRADIENTS,
+                                 staged=(CPU_STAGED_WEIGHT_GRADIENTS and not (target is not None and is_gpu(target))
+                                         and config.rows <= CPU_STAGED_WEIGHT_GRADIENT_ROWS), **tails, **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines, proj_panel=proj_panel),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,

@@ -18,7 +18,7 @@ from .rnn import PASSES, RNN
 from ..cells.definition import get_cell
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
-from ..schedules.cpu import packed_units, padded_batch
+from ..schedules.cpu import packed_units, padded_batch, padded_inputs
 from ..program.passes import (Config, all_programs, half_precision_choices, loop_block_caps,
                               projections_refused)
 from ..program.sequence import SharedMemoryError, compile_module
@@ -181,6 +181,8 @@ def with_compiled_rows(config: Config, target) -> Config:
     # divide H pad the last one (tvmrnn.schedules.cpu.CPU_PADDED_PANELS)
     units = packed_units(target, config.cell.num_gates, config.hidden_size, config.options.weight_panels)
     config = dataclasses.replace(config, packed_units=units if units != config.hidden_size else 0)
+    # and the backward's copies of the weights, padded where their panels do not divide K (Config.padded_inputs)
+    config = dataclasses.replace(config, padded_inputs=padded_inputs(target, config.layout, config.options.weight_panels))
     if config.options.dtype != "float32" or config.options.bf16_projections:
         return config
     rows = padded_batch(config.batch_size, config.cell.num_gates, config.hidden_size, target)

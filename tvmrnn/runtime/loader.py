@@ -105,7 +105,8 @@ def _load(path: str, opened: str, device, device_index: int) -> RNN:
                         meta["bidirectional"], meta["batch_size"], meta["batch_first"], options,
                         int(meta.get("compiled_rows", 0)),  # (packages before v67: none)
                         proj_size=int(meta.get("proj_size", 0)),  # (before v71: none)
-                        packed_units=int(meta.get("packed_units", 0)))  # (before v75: none)
+                        packed_units=int(meta.get("packed_units", 0)),  # (before v75: none)
+                        padded_inputs=tuple((int(k), int(kp)) for k, kp in meta.get("padded_inputs", ())))  # (v77)
         _check_layout(meta, config)
     except (KeyError, TypeError, ValueError) as err:
         raise PackageError(f"load: {path!r}: its metadata does not describe a configuration ({err!s}); "

@@ -75,9 +75,13 @@ def metadata(rnn: RNN) -> dict:
                          "weights (K, H, G) gate-interleaved, biases (H, G) (with weight_panel u > 0: weights in "
                          "gate-blocked column panels (ceil(H / u), K, G, u), biases (ceil(H / u), G, u), the last panel's units past H "
                          "zero, and with packed_units Hp > 0 every weight and bias taking G * Hp rows); then, from "
-                         "packed_weights_size - weights_size on, the "
-                         "weights again in PyTorch's (G, H, K) layout (with backward_weight_panels[K] = v > 0: "
-                         "(K / v, H, G, v)); pack_weights(params, w) makes it from PyTorch's flat layout",
+                         "forward_weights_size on, the "
+                         "weights again for the backward, each where its PyTorch offset would be were every weight "
+                         "of K inputs Kp wide (padded_inputs [[K, Kp], ...]; else Kp = K): PyTorch's (G, H, K) layout, "
+                         "or with backward_weight_panels[K] = v > 0 (ceil(K / v), H, G, v), the features past K "
+                         "zero; pack_weights(params, w) makes it from PyTorch's flat layout",
+        "padded_inputs": [list(pair) for pair in c.padded_inputs],
+        "forward_weights_size": c.layout.forward_total,
         "weight_panel": rnn.programs["pack_weights"].weight_panel,
         "backward_weight_panels": {str(k): v for k, v in rnn.programs["pack_weights"].backward_weight_panels.items()},
         "packed_weights_size": c.layout.packed_total,

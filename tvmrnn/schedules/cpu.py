@@ -119,14 +119,50 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     panel = units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
     if CPU_PADDED_PANELS and gates > 1 and lanes % gates == 0 and lanes >= 16 and panel * gates <= lanes:
         # one vector or none: 2-4 vectors of units in panels, the last padded (CPU_PADDED_PANELS)
-        def padded(u):
-            return panels(hidden, u) * u
-        sizes = [v * lanes // gates for v in (4, 3, 2)]  # the widest padding at most 1/16 more units,
-        best = next((u for u in sizes if padded(u) * 16 <= hidden * 17), None)  # else the least, to 1/8
-        best = best or min(sizes, key=lambda u: (padded(u), -u))
-        if padded(best) * 8 <= hidden * 9 and best < hidden:
-            return best
+        return _padded_panel(hidden, [v * lanes // gates for v in (4, 3, 2)]) or panel
     return panel
+
+
+def _padded_panel(hidden: int, sizes) -> int:
+    """Of ``sizes`` (units a panel, widest first), the widest whose padding of ``hidden`` is at most
+    1/16 more units, else the one padding least if that is at most 1/8 more (0: none)."""
+    def padded(u):
+        return panels(hidden, u) * u
+    best = next((u for u in sizes if padded(u) * 16 <= hidden * 17), None)
+    best = best or min(sizes, key=lambda u: (padded(u), -u))
+    return best if padded(best) * 8 <= hidden * 9 and best < hidden else 0
+
+
+def backward_panel(target, in_size: int, enabled: bool | None = None) -> int:
+    """Features per panel of the backward's copy of a weight with ``in_size`` inputs (0: PyTorch's
+    ``(G, H, K)``; :func:`tvmrnn.kernels.backward_weight_shape`): its data GEMMs (``dh = dg W_hh``,
+    ``dx = dg W_ih``) tile along K alone, so the panel is :func:`weight_panel`'s for one gate; where
+    no panel of whole vectors divides K (:data:`CPU_PADDED_BACKWARD_PANELS`), 2-4 vectors with the
+    last panel padded by zero weights, as :data:`CPU_PADDED_PANELS` pads the forward's (only those
+    whose padded K the default tile, :func:`cpu_column_tile`, divides into whole panels)."""
+    if target is None:
+        target = host_target()
+    panel = weight_panel(target, 1, in_size, enabled)
+    if panel or enabled is False or is_gpu(target) or not CPU_PADDED_BACKWARD_PANELS:
+        return panel
+    lanes = vector_lanes(target)
+    if lanes < 16:  # (AVX2: not measured)
+        return 0
+    sizes = [u for u in (v * lanes for v in (4, 3, 2))
+             if cpu_column_tile(lanes, panels(in_size, u) * u, 1) == u]
+    return _padded_panel(in_size, sizes) if sizes else 0
+
+
+def padded_inputs(target, layout, enabled: bool | None = None) -> tuple[tuple[int, int], ...]:
+    """``(K, Kp)`` for each weight width K whose backward copy :func:`backward_panel` pads to Kp
+    (``Config.padded_inputs``, :class:`tvmrnn.cells.parameters.Layout`)."""
+    widths = sorted({s.torch_shape[1] for s in layout.slots if len(s.torch_shape) == 2})
+    out = []
+    for k in widths:
+        panel = backward_panel(target, k, enabled)
+        if panel and k % panel:
+            out.append((k, panels(k, panel) * panel))
+    return tuple(out)
 
 
 def packed_units(target, gates: int, hidden: int, enabled: bool | None = None) -> int:
@@ -395,6 +431,14 @@ CPU_GUARDED_ROWS = True
 # vector: a register tile of 24 rows x 1 vector. notes/performance.md v75.
 CPU_PADDED_PANELS = True
 
+# Whether the backward's copies of the weights take padded panels too (:func:`backward_panel`),
+# where no panel of 2-4 whole vectors divides their K inputs (AVX-512: K = 1220, 467, 883...):
+# the backward step's GEMM onto dh runs over the padded K (zero weights), its gate math over the
+# real units; dh0's and the input gradients' GEMMs write the real K alone. Before, such a copy was
+# PyTorch's (G, H, K), a tile's reduction walking rows K floats apart: the backward step at N = 1,
+# H = 1220 513 us against 233 at H = 1216 in panels (a 2-core Zen 5, notes/performance.md v76, v77).
+CPU_PADDED_BACKWARD_PANELS = True
+
 # Whether CPU_GUARDED_TILES applies also where the gates do not divide the lanes (the GRU's 3 on
 # AVX-512 and AVX2): the tile is then lanes // gates units, one partial vector (15 floats on AVX-512,
 # 6 on AVX2), the last tile peeled, where the old tile was 12 floats or fewer (a GRU H with no
@@ -474,10 +518,18 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes, guarded: bool 
     vector = sch.fuse(gj, *trailing) if trailing else gj
     if guarded:  # the GEMM's columns guarded too (padded panels: only the gate math's units)
         sch.annotate(vector, "pragma_loop_partition_hint", 1)
-    if peeled:
-        sch.annotate(j_inner, "pragma_loop_partition_hint", 1)
     _vectorize(sch, vector, lanes)
     sch.decompose_reduction(gemm, reduction[0])
+    if peeled and _extent(sch, j_inner) > lanes and _extent(sch, j_inner) % lanes == 0:
+        # a tile of several vectors (the backward step's padded panels): each vector peeled
+        pieces = sch.split(j_inner, [None, lanes])
+        sch.unroll(pieces[0])
+        for piece in pieces:
+            sch.annotate(piece, "pragma_loop_partition_hint", 1)
+        sch.vectorize(pieces[1])
+        return
+    if peeled:
+        sch.annotate(j_inner, "pragma_loop_partition_hint", 1)
     _vectorize(sch, j_inner, lanes)
 
 
