@@ -1692,10 +1692,13 @@ def test_cpu_backward_of_few_rows_sums_its_tails_weight_gradients_in_one_call(mo
     inputs and h_{t-1} of the chunks after its 64-step ones into a stage and sums their weight
     gradients in one call over the smallest chunk size that holds them, where they are two chunks
     or more and the calls saved cost more than the span's padding (``CPU_STAGED_PASS_ROWS``): each
-    call reads and writes all of dW. Counted per sequence length, and matched against torch.nn in
+    call reads and writes all of dW (from ``CPU_STAGED_MIN_BYTES``, 1 MiB, of the recurrent
+    weight: a smaller one stays in cache). Counted per sequence length, and matched against torch.nn in
     float64 where the tail is staged into each span (both directions, two layers; the stacked
-    directions' chunks walk time in opposite orders, the unstacked' too)."""
+    directions' chunks walk time in opposite orders, the unstacked' too; with variable lengths,
+    the chunks' masks staged too and NaN past the lengths)."""
     from tvmrnn.program import passes
+    monkeypatch.setattr(passes, "CPU_STAGED_MIN_BYTES", 0)  # (H = 33: a dW that stays in cache)
 
     def weight_calls(rnn, T):
         calls = rnn.programs["backward"].calls(T)
@@ -1717,8 +1720,17 @@ def test_cpu_backward_of_few_rows_sums_its_tails_weight_gradients_in_one_call(mo
     off = tvmrnn.build("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False, cache=False)
     assert weight_calls(off, 125) == ({64: 1, 16: 3, 4: 3, 1: 1}, 0)
     monkeypatch.setattr(passes, "CPU_STAGED_WEIGHT_GRADIENTS", True)
-    for T in (6, 50, 66):  # spans of 16, 64 and 4 (test_lengths: staged masks, NaN past the lengths)
+    monkeypatch.setattr(passes, "CPU_STAGED_MIN_BYTES", 1 << 20)
+    assert weight_calls(tvmrnn.build("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False, cache=False),
+                        125)[1] == 0
+    monkeypatch.setattr(passes, "CPU_STAGED_MIN_BYTES", 0)
+    from conftest import _cache_clear
+    _cache_clear()  # (the shared builds: these with the stage)
+    for T in (6, 50, 66):  # spans of 16, 64 and 4
         _check("gru", 2, True, False, T, rng, hidden=21, input_size=20, batch=2, tol=1e-5)
+    from test_lengths import _check as check_lengths  # staged masks; NaN past the lengths reaches nothing
+    check_lengths("lstm", 2, True, False, [50, 12, 3, 49], T=50, hidden=23, pad_value=np.nan)
+    _cache_clear()
     _check("lstm", 1, True, True, 70, rng, hidden=19, input_size=20, batch=3, tol=1e-5,
            options=BuildOptions(stack_directions=False))
 

@@ -87,9 +87,12 @@ CPU_NARROW_CHUNK_BATCH = 8
 # 1220, ~35 at N = 4, K = H = 800; the lower kept: LSTM T=100 N=4 I=H=800 staged into a 64-step
 # span, 36 steps of them real, was 14% slower in training). The chunks' bias and input gradients
 # stay as they were.
+# Only where the recurrent weight's gradient has CPU_STAGED_MIN_BYTES or more (a smaller one stays
+# in cache from call to call: and each staged chunk's copies are more kernels to compile).
 CPU_STAGED_WEIGHT_GRADIENTS = True
 CPU_STAGED_WEIGHT_GRADIENT_ROWS = 8
 CPU_STAGED_PASS_ROWS = 32
+CPU_STAGED_MIN_BYTES = 1 << 20
 # Fewer rows take 16- and 8-step chunks too: the backward cannot cover its last steps with an
 # overlapping chunk as the forward does (its weight gradients sum), and a 4-step chunk's GEMMs took
 # 43-60% of a 32-step one's time at N = 12, H = 2048 (input gradient 156 against 367 us), so 16-
@@ -1095,6 +1098,15 @@ def packing_program(config: Config, schedule, panel: int = 0, panel_of=lambda k:
     return prog
 
 
+def staged_weight_gradients(target, config: Config) -> bool:
+    """Whether the backward stages its tail's weight gradients (:data:`CPU_STAGED_WEIGHT_GRADIENTS`):
+    CPUs, at most :data:`CPU_STAGED_WEIGHT_GRADIENT_ROWS` rows, a recurrent weight of at least
+    :data:`CPU_STAGED_MIN_BYTES`."""
+    return (CPU_STAGED_WEIGHT_GRADIENTS and not (target is not None and is_gpu(target))
+            and config.rows <= CPU_STAGED_WEIGHT_GRADIENT_ROWS
+            and 4 * config.cell.num_gates * config.hidden_size * config.state_size >= CPU_STAGED_MIN_BYTES)
+
+
 def all_programs(config: Config, schedule, target=None,
                  persistent_blocks: int | tuple[int, ...] | None = None) -> tuple[Program, ...]:
     """The passes a build compiles for ``target`` (a ``tvm.target.Target``, or None: CPU):
@@ -1144,8 +1156,7 @@ def all_programs(config: Config, schedule, target=None,
                                  input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
                                                                          config.rows),
                                  interleave=interleave and BACKWARD_CHUNK_GRADIENTS,
-                                 staged=(CPU_STAGED_WEIGHT_GRADIENTS and not (target is not None and is_gpu(target))
-                                         and config.rows <= CPU_STAGED_WEIGHT_GRADIENT_ROWS), **tails, **how),
+                                 staged=staged_weight_gradients(target, config), **tails, **how),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines, proj_panel=proj_panel),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,

@@ -2,9 +2,12 @@
 tvmrnn.schedules.cpu.CPU_PADDED_BACKWARD_PANELS: the backward's weight copies in padded panels;
 tvmrnn.program.passes.CPU_STAGED_WEIGHT_GRADIENTS: the tail's weight gradients in one call), with
 PyTorch's CPU LSTM beside them; training passes (forward + backward through the drop-ins), rounds
-interleaved, medians. Usage: FLAG=... python flag_ab.py cell:T:N:I:H[:L] ..."""
+interleaved, medians. THREADS (default 2): both sides' threads. Usage: FLAG=... python flag_ab.py
+cell:T:N:I:H[:L] ..."""
 import importlib
 import os
+
+os.environ.setdefault("TVM_NUM_THREADS", os.environ.get("THREADS", "2"))  # before TVM starts its pool
 import statistics
 import sys
 import time
@@ -52,6 +55,6 @@ def main(spec):
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     for spec in sys.argv[1:]:
         main(spec)
