@@ -43,7 +43,7 @@ from ..kernels import Kernel
 
 from . import bf16
 from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_kind, _writes_param, is_gpu, uses_tf32
-from .cpu import cpu_column_tile, cpu_gemm, cpu_transpose, gradient_panel, l1_blocks, weight_panel
+from .cpu import cpu_column_tile, cpu_copy, cpu_gemm, cpu_transpose, gradient_panel, l1_blocks, weight_panel
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
                    matmul_defaults, matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
 from .row_tiles import default_row_tiles, gpu_row_tiles
@@ -105,6 +105,11 @@ def _transposed(sch, kernel: Kernel, target, row_tile: int, column_tile: int) ->
         raise s_tir.ScheduleError(f"{kernel.name}: not a transposition")
 
 
+def _vector_copy(sch, kernel: Kernel, target, tasks_per_core: int) -> None:
+    if not cpu_copy(sch, kernel, target, tasks_per_core):
+        raise s_tir.ScheduleError(f"{kernel.name}: not a copy along its innermost axis")
+
+
 def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     """Schedule the kernel held by ``sch`` (its ``main``) the default way. Everything goes through
     ``sch``'s primitives, so its trace replays the default schedule: tuning measures it as a
@@ -134,6 +139,9 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
         return
     if kernel.gemm is None and not is_gpu(target) and tiles.get("transpose", 1) and _copy_applied(
             sch, lambda s: _transposed(s, kernel, target, tiles.get("row_tile", 32), tiles.get("column_tile", 16))):
+        return
+    if kernel.gemm is None and not is_gpu(target) and tiles.get("vector_copy", 1) and _copy_applied(
+            sch, lambda s: _vector_copy(s, kernel, target, tiles.get("tasks_per_core", 4))):
         return
     params = sch.mod["main"].params
     blocks = sch.get_child_blocks(sch.get_sblock("root"))

@@ -595,6 +595,61 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
     return True
 
 
+# Whether a CPU copy along its innermost axis (the backward's weight panels, a chunk's staged
+# operands, states in and out) runs that axis in whole vectors (cpu_copy). Before, every such copy
+# took the generic schedule, one scalar loop over its fused axes: the LSTM's pack_weights at
+# H = 800 6.6 ms, of which its two backward copies (kernels.weight_panels) 4.6 (2-core Zen 5,
+# notes/performance.md v77).
+CPU_VECTOR_COPIES = True
+
+
+def cpu_copy(sch, kernel: Kernel, target, tasks_per_core: int = 4, min_elements: int = 1 << 12) -> bool:
+    """A CPU copy (one block, its value a load, or a guarded load: ``if_then_else``) whose
+    output's innermost axis is a whole number of vectors and is the innermost index of its input
+    too: the other axes fused and split over the cores' tasks, the innermost in whole vectors (a
+    guarded copy's outermost axis, the panels, outside them, in turn). False, with nothing changed, where the kernel is not one such copy or has fewer than
+    ``min_elements``."""
+    from tvm import tirx
+    if not CPU_VECTOR_COPIES:
+        return False
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    if len(blocks) != 1:
+        return False
+    block = sch.get(blocks[0])
+    store = block.body
+    if not isinstance(store, tirx.BufferStore):
+        return False
+    value = store.value
+    guarded = getattr(getattr(value, "op", None), "name", "").endswith("if_then_else")  # (a padded panel's)
+    if guarded:
+        value = value.args[1]
+    if not hasattr(value, "indices"):  # (a load is an ``ir.TensorLoad`` in this TVM: taken by its fields)
+        return False
+    loops = sch.get_loops(blocks[0])
+    ivars = [iv.var for iv in block.iter_vars]
+    lanes = vector_lanes(target)
+    if (len(loops) != len(ivars) or len(ivars) < 2 or _extent(sch, loops[-1]) % lanes
+            or math.prod(_extent(sch, l) for l in loops) < min_elements):
+        return False
+    inner = ivars[-1]
+    # the innermost axis indexes the input's last index alone (contiguous there too)
+    if not (_uses(value.indices[-1], inner) and not any(_uses(i, inner) for i in value.indices[:-1])):
+        return False
+    if guarded and len(loops) > 2:
+        # the outermost axis in turn, LoopPartition cutting off where the guard holds throughout
+        # (there the load is contiguous; vectorised under the guard throughout, LLVM's code was scalar: 3x slower)
+        sch.annotate(loops[0], "pragma_loop_partition_hint", 1)
+        loops = loops[1:]
+    fused = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+    workers = max(1, int(target.attrs.get("num-cores", 0) or 0)) * tasks_per_core
+    if _extent(sch, fused) > 1:
+        outer, _ = sch.split(fused, [min(workers, _extent(sch, fused)), None])
+        sch.parallel(outer)
+    _, vector = sch.split(loops[-1], [None, lanes])
+    sch.vectorize(vector)
+    return True
+
+
 def is_transposition(kernel: Kernel, target) -> bool:
     """Whether :func:`cpu_transpose` schedules ``kernel`` (with its default tiles) on ``target``."""
     from tvm import s_tir
