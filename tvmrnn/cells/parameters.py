@@ -99,13 +99,17 @@ class Layout:
             return slot.size // self.hidden_size * self.packed_units
         return slot.size
 
-    @functools.cached_property
-    def _packed_offsets(self) -> tuple[tuple[int, ...], int]:
+    def _running_offsets(self, size_of) -> tuple[tuple[int, ...], int]:
+        """Each slot's offset in a part whose slots take ``size_of(slot)`` elements, and the total."""
         offsets, offset = [], 0
         for s in self.slots:
             offsets.append(offset)
-            offset += self.packed_size(s)
+            offset += size_of(s)
         return tuple(offsets), offset
+
+    @functools.cached_property
+    def _packed_offsets(self) -> tuple[tuple[int, ...], int]:
+        return self._running_offsets(self.packed_size)
 
     def packed_offset(self, slot: Slot) -> int:
         """Where ``slot`` sits in the packed buffer's first part (the kernels' layout)."""
@@ -126,11 +130,7 @@ class Layout:
 
     @functools.cached_property
     def _copy_offsets(self) -> tuple[tuple[int, ...], int]:
-        offsets, offset = [], 0
-        for s in self.slots:
-            offsets.append(offset)
-            offset += self.copy_size(s)
-        return tuple(offsets), offset
+        return self._running_offsets(self.copy_size)
 
     @property
     def packed_total(self) -> int:

@@ -140,7 +140,7 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
     if kernel.gemm is None and not is_gpu(target) and tiles.get("transpose", 1) and _copy_applied(
             sch, lambda s: _transposed(s, kernel, target, tiles.get("row_tile", 32), tiles.get("column_tile", 16))):
         return
-    if kernel.gemm is None and not is_gpu(target) and tiles.get("vector_copy", 1) and _copy_applied(
+    if kernel.gemm is None and not is_gpu(target) and _copy_applied(
             sch, lambda s: _vector_copy(s, kernel, target, tiles.get("tasks_per_core", 4))):
         return
     params = sch.mod["main"].params

@@ -452,14 +452,20 @@ def nvcc_unroll(sch, loop) -> None:
     sch.annotate(loop, "pragma_unroll_explicit", 0)
 
 
-def _vectorize(sch, loop, lanes):
+def _vectorize(sch, loop, lanes, partition_hint: bool = False):
     """Vectorise in whole registers: a loop of several vectors becomes an unrolled loop of
     ``lanes``-wide ones. LLVM turns one wide odd vector (a 48-float tile: 3 gates x 16 units)
-    into code 15x slower than three 16-float ones (measured on the dev machine's Zen 5)."""
+    into code 15x slower than three 16-float ones (measured on the dev machine's Zen 5).
+    ``partition_hint``: LoopPartition cuts the loop (each piece) at its predicate (a guarded tile's)."""
     extent = _extent(sch, loop)
+    pieces = [loop]
     if extent > lanes and extent % lanes == 0:
         outer, loop = sch.split(loop, [None, lanes])
         sch.unroll(outer)
+        pieces = [outer, loop]
+    if partition_hint:
+        for piece in pieces:
+            sch.annotate(piece, "pragma_loop_partition_hint", 1)
     sch.vectorize(loop)
 
 
@@ -472,9 +478,7 @@ def _vectorize_trailing(sch, loops, width, lanes, partition_hint: bool = False):
         trailing.insert(0, loop)
     if product > 1:
         loop = sch.fuse(*trailing) if len(trailing) > 1 else trailing[0]
-        if partition_hint:  # (a guarded tile's: LoopPartition cuts the vector at its predicate)
-            sch.annotate(loop, "pragma_loop_partition_hint", 1)
-        _vectorize(sch, loop, lanes)
+        _vectorize(sch, loop, lanes, partition_hint)  # (a guarded tile's: LoopPartition cuts the vector)
 
 
 def sum_slices_per_output(sch, gemm, consumer) -> None:

@@ -520,17 +520,7 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes, guarded: bool 
         sch.annotate(vector, "pragma_loop_partition_hint", 1)
     _vectorize(sch, vector, lanes)
     sch.decompose_reduction(gemm, reduction[0])
-    if peeled and _extent(sch, j_inner) > lanes and _extent(sch, j_inner) % lanes == 0:
-        # a tile of several vectors (the backward step's padded panels): each vector peeled
-        pieces = sch.split(j_inner, [None, lanes])
-        sch.unroll(pieces[0])
-        for piece in pieces:
-            sch.annotate(piece, "pragma_loop_partition_hint", 1)
-        sch.vectorize(pieces[1])
-        return
-    if peeled:
-        sch.annotate(j_inner, "pragma_loop_partition_hint", 1)
-    _vectorize(sch, j_inner, lanes)
+    _vectorize(sch, j_inner, lanes, partition_hint=peeled)  # (a tile of several vectors: each peeled)
 
 
 def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: int = 16,
