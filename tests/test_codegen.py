@@ -1259,6 +1259,25 @@ def test_tensor_core_staging_rows_take_the_padding_asked_for():
     assert pitch == {0: {64}, 4: {68}}, pitch
 
 
+def test_cells_whose_gate_gradients_are_shared_sum_their_bias_gradient_once(rng):
+    """Where a cell's input and recurrent GEMMs take the same gate gradients (the LSTM, the Elman
+    RNN), b_ih's and b_hh's gradients are one column sum, taken once a chunk and copied at the end
+    (``passes.SHARED_BIAS_GRADIENTS``); the GRU's differ (its n gate's) and keep two. Counted on
+    both targets, and the gradients matched against torch.nn in float64 (both directions, two
+    layers, a chunk ladder of several sizes)."""
+    def calls(rnn, T, prefix):
+        return sum(n for k, n in rnn.programs["backward"].calls(T).items() if k.startswith(prefix))
+    for target in ("llvm", "nvidia/nvidia-h100"):
+        kw = dict(target=target, tuning_logs=False, cache=False)
+        lstm = tvmrnn.build("lstm", 12, 16, batch_size=3, num_layers=2, bidirectional=True, **kw)
+        gru = tvmrnn.build("gru", 12, 16, batch_size=3, **kw)
+        lstm_sums, gru_sums = calls(lstm, 21, "bias_gradient"), calls(gru, 21, "bias_gradient")
+        assert lstm_sums == 2 * gru_sums > 0, (target, lstm_sums, gru_sums)  # 4 directions x 1 sum; 1 x 2
+        assert calls(lstm, 21, "copy_4x16") == 4, target  # (G, H): a copy per direction and layer
+    _check("lstm", 2, True, False, 21, rng, hidden=16, input_size=12, batch=3, tol=1e-5)
+    _check("rnn_tanh", 1, False, False, 21, rng, hidden=16, input_size=12, batch=3, tol=1e-5)
+
+
 def test_bias_gradient_reads_along_memory_and_fills_the_gpu():
     """The bias gradient (``db[g, j] += sum dg[t, n, j, g]``) on a GPU: consecutive threads take
     consecutive addresses of ``dg`` (the gates innermost, as it is laid out), and few outputs
