@@ -1092,6 +1092,37 @@ def test_persistent_row_tiles_fit_the_device():
     assert persistent_row_tiles(160, 2048, 1, 8192, 1, 142, 99 * 1024) is None
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_backward_steps_of_few_rows_split_their_reduction_in_padded_slices(tmp_path, monkeypatch):
+    """A backward step of 32-127 rows and 2^24 multiply-adds or more takes the tiled GEMM
+    (``common.GPU_BACKWARD_MATMUL_ROWS``); its reduction of G x H gate gradients, at an odd H no
+    multiple of 16, is split over blocks in slices whose last 16-long tile is padded with zeros
+    (``cuda.GPU_MATMUL_PADDED_SLICES``: without it, no split, 22 blocks at N = 57, H = 645). Three
+    kernels, compiled without spills; the slices of reductions that whole tiles divide unchanged.
+    Run against torch on the GPU machine (``test_backward_steps_of_few_rows_on_padded_slices_match_torch_on_cuda``)."""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
+    from tvmrnn.schedules import cuda, default_schedule, knobs
+    target = tvm.target.Target("nvidia/nvidia-h100")
+    kernel = kernels.backward_step(CELLS["lstm"], 57, 645)
+    assert knobs.family(kernel, target) == "matmul"
+    rows, cols, reduction = cuda.matmul_extents(kernel)
+    shape = cuda.matmul_shape(rows, cols)
+    assert (rows, cols, reduction) == (57, 645, 2580)
+    assert cuda.matmul_k_slices(rows, cols, reduction, shape) == 1  # no whole tiles
+    assert cuda.matmul_k_slices(rows, cols, reduction, shape, padded=True) == 10
+    assert cuda.matmul_k_slices(257, 1040, 3120, cuda.matmul_shape(257, 1040), padded=True) == 5  # whole tiles first
+    source = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}), target=target).mod.imports[0].inspect_source()
+    names = set(re.findall(r"__launch_bounds__\(\d+\) (\w+)\(", source))
+    assert len(names) == 3 and "matmul_rf" in source, names
+    assert re.search(r"blockIdx\.z", source)
+    assert " 0 bytes spill stores" in _ptxas(source, tmp_path)
+    monkeypatch.setattr(cuda, "GPU_MATMUL_PADDED_SLICES", False)
+    source = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}), target=target).mod.imports[0].inspect_source()
+    assert len(set(re.findall(r"__launch_bounds__\(\d+\) (\w+)\(", source))) == 2
+
+
 def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypatch):
     """A step of 128 rows or more past row tiles' units, with 2^18 outputs or more (a backward
     step: 2^16; not persistent), takes the tiled GEMM into a buffer of its own and its epilogue as
@@ -1139,7 +1170,14 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
         assert tvm_ffi.structural_equal(found.mod, direct.mod), kernel.name
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 127, 1024, train=False), target) == "split_k"
     assert knobs.family(kernels.backward_step(CELLS["lstm"], 200, 1024), target) == "matmul"  # 2^16 outputs or more
-    assert knobs.family(kernels.backward_step(CELLS["lstm"], 127, 1024), target) == "split_k"  # < 128 rows
+    # fewer than 128 rows: the tiled GEMM from GPU_BACKWARD_MATMUL_ROWS (32) rows and 2^24 multiply-adds (v78)
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 127, 1024), target) == "matmul"
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 31, 1024), target) == "split_k"
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 32, 360), target) == "split_k"  # 16.6 M
+    from tvmrnn.schedules import common
+    monkeypatch.setattr(common, "GPU_BACKWARD_MATMUL_ROWS", 10 ** 9)
+    assert knobs.family(kernels.backward_step(CELLS["lstm"], 127, 1024), target) == "split_k"
+    monkeypatch.undo()
     # stacked directions: 128 rows in all but fewer than GPU_STACKED_MATMUL_ROWS a direction stay split-K,
     # and so does one direction of 64 rows
     assert knobs.family(kernels.recurrent_step(CELLS["lstm"], 63, 2048, train=False, directions=2), target) == "split_k"

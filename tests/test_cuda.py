@@ -601,6 +601,21 @@ def test_large_steps_split_over_blocks_match_torch_on_cuda(cell, batch, hidden, 
     assert "matmul_rf" in source and ("recurrent_projection_rf" in source) == (cell == "lstm")
 
 
+@pytest.mark.parametrize("cell,batch,hidden,bidirectional", [("lstm", 57, 645, False), ("gru", 33, 701, True)])
+def test_backward_steps_of_few_rows_on_padded_slices_match_torch_on_cuda(cell, batch, hidden, bidirectional, rng):
+    """A backward step of 32-127 rows a direction and 2^24 multiply-adds or more takes the tiled GEMM
+    (``common.GPU_BACKWARD_MATMUL_ROWS``), its G x H reduction (2580, 2103: no multiple of 16)
+    split over blocks in slices whose last tile is padded (``cuda.GPU_MATMUL_PADDED_SLICES``).
+    Forward, training forward and every gradient against torch.nn in float64, at several lengths."""
+    for T in (1, 6, 37):
+        _check(cell, 1, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=29, batch=batch, tol=1e-4)
+    rnn = built(cell, 1, bidirectional, False, input_size=29, hidden_size=hidden, batch_size=batch, target="cuda")
+    source = rnn.executable.mod.imports[0].inspect_source()
+    assert len(set(re.findall(r"void __launch_bounds__\(\d+\) (backward_step_\w+)\(", source))) == 3
+    assert "matmul_rf" in source
+
+
 @pytest.mark.parametrize("cell,bidirectional", [("gru", False), ("lstm", False), ("gru", True)])
 def test_forward_steps_of_128_rows_launched_and_split_match_torch_on_cuda(cell, bidirectional, rng):
     """A large forward step of 128 rows a direction (below ``GPU_PERSISTENT_SPLIT_K_ROWS``) whose

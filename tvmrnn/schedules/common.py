@@ -75,6 +75,13 @@ GPU_BACKWARD_STEP_MATMUL_OUTPUTS = 1 << 16
 # bidirectional passes, inference + training): 1.12-1.55x faster at N = 64-100, H = 768-2048, all four
 # cells; bidirectional LSTM N = 64, H = 2048 now 0.89x / 0.86x cuDNN.
 GPU_STACKED_MATMUL_ROWS = 64
+# A backward step launched a step (not persistent: from GPU_BACKWARD_PERSISTENT_WORK) of
+# GPU_BACKWARD_MATMUL_ROWS to GPU_ROW_TILE_ROWS rows a direction takes the tiled GEMM, its
+# reduction (G x H gate gradients) split over blocks, from GPU_BACKWARD_MATMUL_WORK multiply-adds a
+# step; split-K before (v78): on the H100 the LSTM's backward step at N = 57, H = 645 (95 M a step)
+# ran 32.9 us on split-K (5.8 TFLOP/s) where the forward's persistent step of the same work took 9.95.
+GPU_BACKWARD_MATMUL_ROWS = 32
+GPU_BACKWARD_MATMUL_WORK = 1 << 24
 
 
 # Such a large step's loop may still run persistent, split-K's form (each block all the rows, its
@@ -287,6 +294,8 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         tiled = own_rows >= GPU_ROW_TILE_ROWS or (rows >= GPU_ROW_TILE_ROWS and own_rows >= GPU_STACKED_MATMUL_ROWS)
         if tiled and units > GPU_ROW_TILE_UNITS and large:
             return "matmul"  # the tiled GEMM, then the epilogue as a kernel of its own
+        if backward and GPU_BACKWARD_MATMUL_ROWS <= own_rows < GPU_ROW_TILE_ROWS and work >= GPU_BACKWARD_MATMUL_WORK:
+            return "matmul"  # (its reduction split over blocks: cuda.matmul_k_slices)
         many = rows >= GPU_ROW_TILE_ROWS and work >= GPU_ROW_TILE_WORK and units <= GPU_ROW_TILE_UNITS
         return "row tiles" if many else "split-K"
     return "split-K" if rows <= GPU_SPLIT_K_ROWS else "matmul"

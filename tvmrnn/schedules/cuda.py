@@ -229,6 +229,15 @@ GPU_MATMUL_FILL_THREADS = 512
 GPU_MATMUL_MIN_SLICE = 256
 
 
+# Whether the SIMT GEMM's reduction may be split into slices that are not whole ``k_tile`` tiles
+# (each slice's last tile padded with zeros, as an unsplit reduction's is) where no count of whole
+# tiles is possible: a slice count need only divide the reduction. Before (v78) a reduction of no
+# multiple of 16 (G x H gate gradients at an odd H: the LSTM's backward step at H = 645 reduces
+# 2580) could not be split at all, so its tiled GEMM ran as few blocks as it has output tiles.
+# Backward steps only (the GEMMs over steps and the forward steps as before: not measured).
+GPU_MATMUL_PADDED_SLICES = True
+
+
 # Whether a step's tiled GEMM with a fused epilogue (its epilogue a kernel of its own:
 # :func:`gpu_matmul`) takes :func:`matmul_k_slices`' split by default too, its slices summed by a
 # kernel of their own before the epilogue. A large backward step has few output tiles for a long
@@ -294,7 +303,7 @@ def forward_step_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: i
 
 
 def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 16, sms: int = GPU_SMS,
-                    fill: int = 4, problems: int = 1, min_slice: int | None = None) -> int:
+                    fill: int = 4, problems: int = 1, min_slice: int | None = None, padded: bool = False) -> int:
     """How many blocks share the reduction of a ``rows x cols`` GEMM tiled by ``shape`` by default.
 
     The all-steps GEMMs of a short chunk (the last steps of a sequence: 4 steps x N = 20 rows)
@@ -307,19 +316,25 @@ def matmul_k_slices(rows: int, cols: int, reduction: int, shape, k_tile: int = 1
     ``fill``: split only where the tiles give at most ``1 / fill`` of the threads wanted (a
     forward step's GEMM: :data:`GPU_FORWARD_STEP_FILL`), counting the tiles of ``problems``
     independent GEMMs (a step of both directions); ``min_slice``: the shortest slice (None:
-    :data:`GPU_MATMUL_MIN_SLICE`)."""
+    :data:`GPU_MATMUL_MIN_SLICE`); ``padded``: where no count of whole ``k_tile`` tiles exists,
+    slices that are not (:data:`GPU_MATMUL_PADDED_SLICES`)."""
     (vi, ti, mi), (vj, tj, mj) = shape
     blocks = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj))
-    return _k_slices(blocks * ti * tj * problems, reduction, k_tile, sms, fill, min_slice)
+    return _k_slices(blocks * ti * tj * problems, reduction, k_tile, sms, fill, min_slice, padded)
 
 
-def _k_slices(threads: int, reduction: int, k_tile: int, sms: int, fill: int = 4, min_slice: int | None = None) -> int:
-    """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles."""
+def _k_slices(threads: int, reduction: int, k_tile: int, sms: int, fill: int = 4, min_slice: int | None = None,
+              padded: bool = False) -> int:
+    """:func:`matmul_k_slices`' rule, given the GEMM's threads in all its output tiles. ``padded``:
+    slices need not be whole ``k_tile`` tiles (:data:`GPU_MATMUL_PADDED_SLICES`)."""
     want = sms * GPU_MATMUL_FILL_THREADS
     if fill * threads > want:
         return 1
     most = max(1, min(want // threads, reduction // (min_slice or GPU_MATMUL_MIN_SLICE)))
-    return max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
+    whole = max([1] + [s for s in range(2, most + 1) if reduction % s == 0 and (reduction // s) % k_tile == 0])
+    if whole > 1 or not padded:
+        return whole
+    return max([1] + [s for s in range(2, most + 1) if reduction % s == 0])  # (none of whole tiles)
 
 
 def _split_reduction(sch, gemm, slices: int, sum_at_consumer: bool = True):
@@ -356,7 +371,8 @@ def _static(extent):
     return int(extent) if isinstance(extent, tvm.tirx.IntImm) else extent
 
 
-def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int, sum_at_consumer: bool = True):
+def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int, sum_at_consumer: bool = True,
+                     padded_slices: bool = False):
     """Bring the kernel's GEMM block to the form ``C[s, i, j] += A[s, i, k] * B[s, j, k]``
     (``reindex`` and ``transform_layout``, as dlight's ``Matmul`` does), each fused axis in the
     order its operand lays it out (the weight gradient's rows as ``(j, g)``, the order of ``dg``),
@@ -376,7 +392,7 @@ def normalize_matmul(sch, kernel: Kernel, slices, k_tile: int, sum_at_consumer: 
     if k_slices > 1:
         if not isinstance(totals[2], int):
             raise s_tir.ScheduleError(f"{kernel.name}: a reduction of symbolic length is not split over blocks")
-        if totals[2] % k_slices or (totals[2] // k_slices) % k_tile:
+        if totals[2] % k_slices or ((totals[2] // k_slices) % k_tile and not padded_slices):
             raise s_tir.ScheduleError(f"{kernel.name}: {k_slices} slices of a {totals[2]}-long reduction "
                                       f"in {k_tile}-long tiles")
         main = _split_reduction(sch, main, k_slices, sum_at_consumer)
@@ -580,9 +596,12 @@ def gpu_matmul(sch, kernel: Kernel, rows=None, cols=None, k_tile: int = 16, pipe
         if epilogue and k_total <= n_total and not GPU_FORWARD_STEP_K_SLICES:  # a forward step
             return forward_step_k_slices(m_total, n_total, k_total, shape, k_tile, sms, problems=problems)
         stacked = problems if epilogue and GPU_STEP_SLICES_COUNT_DIRECTIONS else 1
-        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms, problems=stacked)
+        # (a backward step's reduction, G x H, may be split into padded slices; not measured elsewhere)
+        return matmul_k_slices(m_total, n_total, k_total, shape, k_tile, sms, problems=stacked,
+                               padded=epilogue and GPU_MATMUL_PADDED_SLICES)
     main, (m_total, n_total, _), k_inner, k_slices = normalize_matmul(sch, kernel, slices, k_tile,
-                                                                      sum_at_consumer=not epilogue)
+                                                                      sum_at_consumer=not epilogue,
+                                                                      padded_slices=GPU_MATMUL_PADDED_SLICES)
     default_rows, default_cols = matmul_shape(m_total, n_total, sms) if isinstance(m_total, int) else (rows, cols)
     vi, ti, mi = rows or default_rows
     vj, tj, mj = cols or default_cols

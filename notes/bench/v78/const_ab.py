@@ -1,6 +1,7 @@
-"""v78: A/B of a module constant on the GPU (FLAG=module.NAME, OLD and NEW as Python literals;
-default: common.GPU_BACKWARD_PERSISTENT_WORK 2^24 -> 2^31, the backward's split-K steps persistent
-at any step's work). Each shape ``cell:N:H:I:T[:L][:bi]`` is built both ways in one process; both
+"""v78: A/B of module constants on the GPU (FLAG=module.NAME, OLD and NEW as Python literals, OLD=None
+the current value; default: common.GPU_BACKWARD_PERSISTENT_WORK -> 2^31, the backward's split-K
+steps persistent at any step's work; or SWITCHES="mod.NAME=old:new;..." for several at once;
+NEW_OPTIONS: a dict of build options for the new side). Each shape ``cell:N:H:I:T[:L][:bi]`` is built both ways in one process; both
 builds' outputs and gradients compared on the same inputs; inference and training passes timed in
 turn (``pass_tuning.compare``, 11 pairs, medians); cuDNN's passes (fp32, TF32 off) timed after.
 
@@ -63,11 +64,25 @@ def main(shapes):
     warnings.simplefilter("ignore")
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
-    module, name = os.environ.get("FLAG", "tvmrnn.schedules.common.GPU_BACKWARD_PERSISTENT_WORK").rsplit(".", 1)
-    module = importlib.import_module(module)
-    old_v = ast.literal_eval(os.environ.get("OLD", repr(getattr(module, name))))
-    new_v = ast.literal_eval(os.environ.get("NEW", "2147483648"))
-    saved = getattr(module, name)
+    # SWITCHES="mod.NAME=old:new;mod.NAME2=old:new" (several at once), else FLAG, OLD, NEW
+    specs = os.environ.get("SWITCHES") or "{}={}:{}".format(
+        os.environ.get("FLAG", "tvmrnn.schedules.common.GPU_BACKWARD_PERSISTENT_WORK"), os.environ.get("OLD", "None"),
+        os.environ.get("NEW", "2147483648"))
+    switches = []
+    for spec in specs.split(";"):
+        path, values = spec.split("=")
+        module, name = path.rsplit(".", 1)
+        module = importlib.import_module(module)
+        old_s, new_s = values.split(":")
+        old_v = getattr(module, name) if old_s == "None" else ast.literal_eval(old_s)
+        switches.append((module, name, old_v, ast.literal_eval(new_s), getattr(module, name)))
+    name = ",".join(s[1] for s in switches)
+    old_v, new_v = [s[2] for s in switches], [s[3] for s in switches]
+    new_options = ast.literal_eval(os.environ.get("NEW_OPTIONS", "None"))  # build options of the new side
+
+    def setting(i):  # 2: as saved
+        for module, attr, *values in switches:
+            setattr(module, attr, values[i])
     for shape in shapes:
         cell, n, h, i, T, *rest = shape.split(":")
         n, h, T = int(n), int(h), int(T)
@@ -77,15 +92,15 @@ def main(shapes):
                      tuning_logs=False, cache=False, bidirectional=bi)
         t0 = time.perf_counter()
         try:
-            setattr(module, name, old_v)
+            setting(0)
             old = tvmrnn.build(cell, **sizes)
-            setattr(module, name, new_v)
-            new = tvmrnn.build(cell, **sizes)
+            setting(1)
+            new = tvmrnn.build(cell, **sizes, options=new_options)
         except Exception as e:  # noqa: BLE001 (said, not fatal: the next shape runs)
             print(f"{shape}: build failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
         finally:
-            setattr(module, name, saved)
+            setting(2)
         steps = {k: sorted(s for s in rnn.schedules if "_persistent" in s) for k, rnn in (("old", old), ("new", new))}
         if os.environ.get("DRY"):
             print(shape, f"{time.perf_counter() - t0:.0f} s", steps, flush=True)
@@ -102,7 +117,7 @@ def main(shapes):
         theirs = cudnn_ms(cell, n, h, int(i), T, L, bi)
         ours = {k: p["candidate_ms"] for k, p in result.passes.items()}
         vs = ", ".join(f"{k} new {theirs[k] / ours[k]:.2f}x cuDNN ({theirs[k]:.3f} ms)" for k in ours if k in theirs)
-        print(f"{shape} {name} {old_v} -> {new_v}: builds {time.perf_counter() - t0:.0f} s; blocks "
+        print(f"{shape} {name} {old_v} -> {new_v}{' options ' + str(new_options) if new_options else ''}: builds {time.perf_counter() - t0:.0f} s; blocks "
               f"{old.persistent_blocks} -> {new.persistent_blocks}; new steps {steps['new']}; {agree}{result.line()}; {vs}",
               flush=True)
 
