@@ -12,15 +12,15 @@ if [ $part = tests ] || [ $part = all ]; then
 fi
 if [ $part = backward ] || [ $part = all ]; then
     SWITCHES="tvmrnn.schedules.common.GPU_BACKWARD_MATMUL_ROWS=1000000000:32;tvmrnn.schedules.cuda.GPU_MATMUL_PADDED_SLICES=False:True" \
-        timeout 250 python3 notes/bench/v78/const_ab.py ${SHAPES:-lstm:57:645:161:200 gru:57:645:161:200 lstm:100:1024:1024:100 \
+        timeout 230 python3 notes/bench/v78/const_ab.py ${SHAPES:-lstm:57:645:161:200 gru:57:645:161:200 lstm:100:1024:1024:100 \
         lstm:40:700:700:100 lstm:57:645:645:100:3} 2>&1 | grep --line-buffered -v Warn | tee $OUT/backward_matmul_ab.txt
 fi
 if [ $part = ladder ] || [ $part = all ]; then
     FLAG=tvmrnn.program.passes.SHARED_BIAS_GRADIENTS OLD=True NEW=True NEW_OPTIONS="{'chunk_steps': (256, 128, 64, 32, 16, 8, 4, 1)}" \
-        timeout 110 python3 notes/bench/v78/const_ab.py gru:32:126:126:200:3 lstm:32:126:126:200:3 2>&1 | grep --line-buffered -v Warn \
+        timeout 90 python3 notes/bench/v78/const_ab.py gru:32:126:126:200:3 lstm:32:126:126:200:3 2>&1 | grep --line-buffered -v Warn \
         | tee $OUT/ladder_ab.txt
 fi
 if [ $part = xeon ] || [ $part = all ]; then
-    timeout 60 python3 -m tvmrnn.cli.bench --device cpu --threads 16 -T 100 -N 20 --input-size 467 --hidden-size 467 --profile \
+    timeout 50 python3 -m tvmrnn.cli.bench --device cpu --threads 16 -T 100 -N 20 --input-size 467 --hidden-size 467 --profile \
         --reps 3 --max-seconds 1 lstm 2>&1 | grep -v Warn > $OUT/xeon_profile_lstm_n20_h467.txt; tail -4 $OUT/xeon_profile_lstm_n20_h467.txt
 fi
