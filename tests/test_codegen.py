@@ -414,8 +414,9 @@ def test_cuda_chunks_cover_sequences_with_few_large_gemms():
     forward's projections cover 200 steps with two overlapping 128-step chunks (its tail
     recomputes 56 steps, less work than the launches it saves), and so do the backward's input
     gradients of the first direction (``passes.GPU_INPUT_GRADIENT_TAILS``, v69; the weight
-    gradients sum, so they cannot overlap). Fewer rows take 256, 32, 16, 8, 4 and 1 (v69: 200
-    steps are 6 x 32 + 8); CPU builds 16, 4 and 1."""
+    gradients sum, so they cannot overlap). 16-63 rows take both ladders' sizes (v78:
+    ``passes.GPU_MID_CHUNK_STEPS``), fewer 256, 32, 16, 8, 4 and 1 (v69: 200 steps are 6 x 32 + 8);
+    CPU builds 16, 4 and 1."""
     def calls(rnn, program, T, kind):
         return {name.split("_")[2]: n for name, n in rnn.programs[program].calls(T).items()
                 if name.startswith(kind) and "_k16_h24_g4" in name and n}
@@ -426,7 +427,13 @@ def test_cuda_chunks_cover_sequences_with_few_large_gemms():
     assert calls(wide, "backward", 200, "input_gradient") == {"t128": 2}
     assert calls(wide, "backward", 300, "input_gradient") == {"t256": 1, "t64": 1}
     assert calls(wide, "forward", 200, "input_projection") == {"t128": 2}
-    narrow = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=63, target="nvidia/nvidia-h100",
+    mid = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=63, target="nvidia/nvidia-h100",
+                       tuning_logs=False, cache=False)
+    assert calls(mid, "backward", 200, "weight_gradient") == {"t128": 1, "t64": 1, "t8": 1}
+    assert calls(mid, "backward", 300, "weight_gradient") == {"t256": 1, "t32": 1, "t8": 1, "t4": 1}
+    assert calls(mid, "backward", 237, "weight_gradient") == {"t128": 1, "t64": 1, "t32": 1, "t8": 1, "t4": 1,
+                                                              "t1": 1}
+    narrow = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=15, target="nvidia/nvidia-h100",
                           tuning_logs=False, cache=False)
     assert calls(narrow, "backward", 200, "weight_gradient") == {"t32": 6, "t8": 1}
     assert calls(narrow, "backward", 300, "weight_gradient") == {"t256": 1, "t32": 1, "t8": 1, "t4": 1}

@@ -103,6 +103,15 @@ CPU_STAGED_MIN_BYTES = 1 << 20
 GPU_CHUNK_STEPS = (256, 32, 16, 8, 4, 1)
 GPU_WIDE_CHUNK_STEPS = (256, 128, 64, 32, 4, 1)
 GPU_WIDE_CHUNK_BATCH = 64
+# Batches of GPU_MID_CHUNK_BATCH to GPU_WIDE_CHUNK_BATCH rows take both: 128- and 64-step chunks
+# (a 32-step chunk of 32 rows is a GEMM of 1,024 rows: the GRU's projection at H = 126 ran 15 us,
+# ~9 TFLOP/s) and the 16- and 8-step ones of the backward's tail. On the H100 (v78,
+# notes/bench/v78/ladder_ab.txt; one process, T = 200, 3 layers, interleaved) the GRU at N = 32,
+# H = 126 took 0.797 -> 0.648 ms inference (0.99x -> 1.22x cuDNN), 2.810 -> 2.373 training; two
+# more sizes of each all-steps GEMM to compile. Not measured at 16-31 rows. Builds whose shipped
+# records hold the old 4-step ladder keep it (records.records_ladder: the Deep Speech 2 sizes).
+GPU_MID_CHUNK_STEPS = (256, 128, 64, 32, 16, 8, 4, 1)
+GPU_MID_CHUNK_BATCH = 16
 # The ladder GPUs used for few rows up to v68, which whole-pass tuning still tries (fewer kernels
 # to compile; the GRU above ran inference 2% faster with it).
 GPU_SHORT_CHUNK_STEPS = (256, 32, 4, 1)
@@ -152,7 +161,9 @@ def chunk_steps(target, options: BuildOptions, batch: int = 1) -> tuple[int, ...
         return options.chunk_steps
     if target is None or not is_gpu(target):
         return CPU_NARROW_CHUNK_STEPS if batch <= CPU_NARROW_CHUNK_BATCH else CHUNK_STEPS
-    return GPU_WIDE_CHUNK_STEPS if batch >= GPU_WIDE_CHUNK_BATCH else GPU_CHUNK_STEPS
+    if batch >= GPU_WIDE_CHUNK_BATCH:
+        return GPU_WIDE_CHUNK_STEPS
+    return GPU_MID_CHUNK_STEPS if batch >= GPU_MID_CHUNK_BATCH else GPU_CHUNK_STEPS
 
 
 @dataclass(frozen=True)

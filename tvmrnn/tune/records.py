@@ -40,7 +40,7 @@ from ..schedules.variants import variants
 from ..schedules.knobs import knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
-from ..program.passes import GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, chunk_steps
+from ..program.passes import GPU_CHUNK_STEPS, GPU_MID_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, chunk_steps
 from ..program.sequence import SHARED_WITHOUT_OPT_IN, shared_memory_bytes, shared_memory_problem
 from ..options import TUNED_FIELDS, BuildOptions, left_to_target
 from .pass_checks import PassChecks, config_key
@@ -383,11 +383,12 @@ def tuned_options(config, target, tuning_logs, options):
 def records_ladder(config, target, options):
     """``options`` with the GPU chunk ladder that the shipped records were tuned for, where they hold
     this configuration's 4-step input projection and neither its 16- nor its 8-step one: a few-row
-    batch's default ladder (``passes.GPU_CHUNK_STEPS``) has had 16- and 8-step chunks since v69, and
+    batch's default ladder (``passes.GPU_CHUNK_STEPS``; from 16 rows ``GPU_MID_CHUNK_STEPS``, v78)
+    has had 16- and 8-step chunks since v69, and
     the records made before (the Deep Speech 2 sizes, N = 20) serve ``passes.GPU_SHORT_CHUNK_STEPS``,
     so those builds keep every kernel tuned rather than run two chunk sizes on default schedules."""
     path = records_file(target) if is_gpu(target) and options.chunk_steps is None else None
-    if path is None or chunk_steps(target, options, config.batch_size) != GPU_CHUNK_STEPS:
+    if path is None or chunk_steps(target, options, config.batch_size) not in (GPU_CHUNK_STEPS, GPU_MID_CHUNK_STEPS):
         return options
     stat = os.stat(path)
     names = _recorded_kernels(path, stat.st_size, stat.st_mtime_ns)
