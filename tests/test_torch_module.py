@@ -644,3 +644,52 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
             with pytest.raises(RuntimeError, match="avx512f.*which this CPU does not have"):
                 other(torch.randn(5, 2, 8))
     assert [k[5] for k in other._built] == [False]
+
+
+def test_parameters_are_one_buffer_that_packing_reads_in_place(monkeypatch):
+    """On the CPU a drop-in's parameters are consecutive views of one float32 buffer in the
+    kernels' order (``flatten_parameters``: at construction, after ``load_state_dict``, ``.to()``,
+    deepcopy and optimizer steps), so that packing them at every call reads them in place
+    (``runtime.rnn.consecutive_views``) rather than joining them first. A parameter replaced with
+    ``p.data = ...`` makes packing join them again, with the same results; bias=False (zeros stand
+    in) too. Outputs and gradients match torch.nn either way."""
+    import copy
+
+    import numpy as np
+
+    from tvmrnn.runtime.rnn import consecutive_views
+
+    def flat(m):
+        return consecutive_views([getattr(m, n, None) for n in m._op_names]) is not None
+
+    theirs = torch.nn.LSTM(I, H, num_layers=2, bidirectional=True)
+    ours = tt.LSTM(I, H, num_layers=2, bidirectional=True)
+    assert flat(ours) and flat(tt.GRU(I, H)) and flat(tt.RNN(I, H, nonlinearity="relu"))
+    assert flat(tt.CustomRNN("lstm", I, H, num_layers=2))
+    ours.load_state_dict(theirs.state_dict())
+    assert flat(ours) and flat(copy.deepcopy(ours))
+    assert flat(ours.double().float())  # new storages, flattened again
+    joins = []
+    concatenate = np.concatenate
+    monkeypatch.setattr(np, "concatenate", lambda *a, **k: joins.append(1) or concatenate(*a, **k))
+    x = torch.randn(7, N, I, dtype=torch.float64)
+
+    def step(module):
+        module.zero_grad()
+        y, (hy, cy) = module(x.to(module.weight_ih_l0.dtype))
+        (y.sum() + hy.sum() + cy.sum()).backward()
+        return y.double(), {n: p.grad.double() for n, p in module.named_parameters()}
+    torch.optim.SGD(ours.parameters(), lr=0.1).step()  # (no gradients yet: nothing moves)
+    y, grads = step(ours)
+    assert not joins and flat(ours)
+    torch.optim.SGD(ours.parameters(), lr=0.1).step()
+    assert flat(ours)
+    theirs.load_state_dict(ours.state_dict())
+    y, grads = step(ours)
+    y_ref, grads_ref = step(theirs.double())
+    assert rel_error(y, y_ref) < 1e-5 and all(rel_error(grads[n], grads_ref[n]) < 1e-4 for n in grads)
+    ours.weight_hh_l1.data = ours.weight_hh_l1.data.clone()  # its own storage now: joined again
+    assert not flat(ours)
+    y2, grads2 = step(ours)
+    assert joins and rel_error(y2, y_ref) < 1e-5 and all(rel_error(grads2[n], grads_ref[n]) < 1e-4 for n in grads)
+    assert not flat(tt.LSTM(I, H, bias=False))

@@ -385,6 +385,35 @@ class _Mixin:
         self._op_names = self._op_layout.names
         self._register()
 
+    def flatten_parameters(self) -> None:
+        """As ``torch.nn``'s (cuDNN's flat weights on CUDA); on other devices the parameters become
+        consecutive views of one float32 buffer in the kernels' order, so that packing them at
+        every call reads them in place instead of joining them into one buffer first
+        (``runtime.rnn.consecutive_views``). Called at construction and after ``.to()`` and the
+        like; a parameter replaced later (``p.data = ...``) just makes packing copy again."""
+        base = getattr(super(), "flatten_parameters", None)
+        if base is not None:
+            base()
+        names = getattr(self, "_op_names", None)
+        params = [getattr(self, n, None) for n in names or ()]
+        if not params or not all(isinstance(p, torch.nn.Parameter) for p in params):
+            return  # (before _setup; bias=False: zeros stand in for the biases)
+        first = params[0]
+        if (first.device.type == "cuda" or any(p.dtype != torch.float32 or p.device != first.device for p in params)
+                or any(p.is_meta for p in params)):
+            return
+        from .runtime.rnn import consecutive_views
+        if consecutive_views(params) is not None:
+            return
+        with torch.no_grad():
+            flat = torch.empty(sum(p.numel() for p in params), dtype=torch.float32, device=first.device)
+            offset = 0
+            for p in params:
+                view = flat[offset:offset + p.numel()].view(p.shape)
+                view.copy_(p)
+                p.data = view
+                offset += p.numel()
+
     # Copies and pickles. A build is compiled code (TVM's modules neither copy nor pickle) and holds
     # no parameters: a deep copy (EMA, SWA) shares its original's builds; a pickled module
     # (torch.save of a whole model) keeps none and builds again when it runs (from the build cache
@@ -397,6 +426,7 @@ class _Mixin:
         memo[id(self)] = new
         new.__dict__.update({k: copy.deepcopy(v, memo) for k, v in self.__dict__.items() if k != "_handle"})
         new._register()
+        new.flatten_parameters()  # (each parameter was copied on its own)
         return new
 
     def __getstate__(self):
@@ -417,6 +447,7 @@ class _Mixin:
         super().__setstate__(state)
         self._package = load(found[0], device=found[1]) if found else None
         self._register()
+        self.flatten_parameters()
 
     def _register(self) -> None:
         """A handle of its own for the custom ops (:data:`_MODULES`)."""
@@ -753,6 +784,7 @@ class LSTM(_Mixin, torch.nn.LSTM):
     def __init__(self, *args, package=None, target=None, rebuild=True, **kwargs):
         super().__init__(*args, **kwargs)
         self._setup(package, target, rebuild)
+        self.flatten_parameters()
 
 
 class GRU(_Mixin, torch.nn.GRU):
@@ -763,6 +795,7 @@ class GRU(_Mixin, torch.nn.GRU):
     def __init__(self, *args, package=None, target=None, rebuild=True, **kwargs):
         super().__init__(*args, **kwargs)
         self._setup(package, target, rebuild)
+        self.flatten_parameters()
 
 
 class RNN(_Mixin, torch.nn.RNN):
@@ -772,6 +805,7 @@ class RNN(_Mixin, torch.nn.RNN):
         super().__init__(*args, **kwargs)
         self._cell = "rnn_" + self.nonlinearity
         self._setup(package, target, rebuild)
+        self.flatten_parameters()
 
 
 class CustomRNN(_Mixin, torch.nn.Module):
@@ -815,6 +849,12 @@ class CustomRNN(_Mixin, torch.nn.Module):
             self.register_parameter(slot.name, torch.nn.Parameter(torch.empty(slot.torch_shape, device=device,
                                                                               dtype=dtype)))
         self.reset_parameters()
+        self.flatten_parameters()
+
+    def _apply(self, fn, recurse=True):
+        ret = super()._apply(fn, recurse)
+        self.flatten_parameters()  # (as torch.nn.RNNBase's: .to(), .cpu(), .float() give new storages)
+        return ret
 
     @property
     def cell(self) -> Cell:
