@@ -523,6 +523,11 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes, guarded: bool 
     _vectorize(sch, j_inner, lanes, partition_hint=peeled)  # (a tile of several vectors: each peeled)
 
 
+# Whether cpu_transpose tiles transpositions whose axes no tile divides (H = 1471: the backward's
+# packed weight gradients back to PyTorch's layout), the tiles past the ends predicated (v78).
+CPU_GUARDED_TRANSPOSES = True
+
+
 def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: int = 16,
                   min_elements: int = 1 << 16) -> bool:
     """A CPU copy whose output's innermost axis strides through its input (a transposition: the
@@ -558,8 +563,11 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
         first -= 1
     within = math.prod(_extent(sch, loops[a]) for a in range(first + 1, n))
     split = column_tile // within if column_tile % within == 0 else column_tile  # (3 gates: 16 units)
+    guarded = False  # tiles past the ends (no tile divides an axis): predicated, the full ones cut off
     if _extent(sch, loops[first]) % split:
-        return False
+        if not (CPU_GUARDED_TRANSPOSES and first == n - 1):
+            return False
+        guarded = True
     # a transposition: the input's index the columns' axes move is not its last
     where = [i for i, index in enumerate(load.indices) if any(_uses(index, ivars[a]) for a in range(first, n))]
     if not where or where[-1] == len(load.indices) - 1:
@@ -571,14 +579,21 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
         return False
     row = max(rows, key=lambda a: _extent(sch, loops[a]))
     if _extent(sch, loops[row]) % row_tile:
-        return False
+        if not CPU_GUARDED_TRANSPOSES:
+            return False
+        guarded = True
     ro, ri = sch.split(loops[row], [None, row_tile])
     co, ci = sch.split(loops[first], [None, split])
     others = [loops[a] for a in range(first) if a != row]
     sch.reorder(ro, co, *others, ri, ci, *loops[first + 1:])
-    outer = sch.fuse(ro, co)
-    if _extent(sch, outer) > 1:
-        sch.parallel(outer)
+    if guarded:  # LoopPartition cuts the last row and column tiles off the full ones
+        for loop in (ro, co):
+            sch.annotate(loop, "pragma_loop_partition_hint", 1)
+        sch.parallel(ro)  # (the tiles' rows in parallel; a fused loop would hide the edges)
+    else:
+        outer = sch.fuse(ro, co)
+        if _extent(sch, outer) > 1:
+            sch.parallel(outer)
     lanes = vector_lanes(target)
     if first == n - 1 and column_tile % lanes == 0:
         _vectorize(sch, ci, lanes)
