@@ -1834,7 +1834,8 @@ def test_cpu_transpositions_that_no_tile_divides_are_tiled_with_guarded_edges(ga
     backward's packed weight gradients back to PyTorch's layout at an odd H: ``gate_untranspose``),
     the tiles past the ends predicated and cut off the full ones (``CPU_GUARDED_TRANSPOSES``; before,
     the generic schedule read a line of the input per element: 22 ms at H = K = 1471 on the 2-core
-    dev VM, 1.8 tiled). Every element lands where numpy's transposition puts it."""
+    dev VM, 1.8 tiled), and the forward's padded panels (``gate_transpose``'s guarded load). Every
+    element lands where numpy's transposition puts it, zeros in the padding."""
     import tvm
     from tvmrnn import kernels
     from tvmrnn.schedules import cpu, default_schedule
@@ -1853,8 +1854,19 @@ def test_cpu_transpositions_that_no_tile_divides_are_tiled_with_guarded_edges(ga
     else:
         expected = src.transpose(2, 1, 0)
     np.testing.assert_array_equal(dst.numpy(), expected)
+    # the forward's padded panels (zeros past the real units: a guarded load) are tiled too
+    units = hidden + (hidden % 16 == 0)  # (a hidden size that pads)
+    pack = kernels.gate_transpose(gates, units, in_size, 16)
+    packed = default_schedule(pack, target)
+    assert "T.vectorized" in packed.script()
+    weights = rng.standard_normal((gates, units, in_size)).astype(np.float32)
+    out = tvm.runtime.tensor(np.full(kernels.weight_shape(in_size, units, gates, 16), np.nan, np.float32))
+    tvm.compile(tvm.IRModule({"main": packed}), target=target)["main"](tvm.runtime.tensor(weights), out)
+    padded = np.concatenate([weights, np.zeros((gates, -units % 16, in_size), np.float32)], axis=1)
+    np.testing.assert_array_equal(out.numpy(), padded.reshape(gates, -1, 16, in_size).transpose(1, 3, 0, 2))
     monkeypatch.setattr(cpu, "CPU_GUARDED_TRANSPOSES", False)
     assert "pragma_loop_partition_hint" not in default_schedule(kernel, target).script()
+    assert "T.vectorized" not in default_schedule(pack, target).script()
 
 
 def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):

@@ -524,7 +524,8 @@ def _tile_from_outputs(sch, gemm, output, unit_tile, rows, lanes, guarded: bool 
 
 
 # Whether cpu_transpose tiles transpositions whose axes no tile divides (H = 1471: the backward's
-# packed weight gradients back to PyTorch's layout), the tiles past the ends predicated (v78).
+# packed weight gradients back to PyTorch's layout), the tiles past the ends predicated, and the
+# forward's padded panels (a guarded load: zeros past the real units) (v78).
 CPU_GUARDED_TRANSPOSES = True
 
 
@@ -548,13 +549,18 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
     block = sch.get(blocks[0])
     store = block.body
     # (a load is an ``ir.TensorLoad`` in this TVM: taken by its fields)
-    if not (isinstance(store, tirx.BufferStore) and hasattr(store.value, "indices")):
+    if not isinstance(store, tirx.BufferStore):
+        return False
+    load = store.value
+    if (CPU_GUARDED_TRANSPOSES and str(getattr(getattr(load, "op", None), "name", "")).endswith(".if_then_else")
+            and hasattr(load.args[1], "indices")):
+        load = load.args[1]  # a padded panel's: zeros past the real units (kernels.gate_transpose)
+    if not hasattr(load, "indices"):
         return False
     loops = sch.get_loops(blocks[0])
     ivars = [iv.var for iv in block.iter_vars]
     if len(loops) != len(ivars) or len(ivars) < 2 or math.prod(_extent(sch, l) for l in loops) < min_elements:
         return False
-    load = store.value
     # the columns: the output's innermost axis, with the axes before it while they hold fewer than
     # a tile (the packed layouts end in the G gates: 3 or 4), the outermost of them split
     n = len(ivars)
