@@ -1120,6 +1120,8 @@ def test_backward_steps_of_few_rows_split_their_reduction_in_padded_slices(tmp_p
     assert cuda.matmul_k_slices(rows, cols, reduction, shape) == 1  # no whole tiles
     assert cuda.matmul_k_slices(rows, cols, reduction, shape, padded=True) == 10
     assert cuda.matmul_k_slices(257, 1040, 3120, cuda.matmul_shape(257, 1040), padded=True) == 5  # whole tiles first
+    assert cuda.slice_variants(kernel) == [1, 2, 4, 5, 10]  # tuning's counts: those that divide 2580
+    default_schedule(kernel, target, matmul=dict(k_slices=4))
     source = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}), target=target).mod.imports[0].inspect_source()
     names = set(re.findall(r"__launch_bounds__\(\d+\) (\w+)\(", source))
     assert len(names) == 3 and "matmul_rf" in source, names
@@ -1128,6 +1130,7 @@ def test_backward_steps_of_few_rows_split_their_reduction_in_padded_slices(tmp_p
     monkeypatch.setattr(cuda, "GPU_MATMUL_PADDED_SLICES", False)
     source = tvm.compile(tvm.IRModule({"main": default_schedule(kernel, target)}), target=target).mod.imports[0].inspect_source()
     assert len(set(re.findall(r"__launch_bounds__\(\d+\) (\w+)\(", source))) == 2
+    assert cuda.slice_variants(kernel) == []
 
 
 def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypatch):

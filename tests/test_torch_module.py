@@ -693,3 +693,5 @@ def test_parameters_are_one_buffer_that_packing_reads_in_place(monkeypatch):
     y2, grads2 = step(ours)
     assert joins and rel_error(y2, y_ref) < 1e-5 and all(rel_error(grads2[n], grads_ref[n]) < 1e-4 for n in grads)
     assert not flat(tt.LSTM(I, H, bias=False))
+    shared = tt.GRU(I, H).share_memory()  # (Hogwild: each parameter's storage shared, left as it is)
+    assert all(p.is_shared() for p in shared.parameters())

@@ -400,8 +400,8 @@ class _Mixin:
             return  # (before _setup; bias=False: zeros stand in for the biases)
         first = params[0]
         if (first.device.type == "cuda" or any(p.dtype != torch.float32 or p.device != first.device for p in params)
-                or any(p.is_meta for p in params)):
-            return
+                or any(p.is_meta or p.is_shared() for p in params)):
+            return  # (shared memory: share_memory()'s storages are the point, Hogwild's)
         from .runtime.rnn import consecutive_views
         if consecutive_views(params) is not None:
             return

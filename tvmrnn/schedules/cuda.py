@@ -205,7 +205,8 @@ def default_matmul_shape(kernel: Kernel):
 def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10), tf32: bool = False) -> list[int]:
     """The reduction splits (``k_slices``) worth measuring for a kernel's tiled GEMM: none for a
     GEMM whose default tiles give every SM :data:`GPU_MATMUL_FILL_THREADS` threads, else every
-    count of ``counts`` that cuts the reduction into whole 16-long tiles. A step's GEMM with a
+    count of ``counts`` that cuts the reduction into whole 16-long tiles (a backward step's, where
+    none does: each that divides it, :data:`GPU_MATMUL_PADDED_SLICES`). A step's GEMM with a
     fused epilogue has them only where :data:`GPU_STEP_MATMUL_K_SLICES` is on, and never on the
     TF32 tiles (``tf32``: the TF32 template's ``k_slices`` knob, which refuses a count whose
     slices its ``k_tile`` does not divide; tuning rejects it)."""
@@ -217,7 +218,10 @@ def slice_variants(kernel: Kernel, counts=(1, 2, 4, 5, 8, 10), tf32: bool = Fals
     threads = -(-rows // (vi * ti * mi)) * -(-cols // (vj * tj * mj)) * ti * tj
     if threads >= GPU_SMS * GPU_MATMUL_FILL_THREADS:
         return []
-    return [s for s in counts if reduction % s == 0 and (reduction // s) % GPU_MATMUL["k_tile"] == 0]
+    whole = [s for s in counts if reduction % s == 0 and (reduction // s) % GPU_MATMUL["k_tile"] == 0]
+    if whole or not (GPU_MATMUL_PADDED_SLICES and fused_epilogue(sch, kernel) and reduction > cols):
+        return whole
+    return [s for s in counts if reduction % s == 0]  # a backward step's padded slices (GPU_MATMUL_PADDED_SLICES)
 
 
 # Split-K across blocks for the tiled GEMM (:func:`matmul_k_slices`): a GEMM whose output tiles
