@@ -4,7 +4,11 @@
 #   backward  GPU_BACKWARD_MATMUL_ROWS + GPU_MATMUL_PADDED_SLICES, off against on (const_ab.py)
 #   ladder    the wide chunk ladder with 16 and 8 at 16-63 rows (NEW_OPTIONS)
 #   xeon      the Xeon's LSTM training losses profiled (16 threads)
-#   all       the four in turn
+#   xeonab    v78's CPU transpositions off against on, a process a side, on the Xeon (16 threads)
+#   held      the random GPU shapes of seed 7804 again, with v78's defaults (the table before them:
+#             gpu_heldout_7804.txt)
+#   cuda1/cuda2  tests/test_cuda.py in two calls (the whole file passes 420 s at -n 6)
+#   all       tests, backward, ladder, xeon in turn (this session's call)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 part=${1:-all}
 if [ $part = tests ] || [ $part = all ]; then
@@ -23,4 +27,21 @@ fi
 if [ $part = xeon ] || [ $part = all ]; then
     timeout 50 python3 -m tvmrnn.cli.bench --device cpu --threads 16 -T 100 -N 20 --input-size 467 --hidden-size 467 --profile \
         --reps 3 --max-seconds 1 lstm 2>&1 | grep -v Warn > $OUT/xeon_profile_lstm_n20_h467.txt; tail -4 $OUT/xeon_profile_lstm_n20_h467.txt
+fi
+if [ $part = xeonab ]; then
+    for v in False True; do
+        FLAG=tvmrnn.schedules.cpu.CPU_GUARDED_TRANSPOSES VALUE=$v THREADS=16 timeout 200 python3 notes/bench/v78/flag_one.py \
+            lstm:100:5:1471:1471 lstm:100:20:467:467 2>&1 | grep --line-buffered training | tee -a $OUT/xeon_guarded_transposes.txt
+    done
+fi
+if [ $part = held ]; then
+    timeout ${2:-540} python3 -m tvmrnn.cli.bench --device cuda --sweep notes/bench/v78/gpu_heldout_7804.json --reps 5 \
+        --max-seconds 2 --json $OUT/gpu_heldout_7804_after.json 2>&1 | grep --line-buffered -v Warn > $OUT/gpu_heldout_7804_after.txt
+    tail -14 $OUT/gpu_heldout_7804_after.txt
+fi
+if [ $part = cuda1 ]; then
+    timeout 560 python3 -m pytest -q -n 8 tests/test_cuda.py 2>&1 | tail -5 | tee $OUT/test_cuda_1.txt
+fi
+if [ $part = cuda2 ]; then  # what cuda1 did not reach: pass the ids left (pytest --co -q, minus those run)
+    timeout 560 python3 -m pytest -q -n 8 $(cat ${IDS:-notes/bench/v77/ids_rest.txt}) 2>&1 | tail -5 | tee $OUT/test_cuda_2.txt
 fi
