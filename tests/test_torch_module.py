@@ -695,3 +695,12 @@ def test_parameters_are_one_buffer_that_packing_reads_in_place(monkeypatch):
     assert not flat(tt.LSTM(I, H, bias=False))
     shared = tt.GRU(I, H).share_memory()  # (Hogwild: each parameter's storage shared, left as it is)
     assert all(p.is_shared() for p in shared.parameters())
+    # a layer by layer run (dropout in training) packs each layer from the middle of the buffer:
+    # layer 1 starts 660 bytes in (4-byte aligned only)
+    odd, theirs = tt.GRU(4, 5, num_layers=2, dropout=0.5), torch.nn.GRU(4, 5, num_layers=2, dropout=0.5)
+    theirs.load_state_dict(odd.state_dict())
+    assert flat(odd) and (odd.weight_ih_l1.data_ptr() - odd.weight_ih_l0.data_ptr()) % 16
+    x = torch.randn(7, 3, 4)
+    odd(x)[0].sum().backward()
+    odd.eval(), theirs.eval()
+    assert rel_error(odd(x)[0].detach(), theirs(x)[0].detach()) < 1e-5

@@ -347,7 +347,8 @@ class RNN:
         values = [params[name] for name in layout.names]
         frame = Frame.of("params", values[0])
         on_device = all(hasattr(v, "detach") for v in values) and self._accepts(frame)
-        in_place = consecutive_views(values) if on_device and self.dtype == "float32" else None
+        in_place = (consecutive_views(values) if on_device and frame.device_kind == "cpu" and self.dtype == "float32"
+                    else None)  # (on GPUs torch.cat joins them: one copy kernel)
         if in_place is not None:  # one buffer already (a drop-in's flattened parameters): no copy
             flat = in_place
         elif on_device and frame.device_kind == "cpu":
