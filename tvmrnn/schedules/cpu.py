@@ -309,6 +309,8 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
                and guarded_tile(lanes, col_extents[0], inner, lead_tile))
     if guarded:
         lead_tile = lanes // inner
+        if not fused_epilogue:
+            lead_tile *= guarded_tile_vectors(lanes, col_extents[0], inner, device_model(target).cores)
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 
@@ -377,10 +379,10 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     vector = sch.fuse(col_inner, *col_loops[1:])
     # TIR's LoopPartition peels the last tile off (the tile loop's hint), then cuts its rows or its
     # vector to the remainder (theirs)
-    for loop, hint in ((tile, guarded or guarded_rows), (row_inner, guarded_rows), (vector, guarded)):
+    for loop, hint in ((tile, guarded or guarded_rows), (row_inner, guarded_rows)):
         if hint:
             sch.annotate(loop, "pragma_loop_partition_hint", 1)
-    _vectorize(sch, vector, lanes)
+    _vectorize(sch, vector, lanes, partition_hint=bool(guarded))
     sch.decompose_reduction(gemm, reduction[0])
     for consumer in epilogues:  # the epilogue on the tile, vectorised along its columns
         sch.reverse_compute_at(consumer, tile, preserve_unit_loops=True)
@@ -410,6 +412,38 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
 # vector before): RNN N=4 0.19 -> 0.09, 0.47 -> 0.27, LSTM N=2 training 0.43-0.53 -> 0.32-0.33, GRU
 # N=5 0.82 -> 0.69. The H200 machine's Xeon: LSTM H=129 2.74 -> 2.25 ms, 14.0 -> 7.9.
 CPU_GUARDED_TILES = True
+
+# Vectors of a guarded tile (CPU_GUARDED_TILES) in a GEMM without a fused epilogue (the backward's
+# weight and input gradients at an H that no whole vector of units divides: every odd H), where
+# ``guarded_tile_vectors`` allows (1: one vector, as before v79). A register tile of 24 rows x one
+# vector loads 25 operands for 24 multiply-adds; 12 rows x 2 vectors, 14. On a 2-core Zen 5 dev
+# VM, kernels alone, medians of 7 interleaved rounds, one vector -> two (notes/performance.md v79,
+# notes/bench/v79/vm_guarded_wide_tiles.txt): LSTM 16-step weight gradients dW_hh N=20 H=467
+# 1,617 -> 1,192 us, N=24 H=423 1,608 -> 1,270, N=48 H=423 3,384 -> 2,212, N=64 H=373 3,829 ->
+# 2,381, N=100 H=423 8,025 -> 4,935; 64-step N=5 H=1471 21.4 -> 12.9 ms, N=8 H=883 12.2 -> 6.9;
+# input gradients 13-23% faster (N=129 I=161 H=292 4,486 -> 3,445 us); at N=64-129 with H=236
+# and 292 the weight gradients the same to 9% slower (1,747 -> 1,906 us at N=100 H=236); an Elman
+# RNN's dW_hh N=24 H=423 363 -> 298 us. Three vectors: mixed (N=24 H=423 dW_hh 1,770 us).
+CPU_GUARDED_TILE_VECTORS = 2
+
+
+def guarded_tile_vectors(lanes: int, lead: int, inner: int, cores: int | None) -> int:
+    """Vectors of :func:`cpu_gemm`'s guarded tile (one whole guarded vector, see
+    :data:`CPU_GUARDED_TILES`) in a GEMM without a fused epilogue, whose columns are ``lead`` steps
+    of ``inner`` elements: :data:`CPU_GUARDED_TILE_VECTORS` on AVX-512 (with AVX2's 16 registers
+    the same or slower: a 16-step LSTM dW_ih at I=161 H=423 1,229 -> 1,957 us) where a vector
+    holds whole steps (the LSTM's 4 gates, plain columns; not the GRU's 3) and that still leaves
+    two column tiles or more a core (``cores``; the parallel loop is the column tiles where the
+    rows are guarded too,
+    :data:`CPU_GUARDED_ROWS`: at H = 236 an AVX-512 LSTM's 944 columns make 30 tiles of two
+    vectors, too few for 16 cores), else 1."""
+    vectors = CPU_GUARDED_TILE_VECTORS
+    if vectors <= 1 or lanes < 16 or lanes % inner:  # (AVX2: not faster, v79)
+        return 1
+    if -(-lead * inner // (vectors * lanes)) < 2 * (cores or 1):
+        return 1
+    return vectors
+
 
 # Whether cpu_gemm's default register tile, where its one row axis has no divisor near the tile's
 # rows (tile_rows at most half of what the accumulators hold: K = 37 or 129, the weight gradients'
