@@ -1624,6 +1624,38 @@ def test_cpu_guarded_tiles_of_gates_that_do_not_divide_the_lanes(mcpu, lanes, mo
     _check("gru", 2, True, False, 6, rng, target=target, hidden=53, input_size=37, batch=5)
 
 
+@pytest.mark.parametrize("cell,hidden,tiles,tiles_before", [("lstm", 67, 9, 17), ("gru", 67, 5, 14), ("rnn_tanh", 163, 6, 11)])
+def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, tiles, tiles_before, monkeypatch, rng):
+    """The backward's weight gradients at an H that no whole vector of units divides had guarded
+    tiles of one vector (24 rows x 16 floats: 25 loads for 24 multiply-adds); since v79
+    (``cpu.CPU_GUARDED_TILE_VECTORS``, ``cpu.guarded_tile_units``) an AVX-512 GEMM without a fused
+    epilogue takes the fewest units that fill two vectors or more (LSTM 8 units, Elman RNN 32 columns,
+    GRU 16 units = 3 vectors), the last tile peeled, where that leaves two column tiles a core: its
+    parallel loop (the column tiles) says so. Where this CPU runs the code, a 2-layer bidirectional
+    RNN matches torch.nn in float64, outputs, states and every gradient (the peeled tails cover
+    each column once)."""
+    from tvmrnn.schedules import cpu
+    units = cpu.guarded_tile_units
+    assert (units(16, 467, 4, 16), units(16, 467, 3, 2), units(16, 467, 1, 2)) == (8, 16, 32)
+    assert units(16, 236, 4, 16) == 0  # 30 tiles of 8 units: fewer than two a core of 16
+    assert units(8, 467, 4, 2) == 0 and units(16, 467, 5, 2) == 0  # AVX2; 5 vectors for whole ones
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+
+    def weight_gradient_tiles():
+        rnn = tvmrnn.build(cell, 37, hidden, batch_size=5, target=target, tuning_logs=False, cache=False)
+        program = rnn.programs["backward"]
+        found = {re.search(r"T\.parallel\((\d+)", program.scheduled(name).script()).group(1)
+                 for name in program.kernels if name.startswith(f"weight_gradient_packed_t16_n5_k{hidden}_")}
+        return {int(t) for t in found}
+    assert weight_gradient_tiles() == {tiles}
+    monkeypatch.setattr(cpu, "CPU_GUARDED_TILE_VECTORS", 1)
+    assert weight_gradient_tiles() == {tiles_before}
+    monkeypatch.setattr(cpu, "CPU_GUARDED_TILE_VECTORS", 2)
+    if "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    _check(cell, 2, True, False, 6, rng, target=target, hidden=hidden, input_size=37, batch=5)
+
+
 def test_cpu_gate_blocked_tiles_widen_past_four_vectors_where_only_one_divides(monkeypatch, rng):
     """An AVX-512 LSTM at H = 220 (= 4 x 55): of tiles of 1-4 vectors (4-16 units) only the
     one-vector tile divides the units, a register tile of 24 rows x 1 vector (24 broadcasts for

@@ -310,7 +310,7 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     if guarded:
         lead_tile = lanes // inner
         if not fused_epilogue:
-            lead_tile *= guarded_tile_vectors(lanes, col_extents[0], inner, device_model(target).cores)
+            lead_tile = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores) or lead_tile
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 
@@ -414,35 +414,42 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
 CPU_GUARDED_TILES = True
 
 # Vectors of a guarded tile (CPU_GUARDED_TILES) in a GEMM without a fused epilogue (the backward's
-# weight and input gradients at an H that no whole vector of units divides: every odd H), where
-# ``guarded_tile_vectors`` allows (1: one vector, as before v79). A register tile of 24 rows x one
-# vector loads 25 operands for 24 multiply-adds; 12 rows x 2 vectors, 14. On a 2-core Zen 5 dev
-# VM, kernels alone, medians of 7 interleaved rounds, one vector -> two (notes/performance.md v79,
-# notes/bench/v79/vm_guarded_wide_tiles.txt): LSTM 16-step weight gradients dW_hh N=20 H=467
-# 1,617 -> 1,192 us, N=24 H=423 1,608 -> 1,270, N=48 H=423 3,384 -> 2,212, N=64 H=373 3,829 ->
-# 2,381, N=100 H=423 8,025 -> 4,935; 64-step N=5 H=1471 21.4 -> 12.9 ms, N=8 H=883 12.2 -> 6.9;
-# input gradients 13-23% faster (N=129 I=161 H=292 4,486 -> 3,445 us); at N=64-129 with H=236
-# and 292 the weight gradients the same to 9% slower (1,747 -> 1,906 us at N=100 H=236); an Elman
-# RNN's dW_hh N=24 H=423 363 -> 298 us. Three vectors: mixed (N=24 H=423 dW_hh 1,770 us).
+# weight and input gradients at an H that no whole vector of units divides: every odd H), at least
+# (``guarded_tile_units``; 1: one vector of lanes // gates units, as before v79). A register tile
+# of 24 rows x one vector loads 25 operands for 24 multiply-adds; 12 rows x 2 vectors, 14. On a
+# 2-core Zen 5 dev VM, kernels alone, medians of 7 interleaved rounds (notes/performance.md v79,
+# notes/bench/v79/vm_guarded_wide_tiles.txt), LSTM one vector -> two: 16-step weight gradients
+# dW_hh N=20 H=467 1,617 -> 1,192 us, N=24 H=423 1,608 -> 1,270, N=48 H=423 3,384 -> 2,212, N=64
+# H=373 3,829 -> 2,381, N=100 H=423 8,025 -> 4,935; 64-step N=5 H=1471 21.4 -> 12.9 ms, N=8 H=883
+# 12.2 -> 6.9; input gradients 13-23% faster (N=129 I=161 H=292 4,486 -> 3,445 us); at N=100-129
+# with H=236 and 292 the weight gradients within 5% either way (three and four vectors too); an
+# Elman RNN's dW_hh N=24 H=423 363 -> 298 us. GRU, 5 units (15 floats) -> 16 units (3 vectors):
+# dW_hh N=20 H=467 1,305 -> 905 us, N=64 H=373 3,019 -> 1,812, N=130 H=292 4,223 -> 2,235, N=100
+# H=236 1,941 -> 1,125, N=57 H=151 367 -> 291; 64-step N=5 H=1471 17.4 -> 9.4 ms.
 CPU_GUARDED_TILE_VECTORS = 2
+# the most vectors such a tile may take (a custom cell of 5 gates would need 5 for whole vectors)
+CPU_GUARDED_TILE_MAX_VECTORS = 4
 
 
-def guarded_tile_vectors(lanes: int, lead: int, inner: int, cores: int | None) -> int:
-    """Vectors of :func:`cpu_gemm`'s guarded tile (one whole guarded vector, see
-    :data:`CPU_GUARDED_TILES`) in a GEMM without a fused epilogue, whose columns are ``lead`` steps
-    of ``inner`` elements: :data:`CPU_GUARDED_TILE_VECTORS` on AVX-512 (with AVX2's 16 registers
-    the same or slower: a 16-step LSTM dW_ih at I=161 H=423 1,229 -> 1,957 us) where a vector
-    holds whole steps (the LSTM's 4 gates, plain columns; not the GRU's 3) and that still leaves
-    two column tiles or more a core (``cores``; the parallel loop is the column tiles where the
-    rows are guarded too,
-    :data:`CPU_GUARDED_ROWS`: at H = 236 an AVX-512 LSTM's 944 columns make 30 tiles of two
-    vectors, too few for 16 cores), else 1."""
-    vectors = CPU_GUARDED_TILE_VECTORS
-    if vectors <= 1 or lanes < 16 or lanes % inner:  # (AVX2: not faster, v79)
-        return 1
-    if -(-lead * inner // (vectors * lanes)) < 2 * (cores or 1):
-        return 1
-    return vectors
+def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None) -> int:
+    """Steps of the leading column axis (units) in :func:`cpu_gemm`'s guarded tile (see
+    :data:`CPU_GUARDED_TILES`) of a GEMM without a fused epilogue, whose columns are ``lead`` steps
+    of ``inner`` elements (the gates): the fewest units that fill whole vectors, times what it
+    takes to reach :data:`CPU_GUARDED_TILE_VECTORS` vectors (an LSTM's 4 gates: 8 units, 2
+    vectors; an Elman RNN's plain columns: 32; a GRU's 3 gates: 16 units, 3 vectors), on AVX-512
+    (with AVX2's 16 registers the same or slower: a 16-step LSTM dW_ih at I=161 H=423 1,229 ->
+    1,957 us), where that leaves two column tiles or more a core (``cores``: the parallel loop is
+    the column tiles where the rows are guarded too, :data:`CPU_GUARDED_ROWS`; at H = 236 an
+    AVX-512 LSTM's 944 columns make 30 tiles of two vectors, too few for 16 cores) and takes at most
+    :data:`CPU_GUARDED_TILE_MAX_VECTORS`. 0: none of that (the caller's one guarded vector)."""
+    if CPU_GUARDED_TILE_VECTORS <= 1 or lanes < 16:  # (AVX2: not faster, v79)
+        return 0
+    whole = lanes // math.gcd(lanes, inner)  # the fewest units in whole vectors
+    vectors = inner // math.gcd(lanes, inner)  # ... and their vectors
+    units = whole * max(1, CPU_GUARDED_TILE_VECTORS // vectors)
+    if units * inner // lanes > CPU_GUARDED_TILE_MAX_VECTORS or -(-lead // units) < 2 * (cores or 1):
+        return 0
+    return units
 
 
 # Whether cpu_gemm's default register tile, where its one row axis has no divisor near the tile's
