@@ -1631,7 +1631,8 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     (``cpu.CPU_GUARDED_TILE_VECTORS``, ``cpu.guarded_tile_units``) an AVX-512 GEMM without a fused
     epilogue takes the fewest units that fill two vectors or more (LSTM 8 units, Elman RNN 32 columns,
     GRU 16 units = 3 vectors), the last tile peeled, where that leaves two column tiles a core: its
-    parallel loop (the column tiles) says so. Where this CPU runs the code, a 2-layer bidirectional
+    parallel loop (the column tiles) says so, and tuning's ``guarded_vectors`` knob (1-4) is offered
+    where (and only where) the default tile is guarded. Where this CPU runs the code, a 2-layer bidirectional
     RNN matches torch.nn in float64, outputs, states and every gradient (the peeled tails cover
     each column once)."""
     from tvmrnn.schedules import cpu
@@ -1651,6 +1652,21 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     monkeypatch.setattr(cpu, "CPU_GUARDED_TILE_VECTORS", 1)
     assert weight_gradient_tiles() == {tiles_before}
     monkeypatch.setattr(cpu, "CPU_GUARDED_TILE_VECTORS", 2)
+    # tuning's knob of it (1-4 vectors; AUTO the rule), only where the default tile is guarded
+    import tvm
+    from tvmrnn import schedules
+    from tvmrnn.schedules import knobs
+    rnn = tvmrnn.build(cell, 37, hidden, batch_size=5, target=target, tuning_logs=False, cache=False)
+    program = rnn.programs["backward"]
+    kernel = next(k for name, k in program.kernels.items() if name.startswith(f"weight_gradient_packed_t16_n5_k{hidden}_"))
+    avx512 = tvm.target.Target(target)
+    assert "guarded_vectors" in [k.name for k in knobs.knobs(kernel, avx512)]
+    whole = tvmrnn.build(cell, 37, 64, batch_size=5, target=target, tuning_logs=False, cache=False).programs["backward"]
+    assert all("guarded_vectors" not in [k.name for k in knobs.knobs(k, avx512)]
+               for name, k in whole.kernels.items() if name.startswith("weight_gradient"))
+    parallel = {v: re.search(r"T\.parallel\((\d+)", schedules.default_schedule(kernel, avx512, guarded_vectors=v).script()).group(1)
+                for v in (1, 2, 3, 4)}
+    assert parallel[1] == str(tiles_before) and parallel[2] == str(tiles)
     if "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
     _check(cell, 2, True, False, 6, rng, target=target, hidden=hidden, input_size=37, batch=5)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+
+from tvm import s_tir
+
 from ..device import device_model, host_target
 from ..kernels import Kernel, panels
 
@@ -272,7 +275,7 @@ def input_panel(target, in_size: int, gates: int, panel: int, batch: int) -> int
 
 
 def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,
-             row_block: int | None = None, red_block: int | None = None) -> None:
+             row_block: int | None = None, red_block: int | None = None, guarded_vectors: int | None = None) -> None:
     """Register-blocked GEMM (see the module docstring) on the kernel's reduction block.
 
     ``accumulators``: vector registers the output tile may use (of AVX-512's 32 or AVX2's 16,
@@ -282,7 +285,8 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     ``row_block`` register tiles down the last row axis, and runs the reduction (its axes fused)
     in slices of ``red_block`` outside them, so that one slice of the streamed operand serves
     every tile of the block from L1, their partial sums waiting in the block's output buffer.
-    Default: :func:`l1_blocks`.
+    Default: :func:`l1_blocks`. ``guarded_vectors``: the vectors of a guarded tile where the GEMM
+    has no fused epilogue (:func:`guarded_tile_units`; None: its rule, 1: one vector).
     """
     lanes = vector_lanes(target)
     gemm = sch.get_sblock(kernel.gemm)
@@ -310,7 +314,8 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     if guarded:
         lead_tile = lanes // inner
         if not fused_epilogue:
-            lead_tile = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores) or lead_tile
+            lead_tile = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores,
+                                           guarded_vectors) or lead_tile
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 
@@ -431,7 +436,7 @@ CPU_GUARDED_TILE_VECTORS = 2
 CPU_GUARDED_TILE_MAX_VECTORS = 4
 
 
-def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None) -> int:
+def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None, vectors: int | None = None) -> int:
     """Steps of the leading column axis (units) in :func:`cpu_gemm`'s guarded tile (see
     :data:`CPU_GUARDED_TILES`) of a GEMM without a fused epilogue, whose columns are ``lead`` steps
     of ``inner`` elements (the gates): the fewest units that fill whole vectors, times what it
@@ -441,15 +446,31 @@ def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None) -> 
     1,957 us), where that leaves two column tiles or more a core (``cores``: the parallel loop is
     the column tiles where the rows are guarded too, :data:`CPU_GUARDED_ROWS`; at H = 236 an
     AVX-512 LSTM's 944 columns make 30 tiles of two vectors, too few for 16 cores) and takes at most
-    :data:`CPU_GUARDED_TILE_MAX_VECTORS`. 0: none of that (the caller's one guarded vector)."""
-    if CPU_GUARDED_TILE_VECTORS <= 1 or lanes < 16:  # (AVX2: not faster, v79)
+    :data:`CPU_GUARDED_TILE_MAX_VECTORS`. 0: none of that (the caller's one guarded vector).
+    ``vectors`` (the ``guarded_vectors`` knob, a tuning candidate's): that many instead of the
+    rule's, on any vector width and tile count, the tile still of at least two and at most
+    :data:`CPU_GUARDED_TILE_MAX_VECTORS` whole vectors and two tiles or more (else 0)."""
+    asked = vectors is not None
+    vectors = CPU_GUARDED_TILE_VECTORS if vectors is None else vectors
+    if vectors <= 1 or (lanes < 16 and not asked):  # (AVX2: not faster, v79)
         return 0
     whole = lanes // math.gcd(lanes, inner)  # the fewest units in whole vectors
-    vectors = inner // math.gcd(lanes, inner)  # ... and their vectors
-    units = whole * max(1, CPU_GUARDED_TILE_VECTORS // vectors)
-    if units * inner // lanes > CPU_GUARDED_TILE_MAX_VECTORS or -(-lead // units) < 2 * (cores or 1):
+    units = whole * max(1, vectors // (inner // math.gcd(lanes, inner)))
+    if units * inner // lanes > CPU_GUARDED_TILE_MAX_VECTORS or units >= lead \
+            or (not asked and -(-lead // units) < 2 * (cores or 1)):
         return 0
     return units
+
+
+def guarded_gemm(kernel: Kernel, target) -> bool:
+    """Whether :func:`cpu_gemm`'s default tile of ``kernel`` on ``target`` is guarded
+    (:data:`CPU_GUARDED_TILES`: no whole number of vectors divides its columns), so that the
+    ``guarded_vectors`` knob of a GEMM without a fused epilogue decides its width."""
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
+    spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
+    lead, *rest = [_extent(sch, l) for l in spatial[len(spatial) - len(kernel.columns):]]
+    lanes, inner = vector_lanes(target), math.prod(rest)
+    return guarded_tile(lanes, lead, inner, cpu_column_tile(lanes, lead, inner))
 
 
 # Whether cpu_gemm's default register tile, where its one row axis has no divisor near the tile's

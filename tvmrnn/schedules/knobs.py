@@ -26,7 +26,7 @@ from ..kernels import Kernel
 
 from .bf16 import is_bf16_gemm, is_bf16_step, supports_amx
 from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, uses_tf32, vector_lanes
-from .cpu import is_transposition
+from .cpu import guarded_gemm, is_transposition
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, TF32_SHAPES, matmul_defaults, matmul_extents, matmul_shape,
                    slice_variants, tf32_default)
 from .split_k import PERSISTENT_TILES, persistent_blocks
@@ -91,6 +91,8 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         if not _cpu_gemm_tiles_outputs(kernel):
             found += (Knob("row_block", (AUTO, 1, 2, 4, 8, 16), AUTO),
                       Knob("red_block", (AUTO, 16, 32, 64, 128, 256), AUTO))
+            if guarded_gemm(kernel, target):  # AUTO: cpu.guarded_tile_units' rule (v79: 2 on AVX-512)
+                found += (Knob("guarded_vectors", (AUTO, 1, 2, 3, 4), AUTO),)
         return found
     if kind == "cpu_step_bf16":  # amx: the AMX microkernel (where the target has it) or vdpbf16ps
         amx = (Knob("amx", (0, 1), 1),) if supports_amx(target) else ()
