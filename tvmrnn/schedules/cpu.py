@@ -308,14 +308,15 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         inner *= e
     lead_tile = cpu_column_tile(lanes, col_extents[0], inner, column_vectors)
     fused_epilogue = len(sch.get_loops(epilogues[0])) < len(spatial) or len(epilogues) > 1
-    # a guarded tile: one whole vector, the last tile cut at the columns' end (see CPU_GUARDED_TILES)
+    # a guarded tile: one whole vector, the last tile cut at the columns' end (see CPU_GUARDED_TILES);
+    # without a fused epilogue, several (guarded_tile_units), also where one vector divides the columns
     guarded = ((CPU_GUARDED_STEP_TILES or not fused_epilogue) and column_vectors is None
                and guarded_tile(lanes, col_extents[0], inner, lead_tile))
-    if guarded:
-        lead_tile = lanes // inner
-        if not fused_epilogue:
-            lead_tile = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores,
-                                           guarded_vectors) or lead_tile
+    wide = 0
+    if not fused_epilogue and column_vectors is None and (guarded or lead_tile * inner == lanes):
+        wide = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores, guarded_vectors)
+    if guarded or wide:
+        guarded, lead_tile = True, wide or lanes // inner
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 
@@ -419,18 +420,23 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
 CPU_GUARDED_TILES = True
 
 # Vectors of a guarded tile (CPU_GUARDED_TILES) in a GEMM without a fused epilogue (the backward's
-# weight and input gradients at an H that no whole vector of units divides: every odd H), at least
-# (``guarded_tile_units``; 1: one vector of lanes // gates units, as before v79). A register tile
-# of 24 rows x one vector loads 25 operands for 24 multiply-adds; 12 rows x 2 vectors, 14. On a
-# 2-core Zen 5 dev VM, kernels alone, medians of 7 interleaved rounds (notes/performance.md v79,
-# notes/bench/v79/vm_guarded_wide_tiles.txt), LSTM one vector -> two: 16-step weight gradients
-# dW_hh N=20 H=467 1,617 -> 1,192 us, N=24 H=423 1,608 -> 1,270, N=48 H=423 3,384 -> 2,212, N=64
-# H=373 3,829 -> 2,381, N=100 H=423 8,025 -> 4,935; 64-step N=5 H=1471 21.4 -> 12.9 ms, N=8 H=883
-# 12.2 -> 6.9; input gradients 13-23% faster (N=129 I=161 H=292 4,486 -> 3,445 us); at N=100-129
-# with H=236 and 292 the weight gradients within 5% either way (three and four vectors too); an
-# Elman RNN's dW_hh N=24 H=423 363 -> 298 us. GRU, 5 units (15 floats) -> 16 units (3 vectors):
-# dW_hh N=20 H=467 1,305 -> 905 us, N=64 H=373 3,019 -> 1,812, N=130 H=292 4,223 -> 2,235, N=100
-# H=236 1,941 -> 1,125, N=57 H=151 367 -> 291; 64-step N=5 H=1471 17.4 -> 9.4 ms.
+# weight and input gradients at an H that no whole vector of units divides: every odd H; and
+# where one whole vector divides the columns and no wider tile does, an LSTM's weight gradients at
+# H = 4 x odd, whose tile was 24 rows x one unguarded vector), at least (``guarded_tile_units``;
+# 1: as before v79). A register tile of 24 rows x one vector loads 25 operands for 24
+# multiply-adds; 12 rows x 2 vectors, 14. On a 2-core Zen 5 dev VM, kernels alone, medians of 7
+# interleaved rounds (notes/performance.md v79, notes/bench/v79/vm_guarded_wide_tiles.txt), LSTM
+# one vector -> two: 16-step weight gradients dW_hh N=20 H=467 1,617 -> 1,192 us, N=24 H=423
+# 1,608 -> 1,270, N=48 H=423 3,384 -> 2,212, N=64 H=373 3,829 -> 2,381, N=100 H=423 8,025 ->
+# 4,935; 64-step N=5 H=1471 21.4 -> 12.9 ms, N=8 H=883 12.2 -> 6.9; input gradients 13-23% faster
+# (N=129 I=161 H=292 4,486 -> 3,445 us); at H = 4 x odd (one vector before) N=129 H=292 3,797 ->
+# 3,095, N=100 H=236 1,857 -> 1,516, N=57 H=292 1,661 -> 1,412, small sizes (N=1-20, H=68-124)
+# the same or 5-18% faster. An Elman RNN's dW_hh N=24 H=423 363 -> 298 us; its backward step at
+# N=64 H=208 13.7 -> 14.6 (input gradient 195 -> 166). GRU, 5 units (15 floats) -> 16 units (3
+# vectors): dW_hh N=20 H=467 1,305 -> 905 us, N=64 H=373 3,019 -> 1,812, N=130 H=292 4,223 ->
+# 2,235, N=100 H=236 1,941 -> 1,125, N=57 H=151 367 -> 291; 64-step N=5 H=1471 17.4 -> 9.4 ms;
+# its input projection at H=467 (no panels: a plain GEMM) 1,239 -> 966 us. Three LSTM vectors:
+# mixed (N=24 H=423 dW_hh 1,770 us).
 CPU_GUARDED_TILE_VECTORS = 2
 # the most vectors such a tile may take (a custom cell of 5 gates would need 5 for whole vectors)
 CPU_GUARDED_TILE_MAX_VECTORS = 4
@@ -438,7 +444,8 @@ CPU_GUARDED_TILE_MAX_VECTORS = 4
 
 def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None, vectors: int | None = None) -> int:
     """Steps of the leading column axis (units) in :func:`cpu_gemm`'s guarded tile (see
-    :data:`CPU_GUARDED_TILES`) of a GEMM without a fused epilogue, whose columns are ``lead`` steps
+    :data:`CPU_GUARDED_TILES`; or a tile of one whole vector that no wider one divides, guarded
+    instead) of a GEMM without a fused epilogue, whose columns are ``lead`` steps
     of ``inner`` elements (the gates): the fewest units that fill whole vectors, times what it
     takes to reach :data:`CPU_GUARDED_TILE_VECTORS` vectors (an LSTM's 4 gates: 8 units, 2
     vectors; an Elman RNN's plain columns: 32; a GRU's 3 gates: 16 units, 3 vectors), on AVX-512
@@ -463,14 +470,17 @@ def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None, vec
 
 
 def guarded_gemm(kernel: Kernel, target) -> bool:
-    """Whether :func:`cpu_gemm`'s default tile of ``kernel`` on ``target`` is guarded
-    (:data:`CPU_GUARDED_TILES`: no whole number of vectors divides its columns), so that the
-    ``guarded_vectors`` knob of a GEMM without a fused epilogue decides its width."""
+    """Whether ``guarded_vectors`` decides the width of :func:`cpu_gemm`'s default tile of
+    ``kernel`` (a GEMM without a fused epilogue) on ``target``: its columns take a guarded tile
+    (:data:`CPU_GUARDED_TILES`: no whole number of vectors divides them) or a tile of one whole
+    vector that no wider one divides (an LSTM's weight gradients at H = 4 x odd), the cases
+    :func:`guarded_tile_units` widens."""
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
     lead, *rest = [_extent(sch, l) for l in spatial[len(spatial) - len(kernel.columns):]]
     lanes, inner = vector_lanes(target), math.prod(rest)
-    return guarded_tile(lanes, lead, inner, cpu_column_tile(lanes, lead, inner))
+    tile = cpu_column_tile(lanes, lead, inner)
+    return guarded_tile(lanes, lead, inner, tile) or (tile * inner == lanes and lead * inner >= 2 * lanes)
 
 
 # Whether cpu_gemm's default register tile, where its one row axis has no divisor near the tile's
