@@ -8,7 +8,7 @@ part=${1:-xeonwide}
 if [ $part = xeonwide ]; then
     for v in 1 2 1 2; do
         FLAG=tvmrnn.schedules.cpu.CPU_GUARDED_TILE_VECTORS VALUE=$v THREADS=16 timeout 130 python3 notes/bench/v78/flag_one.py \
-            lstm:100:20:467:467 lstm:100:5:1024:1471 lstm:100:129:161:292 gru:100:20:1024:1024 2>&1 \
+            lstm:100:20:467:467 lstm:100:5:1024:1471 lstm:100:129:161:292 gru:100:20:601:601 2>&1 \
             | grep --line-buffered training | tee -a $OUT/xeon_wide_guarded_tiles.txt
     done
 fi
