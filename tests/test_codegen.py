@@ -1667,6 +1667,10 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     parallel = {v: re.search(r"T\.parallel\((\d+)", schedules.default_schedule(kernel, avx512, guarded_vectors=v).script()).group(1)
                 for v in (1, 2, 3, 4)}
     assert parallel[1] == str(tiles_before) and parallel[2] == str(tiles)
+    # not a step kernel: an Elman RNN's backward step (no fused epilogue; one whole vector at H =
+    # 208) keeps its tile, and its time loops stay one parallel region each
+    elman = tvmrnn.build("rnn_tanh", 37, 208, batch_size=5, target=target, tuning_logs=False, cache=False)
+    assert "pragma_parallel_launch_point" in elman.programs["backward"].build().script()
     if "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
     _check(cell, 2, True, False, 6, rng, target=target, hidden=hidden, input_size=37, batch=5)

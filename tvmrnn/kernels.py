@@ -27,6 +27,15 @@ from .cells.definition import Cell
 
 F32 = "float32"
 
+# The kernels a pass's time loop calls at every step (their names' families; their persistent
+# and masked forms share them): :func:`recurrent_step`, :func:`backward_step`
+STEP_FAMILIES = ("recurrent_step_", "backward_step_")
+
+
+def is_step(kernel) -> bool:
+    """Whether ``kernel`` is one a time loop calls at every step (:data:`STEP_FAMILIES`)."""
+    return kernel.name.startswith(STEP_FAMILIES)
+
 
 @dataclass(frozen=True)
 class Kernel:

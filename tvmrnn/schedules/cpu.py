@@ -9,7 +9,7 @@ from fractions import Fraction
 from tvm import s_tir
 
 from ..device import device_model, host_target
-from ..kernels import Kernel, panels
+from ..kernels import Kernel, is_step, panels
 
 from .common import _divisor, _extent, _gemm_axes, _uses, _vectorize, _vectorize_trailing, is_gpu, vector_lanes
 
@@ -313,7 +313,8 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     guarded = ((CPU_GUARDED_STEP_TILES or not fused_epilogue) and column_vectors is None
                and guarded_tile(lanes, col_extents[0], inner, lead_tile))
     wide = 0
-    if not fused_epilogue and column_vectors is None and (guarded or lead_tile * inner == lanes):
+    if (not fused_epilogue and column_vectors is None and (guarded or lead_tile * inner == lanes)
+            and not is_step(kernel)):
         wide = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores, guarded_vectors)
     if guarded or wide:
         guarded, lead_tile = True, wide or lanes // inner
@@ -431,12 +432,14 @@ CPU_GUARDED_TILES = True
 # 4,935; 64-step N=5 H=1471 21.4 -> 12.9 ms, N=8 H=883 12.2 -> 6.9; input gradients 13-23% faster
 # (N=129 I=161 H=292 4,486 -> 3,445 us); at H = 4 x odd (one vector before) N=129 H=292 3,797 ->
 # 3,095, N=100 H=236 1,857 -> 1,516, N=57 H=292 1,661 -> 1,412, small sizes (N=1-20, H=68-124)
-# the same or 5-18% faster. An Elman RNN's dW_hh N=24 H=423 363 -> 298 us; its backward step at
-# N=64 H=208 13.7 -> 14.6 (input gradient 195 -> 166). GRU, 5 units (15 floats) -> 16 units (3
+# the same or 5-18% faster. An Elman RNN's dW_hh N=24 H=423 363 -> 298 us (input gradient at N=64
+# H=208 195 -> 166). GRU, 5 units (15 floats) -> 16 units (3
 # vectors): dW_hh N=20 H=467 1,305 -> 905 us, N=64 H=373 3,019 -> 1,812, N=130 H=292 4,223 ->
 # 2,235, N=100 H=236 1,941 -> 1,125, N=57 H=151 367 -> 291; 64-step N=5 H=1471 17.4 -> 9.4 ms;
 # its input projection at H=467 (no panels: a plain GEMM) 1,239 -> 966 us. Three LSTM vectors:
-# mixed (N=24 H=423 dW_hh 1,770 us).
+# mixed (N=24 H=423 dW_hh 1,770 us). Not for a step kernel (an Elman RNN's backward step has no
+# fused epilogue): a partition hint on its parallel loop would cost its time loop the single
+# parallel region (tvmrnn.program.sequence.Program._region_loop), a region launch a step.
 CPU_GUARDED_TILE_VECTORS = 2
 # the most vectors such a tile may take (a custom cell of 5 gates would need 5 for whole vectors)
 CPU_GUARDED_TILE_MAX_VECTORS = 4
@@ -474,7 +477,10 @@ def guarded_gemm(kernel: Kernel, target) -> bool:
     ``kernel`` (a GEMM without a fused epilogue) on ``target``: its columns take a guarded tile
     (:data:`CPU_GUARDED_TILES`: no whole number of vectors divides them) or a tile of one whole
     vector that no wider one divides (an LSTM's weight gradients at H = 4 x odd), the cases
-    :func:`guarded_tile_units` widens."""
+    :func:`guarded_tile_units` widens; not a step kernel (:func:`tvmrnn.kernels.is_step`: see
+    :data:`CPU_GUARDED_TILE_VECTORS`)."""
+    if is_step(kernel):
+        return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
     lead, *rest = [_extent(sch, l) for l in spatial[len(spatial) - len(kernel.columns):]]
