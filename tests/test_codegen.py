@@ -1632,7 +1632,8 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     epilogue takes the fewest units that fill two vectors or more (LSTM 8 units, Elman RNN 32 columns,
     GRU 16 units = 3 vectors), the last tile peeled, where that leaves two column tiles a core: its
     parallel loop (the column tiles) says so, and tuning's ``guarded_vectors`` knob (1-4) is offered
-    where (and only where) the default tile is guarded. Where this CPU runs the code, a 2-layer bidirectional
+    where the rule decides the tile (``cpu.guarded_gemm``), not at whole-vector sizes nor on step
+    kernels (an Elman RNN's backward step keeps its tile and its time loops one region each). Where this CPU runs the code, a 2-layer bidirectional
     RNN matches torch.nn in float64, outputs, states and every gradient (the peeled tails cover
     each column once)."""
     from tvmrnn.schedules import cpu

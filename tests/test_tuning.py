@@ -611,6 +611,25 @@ def test_record_origins_tell_seeded_schedules_from_searched_ones(tuned_logs, tmp
     assert records.record_origin(as_record(traces[0][:-1]), seeded) == "fixed"
 
 
+def test_records_made_before_the_guarded_vectors_knob_are_older_defaults(monkeypatch):
+    """``guarded_vectors`` (v79) is a knob whose AUTO is not the schedule that records made before it
+    have (:data:`tvmrnn.schedules.knobs.VALUES_BEFORE`: one vector): a record without the knob whose
+    other knobs are today's default is ``fixed`` (an older default), not ``default``; with the knob
+    at AUTO it is ``default``, at another value ``searched``."""
+    from tvmrnn.schedules import knobs
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    rnn = tvmrnn.build("lstm", 37, 67, batch_size=5, target=target, tuning_logs=False, cache=False)
+    kernel = next(k for name, k in rnn.programs["backward"].kernels.items()
+                  if name.startswith("weight_gradient_packed_t16_n5_k67_"))
+    seeded = records.seeded_traces(kernel, target)
+    default = seeded[1][0]
+    assert default["guarded_vectors"] == knobs.AUTO
+    for values, origin in (({k: v for k, v in default.items() if k != "guarded_vectors"}, "fixed"),
+                           (default, "default"), (dict(default, guarded_vectors=3), "searched")):
+        monkeypatch.setattr(records, "knob_values_json", lambda trace, values=values: dict(values))
+        assert records.record_origin([["a trace"]], seeded) == origin, values
+
+
 def test_template_search_beats_or_matches_the_default(tmp_path):
     """A seeded search of a GEMM's template space on this CPU: the default is measured first, the
     search's candidates are points of the space (``searched`` once distilled), and the best record

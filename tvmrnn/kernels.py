@@ -28,8 +28,9 @@ from .cells.definition import Cell
 F32 = "float32"
 
 # The kernels a pass's time loop calls at every step (their names' families; their persistent
-# and masked forms share them): :func:`recurrent_step`, :func:`backward_step`
-STEP_FAMILIES = ("recurrent_step_", "backward_step_")
+# and masked forms share them): :func:`recurrent_step`, :func:`backward_step`, an LSTMP's
+# :func:`projection_step` and :func:`projected_recurrent_backward`
+STEP_FAMILIES = ("recurrent_step_", "backward_step_", "projection_step_", "projected_recurrent_backward_")
 
 
 def is_step(kernel) -> bool:

@@ -420,8 +420,9 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
 # N=5 0.82 -> 0.69. The H200 machine's Xeon: LSTM H=129 2.74 -> 2.25 ms, 14.0 -> 7.9.
 CPU_GUARDED_TILES = True
 
-# Vectors of a guarded tile (CPU_GUARDED_TILES) in a GEMM without a fused epilogue (the backward's
-# weight and input gradients at an H that no whole vector of units divides: every odd H; and
+# Vectors of a guarded tile (CPU_GUARDED_TILES) in a GEMM without a fused epilogue and not a step
+# kernel (the backward's weight and input gradients, the GRU's plain input projections, dh0's
+# GEMM, at an H that no whole vector of units divides: every odd H; and
 # where one whole vector divides the columns and no wider tile does, an LSTM's weight gradients at
 # H = 4 x odd, whose tile was 24 rows x one unguarded vector), at least (``guarded_tile_units``;
 # 1: as before v79). A register tile of 24 rows x one vector loads 25 operands for 24

@@ -33,6 +33,9 @@ from .split_k import PERSISTENT_TILES, persistent_blocks
 from .variants import variants
 
 KNOB = "tvmrnn.knob."  # the root block's annotations that carry a candidate's knob values
+# Knobs added after records were made whose AUTO is not the schedule of those records: the value
+# that reproduces it (guarded_vectors, v79: AUTO widens what one vector tiled before)
+VALUES_BEFORE = {"guarded_vectors": 1}
 
 AUTO = -1  # a knob's value meaning "the template derives it from the kernel's sizes"
 

@@ -37,7 +37,7 @@ from tvm.s_tir.schedule import Trace
 from ..kernels import Kernel, reads_gradients, tf32
 from ..schedules import apply, default_schedule, ended_rows, fast_math
 from ..schedules.variants import variants
-from ..schedules.knobs import knob_values_json, seeded_settings
+from ..schedules.knobs import VALUES_BEFORE, knob_values_json, seeded_settings
 from ..schedules.common import is_gpu
 from ..schedules.cuda import tf32_applies
 from ..program.passes import GPU_CHUNK_STEPS, GPU_MID_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, chunk_steps
@@ -595,7 +595,9 @@ def _plain(obj):
 def record_origin(record_json, seeded: tuple | None = None) -> str:
     """Where a record came from. A template-space record (its trace decides knob values,
     :mod:`tvmrnn.schedules.knobs`) is ``default`` or ``variant`` where its setting is the default's
-    or a listed variant's, else ``searched``. Another record is ``searched`` where its trace samples
+    or a listed variant's, ``fixed`` where it is one of those but for a knob added since whose
+    AUTO changed the schedule (:data:`tvmrnn.schedules.knobs.VALUES_BEFORE`; also where that knob's
+    rule happens to keep the old tile), else ``searched``. Another record is ``searched`` where its trace samples
     decisions (MetaSchedule's own rules made it), ``default`` or ``variant`` where its trace is
     today's default schedule's or a listed variant's, else ``fixed`` (an older default or variant).
     ``seeded`` (:func:`seeded_traces`): today's plain traces and knob settings, default first; without it
@@ -606,11 +608,15 @@ def record_origin(record_json, seeded: tuple | None = None) -> str:
         if settings is None:
             return "fixed"
         # a knob added since the record was made has its default there (each new knob's default is
-        # the schedule as it was: stage_pad, v51)
+        # the schedule as it was: stage_pad, v51), or the value that was (VALUES_BEFORE): a record
+        # that is today's default or a variant but for such a knob is an older one
+        made = {k: v for k, v in VALUES_BEFORE.items() if k in settings[0] and k not in values}
         values = {**settings[0], **values}
         for i, setting in enumerate(settings):
-            if setting == values:
+            if setting == {**values, **made}:
                 return "default" if i == 0 else "variant"
+        if made and values in settings:
+            return "fixed"
         return "searched"
     instructions = _instructions(record_json)
     if any(str(inst[0]).startswith("Sample") for inst in instructions if inst):
