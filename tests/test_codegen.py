@@ -1588,15 +1588,24 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng,
     if mcpu == "skylake-avx512" and "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
     _check("lstm", 2, True, False, 6, rng, target=target, hidden=129, input_size=37, batch=5)
-    # time loops as one parallel region: a kernel with guarded tiles keeps a region per step
-    # (LoopPartition would cut its parallel loop at lowering, the barrier on one part); the same bits
+    # time loops as one parallel region: a kernel with guarded tiles joins it since v79, its tile
+    # loop given whole (sequence._whole_tiles: the provably whole tiles unguarded, the rest at
+    # constant indices); before, LoopPartition would cut its parallel loop at lowering (the barrier
+    # on one part) and such loops stayed a region a step. The same bits either way
+    from tvmrnn.program import sequence
     regions = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
                            options=BuildOptions(time_loop_regions=True), tuning_logs=False, cache=False)
-    assert "pragma_parallel_launch_point" not in regions.programs["forward"].build().script()
+    assert "pragma_parallel_launch_point" in regions.programs["forward"].build().script()
+    monkeypatch.setattr(sequence, "WHOLE_GUARDED_TILES", False)
+    per_step = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
+                            options=BuildOptions(time_loop_regions=True), tuning_logs=False, cache=False)
+    assert "pragma_parallel_launch_point" not in per_step.programs["forward"].build().script()
     torch.manual_seed(0)
     params = tvmrnn.params_from_torch(torch.nn.LSTM(37, 129, num_layers=2, bidirectional=True))
     x = rng.standard_normal((6, 5, 37)).astype(np.float32)
-    assert np.array_equal(regions.forward(regions.pack_weights(params), x)[0], rnn.forward(rnn.pack_weights(params), x)[0])
+    y = regions.forward(regions.pack_weights(params), x)[0]
+    assert np.array_equal(y, rnn.forward(rnn.pack_weights(params), x)[0])
+    assert np.array_equal(y, per_step.forward(per_step.pack_weights(params), x)[0])
 
 
 @pytest.mark.parametrize("mcpu,lanes", [("skylake-avx512", 16), ("haswell", 8)])

@@ -772,16 +772,87 @@ def _scratch_parameters(scratch, decls: list, mapping: list, prefix: str = "") -
 
 def _tile_loop(func):
     """The parallel loop that is the whole of a scheduled CPU kernel ``func`` (its root block
-    holding nothing else: no allocation left after :func:`_hoist_scratch`'s, no loop that
-    LoopPartition would cut, :meth:`Program._region_loop`), or None."""
+    holding nothing else: no allocation left after :func:`_hoist_scratch`'s), or None. A loop that
+    LoopPartition would cut (guarded tiles: :func:`_whole_tiles`) is given whole, or None where
+    that cannot be done (:meth:`Program._region_loop`)."""
     body = _hoist_scratch(func.body, [])
     if not isinstance(body, s_tir.SBlockRealize) or body.block.alloc_buffers or body.block.init is not None:
         return None
     loop = body.block.body
-    if not (isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL) or \
-            "pragma_loop_partition_hint" in loop.annotations:
+    if not (isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL):
         return None
+    if "pragma_loop_partition_hint" in loop.annotations:
+        return _whole_tiles(loop) if WHOLE_GUARDED_TILES else None
     return loop
+
+
+# Whether a time loop that is one parallel region takes kernels with guarded tiles
+# (:func:`_whole_tiles`; v79). Before, such a loop was a region a step, at every odd H.
+WHOLE_GUARDED_TILES = True
+
+
+def _whole_tiles(loop):
+    """A parallel tile loop whose last tiles are guarded (``cpu.CPU_GUARDED_TILES``: block
+    predicates that depend on the tile, and ``pragma_loop_partition_hint`` so that LoopPartition
+    peels those tiles off) as one loop that LoopPartition need not cut, so that it can be one
+    iteration of a time loop's parallel region (:meth:`Program._region_loop`, where a cut loop's
+    second part would have no barrier and a part of one tile no loop at all, v70).
+
+    The first ``m`` tiles, those for which every predicate is provable (TVM's arithmetic analyzer,
+    the inner loops at their ranges: the largest such ``m``), run the body with the predicates
+    dropped and the inner loops' hints removed: whole vectors, nothing to partition. Each later
+    tile runs the body at a constant index (``for w in range(n - m): if tile == m + w``), so that
+    LoopPartition cuts its inner loops at constant bounds as it cut the peeled tiles (a tile index
+    it cannot bound left a ``min`` extent that TVM cannot vectorise, v70). The same arithmetic as
+    the cut loop's, so the same bits. None where no tile is provably whole."""
+    import tvm.sym
+    var, n = loop.loop_var, int(loop.extent)
+    predicates, ranges = [], []
+
+    def visit_for(node, visitor):
+        ranges.append((node.loop_var, node.min, node.extent))
+        return visitor.default_visit(node)
+
+    def visit_realize(node, visitor):
+        if not (isinstance(node.predicate, tirx.IntImm) and int(node.predicate) == 1):
+            predicates.append(node.predicate)
+        return visitor.default_visit(node)
+    tvm_ffi.structural_visit(loop.body, [(tirx.For, visit_for), (s_tir.SBlockRealize, visit_realize)])
+
+    def whole(m):  # every predicate provable for the first m tiles
+        analyzer = tvm.sym.Analyzer()
+        analyzer.bind(var, tvm.ir.Range.from_min_extent(loop.min, m))
+        for v, lo, extent in ranges:
+            analyzer.bind(v, tvm.ir.Range.from_min_extent(lo, extent))
+        return all(analyzer.can_prove(p) for p in predicates)
+    low, high = 0, n
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if whole(mid) else (low, mid - 1)
+    m = low
+    if m == 0 or not isinstance(loop.min, tirx.IntImm) or int(loop.min) != 0:
+        return None
+
+    def unguarded(node, mutator):
+        node = mutator.default_mutate(node)
+        return s_tir.SBlockRealize(node.iter_values, tirx.const(True, "bool"), node.block)
+
+    def unhinted(node, mutator):
+        node = mutator.default_mutate(node)
+        if "pragma_loop_partition_hint" not in node.annotations:
+            return node
+        annotations = {k: v for k, v in node.annotations.items() if k != "pragma_loop_partition_hint"}
+        return tirx.For(node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, annotations)
+    body = tvm_ffi.structural_mutate(loop.body, [(s_tir.SBlockRealize, unguarded), (tirx.For, unhinted)])
+    if m < n:
+        dtype = str(loop.extent.ty)
+        w = tirx.Var("peeled", dtype)
+        at = tirx.IntImm(dtype, m) + w
+        rest = tirx.For(w, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, n - m), tirx.ForKind.SERIAL,
+                        tirx.IfThenElse(tirx.EQ(var, at), kernels._substitute(loop.body, {var: at}), None))
+        body = tirx.IfThenElse(var < m, body, rest)
+    annotations = {k: v for k, v in loop.annotations.items() if k != "pragma_loop_partition_hint"}
+    return tirx.For(var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, annotations)
 
 
 class Subroutines:
