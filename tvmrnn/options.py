@@ -86,9 +86,10 @@ class BuildOptions:
         CPU: each time loop as one parallel region with a barrier between steps, instead of a region
         a step. None: CPUs yes (v74: as fast or faster at every shape measured, the 16-core Xeon
         up to 38% for a forward and 32% for training at few rows, a 2-core EPYC 0-7%; notes v73-v74);
-        ``tvmrnn-tune`` measures the other choice per configuration as a pass-level option. A loop
-        with a kernel whose columns take guarded tiles (a hidden or input size that no whole number
-        of vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) stays a region per step.
+        ``tvmrnn-tune`` measures the other choice per configuration as a pass-level option. A
+        kernel whose columns take guarded tiles (a hidden or input size that no whole number of
+        vectors divides: ``schedules.cpu.CPU_GUARDED_TILES``) joins the region with its tile loop
+        given whole (``program.sequence._whole_tiles``, v79; a region per step before).
     weight_panels, gradient_panels : bool or None
         CPU: recurrent weights, and the backward's weight gradients, in gate-blocked column panels
         that the GEMM's register tile reads whole. None: where the schedule's tile is narrower

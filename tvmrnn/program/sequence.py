@@ -1377,10 +1377,12 @@ class Program:
         (``pragma_parallel_barrier_when_finish``, ``TVMBackendParallelBarrier``) ends each
         kernel, so that step t+1 reads what every thread wrote at step t. Returns the loop, or
         None (the loop stays a region per step) unless every statement of its body is a kernel
-        whose body is one parallel loop: anything outside one would run on every thread. So also
-        where a kernel has guarded tiles (``cpu.CPU_GUARDED_TILES``): TIR's LoopPartition would cut
-        its parallel loop in two at lowering, the second part without the barrier, and a part of
-        one tile would be no loop at all, run by every thread.
+        whose body is one parallel loop: anything outside one would run on every thread. A kernel
+        with guarded tiles (``cpu.CPU_GUARDED_TILES``), whose parallel loop TIR's LoopPartition
+        would cut in two at lowering (the second part without the barrier, a part of one tile no
+        loop at all, run by every thread), comes with its loop given whole (:func:`_whole_tiles`,
+        through :class:`Subroutines`' tile functions; embedded inline it still leaves the loop a
+        region per step).
         """
         kernels_in = list(calls or ())
         stmts = []
