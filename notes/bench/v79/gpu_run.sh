@@ -6,7 +6,7 @@
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 part=${1:-xeonwide}
 if [ $part = xeonwide ]; then
-    for v in 1 2 1 2; do
+    for v in 1 2 1 2; do  # (also FLAG=tvmrnn.program.sequence.WHOLE_GUARDED_TILES with VALUE False / True)
         FLAG=tvmrnn.schedules.cpu.CPU_GUARDED_TILE_VECTORS VALUE=$v THREADS=16 timeout 130 python3 notes/bench/v78/flag_one.py \
             lstm:100:20:467:467 lstm:100:5:1024:1471 lstm:100:129:161:292 gru:100:20:601:601 2>&1 \
             | grep --line-buffered training | tee -a $OUT/xeon_wide_guarded_tiles.txt
