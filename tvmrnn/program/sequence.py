@@ -805,7 +805,6 @@ def _whole_tiles(loop):
     LoopPartition cuts its inner loops at constant bounds as it cut the peeled tiles (a tile index
     it cannot bound left a ``min`` extent that TVM cannot vectorise, v70). The same arithmetic as
     the cut loop's, so the same bits. None where no tile is provably whole."""
-    import tvm.sym
     var, n = loop.loop_var, int(loop.extent)
     predicates, ranges = [], []
 
@@ -838,11 +837,7 @@ def _whole_tiles(loop):
         return s_tir.SBlockRealize(node.iter_values, tirx.const(True, "bool"), node.block)
 
     def unhinted(node, mutator):
-        node = mutator.default_mutate(node)
-        if "pragma_loop_partition_hint" not in node.annotations:
-            return node
-        annotations = {k: v for k, v in node.annotations.items() if k != "pragma_loop_partition_hint"}
-        return tirx.For(node.loop_var, node.min, node.extent, node.kind, node.body, node.thread_binding, annotations)
+        return _unhinted(mutator.default_mutate(node))
     body = tvm_ffi.structural_mutate(loop.body, [(s_tir.SBlockRealize, unguarded), (tirx.For, unhinted)])
     if m < n:
         dtype = str(loop.extent.ty)
@@ -851,8 +846,16 @@ def _whole_tiles(loop):
         rest = tirx.For(w, tirx.IntImm(dtype, 0), tirx.IntImm(dtype, n - m), tirx.ForKind.SERIAL,
                         tirx.IfThenElse(tirx.EQ(var, at), kernels._substitute(loop.body, {var: at}), None))
         body = tirx.IfThenElse(var < m, body, rest)
+    return _unhinted(loop, body)
+
+
+def _unhinted(loop, body=None):
+    """``loop`` (with ``body`` instead of its own) without LoopPartition's hint."""
+    if body is None and "pragma_loop_partition_hint" not in loop.annotations:
+        return loop
     annotations = {k: v for k, v in loop.annotations.items() if k != "pragma_loop_partition_hint"}
-    return tirx.For(var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, annotations)
+    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body if body is None else body,
+                    loop.thread_binding, annotations)
 
 
 class Subroutines:
@@ -897,7 +900,8 @@ class Subroutines:
         its tiles' code is compiled once. Returns the call site (a block whose body is that loop),
         or None where the kernel is not one parallel loop (:func:`_tile_loop`)."""
         func = program.scheduled(kernel.name)
-        if tiles and _tile_loop(func) is None:
+        loop = _tile_loop(func) if tiles else None  # (its bounds; _define takes that of its own copy of func)
+        if tiles and loop is None:
             return None
         layouts, aliases = [], []
         for param, role in zip(func.params, kernel.roles):
@@ -940,14 +944,13 @@ class Subroutines:
                                    [tvm.ir.StringImm(f"tvmrnn: a check in kernel {kernel.name} failed")])
         if not tiles:
             return checked(tvm.ir.Call(gvar, args, ret_ty=I32))
-        loop = _tile_loop(func)
         tile = tirx.Var("tile", I32)
         grid = tirx.For(tile, loop.min, loop.extent, tirx.ForKind.PARALLEL,
                         checked(tvm.ir.Call(gvar, args + [tile], ret_ty=I32)))
         return s_tir.SBlockRealize([], tirx.const(True, "bool"), s_tir.SBlock([], [], [], kernel.name, grid))
 
     def _define(self, func, kernel: Kernel, signature, aliases, groups, names, tiles: bool = False) -> tuple:
-        func = s_tir.renew_defs(func)  # variables of its own
+        func = s_tir.renew_defs(func)  # variables of its own (before _tile_loop: _whole_tiles defines some twice)
         tile_params = []
         if tiles:  # the function is one iteration of its parallel loop, the loop's variable a parameter
             loop = _tile_loop(func)

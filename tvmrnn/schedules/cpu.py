@@ -313,8 +313,7 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     guarded = ((CPU_GUARDED_STEP_TILES or not fused_epilogue) and column_vectors is None
                and guarded_tile(lanes, col_extents[0], inner, lead_tile))
     wide = 0
-    if (not fused_epilogue and column_vectors is None and (guarded or lead_tile * inner == lanes)
-            and not is_step(kernel)):
+    if not fused_epilogue and column_vectors is None and _widens(kernel, lanes, col_extents[0], inner, lead_tile):
         wide = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores, guarded_vectors)
     if guarded or wide:
         guarded, lead_tile = True, wide or lanes // inner
@@ -480,14 +479,19 @@ def guarded_gemm(kernel: Kernel, target) -> bool:
     vector that no wider one divides (an LSTM's weight gradients at H = 4 x odd), the cases
     :func:`guarded_tile_units` widens; not a step kernel (:func:`tvmrnn.kernels.is_step`: see
     :data:`CPU_GUARDED_TILE_VECTORS`)."""
-    if is_step(kernel):
-        return False
     sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     spatial, _ = _gemm_axes(sch, sch.get_sblock(kernel.gemm))
     lead, *rest = [_extent(sch, l) for l in spatial[len(spatial) - len(kernel.columns):]]
     lanes, inner = vector_lanes(target), math.prod(rest)
-    tile = cpu_column_tile(lanes, lead, inner)
-    return guarded_tile(lanes, lead, inner, tile) or (tile * inner == lanes and lead * inner >= 2 * lanes)
+    return _widens(kernel, lanes, lead, inner, cpu_column_tile(lanes, lead, inner))
+
+
+def _widens(kernel: Kernel, lanes: int, lead: int, inner: int, tile: int) -> bool:
+    """Whether :func:`guarded_tile_units` may widen the default column tile (``tile`` units of
+    ``inner`` elements, of ``lead`` units) of ``kernel``, a GEMM without a fused epilogue: a guarded
+    tile, or one whole vector of columns that span two vectors or more; not a step kernel."""
+    return not is_step(kernel) and (guarded_tile(lanes, lead, inner, tile)
+                                    or (tile * inner == lanes and lead * inner >= 2 * lanes))
 
 
 # Whether cpu_gemm's default register tile, where its one row axis has no divisor near the tile's
@@ -621,23 +625,11 @@ def cpu_transpose(sch, kernel: Kernel, target, row_tile: int = 32, column_tile: 
     10.3 -> 1.7 ms. False, with nothing changed, where the kernel is not one such copy or has
     fewer than ``min_elements`` (there a tile's parallel loop cost more than it saved: 1.4 -> 1.9 us
     at 8 K floats)."""
-    from tvm import tirx
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    if len(blocks) != 1:
+    copy = _one_copy(sch)
+    if copy is None or (copy[3] and not CPU_GUARDED_TRANSPOSES):
         return False
-    block = sch.get(blocks[0])
-    store = block.body
-    # (a load is an ``ir.TensorLoad`` in this TVM: taken by its fields)
-    if not isinstance(store, tirx.BufferStore):
-        return False
-    load, padded = store.value, False
-    if (CPU_GUARDED_TRANSPOSES and str(getattr(getattr(load, "op", None), "name", "")).endswith(".if_then_else")
-            and hasattr(load.args[1], "indices")):
-        load = load.args[1]  # a padded panel's: zeros past the real units (kernels.gate_transpose)
-        padded = True
-    if not hasattr(load, "indices"):
-        return False
-    loops = sch.get_loops(blocks[0])
+    sblock, block, load, padded = copy  # (padded: kernels.gate_transpose's panels, zeros past the real units)
+    loops = sch.get_loops(sblock)
     ivars = [iv.var for iv in block.iter_vars]
     if len(loops) != len(ivars) or len(ivars) < 2 or math.prod(_extent(sch, l) for l in loops) < min_elements:
         return False
@@ -704,23 +696,11 @@ def cpu_copy(sch, kernel: Kernel, target, tasks_per_core: int = 4, min_elements:
     too: the other axes fused and split over the cores' tasks, the innermost in whole vectors (a
     guarded copy's outermost axis, the panels, outside them, in turn). False, with nothing changed, where the kernel is not one such copy or has fewer than
     ``min_elements``."""
-    from tvm import tirx
-    if not CPU_VECTOR_COPIES:
+    copy = _one_copy(sch) if CPU_VECTOR_COPIES else None
+    if copy is None:
         return False
-    blocks = sch.get_child_blocks(sch.get_sblock("root"))
-    if len(blocks) != 1:
-        return False
-    block = sch.get(blocks[0])
-    store = block.body
-    if not isinstance(store, tirx.BufferStore):
-        return False
-    value = store.value
-    guarded = getattr(getattr(value, "op", None), "name", "").endswith("if_then_else")  # (a padded panel's)
-    if guarded:
-        value = value.args[1]
-    if not hasattr(value, "indices"):  # (a load is an ``ir.TensorLoad`` in this TVM: taken by its fields)
-        return False
-    loops = sch.get_loops(blocks[0])
+    sblock, block, value, guarded = copy
+    loops = sch.get_loops(sblock)
     ivars = [iv.var for iv in block.iter_vars]
     lanes = vector_lanes(target)
     if (len(loops) != len(ivars) or len(ivars) < 2 or _extent(sch, loops[-1]) % lanes
@@ -743,6 +723,26 @@ def cpu_copy(sch, kernel: Kernel, target, tasks_per_core: int = 4, min_elements:
     _, vector = sch.split(loops[-1], [None, lanes])
     sch.vectorize(vector)
     return True
+
+
+def _one_copy(sch):
+    """``(block, its statement, the load it stores, guarded)`` where the kernel held by ``sch`` is
+    one block storing one load, or one guarded load (``if_then_else``: a padded panel's, zeros past
+    the real units; ``guarded`` True and the load its value); else None."""
+    from tvm import tirx
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    if len(blocks) != 1:
+        return None
+    block = sch.get(blocks[0])
+    if not isinstance(block.body, tirx.BufferStore):
+        return None
+    value = block.body.value
+    guarded = str(getattr(getattr(value, "op", None), "name", "")).endswith("if_then_else")
+    if guarded:
+        value = value.args[1]
+    if not hasattr(value, "indices"):  # (a load is an ``ir.TensorLoad`` in this TVM: taken by its fields)
+        return None
+    return blocks[0], block, value, guarded
 
 
 def is_transposition(kernel: Kernel, target) -> bool:
