@@ -110,3 +110,31 @@ def test_nan_and_inf_reach_what_they_reach_in_torch(cell, place):
     if place.startswith("c0") and cell != "lstm":
         pytest.skip("only the LSTM has a cell state")
     check(cell, place)
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_an_inf_weight_meets_padding_rows_as_it_meets_real_ones(cell):
+    """A call of fewer rows than the build's batch (and a build whose kernels pad its batch) runs
+    padding rows. They were zeros: an Inf recurrent weight times a zero state is NaN there, which
+    reached the next layer and the other direction through the padding's outputs, and the
+    backward's weight-gradient sums over rows (0 x NaN) then made every later weight gradient NaN,
+    where torch.nn's are finite (its real rows saturate). Padding rows now copy the first row
+    (``Frame.padded``): the NaN and Inf pattern of every output and gradient is torch.nn's, for a
+    2-layer bidirectional build called with 3 of its 4 rows."""
+    layers, n = 2, 3
+    rnn = built(cell, layers, True, batch_size=n + 1)
+    rng = np.random.default_rng(1)
+    torch.manual_seed(1)
+    ref = torch_module(cell, I, H, layers, True, False)
+    params = {k: v.copy() for k, v in tvmrnn.params_from_torch(ref).items()}
+    params["weight_hh_l0"][1, 2] = np.inf
+    x = rng.standard_normal((T, n, I)).astype(np.float32)
+    h0 = rng.standard_normal((2 * layers, n, H)).astype(np.float32)
+    c0 = rng.standard_normal((2 * layers, n, H)).astype(np.float32) if cell == "lstm" else None
+    dy = rng.standard_normal((T, n, 2 * H)).astype(np.float32)
+    want, want_grads = _torch_side(cell, ref, params, x, h0, c0, dy)
+    assert np.isnan(want_grads["weight_hh_l0"]).any() and np.isfinite(want_grads["weight_hh_l1"]).all()
+    w = rnn.pack_weights(params)
+    y, hy, cy, ws = rnn.forward_train(w, x, h0, c0)
+    _nan_pattern_matches("inf weight", {"y": y, "hy": hy, "cy": cy}, want, "forward_train")
+    _nan_pattern_matches("inf weight", rnn.backward(w, ws, dy), want_grads, "backward")

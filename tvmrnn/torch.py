@@ -253,7 +253,7 @@ def _backward_op(handle: int, layer: int, x: torch.Tensor, lengths: Optional[tor
     c = rnn.config
     frame = Frame.of("x", x)
     T, n = x.shape[1 if c.batch_first else 0], x.shape[rnn._batch_axis]
-    ws = Workspace(rnn, frame, T, x if n == c.rows else frame.padded(x, rnn._batch_axis, c.rows),
+    ws = Workspace(rnn, frame, T, x if n == c.rows else frame.padded(x, rnn._batch_axis, c.rows, copies=True),
                    _workspace_views(rnn, T, workspace), batch=n)
     ws.mask = rnn._mask(frame, T, n, lengths)[0]
     grads = rnn.backward(PackedWeights(rnn, packed), ws, dy.contiguous(), dhy.contiguous(),

@@ -150,12 +150,19 @@ class Frame:
         import torch
         return torch.zeros(shape, dtype=torch.float32, device=self.device)
 
-    def padded(self, a, axis: int, rows: int):
-        """``a`` with zero rows appended along ``axis`` up to ``rows`` (a fresh array)."""
+    def padded(self, a, axis: int, rows: int, copies: bool = False):
+        """``a`` with rows appended along ``axis`` up to ``rows`` (a fresh array): zeros, or with
+        ``copies`` copies of its first row (inputs and states: a padding row then computes what the
+        first does, finite where it is; a zero row met an Inf weight as 0 x Inf = NaN, which the
+        backward's sums over rows spread into the weight gradients as 0 x NaN)."""
         shape = list(a.shape)
         shape[axis] = rows
-        out = self.zeros(tuple(shape))
-        out[(slice(None),) * axis + (slice(0, a.shape[axis]),)] = a
+        n = a.shape[axis]
+        out = self.zeros(tuple(shape)) if not copies else (
+            aligned_empty(tuple(shape)) if self.kind == "numpy" else a.new_empty(tuple(shape)))
+        out[(slice(None),) * axis + (slice(0, n),)] = a
+        if copies and rows > n:
+            out[(slice(None),) * axis + (slice(n, rows),)] = a[(slice(None),) * axis + (slice(0, 1),)]
         return out
 
     def rows(self, a, axis: int, rows: int):

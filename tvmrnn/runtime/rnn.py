@@ -473,7 +473,7 @@ class RNN:
         if not needed:
             raise ValueError(f"{name}: a {c.cell.name} has no cell state; pass {name}=None")
         frame.check(name, value, (shape[0], n, shape[2]))
-        return value if n == c.rows else frame.padded(value, 1, c.rows)
+        return value if n == c.rows else frame.padded(value, 1, c.rows, copies=name in ("h0", "c0"))
 
     # ---- passes -----------------------------------------------------------------------------
     def _mask(self, frame, T: int, n: int, lengths):
@@ -539,8 +539,8 @@ class RNN:
             # zero past a row's length: a NaN or Inf there would make NaN of them (0 x NaN), where
             # torch.nn's packed run never reads the padding
             x = self._zeroed_padding(frame, x, mask, n)
-        if n < c.rows:  # rows are independent: the build's batch, the padding's rows zero
-            x = frame.padded(x, self._batch_axis, c.rows)
+        if n < c.rows:  # rows are independent: the build's batch, the padding's rows copies of the first
+            x = frame.padded(x, self._batch_axis, c.rows, copies=True)
         arrays = {"x": x, "h0": self._state(frame, "h0", h0, n=n), "w": wflat}
         if mask is not None:
             arrays["mask"] = mask
@@ -611,7 +611,8 @@ class RNN:
         frame, T, n = ws.frame, ws.T, ws.batch
         dy, dhy, dcy = self._in("dy", dy), self._in("dhy", dhy), self._in("dcy", dcy)
         frame.check("dy", dy, self._seq_shape(T, c.num_directions * c.state_size, n))
-        if n < c.rows:  # the padding's rows get zero gradients: they add nothing to dw
+        if n < c.rows:  # the padding's rows get zero gradients: they add nothing to dw (their states finite
+            # where the first row's are: Frame.padded's copies)
             dy = frame.padded(dy, self._batch_axis, c.rows)
         arrays = {"dy": dy, "dhy": self._state(frame, "dhy", dhy, n=n), "w": wflat, "x": ws.x, **ws.arrays}
         if ws.mask is not None:
