@@ -229,13 +229,15 @@ def _side_by_side(ours, theirs, x, seed=0):
     return errors
 
 
-@pytest.mark.parametrize("cls, theirs", [(tt.LSTM, torch.nn.LSTM)])
-def test_dropout_between_layers_matches_torch(cls, theirs):
+@pytest.mark.parametrize("cls, theirs, batch_first", [(tt.LSTM, torch.nn.LSTM, False), (tt.GRU, torch.nn.GRU, True)])
+def test_dropout_between_layers_matches_torch(cls, theirs, batch_first):
     """dropout= in training: the same masks as torch.nn from the same seed (both draw them with
-    F.dropout's RNG, layer by layer), outputs and gradients equal; eval runs the fused stack."""
+    F.dropout's RNG, layer by layer, on the time-major output also where the module is
+    batch_first: drawn on the batch-major one they differed), outputs and gradients equal; eval
+    runs the fused stack."""
     torch.manual_seed(0)
-    ref = theirs(6, 9, num_layers=3, dropout=0.4).double()
-    ours = cls(6, 9, num_layers=3, dropout=0.4)
+    ref = theirs(6, 9, num_layers=3, dropout=0.4, batch_first=batch_first).double()
+    ours = cls(6, 9, num_layers=3, dropout=0.4, batch_first=batch_first)
     ours.load_state_dict({k: v.float() for k, v in ref.state_dict().items()})
     x = torch.randn(7, 4, 6)
     errors = _side_by_side(ours, ref, x, seed=3)
@@ -468,6 +470,13 @@ def test_float64_modules_and_empty_batches_behave_as_torch_nn(theirs):
     assert ye.shape == (6, 0, 8) and he.shape == (1, 0, 8)
     with pytest.raises(TypeError, match="runs in float32.*module.float"):
         custom.double()(torch.randn(6, 2, 5, dtype=torch.float64))
+    # the meta device (deferred initialisation, shape inference): shapes as torch.nn's
+    meta = getattr(tt, theirs.__name__)(5, 8, num_layers=2, bidirectional=True, device="meta")
+    y, states = meta(torch.randn(6, 3, 5, device="meta"))
+    assert y.shape == (6, 3, 16) and y.device.type == "meta"
+    assert (states[0] if isinstance(states, tuple) else states).shape == (4, 3, 8)
+    ye, he = tt.CustomRNN("gru", 5, 8).to("meta")(torch.randn(6, 5, device="meta"))  # (unbatched)
+    assert ye.shape == (6, 8) and he.shape == (1, 8) and ye.device.type == "meta"
 
 
 def test_deepcopy_and_pickle(tmp_path):
@@ -704,3 +713,19 @@ def test_parameters_are_one_buffer_that_packing_reads_in_place(monkeypatch):
     odd(x)[0].sum().backward()
     odd.eval(), theirs.eval()
     assert rel_error(odd(x)[0].detach(), theirs(x)[0].detach()) < 1e-5
+
+
+def test_batch_first_changed_after_a_call_is_read_again():
+    """torch.nn reads ``batch_first`` at every call; a drop-in whose ``batch_first`` changes after
+    its first call builds for the new layout instead of running the old build on it (at T == N
+    that gave wrong outputs silently)."""
+    torch.manual_seed(0)
+    ours, ref = tt.GRU(5, 8), torch.nn.GRU(5, 8)
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(4, 4, 5)
+    ours(x)
+    ours.batch_first = ref.batch_first = True
+    for a, b in zip(ours(x), ref(x)):
+        assert rel_error(a, b) < 1e-5
+    x = torch.randn(3, 6, 5)  # (N, T, F) now
+    assert rel_error(ours(x)[0], ref(x)[0]) < 1e-5

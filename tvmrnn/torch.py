@@ -371,7 +371,7 @@ class _Mixin:
         if not isinstance(rebuild, bool):
             raise TypeError(f"rebuild: expected bool, got {type(rebuild).__name__}")
         self._package, self._target, self._rebuild = package, target, rebuild and package is None
-        self._built = {}  # (input_size, num_layers, batch size, device, variable lengths, bf16) -> tvmrnn RNN
+        self._built = {}  # (input_size, num_layers, batch size, device, variable lengths, bf16, batch_first) -> RNN
         self._zero_biases = {}  # (name, device) -> zeros, for bias=False
         # what torch.compile's path needs without a build (the custom ops above): a handle for the
         # ops, the whole stack's parameter layout and a one-layer build's parameter names
@@ -507,13 +507,15 @@ class _Mixin:
             bf16 = False
 
         def fitting(precision):
-            return [(n, rnn) for (i, l, n, d, r, h), rnn in self._built.items()
-                    if (i, l, d, r, h) == (input_size, num_layers, str(device), ragged, precision) and n >= batch_size]
+            return [(n, rnn) for (i, l, n, d, r, h, b), rnn in self._built.items()
+                    if (i, l, d, r, h, b) == (input_size, num_layers, str(device), ragged, precision, self.batch_first)
+                    and n >= batch_size]
         fits = fitting(bf16) or (fitting(False) if bf16 and not self._rebuild else [])  # bf16 is a preference
         if fits:
             return min(fits, key=lambda f: f[0])[1]
-        if not self._rebuild and any((i, l, r) == (input_size, num_layers, ragged) for i, l, _, _, r, _ in self._built):
-            largest = max(n for i, l, n, _, r, _ in self._built if (i, l, r) == (input_size, num_layers, ragged))
+        mine = (input_size, num_layers, ragged, self.batch_first)  # (batch_first: torch.nn reads it every call)
+        if not self._rebuild and any((i, l, r, b) == mine for i, l, _, _, r, _, b in self._built):
+            largest = max(n for i, l, n, _, r, _, b in self._built if (i, l, r, b) == mine)
             raise ValueError(f"input: a batch of {batch_size} rows; this module was built for at most {largest} "
                              f"and rebuild=False")
         if self._target is not None:
@@ -527,7 +529,7 @@ class _Mixin:
         rnn = build(self._cell, **sizes, proj_size=proj_size, target=target, allow_tf32=half_gpu,
                     options=BuildOptions(variable_lengths=ragged, bf16_projections=bf16 and device.type != "cuda",
                                          tensor_core_steps=True if half_gpu else None))
-        self._built[(input_size, num_layers, batch_size, str(device), ragged, bf16)] = rnn
+        self._built[(input_size, num_layers, batch_size, str(device), ragged, bf16, self.batch_first)] = rnn
         return rnn
 
     def _parameters_of(self, names, layer: int | None):
@@ -557,6 +559,8 @@ class _Mixin:
             param = next(self.parameters(), None)
             if data.dtype == torch.float64 or (param is not None and param.dtype == torch.float64):
                 return self._torch_nn_forward(input, hx, "float64")
+            if data.device.type == "meta":  # shapes alone (deferred initialisation, shape inference)
+                return self._torch_nn_forward(input, hx, "the meta device")
             if data.dim() == 3 and data.shape[0 if self.batch_first else 1] == 0 and data.shape[
                     1 if self.batch_first else 0] > 0:
                 return self._torch_nn_forward(input, hx, "an empty batch")
@@ -583,24 +587,32 @@ class _Mixin:
 
     def _torch_nn_forward(self, input, hx, why: str):
         """What tvmrnn's fp32 kernels do not run, by torch.nn's own implementation of this module
-        (float64 modules or inputs, empty batches, a projected LSTM's non-finite bidirectional h0
-        or recurrent weights;
-        a module of a custom cell has none)."""
+        (float64 modules or inputs, empty batches, meta tensors, a projected LSTM's non-finite
+        bidirectional h0 or recurrent weights; a module of a custom cell has none: for it outputs
+        of the right shapes, without a value, where the batch is empty or on the meta device)."""
         base = next((c for c in type(self).__mro__ if c.__module__.startswith("torch.nn.")
                      and issubclass(c, torch.nn.RNNBase) and c is not torch.nn.RNNBase), None)
         if base is None:
             if why == "float64":
                 raise TypeError(f"input: a {type(self).__name__} runs in float32 (float16 and bfloat16 "
                                 "through it), not float64; call module.float()")
-            return self._empty_batch(input, hx)
+            return self._shapes_alone(input)
         return base.forward(self, input, hx)
 
-    def _empty_batch(self, input, hx):
-        """Outputs of a batch of no rows (a custom cell's module; torch.nn's do the same)."""
+    def _shapes_alone(self, input):
+        """Zero outputs of the shapes ``input`` gives (a custom cell's module at an empty batch, as
+        torch.nn's give, or on the meta device)."""
+        if isinstance(input, PackedSequence):
+            raise ValueError("input: a PackedSequence of an empty batch or on the meta device; "
+                             "a custom cell's module runs padded tensors there")
         D = 2 if self.bidirectional else 1
-        T = input.shape[1 if self.batch_first else 0]
-        y = input.new_zeros((0, T, D * self.hidden_size) if self.batch_first else (T, 0, D * self.hidden_size))
-        h = input.new_zeros((self.num_layers * D, 0, self.hidden_size))
+        unbatched = input.dim() == 2
+        x = input.unsqueeze(0 if self.batch_first else 1) if unbatched else input
+        T, N = (x.shape[1], x.shape[0]) if self.batch_first else (x.shape[0], x.shape[1])
+        y = x.new_zeros((N, T, D * self.hidden_size) if self.batch_first else (T, N, D * self.hidden_size))
+        h = x.new_zeros((self.num_layers * D, N, self.hidden_size))
+        if unbatched:
+            y, h = y.squeeze(0 if self.batch_first else 1), h.squeeze(1)
         return (y, (h, h.clone())) if self._has_cell_state else (y, h)
 
     def _result_dtypes(self, input, packed: bool) -> tuple[torch.dtype, torch.dtype]:
@@ -706,8 +718,11 @@ class _Mixin:
         whole padded output, or (``lengths``: a PackedSequence's sorted rows, padded) over its
         packed rows, time-major in the packed order these rows run in, as torch.nn draws them for
         a PackedSequence (the same seed, the same masks, and the RNG left where torch.nn leaves it)."""
-        if lengths is None:
-            return torch.nn.functional.dropout(y, self.dropout, training=True)
+        if lengths is None:  # (time-major, as torch.nn draws them, also where the module is batch_first)
+            if not self.batch_first:
+                return torch.nn.functional.dropout(y, self.dropout, training=True)
+            dropped = torch.nn.functional.dropout(y.transpose(0, 1).contiguous(), self.dropout, training=True)
+            return dropped.transpose(0, 1).contiguous()
         T, N = (y.shape[1], y.shape[0]) if self.batch_first else (y.shape[0], y.shape[1])
         sizes = (np.asarray(lengths)[None, :] > np.arange(T)[:, None]).sum(axis=1)  # its batch_sizes
         index = _packed_places(sizes, self.batch_first, y.device)
