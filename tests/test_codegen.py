@@ -1758,6 +1758,31 @@ def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, 
     assert np.array_equal(loaded.forward(loaded.pack_weights(params), x)[0], rnn.forward(rnn.pack_weights(params), x)[0])
 
 
+def test_cpu_gru_panels_that_do_not_divide_the_units_pad_the_last(rng):
+    """The GRU's 3 gates fill whole vectors at 16 units (3 AVX-512 vectors); at any other H its
+    forward step ran tiles of 5 units (15 floats, one vector) or one guarded vector. Since v80 its
+    panels are padded as the LSTM's (``cpu.CPU_PADDED_PANELS``): 16-unit panels, the last padded
+    with zero weights, where that adds at most an eighth more units (not at H = 67). A 2-layer
+    bidirectional GRU at H = 100 (112 units) matches torch.nn in float64, outputs, states and
+    every gradient."""
+    import tvm
+    from tvmrnn.schedules import cpu
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+    avx512 = tvm.target.Target(target)
+    for h, p, u in ((100, 16, 112), (467, 16, 480), (1082, 16, 1088), (67, 0, 67), (37, 0, 37), (64, 16, 64)):
+        assert (cpu.weight_panel(avx512, 3, h), cpu.packed_units(avx512, 3, h)) == (p, u), h
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
+    assert cpu.packed_units(avx2, 3, 100) == 100  # (AVX2: none)
+    rnn = tvmrnn.build("gru", 29, 100, num_layers=2, bidirectional=True, batch_size=3, target=target,
+                       tuning_logs=False, cache=False)
+    assert rnn.config.packed_units == 112
+    names = [n for program in rnn.programs.values() for n in program.kernels]
+    assert any(n.startswith("recurrent_step_gru_infer") and "_h100_p16" in n for n in names), names
+    if "avx512f" not in open("/proc/cpuinfo").read():
+        pytest.skip("this CPU does not run AVX-512 code")
+    _check("gru", 2, True, False, 7, rng, target=target, hidden=100, input_size=29, batch=3)
+
+
 def test_cpu_backward_weight_copies_whose_panels_do_not_divide_k_pad_the_last(monkeypatch, rng, tmp_path):
     """The backward's copy of a weight with K inputs (its data GEMMs, ``dh = dg W_hh`` and ``dx =
     dg W_ih``, tile along K) was PyTorch's ``(G, H, K)`` where no panel of whole vectors divides K;

@@ -120,6 +120,11 @@ def test_not_a_package(tmp_path):
         cut.write_bytes(other.read_bytes()[:size])
         with pytest.raises(tvmrnn.PackageError, match="truncated"):
             tvmrnn.load(cut)
+    # a name TVM would not load by (read through a private copy): the error names the user's file
+    named = tmp_path / "model.tvmrnn"
+    named.write_bytes(other.read_bytes()[:100])
+    with pytest.raises(tvmrnn.PackageError, match=re.escape(repr(str(named)))):
+        tvmrnn.load(named)
 
 
 def test_any_name_round_trips_and_a_package_exported_again_loads_as_new(tmp_path):
@@ -135,8 +140,12 @@ def test_any_name_round_trips_and_a_package_exported_again_loads_as_new(tmp_path
     path = tmp_path / "again.so"
     gru.export(path)
     assert tvmrnn.load(path).config.cell.name == "gru"
+    loaded = tvmrnn.load(path)
     lstm.export(path)
     assert tvmrnn.load(path).config.cell.name == "lstm"
+    # the GRU loaded before runs on, but its file is the LSTM's now: its export refuses to copy that
+    with pytest.raises(ValueError, match="has been replaced since"):
+        loaded.export(tmp_path / "copy.so")
     with pytest.raises(ValueError, match="device: expected None, 'cpu', 'cuda' or 'cuda:N', got 'cuda:x'"):
         tvmrnn.load(path, device="cuda:x")
 
@@ -255,7 +264,13 @@ def test_other_tvm_version_refused(exported, monkeypatch):
 @pytest.mark.skipif(tvm.cuda(0).exist, reason="checks the refusal on a machine without a GPU")
 def test_cuda_package_refused_without_a_gpu(tmp_path):
     path = tmp_path / "h100.so"
-    tvmrnn.build("lstm", input_size=8, hidden_size=8, batch_size=2, target="nvidia/nvidia-h100").export(path)
+    rnn = tvmrnn.build("lstm", input_size=8, hidden_size=8, batch_size=2, target="nvidia/nvidia-h100")
+    rnn.export(path)
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a GPU")
+    # the build (made for export) says why it cannot run, not TVM's "Device API cuda is not enabled"
+    with pytest.raises(ValueError, match="built for CUDA .device 0. and this machine has no such GPU"):
+        rnn.pack_weights(tvmrnn.params_from_torch(torch_module("lstm", 8, 8, 1, False, False)))
     with pytest.raises(tvmrnn.PackageError, match="for a CUDA GPU .sm_90a. and this machine has no CUDA device"):
         tvmrnn.load(path)
     with pytest.raises(tvmrnn.PackageError, match="is for cuda, not device 'cpu'"):

@@ -13,7 +13,7 @@ import tvm
 from ..cells.definition import CELLS, Cell, get_cell
 from ..options import BuildOptions
 from ..program.passes import Config
-from .package import PackageError, check_machine, read_metadata
+from .package import PackageError, check_machine, file_stamp, read_metadata
 from .rnn import RNN
 from .threads import prepare_cpu_threads
 
@@ -56,8 +56,7 @@ def _openable(path: str):
         yield path  # (read_metadata names what is wrong)
         return
     real = os.path.realpath(path)
-    st = os.stat(real)
-    stamp = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+    stamp = file_stamp(real)
     if real.endswith(".so") and _OPENED.setdefault(real, stamp) == stamp:
         yield path
         return
@@ -84,13 +83,15 @@ def load(path, device=None) -> RNN:
         if kind not in ("cpu", "cuda") or not (index.isdigit() or index == ""):
             raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
         device_index = int(index or 0)
+    stamp = file_stamp(path) if os.path.isfile(path) else None
     with _openable(path) as opened:
-        return _load(path, opened, device, device_index)
+        return _load(path, opened, device, device_index, stamp)
 
 
-def _load(path: str, opened: str, device, device_index: int) -> RNN:
-    """:func:`load` of ``path``'s library, opened by the path ``opened``."""
-    meta = read_metadata(opened)
+def _load(path: str, opened: str, device, device_index: int, stamp=None) -> RNN:
+    """:func:`load` of ``path``'s library, opened by the path ``opened`` (``stamp``: the file's
+    :func:`file_stamp` as found)."""
+    meta = read_metadata(opened, shown=path)
     if device is not None and str(device).partition(":")[0] != ("cuda" if meta["target_kind"] == "cuda" else "cpu"):
         raise PackageError(f"load: the package is for {meta['target_kind']}, not device {device!r}")
     check_machine(meta, device_index)
@@ -122,4 +123,5 @@ def _load(path: str, opened: str, device, device_index: int) -> RNN:
     rnn.backward_zeroes_dw = meta["format_version"] >= 3
     rnn.schedules = dict(meta.get("schedules", {}))
     rnn.package_path = os.path.abspath(path)
+    rnn.package_stamp = stamp
     return rnn

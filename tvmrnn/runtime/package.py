@@ -142,12 +142,23 @@ def cxx_flags() -> list[str]:
             + [ffi_lib, "-Wl,--no-as-needed", runtime] + [f"-Wl,-rpath,{d}" for d in lib_dirs])
 
 
+def file_stamp(path: str) -> tuple:
+    """``(device, inode, mtime, size)`` of the file at ``path`` (links followed): another file
+    written there has another."""
+    st = os.stat(os.path.realpath(path))
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
 def export(rnn: RNN, path: str) -> str:
     """Write ``rnn`` (a built one) as one shared library at ``path``; returns the path."""
     path = os.fspath(path)
     if rnn.executable is None:
         if rnn.package_path is None or not os.path.isfile(rnn.package_path):
             raise ValueError("export: this RNN was loaded from a library that is no longer there; build it again")
+        if rnn.package_stamp is not None and file_stamp(rnn.package_path) != rnn.package_stamp:
+            raise ValueError(f"export: the library this RNN was loaded from, {rnn.package_path!r}, has been "
+                             "replaced since (another file was written there); export the RNN that wrote it, "
+                             "or build this one again")
         if os.path.abspath(path) != os.path.abspath(rnn.package_path):
             shutil.copyfile(rnn.package_path, path)
         return path
@@ -183,7 +194,7 @@ def _append_checksum(path: str) -> None:
         f.write(_TRAILER + digest.encode() + b"\n")
 
 
-def _checked_contents(path: str) -> bool:
+def _checked_contents(path: str, shown: str) -> bool:
     """Whether ``path`` ends with a package's checksum trailer; PackageError where it does and the
     bytes before it do not match it (damaged code or data anywhere in the library)."""
     size = os.path.getsize(path)
@@ -195,12 +206,12 @@ def _checked_contents(path: str) -> bool:
     if not tail.startswith(_TRAILER) or not tail.endswith(b"\n"):
         return False
     if tail[len(_TRAILER):-1].decode("ascii", "replace") != file_sha256(path, size - _TRAILER_SIZE):
-        raise PackageError(f"load: {path!r}: its contents do not match the checksum the library was written "
+        raise PackageError(f"load: {shown!r}: its contents do not match the checksum the library was written "
                            "with (a damaged or edited package); export it again")
     return True
 
 
-def _check_elf(path: str) -> None:
+def _check_elf(path: str, shown: str) -> None:
     """Raise PackageError unless ``path`` is a whole 64-bit ELF file: every segment the loader maps
     and the section table lie inside it. (A truncated library maps past its end, and the first
     touch of that memory is a SIGBUS that kills the process, not an exception.)"""
@@ -208,30 +219,32 @@ def _check_elf(path: str) -> None:
     with open(path, "rb") as f:
         head = f.read(64)
         if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-            raise PackageError(f"load: {path!r} is not a 64-bit little-endian shared library")
+            raise PackageError(f"load: {shown!r} is not a 64-bit little-endian shared library")
         phoff, shoff = struct.unpack_from("<QQ", head, 32)
         phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 54)
         if phoff + phnum * phentsize > size or shoff + shnum * shentsize > size:
-            raise PackageError(f"load: {path!r} is truncated ({size} bytes)")
+            raise PackageError(f"load: {shown!r} is truncated ({size} bytes)")
         f.seek(phoff)
         table = f.read(phnum * phentsize)
     for i in range(phnum):
         kind, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
         if kind == 1 and offset + filesz > size:  # PT_LOAD
-            raise PackageError(f"load: {path!r} is truncated ({size} bytes; a segment ends at {offset + filesz})")
+            raise PackageError(f"load: {shown!r} is truncated ({size} bytes; a segment ends at {offset + filesz})")
 
 
-def read_metadata(path) -> dict:
-    """The package's metadata, read with ctypes: nothing of TVM's runs."""
+def read_metadata(path, shown=None) -> dict:
+    """The package's metadata, read with ctypes: nothing of TVM's runs. ``shown``: the path its
+    errors name (the user's, where ``path`` is a private copy: :func:`tvmrnn.runtime.loader.load`)."""
     path = os.fspath(path)
+    shown = os.fspath(shown) if shown is not None else path
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"load: no such file {path!r}")
-    _check_elf(path)
-    checked = _checked_contents(path)  # before the dynamic loader runs any of it
+        raise FileNotFoundError(f"load: no such file {shown!r}")
+    _check_elf(path, shown)
+    checked = _checked_contents(path, shown)  # before the dynamic loader runs any of it
     try:
         library = ctypes.CDLL(os.path.abspath(path), mode=os.RTLD_LAZY | os.RTLD_LOCAL)
     except OSError as err:
-        raise PackageError(f"load: {path!r} is not a loadable shared library: {err}") from None
+        raise PackageError(f"load: {shown!r} is not a loadable shared library: {err}") from None
     try:
         function = getattr(library, f"{METADATA_FUNCTION}_json")
         function.restype = ctypes.c_char_p
@@ -249,10 +262,10 @@ def read_metadata(path) -> dict:
         except (AttributeError, ValueError):
             digest = None
         if digest != _digest(text):
-            raise PackageError(f"load: {path!r}: its metadata does not match the checksum the library was "
+            raise PackageError(f"load: {shown!r}: its metadata does not match the checksum the library was "
                                "written with (a damaged or edited package); export it again")
     if isinstance(meta.get("format_version"), int) and meta["format_version"] >= 5 and not checked:
-        raise PackageError(f"load: {path!r}: the checksum of its contents is missing from its end (a damaged, "
+        raise PackageError(f"load: {shown!r}: the checksum of its contents is missing from its end (a damaged, "
                            "truncated or stripped package); export it again")
     return meta
 

@@ -169,6 +169,7 @@ class RNN:
         self.schedules: dict = {}  # kernel name -> "tuned", "default", "tf32" or "unmasked record"
         self.records: dict = {}  # kernel name -> the record it took, when built here (tune.records.scheduler)
         self.package_path: str | None = None  # the package this RNN was loaded from (or cached to)
+        self.package_stamp: tuple | None = None  # that file's (device, inode, mtime, size) when loaded
         self.from_cache = False  # whether tvmrnn.build took it from the build cache
         self._scratch_arrays: dict = {}
         self._zero_states: dict = {}  # CPU: one read-only zero state per shape (_zeros)
@@ -341,6 +342,9 @@ class RNN:
         backward reads (about half the packing's work; :meth:`backward` refuses these weights).
         A package made before this option packs them whole.
         """
+        if self.device_kind == "cuda" and not tvm.cuda(self.device_index).exist:
+            raise ValueError(f"pack_weights: this RNN is built for CUDA (device {self.device_index}) and this machine "
+                             "has no such GPU; a build made without a GPU serves export() alone")
         program = "pack_forward" if forward_only and "pack_forward" in self.signatures else "pack_weights"
         layout = self.config.layout
         layout.check(params)

@@ -120,9 +120,10 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     units = cpu_column_tile(lanes, hidden, gates)
     # whole vectors only (a narrower tile, e.g. 2 of 74 features, gains nothing from a panel)
     panel = units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
-    if CPU_PADDED_PANELS and gates > 1 and lanes % gates == 0 and lanes >= 16 and panel * gates <= lanes:
-        # one vector or none: 2-4 vectors of units in panels, the last padded (CPU_PADDED_PANELS)
-        return _padded_panel(hidden, [v * lanes // gates for v in (4, 3, 2)]) or panel
+    if CPU_PADDED_PANELS and gates > 1 and lanes >= 16 and panel * gates <= lanes:
+        # one vector or none: 2-4 whole vectors of units in panels (a GRU's 3 gates: 16 units, 3
+        # vectors), the last padded (CPU_PADDED_PANELS)
+        return _padded_panel(hidden, [v * lanes // gates for v in (4, 3, 2) if v * lanes % gates == 0]) or panel
     return panel
 
 
