@@ -148,11 +148,16 @@ def test_compiled_model_with_projections_trains_like_torch(allow_rnn):
 def test_traced_model_runs_the_custom_ops_like_torch():
     """``torch.jit.trace`` of a model with a drop-in records the custom ops (before v74 it failed:
     the traced batch size was a tensor), and the traced model then takes other lengths and batch
-    sizes, with gradients, as torch.nn in float64 does; a graph that outlives its module raises."""
+    sizes, with gradients, as torch.nn in float64 does; a graph that outlives its module raises.
+    The trace's own check passes (it runs the model again under no_grad: the op chosen by grad
+    mode made another graph), and a model traced under no_grad trains."""
     model, ref = _pair(tt.GRU(I, H, num_layers=2, bidirectional=True))
     torch.manual_seed(1)
-    traced = torch.jit.trace(model, (torch.randn(5, N, I),), check_trace=False)
+    traced = torch.jit.trace(model, (torch.randn(5, N, I),))
     assert "tvmrnn::forward_train" in str(traced.inlined_graph)
+    with torch.no_grad():
+        traced_quietly = torch.jit.trace(model, (torch.randn(5, N, I),))
+    _check_step(model, ref, traced_quietly, torch.randn(6, N, I))
     for T, rows in ((5, N), (9, N + 2), (3, 1)):
         _check_step(model, ref, traced, torch.randn(T, rows, I))
     with torch.no_grad():

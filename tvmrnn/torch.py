@@ -698,7 +698,11 @@ class _Mixin:
             names = self._op_names if layer is None else self._op_layer_names
             params = self._parameters_of(names, layer)
             index = -1 if layer is None else layer
-            if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, h0, c0, *params)):
+            # a trace is one graph for every grad mode (torch.jit.trace's check runs it again under
+            # no_grad, and a model traced under no_grad may train): the training forward wherever
+            # anything requires a gradient
+            grad = torch.is_grad_enabled() or torch.jit.is_tracing()
+            if grad and any(t is not None and t.requires_grad for t in (x, h0, c0, *params)):
                 out = torch.ops.tvmrnn.forward_train(self._handle, index, x, h0, c0, lengths, ragged, params)[:3]
             else:
                 out = torch.ops.tvmrnn.forward(self._handle, index, x, h0, c0, lengths, ragged, params)
