@@ -512,7 +512,13 @@ CPU_GUARDED_ROWS = True
 # zero; the forward GEMMs compute the padded units, the gate math runs on the H real ones (the
 # fused step's last tile peeled), and the recurrent reduction is over H (Layout.packed_units,
 # Config.packed_units). Before, such an H took panels of one vector (H = 4 x odd) or one guarded
-# vector: a register tile of 24 rows x 1 vector. notes/performance.md v75.
+# vector: a register tile of 24 rows x 1 vector. notes/performance.md v75. The GRU's 3 gates since
+# v80 (16-unit panels, 3 vectors; before, 5-unit tiles of 15 floats or one guarded vector at any H
+# but a multiple of 16): a 2-core Zen 5, 2 threads, one process, interleaved, inference / training
+# ms, old -> new: T=100 N=20 H=467 15.5 / 48.4 -> 11.9 / 46.2, N=1 H=1082 19.0 / 40.4 -> 8.8 /
+# 28.9, N=64 H=373 31.8 / 100.0 -> 23.9 / 93.4, N=13 H=129 1.60 / 6.27 -> 1.02 / 4.45, N=57 I=161
+# H=645 55.8 / 204 -> 41.8 / 189; one loss: N=129 I=161 H=292 training 106 -> 112 (its rows 130 ->
+# 129, padded_batch: the input gradient's row tile at 129 rows is 3, 1.26 -> 2.55 ms a chunk).
 CPU_PADDED_PANELS = True
 
 # Whether the backward's copies of the weights take padded panels too (:func:`backward_panel`),
