@@ -232,7 +232,9 @@ def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
     fp32 CPU RNN builds so (``Config.compiled_rows``; the drop-ins through it), ``batch_size`` staying
     the largest batch a call may pass. An LSTM (T=100, I=H=512) running 7 rows on a 2-core Zen 5:
     built for 7, inference 19.6 ms, training 50.3; for 8, 9.7 and 34.0 (v67). A step whose tile
-    is guarded (:func:`guarded_tile`) is one vector wide, so its rows are those of a vector."""
+    is guarded (:func:`guarded_tile`) is one vector wide, so its rows are those of a vector. Since
+    v80 the backward's GEMMs over the rows count too (:data:`PADDED_BATCH_DATA_GEMMS`): 129 -> 130
+    and 57 -> 60 at any width."""
     lanes = vector_lanes(target)
     lead_tile = cpu_column_tile(lanes, hidden, gates)
     guarded = CPU_GUARDED_STEP_TILES and guarded_tile(lanes, hidden, gates, lead_tile)
@@ -240,14 +242,29 @@ def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
     panel = weight_panel(target, gates, hidden)
     if panel and hidden % panel:  # padded panels: a tile of one panel
         width = panel * gates
-    vectors, busy = -(-width // lanes), device_model(target).busy_accumulators
+    busy = device_model(target).busy_accumulators
 
-    def cost(rows):  # the steps' time, as rows over the share of the FMA rate their tiles reach
+    def cost(rows, width):  # the time of GEMMs over the rows, as rows over the share of the FMA rate their tiles reach
+        vectors = -(-width // lanes)
         tile = tile_rows(rows, width, lanes)
         if tile <= 2 < rows:  # a short tile: each weight vector loaded for one or two rows (v67)
             return Fraction(2 * rows)
         return Fraction(rows * max(tile * vectors, busy), tile * vectors)
-    return min(range(batch, batch + max(2, batch // 8) + 1), key=lambda rows: (cost(rows), rows))
+    # the steps, and (PADDED_BATCH_DATA_GEMMS) the backward's GEMMs over the rows of other widths
+    # (the input gradient's K columns: tiles of two vectors)
+    widths = (width, 2 * lanes) if PADDED_BATCH_DATA_GEMMS else (width,)
+    return min(range(batch, batch + max(2, batch // 8) + 1), key=lambda rows: (sum(cost(rows, w) for w in widths), rows))
+
+
+# Whether padded_batch also weighs a GEMM over the rows whose tile is two vectors (the backward's
+# input gradient over K columns, v80): at a row count whose tile is short for it alone (129 = 3 x
+# 43, 57 = 3 x 19) it ran a chunk's input gradient 2x slower (GRU N=129 H=292: 3-row tiles, 2.55
+# against 1.26 ms at 130). A 2-core Zen 5, 2 threads, one process, interleaved, training ms, old ->
+# new rows: LSTM T=100 N=129 I=161 H=292 128.1 -> 117.1 (129 -> 130), GRU 113.9 -> 104.0; N=57
+# H=645 (57 -> 60) LSTM 108.3 -> 107.3, GRU 92.9 -> 89.6; LSTM N=39 H=300 61.7 -> 57.1; GRU N=69
+# H=200 42.1 -> 40.2; RNN N=23 H=100 2.01 -> 1.92, N=46 3.04 / 2.07 -> 3.15 / 1.97 (two runs);
+# LSTM N=51 I=H=256 (51 -> 52) 42.7 / 46.5 -> 43.8 / 47.9, 3% slower. Inference the same or faster.
+PADDED_BATCH_DATA_GEMMS = True
 
 
 # The fewest input features and batch rows whose weight gradients take input panels
