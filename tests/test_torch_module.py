@@ -732,3 +732,13 @@ def test_batch_first_changed_after_a_call_is_read_again():
         assert rel_error(a, b) < 1e-5
     x = torch.randn(3, 6, 5)  # (N, T, F) now
     assert rel_error(ours(x)[0], ref(x)[0]) < 1e-5
+
+
+def test_an_unbatched_input_with_a_batched_state_names_the_shape_given():
+    """An unbatched (2-d) input takes 2-d states, as torch.nn; a 3-d h0 is a ValueError naming the
+    shape the caller passed (it named the shape after unsqueezing, (1, 1, 1, 8))."""
+    ours = tt.GRU(5, 8)
+    with pytest.raises(ValueError, match=r"h0 must be 2-d too .*got shape \(1, 1, 8\)"):
+        ours(torch.randn(6, 5), torch.zeros(1, 1, 8))
+    y, h = ours(torch.randn(6, 5), torch.zeros(1, 8))
+    assert y.shape == (6, 8) and h.shape == (1, 8)

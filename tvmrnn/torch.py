@@ -746,6 +746,10 @@ class _Mixin:
             raise TypeError(f"hx: expected a tensor h0 (this cell has no cell state), got {type(hx).__name__}")
         h0, c0 = (hx if hx is not None else (None, None)) if has_c else (hx, None)
         if unbatched:
+            for name, t in (("h0", h0), ("c0", c0)):
+                if t is not None and t.dim() != 2:
+                    raise ValueError(f"hx: for an unbatched 2-d input, {name} must be 2-d too (layers x directions, "
+                                     f"features), got shape {tuple(t.shape)}")
             h0 = h0.unsqueeze(1) if h0 is not None else None
             c0 = c0.unsqueeze(1) if c0 is not None else None
         batch = input.shape[0 if self.batch_first else 1]

@@ -7,7 +7,11 @@ import numpy as np
 
 
 def params_from_torch(module_or_state_dict) -> dict[str, np.ndarray]:
-    """``{PyTorch parameter name: float32 numpy array}`` from an ``nn.LSTM/GRU/RNN`` or its state_dict."""
+    """``{PyTorch parameter name: float32 numpy array}`` from an ``nn.LSTM/GRU/RNN`` or its state_dict.
+
+    The arrays of a module's float32 CPU parameters share their memory (NumPy's view of a tensor,
+    no copy): they follow the module's training steps, and writing into one writes the module's
+    parameter. Copy them (``{k: v.copy() for k, v in ...}``) to keep or edit a snapshot."""
     state = module_or_state_dict
     if hasattr(state, "state_dict") and callable(state.state_dict):
         state = state.state_dict()
