@@ -1773,8 +1773,7 @@ def test_cpu_gru_panels_that_do_not_divide_the_units_pad_the_last(rng):
         assert (cpu.weight_panel(avx512, 3, h), cpu.packed_units(avx512, 3, h)) == (p, u), h
     avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
     assert cpu.packed_units(avx2, 3, 100) == 100  # (AVX2: none)
-    rnn = tvmrnn.build("gru", 29, 100, num_layers=2, bidirectional=True, batch_size=3, target=target,
-                       tuning_logs=False, cache=False)
+    rnn = built("gru", 2, True, input_size=29, hidden_size=100, batch_size=3, target=target)  # (_check's)
     assert rnn.config.packed_units == 112
     names = [n for program in rnn.programs.values() for n in program.kernels]
     assert any(n.startswith("recurrent_step_gru_infer") and "_h100_p16" in n for n in names), names
