@@ -20,7 +20,7 @@ def test_batch_of_one_matches_torch(cell, num_layers, bidirectional, rng):
 @pytest.mark.parametrize("cell,num_layers,bidirectional,batch_first",
                          [("lstm", 2, True, False), ("gru", 1, False, True), ("rnn_relu", 1, True, True)])
 def test_smaller_batches_run_on_one_build(cell, num_layers, bidirectional, batch_first, rows, rng):
-    """One build serves every batch from 1 to its batch_size (padded with zero rows): outputs,
+    """One build serves every batch from 1 to its batch_size (padded with copies of the first row): outputs,
     states and every gradient match torch at each, and the build is the same object."""
     _check(cell, num_layers, bidirectional, batch_first, 6, rng, batch=5, rows=rows)
     _check(cell, num_layers, bidirectional, batch_first, 6, rng, batch=5, rows=rows,

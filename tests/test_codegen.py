@@ -1773,6 +1773,8 @@ def test_cpu_gru_panels_that_do_not_divide_the_units_pad_the_last(rng):
         assert (cpu.weight_panel(avx512, 3, h), cpu.packed_units(avx512, 3, h)) == (p, u), h
     avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
     assert cpu.packed_units(avx2, 3, 100) == 100  # (AVX2: none)
+    # custom cells: 5 or 7 gates have no panel of 2-4 whole vectors (none), 6 gates 8 units (3 vectors)
+    assert [cpu.weight_panel(avx512, g, 100) for g in (5, 7, 6)] == [0, 0, 8]
     rnn = built("gru", 2, True, input_size=29, hidden_size=100, batch_size=3, target=target)  # (_check's)
     assert rnn.config.packed_units == 112
     names = [n for program in rnn.programs.values() for n in program.kernels]

@@ -584,7 +584,7 @@ class RNN:
         ``x``: ``(T, N, input_size)`` (``(N, T, ·)`` if batch_first); ``h0``/``c0``:
         ``(num_layers * num_directions, N, hidden_size)`` (``h0``: ``proj_size`` wide where the LSTM
         has projections) or None for zeros. N is any batch from 1
-        to the build's ``batch_size``: a smaller batch runs padded to it with zero rows (exact, since
+        to the build's ``batch_size``: a smaller batch runs padded to it with copies of its first row (exact, since
         rows are independent; it costs what the full batch costs, plus the copies in and out).
         ``lengths`` (builds with ``BuildOptions(variable_lengths=True)``): each row's length, 1 to
         T (a list, NumPy array or CPU tensor), as ``torch.nn`` runs a packed sequence: outputs past

@@ -123,7 +123,9 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     if CPU_PADDED_PANELS and gates > 1 and lanes >= 16 and panel * gates <= lanes:
         # one vector or none: 2-4 whole vectors of units in panels (a GRU's 3 gates: 16 units, 3
         # vectors), the last padded (CPU_PADDED_PANELS)
-        return _padded_panel(hidden, [v * lanes // gates for v in (4, 3, 2) if v * lanes % gates == 0]) or panel
+        # (5 or 7 gates: none)
+        sizes = [v * lanes // gates for v in (4, 3, 2) if v * lanes % gates == 0]
+        return (_padded_panel(hidden, sizes) if sizes else 0) or panel
     return panel
 
 
@@ -228,7 +230,7 @@ def padded_batch(batch: int, gates: int, hidden: int, target) -> int:
     (v67); with tiles of 2 vectors (an AVX-512 LSTM at H = 200), 129 -> 130 and 57 -> 60 (v74:
     on a 2-core Zen 5, inference 21.5 -> 16.7 and 9.2 -> 7.8 ms; training 93.9 -> 78.1 and
     30.3 -> 32.0). The padding's
-    rows are zeros the passes compute and drop (exact: rows are independent). ``tvmrnn.build`` of an
+    rows are copies of the first row the passes compute and drop (exact: rows are independent). ``tvmrnn.build`` of an
     fp32 CPU RNN builds so (``Config.compiled_rows``; the drop-ins through it), ``batch_size`` staying
     the largest batch a call may pass. An LSTM (T=100, I=H=512) running 7 rows on a 2-core Zen 5:
     built for 7, inference 19.6 ms, training 50.3; for 8, 9.7 and 34.0 (v67). A step whose tile
