@@ -158,8 +158,7 @@ class Frame:
         shape = list(a.shape)
         shape[axis] = rows
         n = a.shape[axis]
-        out = self.zeros(tuple(shape)) if not copies else (
-            aligned_empty(tuple(shape)) if self.kind == "numpy" else a.new_empty(tuple(shape)))
+        out = self.empty(tuple(shape)) if copies else self.zeros(tuple(shape))
         out[(slice(None),) * axis + (slice(0, n),)] = a
         if copies and rows > n:
             out[(slice(None),) * axis + (slice(n, rows),)] = a[(slice(None),) * axis + (slice(0, 1),)]

@@ -47,24 +47,25 @@ _OPENED: dict = {}  # real path -> (device, inode, mtime, size) of the file this
 
 @contextlib.contextmanager
 def _openable(path: str):
-    """A path to open ``path``'s library by: itself, or a private copy named ``.so`` where TVM
+    """``(a path to open path's library by, the file's stamp (:func:`file_stamp`; None where there
+    is no file))``. The path: itself, or a private copy named ``.so`` where TVM
     would not load it under its own name (it picks its loader by the suffix: ``model.tvmrnn`` or
     ``model`` failed) or where this process opened another file at that path before (the dynamic
     loader hands back the library it has open under a name: a package exported again over it
     loaded as the old one). The copy is removed once loaded (the mapping stays)."""
     if not os.path.isfile(path):
-        yield path  # (read_metadata names what is wrong)
+        yield path, None  # (read_metadata names what is wrong)
         return
     real = os.path.realpath(path)
     stamp = file_stamp(real)
     if real.endswith(".so") and _OPENED.setdefault(real, stamp) == stamp:
-        yield path
+        yield path, stamp
         return
     fd, copy = tempfile.mkstemp(suffix=".so", prefix="tvmrnn-package-")
     os.close(fd)
     try:
         shutil.copyfile(real, copy)
-        yield copy
+        yield copy, stamp
     finally:
         with contextlib.suppress(OSError):
             os.unlink(copy)
@@ -83,8 +84,7 @@ def load(path, device=None) -> RNN:
         if kind not in ("cpu", "cuda") or not (index.isdigit() or index == ""):
             raise ValueError(f"device: expected None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
         device_index = int(index or 0)
-    stamp = file_stamp(path) if os.path.isfile(path) else None
-    with _openable(path) as opened:
+    with _openable(path) as (opened, stamp):
         return _load(path, opened, device, device_index, stamp)
 
 

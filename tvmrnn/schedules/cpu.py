@@ -122,8 +122,7 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     panel = units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
     if CPU_PADDED_PANELS and gates > 1 and lanes >= 16 and panel * gates <= lanes:
         # one vector or none: 2-4 whole vectors of units in panels (a GRU's 3 gates: 16 units, 3
-        # vectors), the last padded (CPU_PADDED_PANELS)
-        # (5 or 7 gates: none)
+        # vectors; 5 or 7 gates: none), the last padded (CPU_PADDED_PANELS)
         sizes = [v * lanes // gates for v in (4, 3, 2) if v * lanes % gates == 0]
         return (_padded_panel(hidden, sizes) if sizes else 0) or panel
     return panel
