@@ -42,6 +42,8 @@ def test_unknown_cell():
     (dict(hidden_size=100000), ValueError, r"input_size, hidden_size: a weight matrix of 30000\d+ elements"),
     (dict(batch_size=3 * 10**9), ValueError, "batch_size: 3000000000 rows of 3 x 4 gates make a step"),
     (dict(dtype="float64"), ValueError, "dtype: expected one of"),
+    (dict(tuning_logs="/nonexistent/tvmrnn-logs"), ValueError, "tuning_logs: '/nonexistent/tvmrnn-logs' is not a folder"),
+    (dict(tuning_logs=3), TypeError, "tuning_logs: expected None, False or a folder"),
 ])
 def test_bad_build_options(kwargs, error, match):
     args = dict(input_size=4, hidden_size=4, batch_size=2) | kwargs

@@ -3,6 +3,7 @@ on-disk build cache (:mod:`.cache`)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 
 import numpy as np
@@ -132,6 +133,10 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
                          f"the 2^31 elements that TVM's int32 indexing addresses")
     options = as_options(options)
     _check_options("proj_size", proj_size, int, 0)
+    if tuning_logs not in (None, False) and isinstance(tuning_logs, (str, os.PathLike)) \
+            and not os.path.isdir(tuning_logs):  # (a typo would silently build on default schedules)
+        raise ValueError(f"tuning_logs: {os.fspath(tuning_logs)!r} is not a folder (tvmrnn-tune writes one folder "
+                         f"per target under it; None: the default logs, False: no records)")
     if dtype is not None:
         dtype = dtype_name(dtype)
         if options.dtype not in ("float32", dtype):
