@@ -1771,8 +1771,6 @@ def test_cpu_gru_panels_that_do_not_divide_the_units_pad_the_last(rng):
     avx512 = tvm.target.Target(target)
     for h, p, u in ((100, 16, 112), (467, 16, 480), (1082, 16, 1088), (67, 0, 67), (37, 0, 37), (64, 16, 64)):
         assert (cpu.weight_panel(avx512, 3, h), cpu.packed_units(avx512, 3, h)) == (p, u), h
-    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
-    assert cpu.packed_units(avx2, 3, 100) == 100  # (AVX2: none)
     # custom cells: 5 or 7 gates have no panel of 2-4 whole vectors (none), 6 gates 8 units (3 vectors)
     assert [cpu.weight_panel(avx512, g, 100) for g in (5, 7, 6)] == [0, 0, 8]
     rnn = built("gru", 2, True, input_size=29, hidden_size=100, batch_size=3, target=target)  # (_check's)
@@ -1782,6 +1780,30 @@ def test_cpu_gru_panels_that_do_not_divide_the_units_pad_the_last(rng):
     if "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
     _check("gru", 2, True, False, 7, rng, target=target, hidden=100, input_size=29, batch=3)
+
+
+def test_avx2_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng):
+    """AVX2 targets pad their weight panels too since v81 (``cpu.CPU_PADDED_PANELS_AVX2``): 2
+    vectors of units (the LSTM's 4 units; AVX2's default tile, 16 registers), or 3 (the GRU's 8
+    units), the last panel padded where that adds at most an eighth more units. Before, an LSTM at
+    H = 2 x odd took 2-unit panels (one-vector tiles: LSTM T=50 N=57 I=40 H=206 2 layers inference
+    30.3 -> 14.7 ms on a 2-core Zen 5 running AVX2 code) and the GRU none but at multiples of 8.
+    A 2-layer bidirectional LSTM at H = 67 and GRU at H = 45 (72 and 48 units) match torch.nn in
+    float64, outputs, states and every gradient (AVX2 code: every machine of the suite runs it)."""
+    import tvm
+    from tvmrnn.schedules import cpu
+    target = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
+    avx2 = tvm.target.Target(target)
+    for gates, h, p, u in ((4, 206, 4, 208), (4, 67, 4, 68), (4, 800, 4, 800), (3, 100, 8, 104), (3, 45, 8, 48),
+                           (3, 5, 0, 5), (1, 206, 0, 206), (5, 100, 0, 100)):
+        assert (cpu.weight_panel(avx2, gates, h), cpu.packed_units(avx2, gates, h)) == (p, u), (gates, h)
+    monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", False)
+    assert (cpu.weight_panel(avx2, 4, 206), cpu.packed_units(avx2, 3, 100)) == (2, 100)
+    monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", True)
+    for cell, hidden, units in (("lstm", 67, 68), ("gru", 45, 48)):
+        rnn = built(cell, 2, True, input_size=29, hidden_size=hidden, batch_size=3, target=target)
+        assert rnn.config.packed_units == units
+        _check(cell, 2, True, False, 6, rng, target=target, hidden=hidden, input_size=29, batch=3)
 
 
 def test_cpu_backward_weight_copies_whose_panels_do_not_divide_k_pad_the_last(monkeypatch, rng, tmp_path):

@@ -456,7 +456,8 @@ def test_weight_panels_follow_the_target():
     assert [weight_panel(avx2, g, 800) for g in (4, 3, 1)] == [4, 8, 16]
     assert weight_panel(avx512, 4, 800) == 16 and weight_panel(gpu, 4, 800) == 0
     assert [weight_panel(avx512, g, 800) for g in (3, 1)] == [16, 32]
-    assert weight_panel(avx2, 4, 37) == 0  # 37 units: no tile divides them
+    assert weight_panel(avx2, 4, 37) == 4  # 37 units: no tile divides them, padded to 40 (cpu.CPU_PADDED_PANELS_AVX2)
+    assert weight_panel(avx2, 4, 37, True) == 4 and weight_panel(avx2, 1, 37) == 0  # (plain columns: none)
     assert weight_panel(avx512, 4, 800, True) == 16 and weight_panel(gpu, 4, 800, True) == 0
     assert weight_panel(avx2, 4, 800, False) == 0 and weight_panel(avx512, 4, 800, False) == 0
     with pytest.raises(TypeError, match="options.weight_panels"):

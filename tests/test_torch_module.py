@@ -422,6 +422,29 @@ def test_gradients_taken_with_create_graph_match_and_a_second_derivative_is_refu
     assert rel_error(ours(x)[0], ref(x)[0]) < 1e-5  # still usable
 
 
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_torch_func_grad_over_a_drop_in_matches_torch_nn(cls):
+    """``torch.func.grad`` (functorch's transforms, e.g. over ``functional_call``) takes the
+    drop-ins as it takes torch.nn's RNNs: the same gradients, of the parameters and of the input.
+    ``vmap`` raises, as over torch.nn's (no batching rule for aten::lstm either)."""
+    torch.manual_seed(0)
+    ref = getattr(torch.nn, cls)(5, 7, 2, bidirectional=True)
+    ours = getattr(tt, cls)(5, 7, 2, bidirectional=True)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 3, 5)
+    params = {k: v.detach() for k, v in ref.named_parameters()}
+
+    def loss(module):
+        return lambda p, x: torch.func.functional_call(module, p, (x,))[0].square().sum()
+    got, want = torch.func.grad(loss(ours), argnums=(0, 1))(params, x), torch.func.grad(loss(ref), argnums=(0, 1))(params, x)
+    assert rel_error(got[1], want[1]) < 1e-5
+    for name in params:
+        assert rel_error(got[0][name], want[0][name]) < 1e-5, name
+    with pytest.raises(RuntimeError, match="vmap"):
+        torch.func.vmap(lambda x: ours(x)[0])(torch.randn(2, 6, 3, 5))
+    assert rel_error(ours(x)[0], ref(x)[0]) < 1e-5  # still usable
+
+
 def test_malformed_packed_sequences_are_a_clear_error_and_the_module_stays_usable():
     """A PackedSequence whose batch_sizes do not describe its data (``pack_padded_sequence`` given a
     length longer than the padded sequence; batch sizes that grow, or are zero; batch_sizes not on

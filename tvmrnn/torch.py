@@ -147,35 +147,54 @@ def _rows_of(states, order, n: int):
     return states
 
 
+def _unwrapped(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``t``, or under a functorch transform (``torch.func.grad``) the plain tensor its wrappers
+    hold: the kernels read memory (DLPack), which a wrapper has none of."""
+    while t is not None and torch._C._functorch.is_functorch_wrapped_tensor(t):
+        t = torch._C._functorch.get_unwrapped(t)
+    return t
+
+
 class _Fused(torch.autograd.Function):
-    """A fused stack's (or layer's) forward in autograd: the training forward where a gradient
-    is needed (``grad``: the caller's grad mode; ``forward`` runs without one), else the
-    inference forward, on weights packed for it alone."""
+    """A fused stack's (or layer's) forward in autograd: the training forward where ``train``
+    (the caller's grad mode, and an input or parameter that requires a gradient), else the
+    inference forward, on weights packed for it alone. Outputs ``(y, hy, cy or None, saved)``:
+    ``saved`` (the packed weights and the workspace the backward reads; None in inference) is
+    for :meth:`setup_context` alone. Forward and context apart (``setup_context``), so that
+    ``torch.func.grad`` and the other functorch transforms but ``vmap`` take the drop-ins (as
+    ``torch.nn``'s RNNs, which have no batching rule either)."""
     @staticmethod
-    def forward(ctx, rnn, names, lengths, grad, x, h0, c0, *params):
-        train = grad and any(ctx.needs_input_grad[4:])
+    def forward(rnn, names, lengths, train, x, h0, c0, *params):
         w = rnn.pack_weights(dict(zip(names, params)), forward_only=not train)  # inference: no backward copies
         if train:
             # (the drop-ins' inputs are zero past each row's length: no copy that zeroes them)
             y, hy, cy, ws = rnn._forward(w, x, h0, c0, train=True, lengths=lengths, padding_zeroed=True)
-            ctx.rnn, ctx.w, ctx.ws, ctx.names = rnn, w, ws, names
+            return y, hy, cy, (w, ws)
+        y, hy, cy = rnn.forward(w, x, h0, c0, lengths=lengths)
+        return y, hy, cy, None
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        rnn, names, _, train, x, h0, c0, *params = inputs
+        if train:
+            ctx.rnn, (ctx.w, ctx.ws), ctx.names = rnn, output[3], names
             # saved for autograd's checks alone (the workspace holds what the backward reads): an
             # input or parameter changed in place before the backward, or a second backward without
             # retain_graph, raises as torch.nn's does, instead of a gradient of other values
             ctx.save_for_backward(x, h0, c0, *params)
-        else:
-            y, hy, cy = rnn.forward(w, x, h0, c0, lengths=lengths)
-        return (y, hy) if cy is None else (y, hy, cy)
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # (as cuDNN's RNNs: no double backward; a gradient
     # taken with create_graph=True raises when differentiated again, instead of silently not
     # requiring grad)
-    def backward(ctx, dy, dhy, dcy=None):
+    def backward(ctx, dy, dhy, dcy, _saved):
         ctx.saved_tensors  # (raises where a saved tensor changed in place, or was freed by a backward)
-        has_c = dcy is not None
-        grads = ctx.rnn.backward(ctx.w, ctx.ws, dy.contiguous(), dhy.contiguous(),
-                                 dcy.contiguous() if has_c else None)
+        # under torch.func.grad the gradients come wrapped, and tensors made inside would be too:
+        # plain ones in, and allocated, for the kernels (no double backward needs the wrappers)
+        dy, dhy, dcy = (_unwrapped(t) for t in (dy, dhy, dcy))
+        with torch._C._DisableFuncTorch():
+            grads = ctx.rnn.backward(ctx.w, ctx.ws, dy.contiguous(), dhy.contiguous(),
+                                     dcy.contiguous() if dcy is not None else None)
         return (None, None, None, None, grads["x"], grads["h0"], grads.get("c0")) + tuple(grads[n] for n in ctx.names)
 
 
@@ -715,7 +734,10 @@ class _Mixin:
         # torch._dynamo.config.allow_rnn), it would otherwise trace the frames below
         rnn = self._rnn_for(x.shape[0 if self.batch_first else 1], x.device, layer=layer, ragged=lengths is not None)
         names = rnn.config.layout.names
-        return _Fused.apply(rnn, names, lengths, torch.is_grad_enabled(), x, h0, c0, *self._parameters_of(names, layer))
+        params = self._parameters_of(names, layer)
+        train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, h0, c0, *params))
+        y, hy, cy, _ = _Fused.apply(rnn, names, lengths, train, x, h0, c0, *params)
+        return (y, hy) if cy is None else (y, hy, cy)
 
     def _dropout(self, y, lengths):
         """Dropout of a layer's output ``y`` before the next layer, with torch.nn's masks: over the

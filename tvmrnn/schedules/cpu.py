@@ -120,10 +120,11 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     units = cpu_column_tile(lanes, hidden, gates)
     # whole vectors only (a narrower tile, e.g. 2 of 74 features, gains nothing from a panel)
     panel = units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
-    if CPU_PADDED_PANELS and gates > 1 and lanes >= 16 and panel * gates <= lanes:
+    if CPU_PADDED_PANELS and gates > 1 and (lanes >= 16 or CPU_PADDED_PANELS_AVX2) and panel * gates <= lanes:
         # one vector or none: 2-4 whole vectors of units in panels (a GRU's 3 gates: 16 units, 3
-        # vectors; 5 or 7 gates: none), the last padded (CPU_PADDED_PANELS)
-        sizes = [v * lanes // gates for v in (4, 3, 2) if v * lanes % gates == 0]
+        # vectors; 5 or 7 gates: none), the last padded (CPU_PADDED_PANELS); AVX2's 16 registers:
+        # 2 vectors, or 3 (its default tile, cpu_column_tile: 2 vectors where they hold whole units)
+        sizes = [v * lanes // gates for v in ((4, 3, 2) if lanes >= 16 else (2, 3)) if v * lanes % gates == 0]
         return (_padded_panel(hidden, sizes) if sizes else 0) or panel
     return panel
 
@@ -538,6 +539,7 @@ CPU_GUARDED_ROWS = True
 # H=645 55.8 / 204 -> 41.8 / 189; one loss: N=129 I=161 H=292 training 106 -> 112 (its rows 130 ->
 # 129, padded_batch: the input gradient's row tile at 129 rows is 3, 1.26 -> 2.55 ms a chunk).
 CPU_PADDED_PANELS = True
+CPU_PADDED_PANELS_AVX2 = True
 
 # Whether the backward's copies of the weights take padded panels too (:func:`backward_panel`),
 # where no panel of 2-4 whole vectors divides their K inputs (AVX-512: K = 1220, 467, 883...):
