@@ -92,12 +92,12 @@ def test_metadata_describes_the_package(exported):
     assert set(meta["signatures"]) == {"forward", "forward_train", "backward", "pack_weights", "pack_forward"}
     assert meta["weights_size"] == sum(int(np.prod(s)) for _, s, _ in meta["parameters"])
     assert "weight_layout" in meta and "features" in meta["cpu"]
-    # 37 hidden units: no tile divides them; on AVX-512 panels of 8 units, the last padded (v75:
-    # 40 packed units, cpu.CPU_PADDED_PANELS), elsewhere K-major weights
+    # 37 hidden units: no tile divides them; panels of 8 units on AVX-512, of 4 on AVX2, the last
+    # padded (40 packed units: cpu.CPU_PADDED_PANELS, v75; on AVX2 since v81)
     from tvmrnn.device import host_target
     from tvmrnn.schedules import cpu
     panel = cpu.weight_panel(host_target(), 4, H)
-    assert panel == (8 if cpu.vector_lanes(host_target()) == 16 else 0)
+    assert panel == (8 if cpu.vector_lanes(host_target()) == 16 else 4)
     assert meta["weight_panel"] == panel and meta["packed_units"] == (40 if panel else 0)
     assert meta["packed_weights_size"] - 2 * meta["weights_size"] == (2 * 4 * 3 * ((13 + 37 + 2) + (74 + 37 + 2)) if panel else 0)
     assert meta["backward_weight_panels"] == {"13": 0, "37": 0, "74": 0}  # nor 13 inputs, nor 2 x 37

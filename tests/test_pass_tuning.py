@@ -185,6 +185,7 @@ def test_options_measured_faster_are_recorded_and_build_applies_them(tmp_path, m
     records.distill(os.path.join(root, records.target_key(TARGET)), TARGET, str(shipped))
     assert records.RecordDatabase(str(shipped)).header["pass_options"]
     monkeypatch.setattr(records, "records_file", lambda target, records_dir=None: str(shipped))
+    (tmp_path / "no_logs").mkdir()  # (a folder that does not exist is refused: a typo)
     assert _build(str(tmp_path / "no_logs")).config.options.chunk_steps == (8, 1)
     # tuning again measures from the target's defaults, not from the shipped options
     seen = []
