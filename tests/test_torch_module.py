@@ -426,7 +426,8 @@ def test_gradients_taken_with_create_graph_match_and_a_second_derivative_is_refu
 def test_torch_func_grad_over_a_drop_in_matches_torch_nn(cls):
     """``torch.func.grad`` (functorch's transforms, e.g. over ``functional_call``) takes the
     drop-ins as it takes torch.nn's RNNs: the same gradients, of the parameters and of the input.
-    ``vmap`` raises, as over torch.nn's (no batching rule for aten::lstm either)."""
+    ``vmap`` and ``jacrev`` raise, as over torch.nn's (no batching rule for aten::lstm either), and
+    so does ``grad`` of ``grad`` (no second derivative, as through cuDNN's RNNs)."""
     torch.manual_seed(0)
     ref = getattr(torch.nn, cls)(5, 7, 2, bidirectional=True)
     ours = getattr(tt, cls)(5, 7, 2, bidirectional=True)
@@ -442,6 +443,11 @@ def test_torch_func_grad_over_a_drop_in_matches_torch_nn(cls):
         assert rel_error(got[0][name], want[0][name]) < 1e-5, name
     with pytest.raises(RuntimeError, match="vmap"):
         torch.func.vmap(lambda x: ours(x)[0])(torch.randn(2, 6, 3, 5))
+    with pytest.raises(RuntimeError, match="jacrev"):
+        torch.func.jacrev(lambda x: ours(x)[0])(x)
+    # a second derivative raises (unwrapped, the outer level took the gradients for constants: zeros)
+    with pytest.raises(RuntimeError, match="second derivative"):
+        torch.func.grad(lambda x: torch.func.grad(loss(ours), argnums=1)(params, x).square().sum())(x)
     assert rel_error(ours(x)[0], ref(x)[0]) < 1e-5  # still usable
 
 

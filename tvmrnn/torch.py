@@ -148,10 +148,23 @@ def _rows_of(states, order, n: int):
 
 
 def _unwrapped(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """``t``, or under a functorch transform (``torch.func.grad``) the plain tensor its wrappers
-    hold: the kernels read memory (DLPack), which a wrapper has none of."""
-    while t is not None and torch._C._functorch.is_functorch_wrapped_tensor(t):
-        t = torch._C._functorch.get_unwrapped(t)
+    """``t``, or under ``torch.func.grad`` the plain tensor its wrapper holds: the kernels read
+    memory (DLPack), which a wrapper has none of. Raises where that would lose a derivative or a
+    batch: ``t`` tracked by an outer grad level too (``grad`` of ``grad``: a second derivative,
+    which cuDNN's RNNs refuse as well; unwrapped, the outer level would take the gradients for
+    constants and give zeros), or batched (``vmap``, ``jacrev``, ``jacfwd``, ``hessian``: torch.nn's
+    RNNs have no batching rule either)."""
+    functorch = torch._C._functorch
+    outer = False
+    while t is not None and functorch.is_functorch_wrapped_tensor(t):
+        if functorch.is_batchedtensor(t):
+            raise RuntimeError("tvmrnn: vmap, jacrev, jacfwd and hessian over a tvmrnn.torch module are not supported "
+                               "(nor over torch.nn's RNNs: aten::lstm has no batching rule); torch.func.grad is")
+        if outer and functorch.is_gradtrackingtensor(t) and t.requires_grad:
+            raise RuntimeError("tvmrnn: a second derivative through a tvmrnn.torch module (torch.func.grad of "
+                               "torch.func.grad) is not supported, as through cuDNN's RNNs")
+        outer = True
+        t = functorch.get_unwrapped(t)
     return t
 
 
@@ -161,8 +174,7 @@ class _Fused(torch.autograd.Function):
     inference forward, on weights packed for it alone. Outputs ``(y, hy, cy or None, saved)``:
     ``saved`` (the packed weights and the workspace the backward reads; None in inference) is
     for :meth:`setup_context` alone. Forward and context apart (``setup_context``), so that
-    ``torch.func.grad`` and the other functorch transforms but ``vmap`` take the drop-ins (as
-    ``torch.nn``'s RNNs, which have no batching rule either)."""
+    ``torch.func.grad`` (one level: :func:`_unwrapped`) takes the drop-ins."""
     @staticmethod
     def forward(rnn, names, lengths, train, x, h0, c0, *params):
         w = rnn.pack_weights(dict(zip(names, params)), forward_only=not train)  # inference: no backward copies
@@ -188,9 +200,12 @@ class _Fused(torch.autograd.Function):
     # taken with create_graph=True raises when differentiated again, instead of silently not
     # requiring grad)
     def backward(ctx, dy, dhy, dcy, _saved):
-        ctx.saved_tensors  # (raises where a saved tensor changed in place, or was freed by a backward)
+        saved = ctx.saved_tensors  # (raises where a saved tensor changed in place, or was freed by a backward)
         # under torch.func.grad the gradients come wrapped, and tensors made inside would be too:
-        # plain ones in, and allocated, for the kernels (no double backward needs the wrappers)
+        # plain ones in, and allocated, for the kernels (_unwrapped refuses a second grad level, whose
+        # inputs or gradients are tracked by an outer one, and vmap's batches)
+        for t in saved:
+            _unwrapped(t)
         dy, dhy, dcy = (_unwrapped(t) for t in (dy, dhy, dcy))
         with torch._C._DisableFuncTorch():
             grads = ctx.rnn.backward(ctx.w, ctx.ws, dy.contiguous(), dhy.contiguous(),

@@ -68,7 +68,8 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
         ``"nvidia/nvidia-h100"``, ``{"kind": "llvm", "mcpu": "sapphirerapids"}``.
     tuning_logs : None, str or False
         A folder of per-target raw MetaSchedule logs (what ``tvmrnn-tune`` writes), read beside the
-        records shipped in the package (the fastest record of a kernel wins). None: the
+        records shipped in the package (the fastest record of a kernel wins); one that does not
+        exist is a ValueError. None: the
         ``TVMRNN_TUNING_LOGS`` environment variable, else a source checkout's ``tuning_logs/``,
         else ``~/.local/share/tvmrnn/tuning_logs``. Kernels without a record use a default schedule
         (a warning says so, once); False (or ``TVMRNN_TUNING_LOGS=off``) uses default schedules

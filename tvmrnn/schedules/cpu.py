@@ -122,8 +122,9 @@ def weight_panel(target, gates: int, hidden: int, enabled: bool | None = None) -
     panel = units if 1 < units < hidden and hidden % units == 0 and units * gates % lanes == 0 else 0
     if CPU_PADDED_PANELS and gates > 1 and (lanes >= 16 or CPU_PADDED_PANELS_AVX2) and panel * gates <= lanes:
         # one vector or none: 2-4 whole vectors of units in panels (a GRU's 3 gates: 16 units, 3
-        # vectors; 5 or 7 gates: none), the last padded (CPU_PADDED_PANELS); AVX2's 16 registers:
-        # 2 vectors, or 3 (its default tile, cpu_column_tile: 2 vectors where they hold whole units)
+        # vectors; 5 or 7 gates: none), the last padded (CPU_PADDED_PANELS); 8 lanes (AVX2, and
+        # generic x86-64 builds, which take AVX2's tiles), 16 registers: 2 vectors, or 3 (the default
+        # tile, cpu_column_tile: 2 vectors where they hold whole units; CPU_PADDED_PANELS_AVX2)
         sizes = [v * lanes // gates for v in ((4, 3, 2) if lanes >= 16 else (2, 3)) if v * lanes % gates == 0]
         return (_padded_panel(hidden, sizes) if sizes else 0) or panel
     return panel
@@ -539,6 +540,13 @@ CPU_GUARDED_ROWS = True
 # H=645 55.8 / 204 -> 41.8 / 189; one loss: N=129 I=161 H=292 training 106 -> 112 (its rows 130 ->
 # 129, padded_batch: the input gradient's row tile at 129 rows is 3, 1.26 -> 2.55 ms a chunk).
 CPU_PADDED_PANELS = True
+# The same below AVX-512 (8 lanes: AVX2 and generic x86-64 targets), since v81: 2 vectors (the LSTM's
+# 4 units) or 3 (the GRU's 8). Before, an AVX2 LSTM at H = 2 x odd took 2-unit panels (one-vector
+# tiles) and the GRU none unless 8 divided H. AVX2 code (znver3) on a 2-core Zen 5, 2 threads, one
+# process, interleaved, the same bits, off -> on, inference / training ms (notes/performance.md
+# v81): LSTM T=50 N=57 I=40 H=206 2 layers 30.3 / 100.8 -> 14.7 / 64.9; GRU N=32 I=512 H=343
+# 26.6 / 71.9 -> 10.7 / 53.0; LSTM the same 26.6 / 75.4 -> 17.0 / 64.3; GRU N=100 I=192 H=190 24.8 /
+# 65.2 -> 8.9 / 49.8; LSTM N=20 I=H=467 36.6 / 133.1 -> 29.2 / 124.7. Not run on an AVX2-only CPU.
 CPU_PADDED_PANELS_AVX2 = True
 
 # Whether the backward's copies of the weights take padded panels too (:func:`backward_panel`),
