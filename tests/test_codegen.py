@@ -1617,6 +1617,10 @@ def test_cpu_guarded_tiles_of_gates_that_do_not_divide_the_lanes(mcpu, lanes, mo
     where this CPU runs it, a 2-layer bidirectional GRU matches torch.nn in float64, outputs, states
     and every gradient."""
     from tvmrnn.schedules import cpu
+    # (on AVX2 since v81 the GRU's panels are padded and its backward GEMMs take 3-vector tiles:
+    # both off here, the guarded gate tiles, still theirs where neither applies, are what this tests)
+    monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", False)
+    monkeypatch.setattr(cpu, "CPU_WIDE_GATE_TILES_AVX2", False)
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     tile = lanes // 3 * 3
 
@@ -1788,8 +1792,10 @@ def test_avx2_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng)
     units), the last panel padded where that adds at most an eighth more units. Before, an LSTM at
     H = 2 x odd took 2-unit panels (one-vector tiles: LSTM T=50 N=57 I=40 H=206 2 layers inference
     30.3 -> 14.7 ms on a 2-core Zen 5 running AVX2 code) and the GRU none but at multiples of 8.
-    A 2-layer bidirectional LSTM at H = 67 and GRU at H = 45 (72 and 48 units) match torch.nn in
-    float64, outputs, states and every gradient (AVX2 code: every machine of the suite runs it)."""
+    The GRU's backward GEMMs take 3-vector guarded tiles there (``cpu.CPU_WIDE_GATE_TILES_AVX2``:
+    24-float vectors; one guarded vector before). A 2-layer bidirectional LSTM at H = 67 and GRU at
+    H = 45 (68 and 48 units) match torch.nn in float64, outputs, states and every gradient (AVX2
+    code: every machine of the suite runs it)."""
     import tvm
     from tvmrnn.schedules import cpu
     target = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
@@ -1800,6 +1806,8 @@ def test_avx2_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng)
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", False)
     assert (cpu.weight_panel(avx2, 4, 206), cpu.packed_units(avx2, 3, 100)) == (2, 100)
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", True)
+    # 3-vector gate tiles (8 units) for the GRU's weight gradients, one vector for the LSTM's
+    assert (cpu.guarded_tile_units(8, 45, 3, 2), cpu.guarded_tile_units(8, 67, 4, 2)) == (8, 0)
     for cell, hidden, units in (("lstm", 67, 68), ("gru", 45, 48)):
         rnn = built(cell, 2, True, input_size=29, hidden_size=hidden, batch_size=3, target=target)
         assert rnn.config.packed_units == units

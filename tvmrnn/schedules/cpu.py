@@ -462,6 +462,10 @@ CPU_GUARDED_TILES = True
 # fused epilogue): a partition hint on its parallel loop would cost its time loop the single
 # parallel region (tvmrnn.program.sequence.Program._region_loop), a region launch a step.
 CPU_GUARDED_TILE_VECTORS = 2
+# Whether AVX2 (8 lanes) takes those tiles where the gates do not divide the lanes (the GRU's 3: 8
+# units, 3 vectors, instead of one guarded vector of 2 units); plain columns and the LSTM's 4 gates
+# keep one vector there (v79: two were slower). notes/performance.md v81.
+CPU_WIDE_GATE_TILES_AVX2 = True
 # the most vectors such a tile may take (a custom cell of 5 gates would need 5 for whole vectors)
 CPU_GUARDED_TILE_MAX_VECTORS = 4
 
@@ -483,8 +487,8 @@ def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None, vec
     :data:`CPU_GUARDED_TILE_MAX_VECTORS` whole vectors and two tiles or more (else 0)."""
     asked = vectors is not None
     vectors = CPU_GUARDED_TILE_VECTORS if vectors is None else vectors
-    if vectors <= 1 or (lanes < 16 and not asked):  # (AVX2: not faster, v79)
-        return 0
+    if vectors <= 1 or (lanes < 16 and not asked and (lanes % inner == 0 or not CPU_WIDE_GATE_TILES_AVX2)):
+        return 0  # (AVX2: not faster, v79, but for gates that do not divide the lanes, v81)
     whole = lanes // math.gcd(lanes, inner)  # the fewest units in whole vectors
     units = whole * max(1, vectors // (inner // math.gcd(lanes, inner)))
     if units * inner // lanes > CPU_GUARDED_TILE_MAX_VECTORS or units >= lead \
