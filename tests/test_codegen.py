@@ -1653,7 +1653,12 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     units = cpu.guarded_tile_units
     assert (units(16, 467, 4, 16), units(16, 467, 3, 2), units(16, 467, 1, 2)) == (8, 16, 32)
     assert units(16, 236, 4, 16) == 0  # 30 tiles of 8 units: fewer than two a core of 16
-    assert units(8, 467, 4, 2) == 0 and units(16, 467, 5, 2) == 0  # AVX2; 5 vectors for whole ones
+    assert units(16, 467, 5, 2) == 0  # 5 vectors for whole ones
+    # AVX2 since v81 (cpu.CPU_WIDE_GATE_TILES_AVX2): 2 vectors, the GRU's 3; before, none
+    assert (units(8, 467, 4, 2), units(8, 467, 3, 2), units(8, 467, 1, 2)) == (4, 8, 16)
+    monkeypatch.setattr(cpu, "CPU_WIDE_GATE_TILES_AVX2", False)
+    assert units(8, 467, 4, 2) == 0
+    monkeypatch.setattr(cpu, "CPU_WIDE_GATE_TILES_AVX2", "all")
     target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 
     def weight_gradient_tiles():
@@ -1792,8 +1797,8 @@ def test_avx2_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng)
     units), the last panel padded where that adds at most an eighth more units. Before, an LSTM at
     H = 2 x odd took 2-unit panels (one-vector tiles: LSTM T=50 N=57 I=40 H=206 2 layers inference
     30.3 -> 14.7 ms on a 2-core Zen 5 running AVX2 code) and the GRU none but at multiples of 8.
-    The GRU's backward GEMMs take 3-vector guarded tiles there (``cpu.CPU_WIDE_GATE_TILES_AVX2``:
-    24-float vectors; one guarded vector before). A 2-layer bidirectional LSTM at H = 67 and GRU at
+    The backward's GEMMs take guarded tiles of 2-3 vectors there (``cpu.CPU_WIDE_GATE_TILES_AVX2``;
+    one guarded vector before). A 2-layer bidirectional LSTM at H = 67 and GRU at
     H = 45 (68 and 48 units) match torch.nn in float64, outputs, states and every gradient (AVX2
     code: every machine of the suite runs it)."""
     import tvm
@@ -1806,8 +1811,8 @@ def test_avx2_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng)
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", False)
     assert (cpu.weight_panel(avx2, 4, 206), cpu.packed_units(avx2, 3, 100)) == (2, 100)
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", True)
-    # 3-vector gate tiles (8 units) for the GRU's weight gradients, one vector for the LSTM's
-    assert (cpu.guarded_tile_units(8, 45, 3, 2), cpu.guarded_tile_units(8, 67, 4, 2)) == (8, 0)
+    # wide guarded tiles for the backward GEMMs: the GRU's 8 units (3 vectors), the LSTM's 4, 16 plain columns
+    assert [cpu.guarded_tile_units(8, h, g, 2) for h, g in ((45, 3), (67, 4), (67, 1))] == [8, 4, 16]
     for cell, hidden, units in (("lstm", 67, 68), ("gru", 45, 48)):
         rnn = built(cell, 2, True, input_size=29, hidden_size=hidden, batch_size=3, target=target)
         assert rnn.config.packed_units == units

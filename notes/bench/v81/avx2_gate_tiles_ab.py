@@ -2,7 +2,8 @@
 with an AVX2 target (znver3): both builds in one process, the same inputs, interleaved, medians
 (ms) of inference and training, and the largest relative difference of their results.
 
-    TVMRNN_CACHE=off python notes/bench/v81/avx2_gate_tiles_ab.py cell T N I H layers [reps]
+    TVMRNN_CACHE=off [WIDE=all] python notes/bench/v81/avx2_gate_tiles_ab.py cell T N I H layers [reps]
+(WIDE=all: the switch's True against "all", every GEMM without a fused epilogue on wide tiles)
 """
 import statistics
 import sys
@@ -25,7 +26,9 @@ params = tvmrnn.params_from_torch(getattr(torch.nn, cell.upper())(I, H, L))
 x = rng.standard_normal((T, N, I)).astype(np.float32)
 dy = rng.standard_normal((T, N, H)).astype(np.float32)
 runs = {}
-for name, on in (("one vector", False), ("3 vectors", True)):
+import os
+sides = (("one vector", False), ("3 vectors", True)) if os.environ.get("WIDE") != "all" else (("gates", True), ("all", "all"))
+for name, on in sides:
     cpu.CPU_WIDE_GATE_TILES_AVX2 = on
     rnn = tvmrnn.build(cell, I, H, num_layers=L, batch_size=N, target=target, cache=False, tuning_logs=False)
     w = rnn.pack_weights(params)
