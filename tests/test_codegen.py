@@ -1620,7 +1620,7 @@ def test_cpu_guarded_tiles_of_gates_that_do_not_divide_the_lanes(mcpu, lanes, mo
     # (on AVX2 since v81 the GRU's panels are padded and its backward GEMMs take 3-vector tiles:
     # both off here, the guarded gate tiles, still theirs where neither applies, are what this tests)
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS_AVX2", False)
-    monkeypatch.setattr(cpu, "CPU_WIDE_GATE_TILES_AVX2", False)
+    monkeypatch.setattr(cpu, "CPU_WIDE_GUARDED_TILES_AVX2", False)
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     tile = lanes // 3 * 3
 
@@ -1654,11 +1654,11 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     assert (units(16, 467, 4, 16), units(16, 467, 3, 2), units(16, 467, 1, 2)) == (8, 16, 32)
     assert units(16, 236, 4, 16) == 0  # 30 tiles of 8 units: fewer than two a core of 16
     assert units(16, 467, 5, 2) == 0  # 5 vectors for whole ones
-    # AVX2 since v81 (cpu.CPU_WIDE_GATE_TILES_AVX2): 2 vectors, the GRU's 3; before, none
+    # AVX2 since v81 (cpu.CPU_WIDE_GUARDED_TILES_AVX2): 2 vectors, the GRU's 3; before, none
     assert (units(8, 467, 4, 2), units(8, 467, 3, 2), units(8, 467, 1, 2)) == (4, 8, 16)
-    monkeypatch.setattr(cpu, "CPU_WIDE_GATE_TILES_AVX2", False)
+    monkeypatch.setattr(cpu, "CPU_WIDE_GUARDED_TILES_AVX2", False)
     assert units(8, 467, 4, 2) == 0
-    monkeypatch.setattr(cpu, "CPU_WIDE_GATE_TILES_AVX2", "all")
+    monkeypatch.setattr(cpu, "CPU_WIDE_GUARDED_TILES_AVX2", True)
     target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 
     def weight_gradient_tiles():
@@ -1797,7 +1797,7 @@ def test_avx2_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng)
     units), the last panel padded where that adds at most an eighth more units. Before, an LSTM at
     H = 2 x odd took 2-unit panels (one-vector tiles: LSTM T=50 N=57 I=40 H=206 2 layers inference
     30.3 -> 14.7 ms on a 2-core Zen 5 running AVX2 code) and the GRU none but at multiples of 8.
-    The backward's GEMMs take guarded tiles of 2-3 vectors there (``cpu.CPU_WIDE_GATE_TILES_AVX2``;
+    The backward's GEMMs take guarded tiles of 2-3 vectors there (``cpu.CPU_WIDE_GUARDED_TILES_AVX2``;
     one guarded vector before). A 2-layer bidirectional LSTM at H = 67 and GRU at
     H = 45 (68 and 48 units) match torch.nn in float64, outputs, states and every gradient (AVX2
     code: every machine of the suite runs it)."""

@@ -168,6 +168,12 @@ def _unwrapped(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
     return t
 
 
+def _requires_grad(*tensors) -> bool:
+    """Whether any of ``tensors`` (None for an absent state) requires a gradient: a pass then runs
+    the training forward (in grad mode)."""
+    return any(t is not None and t.requires_grad for t in tensors)
+
+
 class _Fused(torch.autograd.Function):
     """A fused stack's (or layer's) forward in autograd: the training forward where ``train``
     (the caller's grad mode, and an input or parameter that requires a gradient), else the
@@ -735,8 +741,7 @@ class _Mixin:
             # a trace is one graph for every grad mode (torch.jit.trace's check runs it again under
             # no_grad, and a model traced under no_grad may train): the training forward wherever
             # anything requires a gradient
-            grad = torch.is_grad_enabled() or torch.jit.is_tracing()
-            if grad and any(t is not None and t.requires_grad for t in (x, h0, c0, *params)):
+            if (torch.is_grad_enabled() or torch.jit.is_tracing()) and _requires_grad(x, h0, c0, *params):
                 out = torch.ops.tvmrnn.forward_train(self._handle, index, x, h0, c0, lengths, ragged, params)[:3]
             else:
                 out = torch.ops.tvmrnn.forward(self._handle, index, x, h0, c0, lengths, ragged, params)
@@ -750,7 +755,7 @@ class _Mixin:
         rnn = self._rnn_for(x.shape[0 if self.batch_first else 1], x.device, layer=layer, ragged=lengths is not None)
         names = rnn.config.layout.names
         params = self._parameters_of(names, layer)
-        train = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, h0, c0, *params))
+        train = torch.is_grad_enabled() and _requires_grad(x, h0, c0, *params)
         y, hy, cy, _ = _Fused.apply(rnn, names, lengths, train, x, h0, c0, *params)
         return (y, hy) if cy is None else (y, hy, cy)
 

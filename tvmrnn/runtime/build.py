@@ -134,8 +134,8 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
                          f"the 2^31 elements that TVM's int32 indexing addresses")
     options = as_options(options)
     _check_options("proj_size", proj_size, int, 0)
-    if tuning_logs not in (None, False) and isinstance(tuning_logs, (str, os.PathLike)) \
-            and not os.path.isdir(tuning_logs):  # (a typo would silently build on default schedules)
+    # (a folder that is not there, a typo, would silently build on default schedules)
+    if isinstance(tuning_logs, (str, os.PathLike)) and not os.path.isdir(tuning_logs):
         raise ValueError(f"tuning_logs: {os.fspath(tuning_logs)!r} is not a folder (tvmrnn-tune writes one folder "
                          f"per target under it; None: the default logs, False: no records)")
     if dtype is not None:

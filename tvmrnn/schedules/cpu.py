@@ -462,15 +462,14 @@ CPU_GUARDED_TILES = True
 # fused epilogue): a partition hint on its parallel loop would cost its time loop the single
 # parallel region (tvmrnn.program.sequence.Program._region_loop), a region launch a step.
 CPU_GUARDED_TILE_VECTORS = 2
-# Whether AVX2 (8 lanes) takes those tiles too: "all" (since v81), True where the gates do not
-# divide the lanes alone (the GRU's 3: 8 units, 3 vectors, instead of one guarded vector of 2 units),
-# False none (v79: a 16-step LSTM dW_ih at I=161 H=423 1,229 -> 1,957 us; that kernel is still
-# slower so, 1,258 -> 1,740, but the passes are faster). AVX2 code (znver3) on a 2-core Zen 5, 2
-# threads, one process, interleaved, the same bits, training ms (notes/performance.md v81): False ->
-# True, GRU T=50 N=32 I=512 H=343 62.0 -> 51.8, N=57 I=40 H=206 2 layers 65.1 -> 56.3, T=100 N=20
-# I=H=467 120.1 -> 79.0, N=8 I=H=75 1.28 -> 1.08; True -> "all", LSTM T=50 N=24 I=161 H=423 56.9 ->
-# 50.2, N=57 I=40 H=206 2 layers 67.0 -> 52.4, T=100 N=20 I=H=467 141.9 -> 102.7; inference the same.
-CPU_WIDE_GATE_TILES_AVX2 = "all"
+# Whether AVX2 (8 lanes) takes those tiles too (since v81; v79 had left it at one vector: a 16-step
+# LSTM dW_ih at I=161 H=423 1,229 -> 1,957 us, a kernel still slower so, 1,258 -> 1,740, but the
+# passes are faster). AVX2 code (znver3) on a 2-core Zen 5, 2 threads, one process, interleaved, the
+# same bits, training ms (notes/performance.md v81), the GRU's alone first: GRU T=50 N=32 I=512
+# H=343 62.0 -> 51.8, N=57 I=40 H=206 2 layers 65.1 -> 56.3, T=100 N=20 I=H=467 120.1 -> 79.0, N=8
+# I=H=75 1.28 -> 1.08; then every cell's, LSTM T=50 N=24 I=161 H=423 56.9 -> 50.2, N=57 I=40 H=206 2
+# layers 67.0 -> 52.4, T=100 N=20 I=H=467 141.9 -> 102.7; inference the same.
+CPU_WIDE_GUARDED_TILES_AVX2 = True
 # the most vectors such a tile may take (a custom cell of 5 gates would need 5 for whole vectors)
 CPU_GUARDED_TILE_MAX_VECTORS = 4
 
@@ -482,7 +481,7 @@ def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None, vec
     of ``inner`` elements (the gates): the fewest units that fill whole vectors, times what it
     takes to reach :data:`CPU_GUARDED_TILE_VECTORS` vectors (an LSTM's 4 gates: 8 units, 2
     vectors; an Elman RNN's plain columns: 32; a GRU's 3 gates: 16 units, 3 vectors; on AVX2 4, 16
-    and 8: :data:`CPU_WIDE_GATE_TILES_AVX2`), where that leaves two column tiles or more a core (``cores``: the parallel loop is
+    and 8: :data:`CPU_WIDE_GUARDED_TILES_AVX2`), where that leaves two column tiles or more a core (``cores``: the parallel loop is
     the column tiles where the rows are guarded too, :data:`CPU_GUARDED_ROWS`; at H = 236 an
     AVX-512 LSTM's 944 columns make 30 tiles of two vectors, too few for 16 cores) and takes at most
     :data:`CPU_GUARDED_TILE_MAX_VECTORS`. 0: none of that (the caller's one guarded vector).
@@ -491,9 +490,8 @@ def guarded_tile_units(lanes: int, lead: int, inner: int, cores: int | None, vec
     :data:`CPU_GUARDED_TILE_MAX_VECTORS` whole vectors and two tiles or more (else 0)."""
     asked = vectors is not None
     vectors = CPU_GUARDED_TILE_VECTORS if vectors is None else vectors
-    if vectors <= 1 or (lanes < 16 and not asked and not (CPU_WIDE_GATE_TILES_AVX2 == "all" or (
-            CPU_WIDE_GATE_TILES_AVX2 and lanes % inner))):
-        return 0  # (AVX2: CPU_WIDE_GATE_TILES_AVX2)
+    if vectors <= 1 or (lanes < 16 and not asked and not CPU_WIDE_GUARDED_TILES_AVX2):
+        return 0
     whole = lanes // math.gcd(lanes, inner)  # the fewest units in whole vectors
     units = whole * max(1, vectors // (inner // math.gcd(lanes, inner)))
     if units * inner // lanes > CPU_GUARDED_TILE_MAX_VECTORS or units >= lead \

@@ -1,9 +1,11 @@
-"""A/B of cpu.CPU_WIDE_GATE_TILES_AVX2 (the GRU's backward GEMMs on 3-vector guarded tiles on AVX2)
+"""A/B of cpu.CPU_WIDE_GUARDED_TILES_AVX2 (the backward GEMMs on 2-3-vector guarded tiles on AVX2)
 with an AVX2 target (znver3): both builds in one process, the same inputs, interleaved, medians
 (ms) of inference and training, and the largest relative difference of their results.
 
-    TVMRNN_CACHE=off [WIDE=all] python notes/bench/v81/avx2_gate_tiles_ab.py cell T N I H layers [reps]
-(WIDE=all: the switch's True against "all", every GEMM without a fused epilogue on wide tiles)
+    TVMRNN_CACHE=off python notes/bench/v81/avx2_gate_tiles_ab.py cell T N I H layers [reps]
+(measured in v81 as CPU_WIDE_GATE_TILES_AVX2, whose True took the GRU's GEMMs alone and "all" every
+one, WIDE=all comparing the two: vm_avx2_gate_tiles_ab.txt, vm_avx2_wide_all_ab.txt; the switch is a
+bool since, "all" its True)
 """
 import statistics
 import sys
@@ -26,10 +28,8 @@ params = tvmrnn.params_from_torch(getattr(torch.nn, cell.upper())(I, H, L))
 x = rng.standard_normal((T, N, I)).astype(np.float32)
 dy = rng.standard_normal((T, N, H)).astype(np.float32)
 runs = {}
-import os
-sides = (("one vector", False), ("3 vectors", True)) if os.environ.get("WIDE") != "all" else (("gates", True), ("all", "all"))
-for name, on in sides:
-    cpu.CPU_WIDE_GATE_TILES_AVX2 = on
+for name, on in (("one vector", False), ("wide", True)):
+    cpu.CPU_WIDE_GUARDED_TILES_AVX2 = on
     rnn = tvmrnn.build(cell, I, H, num_layers=L, batch_size=N, target=target, cache=False, tuning_logs=False)
     w = rnn.pack_weights(params)
     out = {k: np.asarray(v) for k, v in rnn.backward(w, rnn.forward_train(w, x)[-1], dy).items()}
