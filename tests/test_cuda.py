@@ -808,6 +808,27 @@ def test_torch_compile_with_inductor_on_cuda(cell):
     assert len(ours._built) == 1
 
 
+@pytest.mark.parametrize("cls", ["LSTM", "GRU"])
+def test_torch_func_grad_over_a_drop_in_on_cuda(cls):
+    """``torch.func.grad`` over a CUDA drop-in (its backward runs unwrapped of functorch's levels):
+    parameter and input gradients as torch.nn's in float64 on the CPU."""
+    import tvmrnn.torch as tt
+    torch.manual_seed(0)
+    ref = getattr(torch.nn, cls)(5, 7, 2, bidirectional=True).double()
+    ours = getattr(tt, cls)(5, 7, 2, bidirectional=True).cuda()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 3, 5, dtype=torch.float64)
+
+    def grads(module, device, dtype):
+        params = {k: v.detach().to(device, dtype) for k, v in ref.named_parameters()}
+        loss = lambda p, x: torch.func.functional_call(module, p, (x,))[0].square().sum()
+        return torch.func.grad(loss, argnums=(0, 1))(params, x.to(device, dtype))
+    got, want = grads(ours, "cuda", torch.float32), grads(ref, "cpu", torch.float64)
+    assert got[1].is_cuda and float((got[1].double().cpu() - want[1]).norm() / want[1].norm()) < 1e-5
+    for name in want[0]:
+        assert float((got[0][name].double().cpu() - want[0][name]).norm() / want[0][name].norm()) < 1e-5, name
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_autocast_returns_what_cudnn_returns(dtype):
     """Under CUDA autocast the drop-ins run builds with TF32 all-steps GEMMs (v44; fp32 arrays)

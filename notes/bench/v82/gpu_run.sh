@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# v82's runbook for the GPU machine (after the packing calls of ../shared/gpu/pack.sh):
+#   cuda   the CUDA tests v81's drop-in change (_Fused in the new style, torch.func.grad) touches
+#   xeon   on the Xeon, 16 threads: tune the LSTM backward step at N=24 H=423 (28 parallel tasks
+#          for 16 cores with the default tile) and bench the pass with and without the records
+export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
+part=${1:-cuda}
+if [ $part = cuda ]; then
+    timeout ${LIMIT:-400} python3 -m pytest -v -n ${WORKERS:-12} tests/test_cuda.py -k "dropin or func_grad or packed_sequences_on_cuda or variable_lengths_match_torch_packed or projections_match or autocast_returns or fuzzed_contract or h100_package or build_cache_on_cuda or smaller_batches or inductor" > $OUT/test_cuda_v82.txt 2>&1
+    echo "passed $(grep -cE ' PASSED' $OUT/test_cuda_v82.txt)"
+    grep -E " (FAILED|ERROR)" $OUT/test_cuda_v82.txt | head; tail -2 $OUT/test_cuda_v82.txt
+fi
+if [ $part = xeon ]; then
+    export TVM_NUM_THREADS=16 OMP_NUM_THREADS=16
+    mkdir -p $OUT/logs
+    timeout ${LIMIT:-300} python3 -m tvmrnn.cli.tune lstm --input-size 161 --hidden-size 423 --batch-size 24 \
+        --target cpu --kernels backward_step --trials 24 --trials-per-iter 8 --log-dir $OUT/logs > $OUT/xeon_tune.txt 2>&1
+    tail -15 $OUT/xeon_tune.txt
+    python3 -m tvmrnn.cli.tune --list --log-dir $OUT/logs --target cpu 2>&1 | tail -8
+    for logs in tuning_logs $OUT/logs; do
+        timeout 120 python3 -m tvmrnn.cli.bench --device cpu --threads 16 -T 100 -N 24 --input-size 161 --hidden-size 423 \
+            --tuning-logs $logs --profile --reps 5 --max-seconds 3 lstm 2>&1 | tail -25 | tee -a $OUT/xeon_bench.txt
+    done
+fi
+if [ $part = steps ]; then  # the step kernels' register tiles on the Xeon (notes/bench/v82/step_tiles.py)
+    export TVM_NUM_THREADS=16 OMP_NUM_THREADS=16
+    timeout ${LIMIT:-400} python3 notes/bench/v82/step_tiles.py lstm:24:161:423 gru:24:161:423 lstm:64:256:256 lstm:129:161:292 \
+        lstm:256:512:512 lstm:20:800:800 lstm:5:900:900 lstm:1:1400:1400 gru:64:256:256 lstm:32:512:343 lstm:8:512:512 gru:20:800:800 \
+        2>&1 | grep -v -e Warn -e "return _compile" | tee $OUT/xeon_step_tiles.txt
+fi
