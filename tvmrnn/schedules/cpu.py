@@ -295,6 +295,25 @@ def input_panel(target, in_size: int, gates: int, panel: int, batch: int) -> int
     return rows if rows > 1 else 0
 
 
+# Whether a fused step over plain columns (the backward step's GEMM onto dh, K columns in panels)
+# takes the tallest of its register tiles that fill the accumulators as well as the widest does
+# (:func:`tall_step_tile`): at 24 rows, 12 x 2 vectors instead of 6 x 4. AVX-512 only (AVX2's tile
+# is already 2 vectors wide). See notes/performance.md v82.
+CPU_TALL_STEP_TILES = True
+
+
+def tall_step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators: int = 24) -> int:
+    """The column tile (floats, whole vectors dividing ``columns``) of a fused step's register tile
+    over ``rows`` rows: of ``lead_tile`` and the narrower whole-vector tiles down to 2 vectors, the one
+    whose tile (:func:`tile_rows`) holds the most accumulators, ties to the narrower (taller) tile."""
+    def score(tile):
+        vectors = tile // lanes
+        return tile_rows(rows, tile, lanes, accumulators) * vectors, -vectors
+    candidates = [lead_tile] + [v * lanes for v in range(2, lead_tile // lanes)
+                                if columns % (v * lanes) == 0]
+    return max(candidates, key=score)
+
+
 def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,
              row_block: int | None = None, red_block: int | None = None, guarded_vectors: int | None = None) -> None:
     """Register-blocked GEMM (see the module docstring) on the kernel's reduction block.
@@ -338,6 +357,9 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         wide = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores, guarded_vectors)
     if guarded or wide:
         guarded, lead_tile = True, wide or lanes // inner
+    if (fused_epilogue and CPU_TALL_STEP_TILES and column_vectors is None and not guarded and inner == 1
+            and lanes >= 16 and row_extents):
+        lead_tile = tall_step_tile(lanes, col_extents[0], row_extents[-1], lead_tile, accumulators)
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 

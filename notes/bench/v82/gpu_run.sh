@@ -24,7 +24,15 @@ if [ $part = xeon ]; then
 fi
 if [ $part = steps ]; then  # the step kernels' register tiles on the Xeon (notes/bench/v82/step_tiles.py)
     export TVM_NUM_THREADS=16 OMP_NUM_THREADS=16
-    timeout ${LIMIT:-400} python3 notes/bench/v82/step_tiles.py lstm:24:161:423 gru:24:161:423 lstm:64:256:256 lstm:129:161:292 \
-        lstm:256:512:512 lstm:20:800:800 lstm:5:900:900 lstm:1:1400:1400 gru:64:256:256 lstm:32:512:343 lstm:8:512:512 gru:20:800:800 \
+    JOBS=14 timeout ${LIMIT:-400} python3 notes/bench/v82/step_tiles.py lstm:24:161:423 gru:24:161:423 lstm:64:256:256 lstm:129:161:292 lstm:48:256:423 \
+        lstm:256:512:512 lstm:20:800:800 lstm:5:900:900 gru:64:256:256 lstm:32:512:343 lstm:12:256:256 \
         2>&1 | grep -v -e Warn -e "return _compile" | tee $OUT/xeon_step_tiles.txt
+fi
+if [ $part = tall ]; then  # CPU_TALL_STEP_TILES off -> on, whole training passes on the Xeon (16 threads)
+    for shape in lstm:100:24:161:423 gru:100:24:161:423 lstm:50:130:161:292; do
+        for v in False True False True; do
+            FLAG=tvmrnn.schedules.cpu.CPU_TALL_STEP_TILES VALUE=$v THREADS=16 timeout 100 python3 notes/bench/v78/flag_one.py $shape 2>&1 \
+                | grep --line-buffered training | tee -a $OUT/xeon_tall.txt
+        done
+    done
 fi
