@@ -1722,6 +1722,39 @@ def test_cpu_gate_blocked_tiles_widen_past_four_vectors_where_only_one_divides(m
     _check("lstm", 2, True, False, 6, rng, target=target, hidden=220, input_size=37, batch=5)
 
 
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(cell, monkeypatch, rng):
+    """An AVX-512 backward step over 24 rows and K = 448 (H = 423 in 64-unit panels): of its register
+    tiles 6 rows x 4 vectors and 12 rows x 2 both hold 24 accumulators; since v82
+    (``cpu.CPU_TALL_STEP_TILES``) the taller, 2 vectors wide (the step's parallel tiles 14 x 2, not
+    7 x 4). At 5 rows the 4-vector tile stays (20 accumulators against 10). The same bits."""
+    import torch
+    import tvm
+    from tvmrnn.schedules import cpu, default_schedule
+    assert cpu.tall_step_tile(16, 448, 24, 64) == 32 and cpu.tall_step_tile(16, 448, 20, 64) == 32
+    assert cpu.tall_step_tile(16, 448, 5, 64) == 64 and cpu.tall_step_tile(16, 448, 1, 64) == 64
+    assert cpu.tall_step_tile(16, 448, 64, 64) == 32  # (4 rows x 4 against 8 x 2)
+    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+    x, dy = rng.standard_normal((9, 24, 161)).astype("float32"), rng.standard_normal((9, 24, 423)).astype("float32")
+    results = {}
+    for tall in (False, True):
+        monkeypatch.setattr(cpu, "CPU_TALL_STEP_TILES", tall)
+        rnn = tvmrnn.build(cell, 161, 423, batch_size=24, target=target, tuning_logs=False, cache=False)
+        program = rnn.programs["backward"]
+        name = next(n for n in program.kernels if n.startswith("backward_step"))
+        script = default_schedule(program.kernels[name], tvm.target.Target(target)).script()
+        assert re.findall(r"in T\.parallel\((\d+)", script) == ["28"], (tall, name)
+        # the register tile: 12 rows unrolled x 32 columns (one 2-vector store a row), else 6 x 64
+        assert bool(re.search(r"T\.unroll\(12\)", script)) == tall, (tall, name)
+        if "avx512f" in open("/proc/cpuinfo").read():
+            torch.manual_seed(0)
+            w = rnn.pack_weights(tvmrnn.params_from_torch(getattr(torch.nn, cell.upper())(161, 423)))
+            y, *_, ws = rnn.forward_train(w, x)
+            results[tall] = rnn.backward(w, ws, dy)
+    if results:
+        assert all(np.array_equal(results[False][k], results[True][k]) for k in results[False])
+
+
 def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng, tmp_path):
     """An AVX-512 LSTM whose units no panel of 2-4 vectors divides (H = 4 x 31, 67, 37) had
     one-vector tiles; since v75 (``cpu.CPU_PADDED_PANELS``) its forward GEMMs take the panels that
