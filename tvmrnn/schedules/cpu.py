@@ -297,21 +297,46 @@ def input_panel(target, in_size: int, gates: int, panel: int, batch: int) -> int
 
 # Whether a fused step over plain columns (the backward step's GEMM onto dh, K columns in panels)
 # takes the tallest of its register tiles that fill the accumulators as well as the widest does
-# (:func:`tall_step_tile`): at 24 rows, 12 x 2 vectors instead of 6 x 4. AVX-512 only (AVX2's tile
-# is already 2 vectors wide). See notes/performance.md v82.
+# (:func:`step_tile`): at 24 rows, 12 x 2 vectors instead of 6 x 4. AVX-512 only (AVX2's tile is
+# already 2 vectors wide). On a 2-core Zen 5, the kernel alone (notes/bench/v82/vm_step_tiles.txt):
+# LSTM N=24 H=423 108 -> 97 us, N=64 H=256 114 -> 107, N=256 H=512 1,472 -> 1,332; GRU N=24 H=423
+# 75 -> 60; N=5 and N=20 unchanged (no taller tile fills as many accumulators).
 CPU_TALL_STEP_TILES = True
+# The parallel tasks (register tiles) per core such a step's tile leaves at least, where it can
+# with tiles of the device model's ``busy_accumulators`` or more (0: off): its rows are cut to
+# shorter tiles, else the shortest that keep that many.
+# A 16-core Emerald Rapids Xeon, the backward step alone (notes/bench/v82/xeon_step_tiles.txt; its
+# timings vary by up to 15% between runs of one schedule): LSTM N=24 H=423 28 tasks 75 us, 56-84
+# tasks 62-66; N=48 H=423 56 tasks > 128, 112 tasks 111; N=32 H=343 44 tasks > 65, 88 tasks 56-64;
+# N=12 H=256 8 tasks 21, 16-32 tasks 13-15; GRU N=24 H=423 28 tasks 69, 56-84 45-52; at 50-64 tasks
+# (LSTM N=20 H=800, N=64 H=256) more did not pay. On a few cores the tiles stay as they were.
+CPU_STEP_TASKS_PER_CORE = 6
 
 
-def tall_step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators: int = 24) -> int:
-    """The column tile (floats, whole vectors dividing ``columns``) of a fused step's register tile
-    over ``rows`` rows: of ``lead_tile`` and the narrower whole-vector tiles down to 2 vectors, the one
-    whose tile (:func:`tile_rows`) holds the most accumulators, ties to the narrower (taller) tile."""
-    def score(tile):
-        vectors = tile // lanes
-        return tile_rows(rows, tile, lanes, accumulators) * vectors, -vectors
-    candidates = [lead_tile] + [v * lanes for v in range(2, lead_tile // lanes)
-                                if columns % (v * lanes) == 0]
-    return max(candidates, key=score)
+def step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators: int = 24,
+              cores: int | None = None, min_fill: int = 8) -> tuple[int, int]:
+    """A fused step's register tile over plain columns: ``(column tile in floats, accumulators)``
+    for :func:`tile_rows`. Of ``lead_tile`` and the narrower whole-vector tiles down to 2 vectors
+    (dividing ``columns``), the one whose tile holds the most accumulators, ties to the narrower
+    (taller) one (:data:`CPU_TALL_STEP_TILES`); then, where that leaves fewer than
+    :data:`CPU_STEP_TASKS_PER_CORE` tiles a core of ``cores``, fewer accumulators (shorter tiles of
+    that width): the most that leave enough, else the fewest that fill ``min_fill`` (the device
+    model's ``busy_accumulators``)."""
+    def fill(tile, acc):
+        return tile_rows(rows, tile, lanes, acc) * (tile // lanes)
+
+    def tasks(tile, acc):
+        return (columns // tile) * (rows // tile_rows(rows, tile, lanes, acc))
+    if CPU_TALL_STEP_TILES:
+        candidates = [lead_tile] + [v * lanes for v in range(2, lead_tile // lanes) if columns % (v * lanes) == 0]
+        lead_tile = max(candidates, key=lambda tile: (fill(tile, accumulators), -tile))
+    if not cores or not CPU_STEP_TASKS_PER_CORE or tasks(lead_tile, accumulators) >= CPU_STEP_TASKS_PER_CORE * cores:
+        return lead_tile, accumulators
+    options = [a for a in range(accumulators - 1, 0, -1) if fill(lead_tile, a) >= min_fill]
+    enough = [a for a in options if tasks(lead_tile, a) >= CPU_STEP_TASKS_PER_CORE * cores]
+    if enough:
+        return lead_tile, enough[0]
+    return lead_tile, min(options, key=lambda a: (fill(lead_tile, a), -tasks(lead_tile, a)), default=accumulators)
 
 
 def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,
@@ -357,9 +382,11 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         wide = guarded_tile_units(lanes, col_extents[0], inner, device_model(target).cores, guarded_vectors)
     if guarded or wide:
         guarded, lead_tile = True, wide or lanes // inner
-    if (fused_epilogue and CPU_TALL_STEP_TILES and column_vectors is None and not guarded and inner == 1
-            and lanes >= 16 and row_extents):
-        lead_tile = tall_step_tile(lanes, col_extents[0], row_extents[-1], lead_tile, accumulators)
+    if fused_epilogue and column_vectors is None and not guarded and inner == 1 and lanes >= 16 and row_extents:
+        # a step over plain columns (the backward's): tall tiles, enough of them for the cores
+        model = device_model(target)
+        lead_tile, accumulators = step_tile(lanes, col_extents[0], row_extents[-1], lead_tile, accumulators,
+                                            model.cores, model.busy_accumulators)
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 

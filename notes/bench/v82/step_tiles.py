@@ -73,11 +73,11 @@ def main():
                         continue
                     path = os.path.join(out, f"{len(jobs)}.so")
                     mod = tvm.IRModule({"main": func.with_attr("global_symbol", "main")})
-                    jobs.append((tvm.ir.save_json(mod), json.dumps(_plain(rnn.target.export())), path))
+                    jobs.append((tvm.ir.save_json(mod), _plain(rnn.target.export()), path))
                     entries.append((spec, name, label, parallel_extent(func), func, path))
     print(f"{len(jobs)} kernels to compile", flush=True)
     with cf.ProcessPoolExecutor(int(os.environ.get("JOBS", 8))) as pool:
-        list(pool.map(compile_one, [(t, json.loads(tg), p) for t, tg, p in jobs]))
+        list(pool.map(compile_one, jobs))
     dev = tvm.cpu(0)
     timers, args = {}, {}
     for spec, name, label, tasks, func, path in entries:
