@@ -1727,32 +1727,41 @@ def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(ce
     """An AVX-512 backward step over 24 rows and K = 448 (H = 423 in 64-unit panels): of its register
     tiles 6 rows x 4 vectors and 12 rows x 2 both hold 24 accumulators; since v82
     (``cpu.CPU_TALL_STEP_TILES``) the taller, 2 vectors wide (the step's parallel tiles 14 x 2, not
-    7 x 4). At 5 rows the 4-vector tile stays (20 accumulators against 10). The same bits."""
+    7 x 4). At 5 rows the 4-vector tile stays (20 accumulators against 10). On many cores the rows are
+    cut until each core has ``cpu.CPU_STEP_TASKS_PER_CORE`` tiles, tiles of 8 accumulators at least
+    (on 16 cores: 4 x 2, 84 tiles). The same bits."""
     import torch
     import tvm
     from tvmrnn.schedules import cpu, default_schedule
-    assert cpu.tall_step_tile(16, 448, 24, 64) == 32 and cpu.tall_step_tile(16, 448, 20, 64) == 32
-    assert cpu.tall_step_tile(16, 448, 5, 64) == 64 and cpu.tall_step_tile(16, 448, 1, 64) == 64
-    assert cpu.tall_step_tile(16, 448, 64, 64) == 32  # (4 rows x 4 against 8 x 2)
-    target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
+
+    def tile(columns, rows, lead, cores=2):
+        width, accumulators = cpu.step_tile(16, columns, rows, lead, 24, cores)
+        return cpu.tile_rows(rows, width, 16, accumulators), width // 16
+    assert tile(448, 24, 64) == (12, 2) and tile(448, 20, 64) == (10, 2) and tile(448, 64, 64) == (8, 2)
+    assert tile(448, 5, 64) == (5, 4) and tile(448, 1, 64) == (1, 4)
+    assert tile(448, 24, 64, cores=16) == (4, 2) and tile(448, 48, 64, cores=16) == (6, 2)  # 84, 112 tiles
+    assert tile(256, 12, 64) == (6, 2) and tile(912, 5, 48, cores=16) == (5, 3)  # (no shorter tile fills 8)
+    assert tile(448, 130, 64, cores=16) == (10, 2)  # (182 tiles: enough)
     x, dy = rng.standard_normal((9, 24, 161)).astype("float32"), rng.standard_normal((9, 24, 423)).astype("float32")
     results = {}
-    for tall in (False, True):
+    # (tall tiles, cores of the target): the register tile's rows unrolled and the parallel tiles
+    for tall, cores, rows, tiles in ((False, 2, 6, 28), (True, 2, 12, 28), (True, 16, 4, 84)):
         monkeypatch.setattr(cpu, "CPU_TALL_STEP_TILES", tall)
+        target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": cores}
         rnn = tvmrnn.build(cell, 161, 423, batch_size=24, target=target, tuning_logs=False, cache=False)
         program = rnn.programs["backward"]
         name = next(n for n in program.kernels if n.startswith("backward_step"))
         script = default_schedule(program.kernels[name], tvm.target.Target(target)).script()
-        assert re.findall(r"in T\.parallel\((\d+)", script) == ["28"], (tall, name)
-        # the register tile: 12 rows unrolled x 32 columns (one 2-vector store a row), else 6 x 64
-        assert bool(re.search(r"T\.unroll\(12\)", script)) == tall, (tall, name)
+        assert re.findall(r"in T\.parallel\((\d+)", script) == [str(tiles)], (tall, cores, name)
+        assert re.search(rf"T\.unroll\({rows}\)", script), (tall, cores, name)
         if "avx512f" in open("/proc/cpuinfo").read():
             torch.manual_seed(0)
             w = rnn.pack_weights(tvmrnn.params_from_torch(getattr(torch.nn, cell.upper())(161, 423)))
             y, *_, ws = rnn.forward_train(w, x)
-            results[tall] = rnn.backward(w, ws, dy)
+            results[(tall, cores)] = rnn.backward(w, ws, dy)
     if results:
-        assert all(np.array_equal(results[False][k], results[True][k]) for k in results[False])
+        first, *others = results.values()
+        assert all(np.array_equal(first[k], other[k]) for other in others for k in first)
 
 
 def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, rng, tmp_path):
