@@ -410,18 +410,19 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         fused = tile_rows(total, width, lanes, accumulators, multiple_of=row_extents[-1])
         if fused > rows:
             row_loops, row_extents, rows = [*lead, sch.fuse(*own)], [*row_extents[:kernel.batch], total], fused
-    if row_block is None and red_block is None:
+    # a row count with no divisor near the tile's (K = 37, 129, 343: the weight gradients' rows):
+    # the tallest tile, the last one guarded and peeled (CPU_GUARDED_ROWS). One row axis of the
+    # GEMM's own, not fused steps x rows (a tile must hold whole steps: see above)
+    cap = max(1, (min(accumulators, 12) if lanes == 8 else accumulators) // -(-width // lanes))
+    short = (CPU_GUARDED_ROWS and len(row_loops) == len(spatial) - ncols == 1 and column_vectors is None
+             and rows * 2 <= cap < row_extents[-1]
+             and (not guarded or -(-col_extents[0] // lead_tile) >= 2 * (device_model(target).cores or 1)))
+    if row_block is None and red_block is None and not (short and CPU_GUARDED_ROWS_UNBLOCKED):
         row_block, red_block = l1_blocks(kernel)
     row_block = _divisor(row_extents[-1] // rows, row_block or 1) if row_extents else 1
     guarded_rows = 0
-    if CPU_GUARDED_ROWS and len(row_loops) == len(spatial) - ncols == 1 and row_block == 1 and column_vectors is None:
-        # a row count with no divisor near the tile's (K = 37, 129: the weight gradients' rows):
-        # the tallest tile, the last one guarded and peeled (CPU_GUARDED_ROWS). One row axis of
-        # the GEMM's own, not fused steps x rows (a tile must hold whole steps: see above)
-        cap = max(1, (min(accumulators, 12) if lanes == 8 else accumulators) // -(-width // lanes))
-        column_tiles = -(-col_extents[0] // lead_tile)
-        if rows * 2 <= cap < row_extents[-1] and (not guarded or column_tiles >= 2 * (device_model(target).cores or 1)):
-            rows = guarded_rows = cap
+    if short and row_block == 1:
+        rows = guarded_rows = cap
     red_total = math.prod(_extent(sch, l) for l in reduction)
     red_block = _divisor(red_total, red_block or red_total)
     col_outer, col_inner = sch.split(col_loops[0], [None, lead_tile])
@@ -581,6 +582,12 @@ def _widens(kernel: Kernel, lanes: int, lead: int, inner: int, tile: int) -> boo
 # GRU N=13 H=129 4.2 -> 3.8, RNN N=3 H=129 0.49 -> 0.45, LSTM N=2 H=37 0.41-0.44 -> 0.39;
 # inference unchanged (no forward GEMM takes it).
 CPU_GUARDED_ROWS = True
+# Whether such a GEMM leaves L1_BLOCKS' blocking (a block of ``row_block`` register tiles) out where
+# its rows take guarded tiles: a block of the short tiles' rows (the divisor of K near 8: 7 at K =
+# 343) had kept the guarded rows off, the tile one row tall. AVX2 code (znver3) on a 2-core Zen 5,
+# the LSTM's 16-step dW_hh at N=32 H=343 alone: 5,010 us blocked, 2,111-2,139 unblocked (what
+# tvmrnn-tune found: row_block 1-2, the reduction whole or in 256s; notes/performance.md v82).
+CPU_GUARDED_ROWS_UNBLOCKED = True
 
 # Whether a CPU's gate-blocked weight panels may leave the last one padded: where no panel of 2-4
 # whole vectors of units divides H (an AVX-512 LSTM at H = 124, 151, 292, 467, 883), panels of
