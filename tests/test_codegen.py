@@ -2046,6 +2046,32 @@ def test_cpu_guarded_rows_keep_whole_steps_in_a_tile(rng):
            options=BuildOptions(chunk_steps=(10, 1), stack_directions=False))
 
 
+def test_cpu_guarded_rows_leave_l1_blocks_out(monkeypatch, rng):
+    """An AVX2 weight gradient over K = 343 rows (dW_hh at H = 7^3: no row tile near the
+    accumulators' 6 divides it) takes guarded 6-row tiles; before v82 the weight gradients' L1 blocks
+    (``cpu.L1_BLOCKS``: blocks of 7 tiles here) kept them off and its tile was one row tall
+    (``cpu.CPU_GUARDED_ROWS_UNBLOCKED``: 2.3x faster alone). The backward gives the same bits."""
+    import torch
+    import tvm
+    from tvmrnn.schedules import cpu, default_schedule
+    target = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}
+    torch.manual_seed(0)
+    params = tvmrnn.params_from_torch(torch.nn.LSTM(161, 343))
+    x, dy = rng.standard_normal((5, 8, 161)).astype("float32"), rng.standard_normal((5, 8, 343)).astype("float32")
+    results = []
+    for unblocked in (False, True):
+        monkeypatch.setattr(cpu, "CPU_GUARDED_ROWS_UNBLOCKED", unblocked)
+        rnn = tvmrnn.build("lstm", 161, 343, batch_size=8, target=target, tuning_logs=False, cache=False)
+        program = rnn.programs["backward"]
+        name = next(n for n in program.kernels if n.startswith("weight_gradient") and "_k343_" in n)
+        script = default_schedule(program.kernels[name], tvm.target.Target(target)).script()
+        assert bool(re.search(r"in T\.unroll\(6\b", script)) == unblocked, name  # (blocked: T.unroll(1))
+        w = rnn.pack_weights(params)
+        y, *_, ws = rnn.forward_train(w, x)
+        results.append(rnn.backward(w, ws, dy))
+    assert all(np.array_equal(results[0][k], results[1][k]) for k in results[0])
+
+
 @pytest.mark.parametrize("cell,layers,bidirectional,stacked", [("lstm", 2, False, None), ("gru", 1, True, False),
                                                                ("rnn_relu", 2, True, True)])
 def test_cpu_backward_takes_each_chunks_gradients_after_its_steps(cell, layers, bidirectional, stacked, monkeypatch, rng):
