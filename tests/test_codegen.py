@@ -1728,8 +1728,8 @@ def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(ce
     tiles 6 rows x 4 vectors and 12 rows x 2 both hold 24 accumulators; since v82
     (``cpu.CPU_TALL_STEP_TILES``) the taller, 2 vectors wide (the step's parallel tiles 14 x 2, not
     7 x 4). At 5 rows the 4-vector tile stays (20 accumulators against 10). On many cores the rows are
-    cut until each core has ``cpu.CPU_STEP_TASKS_PER_CORE`` tiles, tiles of 8 accumulators at least
-    (on 16 cores: 4 x 2, 84 tiles). The same bits."""
+    tiled for the cores (``cpu.CPU_STEP_TILES_BY_CORES``: the least work for the busiest core, tiles
+    of 8 accumulators at least; on 16 cores 6 x 2, 56 tiles). The same bits."""
     import torch
     import tvm
     from tvmrnn.schedules import cpu, default_schedule
@@ -1739,13 +1739,13 @@ def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(ce
         return cpu.tile_rows(rows, width, 16, accumulators), width // 16
     assert tile(448, 24, 64) == (12, 2) and tile(448, 20, 64) == (10, 2) and tile(448, 64, 64) == (8, 2)
     assert tile(448, 5, 64) == (5, 4) and tile(448, 1, 64) == (1, 4)
-    assert tile(448, 24, 64, cores=16) == (4, 2) and tile(448, 48, 64, cores=16) == (6, 2)  # 84, 112 tiles
-    assert tile(256, 12, 64) == (6, 2) and tile(912, 5, 48, cores=16) == (5, 3)  # (no shorter tile fills 8)
-    assert tile(448, 130, 64, cores=16) == (10, 2)  # (182 tiles: enough)
+    assert tile(448, 24, 64, cores=16) == tile(448, 48, 64, cores=16) == (6, 2)  # 56, 112 tiles
+    assert tile(256, 12, 64, cores=16) == (6, 2) and tile(256, 12, 64) == (12, 2)  # (2 cores: the same work, taller)
+    assert tile(912, 5, 48, cores=16) == (5, 3) and tile(256, 64, 64, cores=16) == (8, 2)
     x, dy = rng.standard_normal((9, 24, 161)).astype("float32"), rng.standard_normal((9, 24, 423)).astype("float32")
     results = {}
     # (tall tiles, cores of the target): the register tile's rows unrolled and the parallel tiles
-    for tall, cores, rows, tiles in ((False, 2, 6, 28), (True, 2, 12, 28), (True, 16, 4, 84)):
+    for tall, cores, rows, tiles in ((False, 2, 6, 28), (True, 2, 12, 28), (True, 16, 6, 56)):
         monkeypatch.setattr(cpu, "CPU_TALL_STEP_TILES", tall)
         target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": cores}
         rnn = tvmrnn.build(cell, 161, 423, batch_size=24, target=target, tuning_logs=False, cache=False)

@@ -302,26 +302,29 @@ def input_panel(target, in_size: int, gates: int, panel: int, batch: int) -> int
 # LSTM N=24 H=423 108 -> 97 us, N=64 H=256 114 -> 107, N=256 H=512 1,472 -> 1,332; GRU N=24 H=423
 # 75 -> 60; N=5 and N=20 unchanged (no taller tile fills as many accumulators).
 CPU_TALL_STEP_TILES = True
-# The parallel tasks (register tiles) per core such a step's tile leaves at least, where it can
-# with tiles of the device model's ``busy_accumulators`` or more (0: off): its rows are cut to
-# shorter tiles, else the shortest that keep that many.
-# A 16-core Emerald Rapids Xeon, the backward step alone (notes/bench/v82/xeon_step_tiles.txt; its
-# timings vary by up to 15% between runs of one schedule): LSTM N=24 H=423 28 tasks 75 us, 56-84
-# tasks 62-66; N=48 H=423 56 tasks > 128, 112 tasks 111; N=32 H=343 44 tasks > 65, 88 tasks 56-64;
-# N=12 H=256 8 tasks 21, 16-32 tasks 13-15; GRU N=24 H=423 28 tasks 69, 56-84 45-52; at 50-64 tasks
-# (LSTM N=20 H=800, N=64 H=256) more did not pay. On a few cores the tiles stay as they were.
-CPU_STEP_TASKS_PER_CORE = 6
+# Whether such a step's rows are tiled for the device's cores (:func:`step_tile`): of the tiles of
+# that width holding the device model's ``busy_accumulators`` or more, the one whose busiest core
+# has the least work (TVM's static partition: ceil(tiles / cores) tiles a core, a tile's work its
+# accumulators, at least ``busy_accumulators``), ties to tiles enough for CPU_STEP_TASKS_PER_CORE a
+# core, then to the taller. A 16-core Emerald Rapids Xeon, the backward step alone, 16 threads
+# (notes/bench/v82/xeon_step_tiles.txt: an exploratory grid, one schedule's timings varying by up
+# to 15% between runs; not checked in whole passes): LSTM N=12 H=256 12 x 2 (8 tiles) 21 us, 6 x 2
+# (16) 13.4; N=48 H=423 12 x 2 (56 tiles) > 128, 6 x 2 (112) 111; N=32 H=343 8 x 2 (44) > 65, 4 x 2
+# (88) 56-64; N=24 H=423 12 x 2 (28) 75, 6 x 2 (56) 62-72; GRU N=24 H=423 69 against 45-52 at 56-84
+# tiles; N=130 H=292 10 x 2 184, 5 x 2 171; no change at N=64 H=256, N=256 H=512 (ties: taller).
+# tvmrnn-tune's search there found the same (LSTM N=24 H=423: 3 x 4, 56 tiles, 84 -> 56 us). On 2
+# cores the tiles stay the tall ones (ties) but for a few small batches.
+CPU_STEP_TILES_BY_CORES = True
+CPU_STEP_TASKS_PER_CORE = 3
 
 
 def step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators: int = 24,
-              cores: int | None = None, min_fill: int = 8) -> tuple[int, int]:
+              cores: int | None = None, busy: int = 8) -> tuple[int, int]:
     """A fused step's register tile over plain columns: ``(column tile in floats, accumulators)``
     for :func:`tile_rows`. Of ``lead_tile`` and the narrower whole-vector tiles down to 2 vectors
     (dividing ``columns``), the one whose tile holds the most accumulators, ties to the narrower
-    (taller) one (:data:`CPU_TALL_STEP_TILES`); then, where that leaves fewer than
-    :data:`CPU_STEP_TASKS_PER_CORE` tiles a core of ``cores``, fewer accumulators (shorter tiles of
-    that width): the most that leave enough, else the fewest that fill ``min_fill`` (the device
-    model's ``busy_accumulators``)."""
+    (taller) one (:data:`CPU_TALL_STEP_TILES`); then, for ``cores`` cores, its rows as
+    :data:`CPU_STEP_TILES_BY_CORES` says (``busy``: the device model's ``busy_accumulators``)."""
     def fill(tile, acc):
         return tile_rows(rows, tile, lanes, acc) * (tile // lanes)
 
@@ -330,13 +333,14 @@ def step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators:
     if CPU_TALL_STEP_TILES:
         candidates = [lead_tile] + [v * lanes for v in range(2, lead_tile // lanes) if columns % (v * lanes) == 0]
         lead_tile = max(candidates, key=lambda tile: (fill(tile, accumulators), -tile))
-    if not cores or not CPU_STEP_TASKS_PER_CORE or tasks(lead_tile, accumulators) >= CPU_STEP_TASKS_PER_CORE * cores:
+    if not cores or not CPU_STEP_TILES_BY_CORES:
         return lead_tile, accumulators
-    options = [a for a in range(accumulators - 1, 0, -1) if fill(lead_tile, a) >= min_fill]
-    enough = [a for a in options if tasks(lead_tile, a) >= CPU_STEP_TASKS_PER_CORE * cores]
-    if enough:
-        return lead_tile, enough[0]
-    return lead_tile, min(options, key=lambda a: (fill(lead_tile, a), -tasks(lead_tile, a)), default=accumulators)
+    options = [accumulators] + [a for a in range(accumulators - 1, 0, -1) if fill(lead_tile, a) >= busy]
+
+    def cost(acc):  # the busiest core's work; then tiles enough for the cores; then the taller tile
+        return (-(-tasks(lead_tile, acc) // cores) * max(fill(lead_tile, acc), busy),
+                -min(tasks(lead_tile, acc), CPU_STEP_TASKS_PER_CORE * cores), -fill(lead_tile, acc))
+    return lead_tile, min(options, key=cost)
 
 
 def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors: int | None = None,

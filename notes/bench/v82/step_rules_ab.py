@@ -1,5 +1,5 @@
 """v82: the backward steps alone under the step-tile rules, old (6 x 4 tiles: v81), tall
-(CPU_TALL_STEP_TILES alone) and new (and CPU_STEP_TASKS_PER_CORE): compiled in a process pool,
+(CPU_TALL_STEP_TILES alone) and new (and CPU_STEP_TILES_BY_CORES): compiled in a process pool,
 timed in a random order each round (ROUNDS rounds of 10 calls after a warm call), medians in us.
     [JOBS=8] [ROUNDS=15] python step_rules_ab.py cell:N:I:H ...
 """
@@ -17,9 +17,9 @@ from tvmrnn.runtime import profile
 from tvmrnn.schedules import cpu, default_schedule
 from step_tiles import _plain, compile_one, parallel_extent
 
-RULES = {"old": dict(CPU_TALL_STEP_TILES=False, CPU_STEP_TASKS_PER_CORE=0),
-         "tall": dict(CPU_TALL_STEP_TILES=True, CPU_STEP_TASKS_PER_CORE=0),
-         "new": dict(CPU_TALL_STEP_TILES=True, CPU_STEP_TASKS_PER_CORE=cpu.CPU_STEP_TASKS_PER_CORE)}
+RULES = {"old": dict(CPU_TALL_STEP_TILES=False, CPU_STEP_TILES_BY_CORES=False),
+         "tall": dict(CPU_TALL_STEP_TILES=True, CPU_STEP_TILES_BY_CORES=False),
+         "new": dict(CPU_TALL_STEP_TILES=True, CPU_STEP_TILES_BY_CORES=True)}
 
 
 def main():
