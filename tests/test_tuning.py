@@ -175,6 +175,36 @@ def test_a_task_whose_default_does_not_run_is_not_searched(tmp_path, monkeypatch
     assert any(task.kernel.name in line and "not searched" in line for line in lines), lines
 
 
+def test_a_best_record_not_faster_measured_again_is_vetoed(tmp_path):
+    """After a search the tuner measures each task's best record against its default again,
+    interleaved (``tuner.confirm_best``): a record logged fast but slower in fact (here a
+    1-vector, 6-accumulator tile logged at 1 ns, as a candidate measured in a fast moment of a
+    noisy machine could be) gets a "vetoed" verdict, and the log's fastest is the default again."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvmrnn.schedules import knobs
+    from tvmrnn.tune import pass_checks, spaces
+    target = tvmrnn.device.host_target()
+    config = Config(CELLS["lstm"], 64, 64, 1, False, 8, False)
+    (task, _, _), = tuner.tune([config], target, log_dir=str(tmp_path), trials_per_task=1,
+                               kernels=["input_projection_t16"], out=lambda line: None)
+    folder = os.path.join(tmp_path, records.target_key(target))
+    db = tuner.LogDatabase(folder)
+    mod = records.workload(task.kernel)
+    slow = {**knobs.defaults(knobs.knobs(task.kernel, target)), "accumulators": 6, "column_vectors": 1}
+    sch = spaces.knob_schedule(mod, task.kernel, target, slow)
+    args = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
+    db.commit_tuning_record(ms.database.TuningRecord(sch.trace, db.commit_workload(mod), [1e-9], target, args))
+    key = records.LogIndex._key(mod)
+    assert records.LogIndex(folder).fastest(key)[0][0] == 1e-9
+    lines = []
+    builder, runner = tuner._measuring(tuner.default_builder(target), tuner.default_runner(target))
+    tuner.confirm_best(db, [task], target, builder, runner, out=lines.append)
+    assert any("not faster: vetoed" in line for line in lines), lines
+    verdicts = pass_checks.PassChecks(folder).records
+    assert [v["verdict"] for v in verdicts if v.get("check") == "kernel"][:1] == ["vetoed"], verdicts
+    assert records.LogIndex(folder).fastest(key)[0][0] > 1e-9  # the faked record is skipped
+
+
 @pytest.mark.skipif(not _cpu_has("amx_bf16"), reason="needs a CPU with AMX-BF16")
 def test_the_tuner_measures_amx_kernels(tmp_path):
     """The tuner's measuring process asks for AMX as ``build``'s callers do: a bf16 projection's
