@@ -21,7 +21,7 @@ from ..schedules.variants import variants as default_variants
 from ..schedules.knobs import seeded_settings
 from .step_loop import STEP_LOOP_STEPS, step_loop
 
-from .records import default_logs_root, best_latency_us, load_records, records_of, target_key, workload
+from .records import LogIndex, default_logs_root, best_latency_us, load_records, records_of, target_key, workload
 from .tasks import is_persistent, select_tasks
 
 
@@ -576,7 +576,12 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     else:
         _prepare_and_search(seeded, target, db, builder, runner, out=out, progress_bar=progress_bar, devices=devices,
                             **prepare, **search)
-    return [(t, best_latency_us(db.memory, t.kernel), len(records_of(db.memory, t.kernel))) for t in tasks]
+    index = LogIndex(folder)  # the best as build takes it: vetoed records skipped (confirm_best, pass checks)
+
+    def best_us(t):
+        fastest = index.fastest(LogIndex._key(workload(t.kernel)))
+        return 1e6 * fastest[0][0] if fastest else None
+    return [(t, best_us(t), len(records_of(db.memory, t.kernel))) for t in tasks]
 
 
 def _has_work(task, memory, trials_per_task, seed_default, reseed_defaults) -> bool:
@@ -639,7 +644,7 @@ def confirm_best(db, tasks, target, builder, runner, out=print, space: str = "te
     and the whole-pass checks skip it) and the next fastest is tried, up to :data:`CONFIRM_TRIES`;
     where it is, a "kept" verdict says so."""
     from .pass_checks import PassChecks, record_digest
-    from .records import LogIndex, TuningLogError, record_origin, seeded_traces
+    from .records import TuningLogError, record_origin, seeded_traces
     checks = PassChecks(db.folder)
     for task in tasks:
         mod = workload(task.kernel)
