@@ -175,6 +175,32 @@ def test_a_task_whose_default_does_not_run_is_not_searched(tmp_path, monkeypatch
     assert any(task.kernel.name in line and "not searched" in line for line in lines), lines
 
 
+def test_measurements_of_a_repeated_candidate_are_kept_in_order(tmp_path):
+    """``tuner._measure`` gives each position its own time, also where a candidate comes several
+    times (``confirm_best``'s interleaved rounds: record, default, record, default, ...); keyed by
+    candidate, every round had taken the last round's time."""
+    from types import SimpleNamespace
+    from tvm.s_tir import meta_schedule as ms
+    from tvmrnn.tune import spaces
+    from tvmrnn.schedules import knobs
+    target = tvmrnn.device.host_target()
+    task = tasks.select_tasks([CONFIG], target, [STEP], None, None)[0]
+    mod = records.workload(task.kernel)
+    a = spaces.knob_schedule(mod, task.kernel, target, knobs.defaults(knobs.knobs(task.kernel, target)))
+
+    class Builder:
+        def build(self, inputs):
+            return [SimpleNamespace(error_msg=None, artifact_path=f"a{i}") for i in range(len(inputs))]
+
+    class Runner:
+        def run(self, inputs):
+            return [SimpleNamespace(result=lambda i=i: SimpleNamespace(run_secs=[(i + 1) * 1e-6], error_msg=None))
+                    for i in range(len(inputs))]
+    times = []
+    tuner._measure(tuner.LogDatabase(str(tmp_path)), mod, [a, a, a, a], target, Builder(), Runner(), times)
+    assert [round(t) for t in times] == [1, 2, 3, 4]
+
+
 def test_a_best_record_not_faster_measured_again_is_vetoed(tmp_path):
     """After a search the tuner measures each task's best record against its default again,
     interleaved (``tuner.confirm_best``): a record logged fast but slower in fact (here a

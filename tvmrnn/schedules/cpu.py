@@ -319,17 +319,20 @@ CPU_STEP_TASKS_PER_CORE = 3
 
 
 def step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators: int = 24,
-              cores: int | None = None, busy: int = 8) -> tuple[int, int]:
+              cores: int | None = None, busy: int = 8, problems: int = 1) -> tuple[int, int]:
     """A fused step's register tile over plain columns: ``(column tile in floats, accumulators)``
     for :func:`tile_rows`. Of ``lead_tile`` and the narrower whole-vector tiles down to 2 vectors
     (dividing ``columns``), the one whose tile holds the most accumulators, ties to the narrower
     (taller) one (:data:`CPU_TALL_STEP_TILES`); then, for ``cores`` cores, its rows as
-    :data:`CPU_STEP_TILES_BY_CORES` says (``busy``: the device model's ``busy_accumulators``)."""
+    :data:`CPU_STEP_TILES_BY_CORES` says (``busy``: the device model's ``busy_accumulators``;
+    ``problems``: the step's leading axes, a stacked step's directions, each as many tiles).
+    ``accumulators`` is a cap here: tuning's knob of that name (AUTO ``column_vectors``) gives the
+    most this rule may use."""
     def fill(tile, acc):
         return tile_rows(rows, tile, lanes, acc) * (tile // lanes)
 
     def tasks(tile, acc):
-        return (columns // tile) * (rows // tile_rows(rows, tile, lanes, acc))
+        return problems * (columns // tile) * (rows // tile_rows(rows, tile, lanes, acc))
     if CPU_TALL_STEP_TILES:
         candidates = [lead_tile] + [v * lanes for v in range(2, lead_tile // lanes) if columns % (v * lanes) == 0]
         lead_tile = max(candidates, key=lambda tile: (fill(tile, accumulators), -tile))
@@ -390,7 +393,7 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
         # a step over plain columns (the backward's): tall tiles, enough of them for the cores
         model = device_model(target)
         lead_tile, accumulators = step_tile(lanes, col_extents[0], row_extents[-1], lead_tile, accumulators,
-                                            model.cores, model.busy_accumulators)
+                                            model.cores, model.busy_accumulators, math.prod(row_extents[:-1]))
     width = lead_tile * inner
     rows = tile_rows(row_extents[-1], width, lanes, accumulators) if row_extents else 1
 
@@ -591,6 +594,8 @@ CPU_GUARDED_ROWS = True
 # 343) had kept the guarded rows off, the tile one row tall. AVX2 code (znver3) on a 2-core Zen 5,
 # the LSTM's 16-step dW_hh at N=32 H=343 alone: 5,010 us blocked, 2,111-2,139 unblocked (what
 # tvmrnn-tune found: row_block 1-2, the reduction whole or in 256s; notes/performance.md v82).
+# Where the guarded rows applied before (row_block came out 1: AVX-512 at K = 37, 129, 257) the
+# reduction's blocks go too: the same time (0.98-1.01x alone, vm_avx512_unblocked_ab.txt).
 CPU_GUARDED_ROWS_UNBLOCKED = True
 
 # Whether a CPU's gate-blocked weight panels may leave the last one padded: where no panel of 2-4

@@ -89,6 +89,7 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         lanes = vector_lanes(target)
         registers = 16 if lanes == 8 else 32  # AVX2's ymm, AVX-512's zmm
         accumulators = tuple(a for a in (6, 8, 12, 16, 24, 32) if a <= registers - 4 or a == 12)
+        # (an AVX-512 backward step with column_vectors AUTO takes accumulators as a cap: cpu.step_tile)
         found = (Knob("accumulators", accumulators, 12 if lanes == 8 else 24),
                  Knob("column_vectors", (AUTO, 1, 2, 4), AUTO))
         if not _cpu_gemm_tiles_outputs(kernel):

@@ -419,17 +419,17 @@ def _measure(db, mod, candidates, target, builder, runner, times: list | None = 
     mean time in us (None where it failed)."""
     built = builder.build([ms.builder.BuilderInput(c.mod, target) for c in candidates])
     args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
-    ok = [(c, b) for c, b in zip(candidates, built) if b.error_msg is None]
+    ok = [(i, c, b) for i, (c, b) in enumerate(zip(candidates, built)) if b.error_msg is None]
     results = [r.result() for r in runner.run([
-        ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args_info) for _, b in ok])]
+        ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args_info) for _, _, b in ok])]
     token = db.commit_workload(mod)
-    measured = {}
-    for (c, _), r in zip(ok, results):
+    measured = {}  # by position: a candidate may come several times (confirm_best's rounds)
+    for (i, c, _), r in zip(ok, results):
         secs = [float(x) for x in r.run_secs] if r.error_msg is None else None
         db.commit_tuning_record(ms.database.TuningRecord(c.trace, token, secs, target, args_info))
-        measured[id(c)] = 1e6 * sum(secs) / len(secs) if secs else None
+        measured[i] = 1e6 * sum(secs) / len(secs) if secs else None
     if times is not None:
-        times.extend(measured.get(id(c)) for c in candidates)
+        times.extend(measured.get(i) for i in range(len(candidates)))
     return [b.error_msg for b in built if b.error_msg] + [r.error_msg for r in results if r.error_msg]
 
 
@@ -576,9 +576,15 @@ def tune(configs, target, log_dir: str | None = None, trials_per_task: int = 64,
     else:
         _prepare_and_search(seeded, target, db, builder, runner, out=out, progress_bar=progress_bar, devices=devices,
                             **prepare, **search)
-    index = LogIndex(folder)  # the best as build takes it: vetoed records skipped (confirm_best, pass checks)
+    try:
+        index = LogIndex(folder)  # the best as build takes it: vetoed records skipped (confirm_best, pass checks)
+    except Exception as err:  # noqa: BLE001 - a damaged file: build will say so; the logged best here
+        out(f"the logs' best could not be read with their verdicts ({err})")
+        index = None
 
     def best_us(t):
+        if index is None:
+            return best_latency_us(db.memory, t.kernel)
         fastest = index.fastest(LogIndex._key(workload(t.kernel)))
         return 1e6 * fastest[0][0] if fastest else None
     return [(t, best_us(t), len(records_of(db.memory, t.kernel))) for t in tasks]
@@ -637,12 +643,14 @@ CONFIRM_MARGIN = 0.02
 
 
 def confirm_best(db, tasks, target, builder, runner, out=print, space: str = "template") -> None:
-    """After a search: each task's fastest logged record that is not its default schedule is
-    measured again against the default, interleaved (best, default, best, ... ``CONFIRM_ROUNDS``
-    times each, one runner call), the measurements logged as records too. Where it is not faster
-    by :data:`CONFIRM_MARGIN` (medians), a verdict in ``pass_checks.json`` vetoes it (``build``
-    and the whole-pass checks skip it) and the next fastest is tried, up to :data:`CONFIRM_TRIES`;
-    where it is, a "kept" verdict says so."""
+    """After a search: each task's fastest logged record, where the search made it (not the
+    default or a listed variant), is measured again against the default, interleaved (record,
+    default, record, ... ``CONFIRM_ROUNDS`` times each in one runner call; a local runner runs its
+    inputs in order, an RPC runner over several devices may spread them), the measurements logged
+    as records too. Where it is not faster by :data:`CONFIRM_MARGIN` (medians), or no longer
+    runs, a verdict in ``pass_checks.json`` vetoes it (``build``, ``--list`` and the whole-pass
+    checks skip it) and the next fastest is tried, up to :data:`CONFIRM_TRIES`. A record that
+    wins is only said to (no verdict: the whole-pass check still checks it)."""
     from .pass_checks import PassChecks, record_digest
     from .records import TuningLogError, record_origin, seeded_traces
     checks = PassChecks(db.folder)
@@ -654,38 +662,43 @@ def confirm_best(db, tasks, target, builder, runner, out=print, space: str = "te
             continue
         default, seeded, tried = seeds[0], seeded_traces(task.kernel, target), set()
         for _ in range(CONFIRM_TRIES):
-            # the logs as build reads them (their JSON, vetoed records skipped), read again each try
-            found = [c for c in LogIndex(db.folder).candidates(mod, key, CONFIRM_TRIES + len(tried))
-                     if record_digest(c[3]) not in tried]
+            try:  # the logs as build reads them (their JSON, vetoed records skipped), read again each try
+                found = [c for c in LogIndex(db.folder).candidates(mod, key, CONFIRM_TRIES + len(tried))
+                         if record_digest(c[3]) not in tried]
+            except TuningLogError as err:  # (another tuning process's files, half written)
+                out(f"task {task.kernel.name}: its best record not measured again ({err})")
+                break
             if not found:
                 break
             logged_secs, _, parse, record_json = found[0]
             tried.add(record_digest(record_json))
             if record_origin(record_json, seeded) != "searched":
                 break  # the default (or a listed variant of it) is the fastest
+            facts = dict(kernel=task.kernel.name, check="kernel", logged_us=round(1e6 * logged_secs, 2))
             try:
-                best = parse()
                 candidate = tvm.s_tir.Schedule(tvm.IRModule({"main": tvm.s_tir.renew_defs(mod["main"])}))
-                best.trace.apply_to_schedule(candidate, remove_postproc=False)
-            except (TuningLogError, tvm.error.TVMError):  # a record that no longer replays: build skips it too
+                parse().trace.apply_to_schedule(candidate, remove_postproc=False)
+            except (TuningLogError, tvm.error.TVMError) as err:  # build cannot take it either
+                checks.add_record(key, record_json, "vetoed", error=str(err)[-300:], **facts)
                 continue
             times = []
             _measure(db, mod, [candidate, default] * CONFIRM_ROUNDS, target, builder, runner, times)
-            ours, theirs = times[0::2], times[1::2]
-            if any(t is None for t in times):
-                break
+            ours, theirs = [t for t in times[0::2] if t is not None], [t for t in times[1::2] if t is not None]
+            if not theirs:
+                break  # the default did not run: nothing to compare with
+            if not ours:
+                checks.add_record(key, record_json, "vetoed", error="failed to run", **facts)
+                out(f"task {task.kernel.name}: its best record failed to run when measured again: vetoed")
+                continue
             ours, theirs = statistics.median(ours), statistics.median(theirs)
-            logged = 1e6 * logged_secs
-            facts = dict(kernel=task.kernel.name, check="kernel", rounds=CONFIRM_ROUNDS, logged_us=round(logged, 2),
-                         candidate_us=round(ours, 2), default_us=round(theirs, 2))
+            facts.update(rounds=CONFIRM_ROUNDS, candidate_us=round(ours, 2), default_us=round(theirs, 2))
             if ours < theirs * (1 - CONFIRM_MARGIN):
-                checks.add_record(key, record_json, "kept", **facts)
                 out(f"task {task.kernel.name}: its best record measured again against the default, interleaved: "
-                    f"{ours:.1f} against {theirs:.1f} us ({theirs / ours:.2f}x), kept")
+                    f"{ours:.1f} against {theirs:.1f} us ({theirs / ours:.2f}x)")
                 break
             checks.add_record(key, record_json, "vetoed", **facts)
-            out(f"task {task.kernel.name}: its best record (logged {logged:.1f} us) measured again against the "
-                f"default, interleaved: {ours:.1f} against {theirs:.1f} us, not faster: vetoed")
+            out(f"task {task.kernel.name}: its best record (logged {1e6 * logged_secs:.1f} us) measured again "
+                f"against the default, interleaved: {ours:.1f} against {theirs:.1f} us, not faster: vetoed")
 
 
 def _search(todo, target, db, builder, runner, out, space, population, num_trials_per_iter, progress_bar=False,

@@ -4,7 +4,6 @@ timed in a random order each round (ROUNDS rounds of 10 calls after a warm call)
     [JOBS=8] [ROUNDS=15] python step_rules_ab.py cell:N:I:H ...
 """
 import concurrent.futures as cf
-import json
 import os
 import random
 import statistics
