@@ -180,7 +180,6 @@ def test_measurements_of_a_repeated_candidate_are_kept_in_order(tmp_path):
     times (``confirm_best``'s interleaved rounds: record, default, record, default, ...); keyed by
     candidate, every round had taken the last round's time."""
     from types import SimpleNamespace
-    from tvm.s_tir import meta_schedule as ms
     from tvmrnn.tune import spaces
     from tvmrnn.schedules import knobs
     target = tvmrnn.device.host_target()
