@@ -42,8 +42,8 @@ if [ $part = rules ]; then  # the backward step's tile rules alone (old / tall /
         lstm:32:512:343 lstm:12:256:256 lstm:20:800:800 lstm:64:256:256 gru:16:910:910 \
         2>&1 | grep -v -e Warn -e "return _compile" | tee $OUT/xeon_step_rules.txt)
     for shape in ${PASSES:-}; do
-        for v in 0 6 0 6; do
-            FLAG=tvmrnn.schedules.cpu.CPU_STEP_TASKS_PER_CORE VALUE=$v THREADS=16 timeout 40 python3 notes/bench/v78/flag_one.py $shape 2>&1 \
+        for v in False True False True; do
+            FLAG=tvmrnn.schedules.cpu.CPU_STEP_TILES_BY_CORES VALUE=$v THREADS=16 timeout 40 python3 notes/bench/v78/flag_one.py $shape 2>&1 \
                 | grep --line-buffered training | tee -a $OUT/xeon_tasks.txt
         done
     done
