@@ -1722,9 +1722,8 @@ def test_cpu_gate_blocked_tiles_widen_past_four_vectors_where_only_one_divides(m
     _check("lstm", 2, True, False, 6, rng, target=target, hidden=220, input_size=37, batch=5)
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(cell, monkeypatch, rng):
-    """An AVX-512 backward step over 24 rows and K = 448 (H = 423 in 64-unit panels): of its register
+def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(monkeypatch, rng):
+    """An AVX-512 LSTM backward step over 24 rows and K = 448 (H = 423 in 64-unit panels): of its register
     tiles 6 rows x 4 vectors and 12 rows x 2 both hold 24 accumulators; since v82
     (``cpu.CPU_TALL_STEP_TILES``) the taller, 2 vectors wide (the step's parallel tiles 14 x 2, not
     7 x 4). At 5 rows the 4-vector tile stays (20 accumulators against 10). On many cores the rows are
@@ -1748,7 +1747,7 @@ def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(ce
     for tall, cores, rows, tiles in ((False, 2, 6, 28), (True, 2, 12, 28), (True, 16, 6, 56)):
         monkeypatch.setattr(cpu, "CPU_TALL_STEP_TILES", tall)
         target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": cores}
-        rnn = tvmrnn.build(cell, 161, 423, batch_size=24, target=target, tuning_logs=False, cache=False)
+        rnn = tvmrnn.build("lstm", 161, 423, batch_size=24, target=target, tuning_logs=False, cache=False)
         program = rnn.programs["backward"]
         name = next(n for n in program.kernels if n.startswith("backward_step"))
         script = default_schedule(program.kernels[name], tvm.target.Target(target)).script()
@@ -1756,7 +1755,7 @@ def test_cpu_backward_steps_take_the_tallest_tile_that_fills_the_accumulators(ce
         assert re.search(rf"T\.unroll\({rows}\)", script), (tall, cores, name)
         if "avx512f" in open("/proc/cpuinfo").read():
             torch.manual_seed(0)
-            w = rnn.pack_weights(tvmrnn.params_from_torch(getattr(torch.nn, cell.upper())(161, 423)))
+            w = rnn.pack_weights(tvmrnn.params_from_torch(torch.nn.LSTM(161, 423)))
             y, *_, ws = rnn.forward_train(w, x)
             results[(tall, cores)] = rnn.backward(w, ws, dy)
     if results:

@@ -175,10 +175,10 @@ def test_a_task_whose_default_does_not_run_is_not_searched(tmp_path, monkeypatch
     assert any(task.kernel.name in line and "not searched" in line for line in lines), lines
 
 
-def test_measurements_of_a_repeated_candidate_are_kept_in_order(tmp_path):
-    """``tuner._measure`` gives each position its own time, also where a candidate comes several
-    times (``confirm_best``'s interleaved rounds: record, default, record, default, ...); keyed by
-    candidate, every round had taken the last round's time."""
+def test_measurements_in_rounds_are_kept_in_order(tmp_path):
+    """``tuner._measure(..., rounds=3)`` builds each candidate once and runs them in turn three
+    times (``confirm_best``'s interleaved rounds: record, default, record, ...), each run its own
+    time in that order (keyed by candidate, every round had taken the last round's time)."""
     from types import SimpleNamespace
     from tvmrnn.tune import spaces
     from tvmrnn.schedules import knobs
@@ -186,18 +186,22 @@ def test_measurements_of_a_repeated_candidate_are_kept_in_order(tmp_path):
     task = tasks.select_tasks([CONFIG], target, [STEP], None, None)[0]
     mod = records.workload(task.kernel)
     a = spaces.knob_schedule(mod, task.kernel, target, knobs.defaults(knobs.knobs(task.kernel, target)))
+    calls = []
 
     class Builder:
         def build(self, inputs):
+            calls.append(len(inputs))
             return [SimpleNamespace(error_msg=None, artifact_path=f"a{i}") for i in range(len(inputs))]
 
     class Runner:
         def run(self, inputs):
+            calls.append([str(x.artifact_path) for x in inputs])
             return [SimpleNamespace(result=lambda i=i: SimpleNamespace(run_secs=[(i + 1) * 1e-6], error_msg=None))
                     for i in range(len(inputs))]
     times = []
-    tuner._measure(tuner.LogDatabase(str(tmp_path)), mod, [a, a, a, a], target, Builder(), Runner(), times)
-    assert [round(t) for t in times] == [1, 2, 3, 4]
+    tuner._measure(tuner.LogDatabase(str(tmp_path)), mod, [a, a], target, Builder(), Runner(), times, rounds=3)
+    assert [round(t) for t in times] == [1, 2, 3, 4, 5, 6]
+    assert calls == [2, ["a0", "a1"] * 3]
 
 
 def test_a_best_record_not_faster_measured_again_is_vetoed(tmp_path):
