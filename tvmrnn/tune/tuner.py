@@ -413,22 +413,24 @@ def _transfer(trace, mod, target, postprocs):
     return sch
 
 
-def _measure(db, mod, candidates, target, builder, runner, times: list | None = None, rounds: int = 1) -> list[str]:
+def _measure(db, mod, candidates, target, builder, runner, times: list | None = None, rounds: int = 1,
+             commit: bool = True) -> list[str]:
     """Build and run scheduled ``candidates`` of workload ``mod``; commit a record for each run
-    (run times, or none for a failure). ``rounds`` > 1: each built once, then run in turn that many
-    times (c0, c1, c0, c1, ...: :func:`confirm_best`). Returns the error messages; ``times`` gets
-    each run's mean time in us, in that order (None where it failed)."""
+    (run times, or none for a failure) unless ``commit`` is False. ``rounds`` > 1: each built once,
+    then run in turn that many times (c0, c1, c0, c1, ...: :func:`confirm_best`). Returns the
+    error messages; ``times`` gets each run's mean time in us, in that order (None where it failed)."""
     built = builder.build([ms.builder.BuilderInput(c.mod, target) for c in candidates])
     args_info = ms.arg_info.ArgInfo.from_prim_func(mod["main"])
     ok = [(i, c, b) for i, (c, b) in enumerate(zip(candidates, built)) if b.error_msg is None]
     runs = [(r * len(candidates) + i, c, b) for r in range(rounds) for i, c, b in ok]
     results = [r.result() for r in runner.run([
         ms.runner.RunnerInput(b.artifact_path, "cuda" if is_gpu(target) else "cpu", args_info) for _, _, b in runs])]
-    token = db.commit_workload(mod)
+    token = db.commit_workload(mod) if commit else None
     measured = {}  # by position: a candidate runs several times (rounds)
     for (i, c, _), r in zip(runs, results):
         secs = [float(x) for x in r.run_secs] if r.error_msg is None else None
-        db.commit_tuning_record(ms.database.TuningRecord(c.trace, token, secs, target, args_info))
+        if commit:
+            db.commit_tuning_record(ms.database.TuningRecord(c.trace, token, secs, target, args_info))
         measured[i] = 1e6 * sum(secs) / len(secs) if secs else None
     if times is not None:
         times.extend(measured.get(i) for i in range(rounds * len(candidates)))
@@ -648,8 +650,9 @@ def confirm_best(db, tasks, target, builder, runner, out=print, space: str = "te
     """After a search: each task's fastest logged record, where the search made it (not the
     default or a listed variant), is measured again against the default, interleaved (record,
     default, record, ... ``CONFIRM_ROUNDS`` times each, built once, in one runner call; a local runner runs its
-    inputs in order, an RPC runner over several devices may spread them), the measurements logged
-    as records too. Where it is not faster by :data:`CONFIRM_MARGIN` (medians), or no longer
+    inputs in order, an RPC runner over several devices may spread them). The times go into the
+    verdict, not the logs (as records they would count as trials of the task's budget). Where it
+    is not faster by :data:`CONFIRM_MARGIN` (medians), or no longer
     runs, a verdict in ``pass_checks.json`` vetoes it (``build``, ``--list`` and the whole-pass
     checks skip it) and the next fastest is tried, up to :data:`CONFIRM_TRIES`. A record that
     wins is only said to (no verdict: the whole-pass check still checks it)."""
@@ -684,7 +687,7 @@ def confirm_best(db, tasks, target, builder, runner, out=print, space: str = "te
                 checks.add_record(key, record_json, "vetoed", error=str(err)[-300:], **facts)
                 continue
             times = []
-            _measure(db, mod, [candidate, default], target, builder, runner, times, rounds=CONFIRM_ROUNDS)
+            _measure(db, mod, [candidate, default], target, builder, runner, times, rounds=CONFIRM_ROUNDS, commit=False)
             ours, theirs = [t for t in times[0::2] if t is not None], [t for t in times[1::2] if t is not None]
             if not theirs:
                 break  # the default did not run: nothing to compare with
