@@ -659,6 +659,11 @@ def confirm_best(db, tasks, target, builder, runner, out=print, space: str = "te
     from .pass_checks import PassChecks, record_digest
     from .records import TuningLogError, record_origin, seeded_traces
     checks = PassChecks(db.folder)
+    try:  # the logs as build reads them (their JSON, vetoed records skipped); this call's vetoes: ``tried``
+        index = LogIndex(db.folder)
+    except TuningLogError as err:  # (another tuning process's files, half written)
+        out(f"the best records not measured again ({err})")
+        return
     for task in tasks:
         mod = workload(task.kernel)
         key = LogIndex._key(mod)
@@ -667,12 +672,8 @@ def confirm_best(db, tasks, target, builder, runner, out=print, space: str = "te
             continue
         default, seeded, tried = seeds[0], seeded_traces(task.kernel, target), set()
         for _ in range(CONFIRM_TRIES):
-            try:  # the logs as build reads them (their JSON, vetoed records skipped), read again each try
-                found = [c for c in LogIndex(db.folder).candidates(mod, key, CONFIRM_TRIES + len(tried))
-                         if record_digest(c[3]) not in tried]
-            except TuningLogError as err:  # (another tuning process's files, half written)
-                out(f"task {task.kernel.name}: its best record not measured again ({err})")
-                break
+            found = [c for c in index.candidates(mod, key, CONFIRM_TRIES + len(tried))
+                     if record_digest(c[3]) not in tried]
             if not found:
                 break
             logged_secs, _, parse, record_json = found[0]
