@@ -616,6 +616,24 @@ def test_backward_steps_of_few_rows_on_padded_slices_match_torch_on_cuda(cell, b
     assert "matmul_rf" in source
 
 
+@pytest.mark.parametrize("batch,hidden,bidirectional", [(48, 160, False), (97, 127, False), (33, 150, True)])
+def test_lstm_steps_of_few_rows_on_row_tiles_match_torch_on_cuda(batch, hidden, bidirectional, rng):
+    """An LSTM's persistent steps of 32-127 rows a direction at up to 160 units, whose weights do
+    not fit one block, take row tiles (``common.GPU_FEW_ROW_TILE_ROWS``, v83: blocks that split the
+    units, a grid barrier a step) in place of split-K. Forward, training forward and every
+    gradient against torch.nn in float64, at several lengths, odd rows and units."""
+    from tvmrnn.schedules import knobs
+    for T in (1, 6, 37):
+        _check("lstm", 1, bidirectional, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+               input_size=29, batch=batch, tol=1e-4)
+    rnn = built("lstm", 1, bidirectional, False, input_size=29, hidden_size=hidden, batch_size=batch, target="cuda")
+    for name in ("forward", "forward_train", "backward"):
+        program = rnn.programs[name]
+        assert program.uses_persistent_loops, name
+        steps = [k for k in program.kernels.values() if "step_lstm" in k.name]
+        assert steps and all(knobs.family(k, rnn.target) == "row_tiles" for k in steps), name
+
+
 @pytest.mark.parametrize("cell,bidirectional", [("gru", False), ("lstm", False), ("gru", True)])
 def test_forward_steps_of_128_rows_launched_and_split_match_torch_on_cuda(cell, bidirectional, rng):
     """A large forward step of 128 rows a direction (below ``GPU_PERSISTENT_SPLIT_K_ROWS``) whose

@@ -42,6 +42,18 @@ GPU_SPLIT_K_ROWS = 32
 GPU_ROW_TILE_ROWS = 128
 GPU_ROW_TILE_WORK = 1 << 24
 GPU_ROW_TILE_UNITS = 512
+# A persistent step of a cell of 4 gates or more (the LSTM) also takes row tiles from
+# GPU_FEW_ROW_TILE_ROWS rows a problem at up to GPU_FEW_ROW_TILE_UNITS units, in place of
+# split-K (where its weights do not fit one block, as row groups need: its blocks split the units
+# and meet at a grid barrier a step, each thread a gate column of its block's units, the weights in
+# its registers). On the H100 (notes/performance.md v83, training / inference): N = 96, H = 128
+# 4.42 -> 1.71 / 1.14 -> 0.62 ms; N = 48, H = 160 2.58 -> 1.99 / 0.85 -> 0.78; N = 32, H = 126,
+# 3 layers 6.28 -> 4.64 / 1.80 -> 1.62. Not past it: the LSTM at N = 32, H = 200 (inference 19%
+# slower), N = 100, H = 384 (23% slower; N = 64, H = 256 5% faster); nor the GRU (6-30% slower
+# at N = 32-64, H = 170-300).
+GPU_FEW_ROW_TILE_ROWS = 32
+GPU_FEW_ROW_TILE_UNITS = 160
+GPU_FEW_ROW_TILE_GATES = 4
 
 
 # Past row tiles' units (more than GPU_ROW_TILE_UNITS), a per-step GEMM of GPU_ROW_TILE_ROWS rows
@@ -278,7 +290,7 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
     # a fused epilogue (several sibling outputs, or outputs reading whole gate groups): split-K for
     # few rows, else row tiles, and past row tiles' units the tiled GEMM with the epilogue as a
     # second kernel; in a persistent kernel row tiles from GPU_ROW_TILE_ROWS rows a problem
-    # (direction), whatever the work
+    # (direction), whatever the work (an LSTM's from GPU_FEW_ROW_TILE_ROWS at few units)
     if fused_epilogue(sch, kernel):
         persistent = persistent_blocks(sch.mod["main"]) is not None
         columns = math.prod(_extent(sch, l) for l in spatial[n_rows:])
@@ -287,7 +299,10 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         units = _extent(sch, spatial[n_rows])
         own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
-            tiled = own_rows >= GPU_ROW_TILE_ROWS or row_groups(sch.mod["main"])
+            gates = max(columns, total) // units  # (a backward step reduces its G x H gate gradients)
+            few = (own_rows >= GPU_FEW_ROW_TILE_ROWS and units <= GPU_FEW_ROW_TILE_UNITS
+                   and gates >= GPU_FEW_ROW_TILE_GATES)
+            tiled = own_rows >= GPU_ROW_TILE_ROWS or few or row_groups(sch.mod["main"])
             return "row tiles" if tiled and units <= GPU_ROW_TILE_UNITS else "split-K"
         backward = total > columns  # G x H gate gradients reduced into H columns
         large = rows * columns >= (GPU_BACKWARD_STEP_MATMUL_OUTPUTS if backward else GPU_STEP_MATMUL_OUTPUTS)

@@ -312,8 +312,12 @@ CPU_TALL_STEP_TILES = True
 # (16) 13.4; N=48 H=423 12 x 2 (56 tiles) > 128, 6 x 2 (112) 111; N=32 H=343 8 x 2 (44) > 65, 4 x 2
 # (88) 56-64; N=24 H=423 12 x 2 (28) 75, 6 x 2 (56) 62-72; GRU N=24 H=423 69 against 45-52 at 56-84
 # tiles; N=130 H=292 10 x 2 184, 5 x 2 171; no change at N=64 H=256, N=256 H=512 (ties: taller).
-# tvmrnn-tune's search there found the same (LSTM N=24 H=423: 3 x 4, 56 tiles, 84 -> 56 us). On 2
-# cores the tiles stay the tall ones (ties) but for a few small batches.
+# tvmrnn-tune's search there found the same (LSTM N=24 H=423: 3 x 4, 56 tiles, 84 -> 56 us). In
+# whole training passes on that Xeon (v83, notes/bench/v83/xeon_tasks.txt, a process a side, two
+# rounds, T=100): LSTM N=24 I=161 H=423 26.1 / 24.5 -> 23.5 / 22.4 ms, but N=48 I=256 H=423 (56
+# tall tiles) 32.4 / 35.6 -> 36.0 / 39.9; so only where the tall tile leaves fewer than
+# CPU_STEP_TASKS_PER_CORE tiles a core. On 2 cores the tiles stay the tall ones but for a few
+# small batches.
 CPU_STEP_TILES_BY_CORES = True
 CPU_STEP_TASKS_PER_CORE = 3
 
@@ -323,8 +327,8 @@ def step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators:
     """A fused step's register tile over plain columns: ``(column tile in floats, accumulators)``
     for :func:`tile_rows`. Of ``lead_tile`` and the narrower whole-vector tiles down to 2 vectors
     (dividing ``columns``), the one whose tile holds the most accumulators, ties to the narrower
-    (taller) one (:data:`CPU_TALL_STEP_TILES`); then, for ``cores`` cores, its rows as
-    :data:`CPU_STEP_TILES_BY_CORES` says (``busy``: the device model's ``busy_accumulators``;
+    (taller) one (:data:`CPU_TALL_STEP_TILES`); then, for ``cores`` cores where that tile leaves fewer than
+    :data:`CPU_STEP_TASKS_PER_CORE` tiles a core, its rows as :data:`CPU_STEP_TILES_BY_CORES` says (``busy``: the device model's ``busy_accumulators``;
     ``problems``: the step's leading axes, a stacked step's directions, each as many tiles).
     ``accumulators`` is a cap here: tuning's knob of that name (AUTO ``column_vectors``) gives the
     most this rule may use."""
@@ -336,7 +340,7 @@ def step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators:
     if CPU_TALL_STEP_TILES:
         candidates = [lead_tile] + [v * lanes for v in range(2, lead_tile // lanes) if columns % (v * lanes) == 0]
         lead_tile = max(candidates, key=lambda tile: (fill(tile, accumulators), -tile))
-    if not cores or not CPU_STEP_TILES_BY_CORES:
+    if not cores or not CPU_STEP_TILES_BY_CORES or tasks(lead_tile, accumulators) >= CPU_STEP_TASKS_PER_CORE * cores:
         return lead_tile, accumulators
     options = [accumulators] + [a for a in range(accumulators - 1, 0, -1) if fill(lead_tile, a) >= busy]
 

@@ -45,6 +45,14 @@ BACKWARD_GATE_UNITS = (96, 128)
 # inference 8-30% faster for the LSTM at N = 128, H = 128 and 200 and the GRU at H = 160 and 200;
 # at 8 rows (the LSTM at N = 256, H = 128) 19% slower
 UNIT_GATE_ROWS = 4
+# A persistent tile of one-column units (a backward step's dh: ``inner`` 1) prefers, after 128
+# threads a block, up to this many threads before more rows a thread (_persistent_tile): its
+# block's weights fill the SM's shared memory, so its threads are the SM's only warps, and at 128
+# (4 warps, 8 rows a thread) their loads' latency went unhidden. H100 (notes/performance.md v83,
+# 128 -> 256, training, the same bits): LSTM N = 256, H = 510 25.60 -> 23.60 ms, GRU 22.64 ->
+# 20.37; LSTM N = 128, H = 256 5.68 -> 4.42; GRU N = 200, H = 300 6.61 -> 5.86; LSTM N = 160,
+# H = 384 the same.
+BACKWARD_PERSISTENT_THREADS = 256
 
 
 def independent_blocks(loop) -> bool:
@@ -179,7 +187,8 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
                     if blocks > max_blocks or staged > budget:
                         continue
                     padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
-                    score = (blocks, threads >= 128, tr, -padding, ut == 32, -threads)
+                    more = min(threads, BACKWARD_PERSISTENT_THREADS) if inner == 1 and threads >= 128 else 0
+                    score = (blocks, threads >= 128, more, tr, -padding, ut == 32, -threads)
                     kind = unit_blocks == 1
                     if kind not in best_score or score > best_score[kind]:
                         best[kind], best_score[kind] = (tr, tu, rt, ut), score
