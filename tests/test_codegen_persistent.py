@@ -599,25 +599,23 @@ def test_cuda_lstm_steps_of_few_rows_take_row_tiles_where_their_weights_pass_a_b
     barrier, every pass persistent, compiled unspilled. Split-K stays below 32 rows, past 160
     units (H = 200: inference 19% slower on row tiles) and for the GRU (3 gates: 6-30% slower)."""
     import tvm
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import CELLS
     from tvmrnn.schedules import knobs
     target = tvm.target.Target(H100)
-
-    def families(cell, **sizes):
-        rnn = tvmrnn.build(cell, target=H100, tuning_logs=False, cache=False, options=BuildOptions(**STEPS),
-                           **dict(dict(input_size=40, hidden_size=160, batch_size=48), **sizes))
-        steps = {k.name: knobs.family(k, target) for p in rnn.programs.values() for k in p.kernels.values()
-                 if k.name.endswith("_persistent")}
-        return rnn, set(steps.values()), steps
-
-    rnn, found, steps = families("lstm")
-    assert found == {"row_tiles"} and len(steps) == 3, steps
+    rnn = tvmrnn.build("lstm", input_size=40, hidden_size=160, batch_size=48, target=H100, tuning_logs=False,
+                       cache=False, options=BuildOptions(**STEPS))
+    steps = {k.name: knobs.family(k, target) for p in rnn.programs.values() for k in p.kernels.values()
+             if k.name.endswith("_persistent")}
+    assert set(steps.values()) == {"row_tiles"} and len(steps) == 3, steps
     assert all(rnn.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
     source = rnn.executable.mod.imports[0].inspect_source()
     loops = [k for k in _kernel_definitions(source) if "for (int step = 0; step < " in k]
     assert len(loops) == 3 and all("atomic_add" in k for k in loops)  # the units split: a grid barrier
     report = _ptxas(source, tmp_path)
     assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
-    for cell, sizes in [("lstm", dict(batch_size=24)), ("lstm", dict(hidden_size=200, batch_size=32)),
-                        ("gru", dict(hidden_size=170, batch_size=48))]:
-        _, found, steps = families(cell, **sizes)
-        assert found == {"persistent"}, (cell, sizes, steps)  # split-K's persistent form
+    for cell, batch, hidden in [("lstm", 24, 160), ("lstm", 32, 200), ("gru", 48, 170), ("lstm", 32, 126)]:
+        for step in (kernels.recurrent_step(CELLS[cell], batch, hidden, train=True),
+                     kernels.backward_step(CELLS[cell], batch, hidden)):
+            expected = "row_tiles" if (cell, hidden) == ("lstm", 126) else "persistent"  # (split-K's persistent form)
+            assert knobs.family(kernels.persistent(step, 132), target) == expected, (cell, batch, hidden, step.name)
