@@ -597,7 +597,8 @@ def test_cuda_lstm_steps_of_few_rows_take_row_tiles_where_their_weights_pass_a_b
     fit one block (N = 48, H = 160: 410 KB) take row tiles (common.GPU_FEW_ROW_TILE_ROWS, v83: on
     the H100 training 2.58 -> 1.99 ms at T = 200): blocks that split the units and meet at a grid
     barrier, every pass persistent, compiled unspilled. Split-K stays below 32 rows, past 160
-    units (H = 200: inference 19% slower on row tiles) and for the GRU (3 gates: 6-30% slower)."""
+    units (H = 200: inference 19% slower on row tiles), for the GRU (3 gates: 6-30% slower) and for
+    both directions stacked (not measured)."""
     import tvm
     from tvmrnn import kernels
     from tvmrnn.cells.definition import CELLS
@@ -619,3 +620,5 @@ def test_cuda_lstm_steps_of_few_rows_take_row_tiles_where_their_weights_pass_a_b
                      kernels.backward_step(CELLS[cell], batch, hidden)):
             expected = "row_tiles" if (cell, hidden) == ("lstm", 126) else "persistent"  # (split-K's persistent form)
             assert knobs.family(kernels.persistent(step, 132), target) == expected, (cell, batch, hidden, step.name)
+    stacked = kernels.recurrent_step(CELLS["lstm"], 48, 160, train=True, directions=2)  # (not measured)
+    assert knobs.family(kernels.persistent(stacked, 132), target) == "persistent"

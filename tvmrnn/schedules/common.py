@@ -50,7 +50,8 @@ GPU_ROW_TILE_UNITS = 512
 # 4.42 -> 1.71 / 1.14 -> 0.62 ms; N = 48, H = 160 2.58 -> 1.99 / 0.85 -> 0.78; N = 32, H = 126,
 # 3 layers 6.28 -> 4.64 / 1.80 -> 1.62. Not past it: the LSTM at N = 32, H = 200 (inference 19%
 # slower), N = 100, H = 384 (23% slower; N = 64, H = 256 5% faster); nor the GRU (6-30% slower
-# at N = 32-64, H = 170-300).
+# at N = 32-64, H = 170-300). One direction's steps only: both directions stacked in one launch
+# (twice the blocks) were not measured and keep split-K.
 GPU_FEW_ROW_TILE_ROWS = 32
 GPU_FEW_ROW_TILE_UNITS = 160
 GPU_FEW_ROW_TILE_GATES = 4
@@ -300,7 +301,8 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
             gates = max(columns, total) // units  # (a backward step reduces its G x H gate gradients)
-            few = (own_rows >= GPU_FEW_ROW_TILE_ROWS and units <= GPU_FEW_ROW_TILE_UNITS
+            one_problem = rows == own_rows  # (not both directions of a layer stacked: not measured)
+            few = (one_problem and own_rows >= GPU_FEW_ROW_TILE_ROWS and units <= GPU_FEW_ROW_TILE_UNITS
                    and gates >= GPU_FEW_ROW_TILE_GATES)
             tiled = own_rows >= GPU_ROW_TILE_ROWS or few or row_groups(sch.mod["main"])
             return "row tiles" if tiled and units <= GPU_ROW_TILE_UNITS else "split-K"
