@@ -1094,7 +1094,8 @@ def test_persistent_row_tiles_fit_the_device():
     # so they are staged in chunks of the reduction, as large as fit (32 KB: 20.5 us a step on the
     # H200, v55; 8 KB chunks were 6% slower in the pass); rows whole where they fit (the GRU's 3H).
     # 256 threads of 2 rows each (row_tiles.BACKWARD_PERSISTENT_THREADS, v83; 128 of 4 before)
-    assert persistent_row_tiles(160, 384, 1, 1536, 1, 132, 227 * 1024) == (2, 1, 8, 32, 512)
+    assert persistent_row_tiles(160, 384, 1, 1536, 1, 132, 227 * 1024, backward=True) == (2, 1, 8, 32, 512)
+    assert persistent_row_tiles(160, 384, 1, 1536, 1, 132, 227 * 1024) == (4, 1, 4, 32, 512)  # (one gate, forward)
     assert persistent_row_tiles(160, 384, 1, 1152, 1, 132, 227 * 1024).row_chunk == 0
     # nothing fits where a block's weights alone do not (a 99 KB block, an LSTM's 4 x 2048 reduction)
     assert persistent_row_tiles(160, 2048, 1, 8192, 1, 142, 99 * 1024) is None

@@ -615,10 +615,13 @@ def test_cuda_lstm_steps_of_few_rows_take_row_tiles_where_their_weights_pass_a_b
     assert len(loops) == 3 and all("atomic_add" in k for k in loops)  # the units split: a grid barrier
     report = _ptxas(source, tmp_path)
     assert "spill stores" in report and not re.search(r"[1-9]\d* bytes spill", report)
-    for cell, batch, hidden in [("lstm", 24, 160), ("lstm", 32, 200), ("gru", 48, 170), ("lstm", 32, 126)]:
+    for cell, batch, hidden in [("lstm", 24, 160), ("lstm", 32, 200), ("gru", 48, 160), ("lstm", 32, 126)]:
         for step in (kernels.recurrent_step(CELLS[cell], batch, hidden, train=True),
                      kernels.backward_step(CELLS[cell], batch, hidden)):
             expected = "row_tiles" if (cell, hidden) == ("lstm", 126) else "persistent"  # (split-K's persistent form)
             assert knobs.family(kernels.persistent(step, 132), target) == expected, (cell, batch, hidden, step.name)
     stacked = kernels.recurrent_step(CELLS["lstm"], 48, 160, train=True, directions=2)  # (not measured)
     assert knobs.family(kernels.persistent(stacked, 132), target) == "persistent"
+    # weights that fit one block: row groups where they are on, else split-K (not this rule)
+    assert knobs.family(kernels.persistent(kernels.recurrent_step(CELLS["lstm"], 48, 90, train=True), 16),
+                        target) == "persistent"

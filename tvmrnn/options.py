@@ -49,8 +49,9 @@ class BuildOptions:
         barrier between steps, each block's slice of the recurrent weights in shared memory for
         every step). ``auto``: both forward passes, where the step's weights fit on chip (fastest
         on the H100 at Deep Speech 2 sizes, notes v10, v14, v21), and the backward where its step
-        takes row tiles (128 rows or more a direction) with its weights on chip (many-row training
-        0.48-0.84x -> 0.74-1.29x cuDNN on the H200, notes v34) or split-K with less than
+        takes row tiles (128 rows or more a direction; an LSTM's from 32 at up to 160 units, v83)
+        with its weights on chip (many-row training 0.48-0.84x -> 0.74-1.29x cuDNN on the H200,
+        notes v34) or split-K with less than
         2^24 multiply-adds a step (few rows, small H: LSTM N = 8, H = 128 training 0.80 -> 0.57 ms,
         notes v57); ``forward``: the inference
         forward, whether or not they fit; ``all``: every pass's (the backward's larger split-K steps

@@ -44,9 +44,10 @@ GPU_ROW_TILE_WORK = 1 << 24
 GPU_ROW_TILE_UNITS = 512
 # A persistent step of a cell of 4 gates or more (the LSTM) also takes row tiles from
 # GPU_FEW_ROW_TILE_ROWS rows a problem at up to GPU_FEW_ROW_TILE_UNITS units, in place of
-# split-K (where its weights do not fit one block, as row groups need: its blocks split the units
-# and meet at a grid barrier a step, each thread a gate column of its block's units, the weights in
-# its registers). On the H100 (notes/performance.md v83, training / inference): N = 96, H = 128
+# split-K, where a direction's weights do not fit one block (ROW_GROUP_MAX_WEIGHT_BYTES, below: else
+# row groups, or split-K where those are turned off): its blocks split the units and meet at a
+# grid barrier a step, each block reading only its own rows (a forward step of at most
+# row_tiles.UNIT_GATE_ROWS rows a block: a thread a gate column, its weights in registers). On the H100 (notes/performance.md v83, training / inference): N = 96, H = 128
 # 4.42 -> 1.71 / 1.14 -> 0.62 ms; N = 48, H = 160 2.58 -> 1.99 / 0.85 -> 0.78; N = 32, H = 126,
 # 3 layers 6.28 -> 4.64 / 1.80 -> 1.62. Not past it: the LSTM at N = 32, H = 200 (inference 19%
 # slower), N = 100, H = 384 (23% slower; N = 64, H = 256 5% faster); nor the GRU (6-30% slower
@@ -300,10 +301,11 @@ def _gpu_kind(sch, kernel: Kernel, tensor_cores: bool | None = None) -> str | No
         units = _extent(sch, spatial[n_rows])
         own_rows = math.prod(_extent(sch, l) for l in spatial[kernel.batch:n_rows])  # a problem's
         if persistent:  # weights on chip either way; row tiles read only a block's own rows
-            gates = max(columns, total) // units  # (a backward step reduces its G x H gate gradients)
-            one_problem = rows == own_rows  # (not both directions of a layer stacked: not measured)
-            few = (one_problem and own_rows >= GPU_FEW_ROW_TILE_ROWS and units <= GPU_FEW_ROW_TILE_UNITS
-                   and gates >= GPU_FEW_ROW_TILE_GATES)
+            # a unit's gate columns (forward) or gates reduced (backward), as gpu_row_tiles counts them
+            gates = math.prod(_extent(sch, l) for l in spatial[n_rows + 1:]) * math.prod(
+                _extent(sch, l) for l in reduction[1:])
+            few = (kernel.batch == 0 and own_rows >= GPU_FEW_ROW_TILE_ROWS and units <= GPU_FEW_ROW_TILE_UNITS
+                   and gates >= GPU_FEW_ROW_TILE_GATES and 4 * columns * total > ROW_GROUP_MAX_WEIGHT_BYTES)
             tiled = own_rows >= GPU_ROW_TILE_ROWS or few or row_groups(sch.mod["main"])
             return "row tiles" if tiled and units <= GPU_ROW_TILE_UNITS else "split-K"
         backward = total > columns  # G x H gate gradients reduced into H columns

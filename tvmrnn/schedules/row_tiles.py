@@ -10,7 +10,7 @@ from tvm import s_tir
 
 from ..kernels import Kernel
 
-from .common import _divisor, _extent, _gemm_axes, _loops_after, _vectorize
+from .common import GPU_ROW_TILE_ROWS, _divisor, _extent, _gemm_axes, _loops_after, _vectorize
 from .split_k import FIRST_STEP_ONLY, _copy_by_threads
 
 
@@ -45,13 +45,14 @@ BACKWARD_GATE_UNITS = (96, 128)
 # inference 8-30% faster for the LSTM at N = 128, H = 128 and 200 and the GRU at H = 160 and 200;
 # at 8 rows (the LSTM at N = 256, H = 128) 19% slower
 UNIT_GATE_ROWS = 4
-# A persistent tile of one-column units (a backward step's dh: ``inner`` 1) prefers, after 128
-# threads a block, up to this many threads before more rows a thread (_persistent_tile): its
-# block's weights fill the SM's shared memory, so its threads are the SM's only warps, and at 128
+# A persistent backward step's tile whose blocks split the units (its dh: ``inner`` 1) prefers,
+# after 128 threads a block, up to this many threads before more rows a thread (_persistent_tile):
+# its block's weights fill the SM's shared memory, so its threads are the SM's only warps, and at 128
 # (4 warps, 8 rows a thread) their loads' latency went unhidden. H100 (notes/performance.md v83,
 # 128 -> 256, training, the same bits): LSTM N = 256, H = 510 25.60 -> 23.60 ms, GRU 22.64 ->
 # 20.37; LSTM N = 128, H = 256 5.68 -> 4.42; GRU N = 200, H = 300 6.61 -> 5.86; LSTM N = 160,
-# H = 384 the same.
+# H = 384 the same. From GPU_ROW_TILE_ROWS rows (fewer, the LSTM's few-row tiles, were measured
+# with 128).
 BACKWARD_PERSISTENT_THREADS = 256
 
 
@@ -96,13 +97,16 @@ def _near_divisor(n: int, at_most: int) -> int:
 def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, problems: int, max_blocks: int,
                          budget: int, thread_rows: int | None = None, thread_units: int | None = None,
                          row_threads: int | None = None, unit_threads: int | None = None,
-                         row_chunk: int = ROW_CHUNK, chunk: int | None = None) -> PersistentTile | None:
+                         row_chunk: int = ROW_CHUNK, chunk: int | None = None,
+                         backward: bool = False) -> PersistentTile | None:
     """The tile of a persistent :func:`gpu_row_tiles` step: ``(thread_rows, thread_units,
     row_threads, unit_threads)`` with at most ``max_blocks`` blocks (all resident), each block's
     units' weights (``units x inner x reduction`` floats a block) and its rows of the hidden state
     within ``budget`` bytes of shared memory; None where no tile fits. Among those: the most
-    blocks (SMs at work), then at least 128 threads a block, then the most rows a thread (up to
-    16 accumulators), then the least padding, then 32 units a block's row of threads.
+    blocks (SMs at work), then at least 128 threads a block, then (a ``backward`` step's tile of
+    128 rows or more whose blocks split the units) up to :data:`BACKWARD_PERSISTENT_THREADS`
+    threads, then the most rows a thread (up to 16 accumulators), then the least padding, then 32
+    units a block's row of threads.
 
     From the H200 (persistent inference steps timed in their loop, notes/performance.md v34): at
     N = H = 256 the LSTM's step took 5.4 us with 4 rows a thread and 4 x 32 threads (128 blocks),
@@ -137,7 +141,7 @@ def persistent_row_tiles(rows: int, units: int, inner: int, reduction: int, prob
     for staged in ((min(chunk, reduction),) if chunk else (0, row_chunk)):
         for most_threads in (256, 1024):  # (a prime row count may leave no tile of at most 256 threads)
             found = _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads,
-                                     given, staged)
+                                     given, staged, backward)
             if not found:
                 continue
             if staged and not chunk:  # the largest chunk that fits (each chunk's copy waits on L2 before its columns run)
@@ -162,7 +166,8 @@ class PersistentTile(NamedTuple):
     row_chunk: int = 0
 
 
-def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads, given, chunk):
+def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget, most_threads, given, chunk,
+                     backward=False):
     def candidates(name, values):
         return (given[name],) if given[name] else values
     best, best_score = {}, {}  # by whether the tile's blocks are independent (own all the units)
@@ -187,7 +192,8 @@ def _persistent_tile(rows, units, inner, reduction, problems, max_blocks, budget
                     if blocks > max_blocks or staged > budget:
                         continue
                     padding = row_blocks * rt * tr * unit_blocks * ut * tu - rows * units
-                    more = min(threads, BACKWARD_PERSISTENT_THREADS) if inner == 1 and threads >= 128 else 0
+                    more = min(threads, BACKWARD_PERSISTENT_THREADS) \
+                        if backward and unit_blocks > 1 and rows >= GPU_ROW_TILE_ROWS and threads >= 128 else 0
                     score = (blocks, threads >= 128, more, tr, -padding, ut == 32, -threads)
                     kind = unit_blocks == 1
                     if kind not in best_score or score > best_score[kind]:
@@ -286,7 +292,7 @@ def gpu_row_tiles(sch, kernel: Kernel, thread_rows: int | None = None, thread_un
     if max_blocks and stationary_bytes:  # a persistent kernel: its tile must fit the blocks and shared memory
         chosen = persistent_row_tiles(rows, units, inner, reduction_total, problems, max_blocks, stationary_bytes,
                                       thread_rows, thread_units, row_threads, unit_threads, row_chunk=k_tile,
-                                      chunk=row_chunk)
+                                      chunk=row_chunk, backward=kernel.gemm != FORWARD_STEP_GEMM)
     # else (none fits) the kernel's tile of one launch a step, operands staged per reduction tile:
     # a time loop does not run it persistent (too many blocks, or no weights on chip)
     stationary = chosen is not None
