@@ -67,7 +67,8 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
 
     def steps(batch, **options):
         rnn = tvmrnn.build("gru", input_size=24, hidden_size=600, batch_size=batch, dtype="float16",
-                           target="nvidia/nvidia-h100", tuning_logs=False, cache=False, options=BuildOptions(**options))
+                           target="nvidia/nvidia-h100", tuning_logs=False, cache=False,
+                           options=BuildOptions(chunk_steps=(1,), **options))  # (the steps alone: one GEMM chunk)
         return {k: v for k, v in rnn.schedules.items() if "step" in k}
     on = steps(128)
     assert {v for k, v in on.items() if k.startswith("recurrent_step")} == {"tf32"}
@@ -77,7 +78,8 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     # per direction: two stacked directions of 128 x 1620 x 540 (2 x 112 M multiply-adds) stay
     # persistent, as one direction does; a backward step on the SIMT tiled GEMM stays there
     bidirectional = tvmrnn.build("gru", input_size=24, hidden_size=540, batch_size=128, bidirectional=True,
-                                 dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False, cache=False)
+                                 dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False, cache=False,
+                                 options=BuildOptions(chunk_steps=(1,)))
     assert not any(v == "tf32" for k, v in bidirectional.schedules.items() if "step" in k), bidirectional.schedules
     assert any(k.endswith("_d2_persistent") for k in bidirectional.schedules)
     large = tvmrnn.build("lstm", input_size=24, hidden_size=1024, batch_size=256, dtype="float16",
@@ -995,7 +997,7 @@ def test_cuda_shared_kernels(tmp_path):
     built = {}
     for shared in (False, True):
         rnn = tvmrnn.build("lstm", **sizes, target="nvidia/nvidia-h100", tuning_logs=False,
-                           options=BuildOptions(persistent="auto", shared_kernels=shared))
+                           options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=shared))
         source = rnn.executable.mod.imports[0].inspect_source()
         definitions = _kernel_definitions(source)
         names = [re.match(r"\s*void\s+(?:__launch_bounds__\(\d+\)\s*)?(\w+)", d).group(1) for d in definitions]
@@ -1022,7 +1024,7 @@ def test_cuda_shared_kernels(tmp_path):
     # one direction: every pass's time loops are persistent (the backward's small split-K steps
     # too), one kernel per layer and pass (their views stay offsets), launched cooperatively
     rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False,
-                       options=BuildOptions(persistent="auto", shared_kernels=True))
+                       options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=True))
     definitions = _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
     assert all(rnn.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
     # 4 rows, H = 40: blocks of row groups, a row a block, each holding every weight, whose threads
@@ -1033,7 +1035,7 @@ def test_cuda_shared_kernels(tmp_path):
     assert _launch_flags(rnn, tmp_path)[0] == 0
     # with a grid barrier (8 blocks asked for), the 6 persistent kernels are launched cooperatively
     rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False,
-                       options=BuildOptions(persistent="auto", shared_kernels=True, persistent_blocks=8))
+                       options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=True, persistent_blocks=8))
     assert rnn.persistent_blocks == 8 and _launch_flags(rnn, tmp_path)[0] == 6
 
 
