@@ -1035,7 +1035,8 @@ def test_cuda_shared_kernels(tmp_path):
     assert _launch_flags(rnn, tmp_path)[0] == 0
     # with a grid barrier (8 blocks asked for), the 6 persistent kernels are launched cooperatively
     rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False,
-                       options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=True, persistent_blocks=8))
+                       options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=True,
+                                            persistent_blocks=8))
     assert rnn.persistent_blocks == 8 and _launch_flags(rnn, tmp_path)[0] == 6
 
 

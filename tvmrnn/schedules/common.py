@@ -47,8 +47,9 @@ GPU_ROW_TILE_UNITS = 512
 # split-K, where a direction's weights do not fit one block (ROW_GROUP_MAX_WEIGHT_BYTES, below: else
 # row groups, or split-K where those are turned off): its blocks split the units and meet at a
 # grid barrier a step, each block reading only its own rows (a forward step of at most
-# row_tiles.UNIT_GATE_ROWS rows a block: a thread a gate column, its weights in registers). On the H100 (notes/performance.md v83, training / inference): N = 96, H = 128
-# 4.42 -> 1.71 / 1.14 -> 0.62 ms; N = 48, H = 160 2.58 -> 1.99 / 0.85 -> 0.78; N = 32, H = 126,
+# row_tiles.UNIT_GATE_ROWS rows a block: a thread a gate column, its weights in registers). On the
+# H100 (notes/performance.md v83, training / inference): N = 96, H = 128 4.42 -> 1.71 / 1.14 ->
+# 0.62 ms; N = 48, H = 160 2.58 -> 1.99 / 0.85 -> 0.78; N = 32, H = 126,
 # 3 layers 6.28 -> 4.64 / 1.80 -> 1.62. Not past it: the LSTM at N = 32, H = 200 (inference 19%
 # slower), N = 100, H = 384 (23% slower; N = 64, H = 256 5% faster); nor the GRU (6-30% slower
 # at N = 32-64, H = 170-300). One direction's steps only: both directions stacked in one launch

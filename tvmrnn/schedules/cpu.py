@@ -327,8 +327,9 @@ def step_tile(lanes: int, columns: int, rows: int, lead_tile: int, accumulators:
     """A fused step's register tile over plain columns: ``(column tile in floats, accumulators)``
     for :func:`tile_rows`. Of ``lead_tile`` and the narrower whole-vector tiles down to 2 vectors
     (dividing ``columns``), the one whose tile holds the most accumulators, ties to the narrower
-    (taller) one (:data:`CPU_TALL_STEP_TILES`); then, for ``cores`` cores where that tile leaves fewer than
-    :data:`CPU_STEP_TASKS_PER_CORE` tiles a core, its rows as :data:`CPU_STEP_TILES_BY_CORES` says (``busy``: the device model's ``busy_accumulators``;
+    (taller) one (:data:`CPU_TALL_STEP_TILES`); then, for ``cores`` cores where that tile leaves
+    fewer than :data:`CPU_STEP_TASKS_PER_CORE` tiles a core, its rows as
+    :data:`CPU_STEP_TILES_BY_CORES` says (``busy``: the device model's ``busy_accumulators``;
     ``problems``: the step's leading axes, a stacked step's directions, each as many tiles).
     ``accumulators`` is a cap here: tuning's knob of that name (AUTO ``column_vectors``) gives the
     most this rule may use."""
