@@ -46,7 +46,7 @@ DS2 = dict(T=300, N=20, I=800, H=800)
 
 
 def parse(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+    p = argparse.ArgumentParser(prog="tvmrnn-bench", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("cells", nargs="*", default=[], help="default: all four")
     p.add_argument("--preset", choices=["ds2"], help="Deep Speech 2: T=300 N=20 I=H=800, 1 layer and 5 "
