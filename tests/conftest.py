@@ -130,6 +130,22 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+@pytest.fixture
+def sampled(request):
+    """``sampled(items)``: every item with ``--full-grid``; by default the first two, the last and
+    every third between. For tests that compile each schedule variant tuning seeds a kernel with
+    (a compile each, 1-3 s): the default and a spread of the others by default, all of them in
+    the full grid."""
+    full = request.config.getoption("--full-grid")
+
+    def pick(items):
+        items = list(items)
+        if full:
+            return items
+        return [items[i] for i in sorted({0, 1, len(items) - 1, *range(0, len(items), 3)}) if i < len(items)]
+    return pick
+
+
 def slow(*values):
     """A ``pytest.mark.parametrize`` case marked slow: run by ``--full-grid`` only."""
     return pytest.param(*values, marks=pytest.mark.slow)

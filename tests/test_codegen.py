@@ -166,9 +166,10 @@ def test_cuda_default_schedules(sizes):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 @pytest.mark.parametrize("cell", ["lstm", slow("rnn_tanh")])  # 4 gates and 1 (the GRU's 3 took 22 s more)
-def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
-    """Every shape that tuning seeds a per-step GEMM with compiles for sm_90, is a distinct
-    schedule, and keeps its static shared memory within the 48 KB a block may have."""
+def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path, sampled):
+    """Every shape that tuning seeds a per-step GEMM with (a spread of them but with
+    ``--full-grid``) compiles for sm_90, is a distinct schedule, and keeps its static shared memory
+    within the 48 KB a block may have."""
     import tvm
     import tvm_ffi
     from tvmrnn import kernels
@@ -183,7 +184,7 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
         shapes = variants(kernel, target)
         assert len(shapes) >= 3 and shapes[0] == {}
         hashes = set()
-        for tiles in shapes:
+        for tiles in sampled(shapes):
             func = default_schedule(kernel, target, **tiles)
             hashes.add(tvm_ffi.structural_hash(func))
             source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
@@ -196,8 +197,9 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_cuda_row_tiles_for_many_rows(tmp_path):
-    """Per-step GEMMs with many rows take row tiles: every listed shape compiles for sm_90, is a
+def test_cuda_row_tiles_for_many_rows(tmp_path, sampled):
+    """Per-step GEMMs with many rows take row tiles: every listed shape (a spread of them but with
+    ``--full-grid``) compiles for sm_90, is a
     distinct schedule and a point of the template's space (the default's knob setting schedules
     the kernel as the default does), the default assembles without spills. Persistent steps of many rows take
     row tiles too (weights on chip, a block's own rows staged each step), and a build at 20 rows
@@ -218,7 +220,7 @@ def test_cuda_row_tiles_for_many_rows(tmp_path):
         assert knobs.family(kernel, target) == "row_tiles", kernel.name
         shapes = variants(kernel, target)
         hashes = set()
-        for tiles in shapes:
+        for tiles in sampled(shapes):
             func = default_schedule(kernel, target, **tiles)
             hashes.add(tvm_ffi.structural_hash(func))
             source = tvm.compile(tvm.IRModule({"main": func}), target=target).mod.imports[0].inspect_source()
@@ -337,9 +339,9 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
-def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
+def test_cuda_matmul_variants_fit_the_gpu(tmp_path, sampled):
     """Every shape tuning seeds the all-steps GEMMs with (``gpu_matmul``: block shapes, reduction
-    tiles, double-buffering, cp.async stages) compiles for sm_90 within 48 KB of static shared
+    tiles, double-buffering, cp.async stages; a spread of them but with ``--full-grid``) compiles for sm_90 within 48 KB of static shared
     memory (or in dynamic shared memory), reads its shared tiles with 128-bit loads and global
     memory with scalar ones; the default assembles without spilling. Odd sizes (padded tiles) too."""
     import json
@@ -357,7 +359,7 @@ def test_cuda_matmul_variants_fit_the_gpu(tmp_path):
         shapes = variants(kernel, target)
         assert shapes[0] == {} and len({json.dumps(t, sort_keys=True) for t in shapes}) == len(shapes)
         hashes = set()
-        for tiles in shapes:
+        for tiles in sampled(shapes):
             func = default_schedule(kernel, target, **tiles)
             hashes.add(tvm_ffi.structural_hash(func))
             source = compile_module(tvm.IRModule({"main": func}), target).mod.imports[0].inspect_source()
