@@ -142,7 +142,7 @@ def sampled(request):
         items = list(items)
         if full:
             return items
-        return [items[i] for i in sorted({0, 1, len(items) - 1, *range(0, len(items), 3)}) if i < len(items)]
+        return [items[i] for i in sorted({0, 1, len(items) - 1, *range(0, len(items), 3)}) if 0 <= i < len(items)]
     return pick
 
 

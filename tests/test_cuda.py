@@ -741,8 +741,9 @@ def test_variable_lengths_match_torch_packed_on_cuda(cell, num_layers, bidirecti
     from test_lengths import VARIABLE, _check as check_lengths
     check_lengths(cell, num_layers, bidirectional, False, [3, 9, 1, 6], T=9, as_array=to_cuda, target="cuda",
                   hidden=hidden)
-    # NaN past the ends (the masked steps compute an ended row's value and select the old state:
-    # sequence.masked_selects_without_branches)
+    # NaN past the ends: the inference forward's masked steps compute an ended row's value from it
+    # and select the old state (sequence.masked_selects_without_branches); the training forward
+    # zeroes the padding in a copy first
     check_lengths(cell, num_layers, bidirectional, False, [3, 9, 1, 6], T=9, as_array=to_cuda, target="cuda",
                   hidden=hidden, pad_value=np.nan)
     check_lengths(cell, num_layers, bidirectional, False, [3, 9, 1, 6], T=9, as_array=to_cuda, target="cuda",

@@ -195,8 +195,6 @@ def bench_one(a, cell, L, bidir, tvmrnn, torch):
     P = a.proj_size
     ref = torch_rnn(cell, I, H, L, bidir, P).to(dev)
     t0 = time.perf_counter()
-    if a.tf32 and a.device != "cuda":
-        raise ValueError("--tf32 is for --device cuda")
     half = a.dtype != "float32"
     short = {"bfloat16": "bf16", "float16": "fp16"}.get(a.dtype)
     options = a.options
@@ -541,6 +539,8 @@ def _x(ratio) -> str:
 @usage_errors("tvmrnn-bench")
 def main(argv=None):
     a = parse(argv)
+    if a.tf32 and a.device != "cuda":  # (with the others before any setup: threads, TF32 flags)
+        raise ValueError("--tf32 is for --device cuda")
     if a.dtype != "float32" and a.tf32:
         raise ValueError(f"--dtype {a.dtype}: not with --tf32 (a half build's all-steps GEMMs are on tensor cores)")
     if a.dtype == "float16" and a.device != "cuda":

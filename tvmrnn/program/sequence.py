@@ -642,36 +642,36 @@ def masked_selects_without_branches(mod, _ctx):
     so the mask's load and the branch on it came before the loads of the step's value (the
     input projection, the bias, the old cell state), after the grid barrier: two memory round
     trips a step instead of one (H100, DS2 bidirectional LSTM: the masked persistent step 12.3 us
-    against 11.2 unmasked, notes/performance.md v84). Here each such select's two values are bound
-    to variables first (``LetStmt`` bindings before the store), which the rewrite leaves alone: every load
-    is in bounds for every row (a row that has ended is still a row of the buffers), and a select
-    keeps a NaN or Inf of the value it drops out of the result, as the branch did. Only selects on
-    a mask: others may guard a load that would be out of bounds."""
+    against 11.2 unmasked, notes/performance.md v84). Here each such select's values are bound to
+    variables around it (``Let(v, value, Select(mask, v, w))``), which the rewrite leaves alone (a
+    statement-level binding before the store made StorageRewrite fail on a persistent step
+    compiled alone). Every load of those values is at the element's own place in its buffer, in
+    bounds for a row that has ended too, and a select keeps a NaN or Inf of the value it drops out
+    of the result, as the branch did. Only selects on a mask: others may guard a load that would
+    be out of bounds."""
     if not MASKED_SELECTS_WITHOUT_BRANCHES:
         return mod
 
+    def on_select(select, mutator):
+        select = mutator.default_mutate(select)  # (a select inside one of its values first)
+        if not _reads_a_mask(select.condition):
+            return select
+        bound, values = [], []
+        for value in (select.true_value, select.false_value):
+            if _contains(value, tvm.ir.TensorLoad, lambda _: True):
+                var = tirx.Var(f"masked_value{len(bound)}", value.ty)
+                bound.append((var, value))
+                value = var
+            values.append(value)
+        result = tirx.Select(select.condition, *values)
+        for var, value in reversed(bound):
+            result = tirx.Let(var, value, result)
+        return result
+
     def on_store(store, mutator):
         store = mutator.default_mutate(store)
-        bindings = []
-
-        def on_select(select, inner):
-            select = inner.default_mutate(select)
-            if not _reads_a_mask(select.condition):
-                return select
-            values = []
-            for value in (select.true_value, select.false_value):
-                if _contains(value, tvm.ir.TensorLoad, lambda _: True):
-                    var = tirx.Var(f"masked_value{len(bindings)}", value.ty)
-                    bindings.append((var, value))
-                    value = var
-                values.append(value)
-            return tirx.Select(select.condition, *values)
-
         value = tvm_ffi.structural_mutate(store.value, [(tirx.Select, on_select)])
-        if not bindings:
-            return store
-        return tirx.SeqStmt([*(tirx.LetStmt(var, bound) for var, bound in bindings),
-                             tirx.BufferStore(store.buffer, value, store.indices)])
+        return store if value.same_as(store.value) else tirx.BufferStore(store.buffer, value, store.indices)
 
     updates = {}
     for gvar, func in mod.functions.items():
