@@ -70,6 +70,8 @@ def test_a_vetoed_record_is_skipped_by_build_distill_and_list(logs, tmp_path, mo
     key = records.workload_key(_kernel())
     index = records.LogIndex(folder)
     ranked = index.fastest(key)
+    # (the tiny run's confirm_best may have vetoed records of its own, as timing had it)
+    logged = len(index.fastest(key, vetoed=True))
     assert len(ranked) >= 3 and records.record_origin(ranked[0][1], records.seeded_traces(_kernel(), TARGET)) != "default"
     monkeypatch.setenv("TVMRNN_CACHE_DIR", str(tmp_path / "cache"))
     first = _build(root, cache=True)
@@ -78,7 +80,7 @@ def test_a_vetoed_record_is_skipped_by_build_distill_and_list(logs, tmp_path, mo
     PassChecks(folder).add_record(key, ranked[0][1], "vetoed")
     index = records.LogIndex(folder)
     assert [r for _, r, _ in index.fastest(key)] == [r for _, r, _ in ranked[1:]]
-    assert len(index.fastest(key, vetoed=True)) == len(ranked)  # the record stays in the logs
+    assert len(index.fastest(key, vetoed=True)) == logged  # the record stays in the logs
     second = _build(root, cache=True)  # not the cached build: the verdicts are part of its key
     assert not second.from_cache
     assert record_digest(second.records[STEP]["record"]) == record_digest(ranked[1][1])
