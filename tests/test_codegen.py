@@ -199,11 +199,10 @@ def test_cuda_split_k_variants_fit_the_gpu(cell, tmp_path, sampled):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_cuda_row_tiles_for_many_rows(tmp_path, sampled):
     """Per-step GEMMs with many rows take row tiles: every listed shape (a spread of them but with
-    ``--full-grid``) compiles for sm_90, is a
-    distinct schedule and a point of the template's space (the default's knob setting schedules
-    the kernel as the default does), the default assembles without spills. Persistent steps of many rows take
-    row tiles too (weights on chip, a block's own rows staged each step), and a build at 20 rows
-    keeps split-K's persistent forward."""
+    ``--full-grid``) compiles for sm_90, is a distinct schedule and a point of the template's space
+    (the default's knob setting schedules the kernel as the default does), the default assembles
+    without spills. Persistent steps of many rows take row tiles too (weights on chip, a block's
+    own rows staged each step), and a build at 20 rows keeps split-K's persistent forward."""
     import tvm
     import tvm_ffi
     from tvmrnn import kernels
@@ -341,8 +340,8 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
 def test_cuda_matmul_variants_fit_the_gpu(tmp_path, sampled):
     """Every shape tuning seeds the all-steps GEMMs with (``gpu_matmul``: block shapes, reduction
-    tiles, double-buffering, cp.async stages; a spread of them but with ``--full-grid``) compiles for sm_90 within 48 KB of static shared
-    memory (or in dynamic shared memory), reads its shared tiles with 128-bit loads and global
+    tiles, double-buffering, cp.async stages; a spread of them but with ``--full-grid``) compiles
+    for sm_90 within 48 KB of static shared memory (or in dynamic shared memory), reads its shared tiles with 128-bit loads and global
     memory with scalar ones; the default assembles without spilling. Odd sizes (padded tiles) too."""
     import json
     import tvm
@@ -1905,7 +1904,7 @@ def test_cpu_backward_weight_copies_whose_panels_do_not_divide_k_pad_the_last(mo
     meta = package.read_metadata(tmp_path / "padded_backward.so")
     assert meta["padded_inputs"] == [[90, 96], [123, 128], [246, 256]]
     assert meta["backward_weight_panels"] == {"90": 48, "123": 64, "246": 64}
-    if "avx512f" not in open("/proc/cpuinfo").read():
+    if not cpu_has("avx512f"):
         pytest.skip("this CPU does not run AVX-512 code (packing runs the build's kernels)")
     import torch
     torch.manual_seed(2)

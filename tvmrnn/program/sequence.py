@@ -606,12 +606,18 @@ def cpu_locals_on_stack(mod, _ctx):
             return tirx.AllocBuffer(node.buffer, {**node.annotations, "disable_lower_builtin": tvm.tirx.IntImm("bool", 1)}, node.span)
         return node
 
+    return _mutate_bodies(mod, "llvm", [(tirx.AllocBuffer, mark)])
+
+
+def _mutate_bodies(mod, kind: str, callbacks, wanted=lambda body: True):
+    """``mod`` with the bodies of its functions for targets of ``kind`` (``"llvm"``, ``"cuda"``)
+    that are ``wanted`` mutated by ``callbacks`` (``tvm_ffi.structural_mutate``'s)."""
     updates = {}
     for gvar, func in mod.functions.items():
         target = func.attrs.get("target") if isinstance(func, tirx.PrimFunc) and func.attrs is not None else None
-        if target is None or target.kind.name != "llvm":
+        if target is None or target.kind.name != kind or not wanted(func.body):
             continue
-        body = tvm_ffi.structural_mutate(func.body, [(tirx.AllocBuffer, mark)])
+        body = tvm_ffi.structural_mutate(func.body, callbacks)
         if not body.same_as(func.body):
             updates[gvar] = func.with_body(body)
     for gvar, func in updates.items():
@@ -673,17 +679,7 @@ def masked_selects_without_branches(mod, _ctx):
         value = tvm_ffi.structural_mutate(store.value, [(tirx.Select, on_select)])
         return store if value.same_as(store.value) else tirx.BufferStore(store.buffer, value, store.indices)
 
-    updates = {}
-    for gvar, func in mod.functions.items():
-        target = func.attrs.get("target") if isinstance(func, tirx.PrimFunc) and func.attrs is not None else None
-        if target is None or target.kind.name != "cuda" or not _reads_a_mask(func.body):
-            continue
-        body = tvm_ffi.structural_mutate(func.body, [(tirx.BufferStore, on_store)])
-        if not body.same_as(func.body):
-            updates[gvar] = func.with_body(body)
-    for gvar, func in updates.items():
-        mod[gvar] = func
-    return mod
+    return _mutate_bodies(mod, "cuda", [(tirx.BufferStore, on_store)], wanted=_reads_a_mask)
 
 
 # Whether one_alias_root_per_tensor runs (a switch for comparisons: off, a build can be wrong)
