@@ -731,7 +731,14 @@ def one_alias_root_per_tensor(mod, _ctx):
 def _tvmrnn_pipeline():
     """:func:`masked_selects_without_branches`, TVM's default TIR pipeline, then
     :func:`cooperative_grid_barriers` and :func:`merge_identical_kernels` (``tvm.compile(...,
-    tir_pipeline="tvmrnn")``)."""
+    tir_pipeline="tvmrnn")``).
+
+    The ``cp.async`` copies that GPU schedules ask for (software-pipeline stages marked async:
+    :func:`tvmrnn.schedules.cuda.gpu_matmul`) are injected after TVM's pipeline rather than by
+    its ``tirx.use_async_copy`` option, which also runs ``LowerAsyncDMA`` (Hexagon's DMA
+    lowering: it changes nothing in a CUDA kernel, yet took half of the pipeline's time, 2.9 of
+    5.8 s in a 2-layer bidirectional LSTM's build; the CUDA source is the same either way,
+    notes/performance.md v85)."""
     base, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
     # TVM 0.27's LowerWarpMemory turns the first warp-scope allocation of a statement sequence
     # into registers and leaves its siblings in warp scope (later TVM continues through them);
@@ -742,8 +749,8 @@ def _tvmrnn_pipeline():
         return tvm.transform.Sequential([*lower_warp, finalize_device(), check_shared_memory], name="tvmrnn_device")
     def host_passes():
         return tvm.transform.Sequential([finalize_host(), one_alias_root_per_tensor], name="tvmrnn_host")
-    return (tvm.transform.Sequential([masked_selects_without_branches, base, cooperative_grid_barriers,
-                                      merge_identical_kernels, cpu_locals_on_stack],
+    return (tvm.transform.Sequential([masked_selects_without_branches, base, s_tir.transform.InjectPTXAsyncCopy(),
+                                      cooperative_grid_barriers, merge_identical_kernels, cpu_locals_on_stack],
                                      name="tvmrnn"),
             host_passes, device_passes)
 
@@ -770,12 +777,13 @@ def compile_module(mod: tvm.IRModule, target):
     subexpressions itself (the kernels' PTX was within 0.5% and used the same registers without it,
     notes/performance.md, v5). It would also hide the lane index of the TF32 kernels' warp-buffer
     stores from ``LowerWarpMemory`` (:mod:`tvmrnn.schedules.tensor_cores`). CPU builds keep it."""
-    gpu = is_gpu(target)  # (and cp.async where a schedule asks for it: tvmrnn.schedules.cuda.gpu_matmul)
+    gpu = is_gpu(target)
     if not gpu and not LLVM_TBAA:  # (LLVM's option, for this compile: TVM restores its options after it)
         exported = dict(target.export())
         exported["cl-opt"] = [*exported.get("cl-opt", []), "-enable-tbaa:bool=false"]
         target = tvm.target.Target(exported)
-    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": gpu, "tirx.use_async_copy": gpu}):
+    # (no "tirx.use_async_copy": the pipeline injects cp.async itself, _tvmrnn_pipeline)
+    with tvm.transform.PassContext(config={"tirx.disable_cse_tir": gpu}):
         try:
             return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)
         except SharedMemoryError:

@@ -256,6 +256,26 @@ class LogIndex:
             yield parse()
 
 
+_INDEXES: dict[str, tuple] = {}  # folder -> (its files' stamp, LogIndex): what cached_index reads
+
+
+def cached_index(folder: str) -> LogIndex:
+    """The folder's :class:`LogIndex`, read once in a process while its files stay as they are
+    (the same names, files, sizes and modification times; a tuning run appending records or a pass check
+    changes them, and the next call reads the folder again). Builds read through it: reading the
+    H100's logs took ~1 s of every build for that target (its workloads' JSON), as much as a
+    small build's kernels. Read-only use: the index is shared."""
+    folder = os.path.abspath(folder)
+    try:
+        stamp = tuple(sorted((e.name, e.inode(), e.stat().st_mtime_ns, e.stat().st_size) for e in os.scandir(folder)))
+    except OSError:
+        return LogIndex(folder)  # (LogIndex says what is wrong with it)
+    held = _INDEXES.get(folder)
+    if held is None or held[0] != stamp:
+        held = _INDEXES[folder] = (stamp, LogIndex(folder))
+    return held[1]
+
+
 def records_of(db, kernel: Kernel) -> list:
     mod = workload(kernel)
     if not db.has_workload(mod):
@@ -727,7 +747,7 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
     its JSON}``), for the kernels that took one.
     """
     folder = logs_folder(tuning_logs, target)
-    logs = LogIndex(folder) if folder else None
+    logs = cached_index(folder) if folder else None
     checks = logs.checks if logs is not None else PassChecks(None)
     path = None if records_off(tuning_logs) else records_file(target)
     shipped = RecordDatabase(path) if path else None
