@@ -1026,3 +1026,32 @@ def test_masked_chunk_gemms_replay_their_twins_records_and_skip_ended_rows(cell,
             replayed += 1
         assert "if mask[" in func.script(), kernel.name
     assert replayed >= 2, used
+
+
+def test_builds_read_a_log_folder_once_until_its_files_change(tmp_path):
+    """``records.cached_index`` (what builds read logs through) reads a folder once while its
+    files stay as they are, and again after a tuning run adds a record or a pass check a verdict."""
+    import lzma
+    from tvmrnn.tune import pass_checks
+    shipped = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tuning_logs", "cuda-sm_90")
+    run = sorted(glob.glob(os.path.join(shipped, "*_tuning_record.json.xz")), key=os.path.getsize)[0]
+    for path in (run, run.replace("_tuning_record", "_workload")):
+        shutil.copy(path, tmp_path)
+    first = records.cached_index(str(tmp_path))
+    assert records.cached_index(str(tmp_path)) is first
+    logged = sum(first.counts.values())
+    assert logged > 0
+    copied = os.path.join(tmp_path, os.path.basename(run))
+    with lzma.open(copied) as f:
+        lines = f.read().splitlines()
+    with lzma.open(copied, "wb") as f:  # a run's record appended (the same size is not likely: one more line)
+        f.write(b"\n".join(lines + lines[-1:]) + b"\n")
+    second = records.cached_index(str(tmp_path))
+    assert second is not first and sum(second.counts.values()) == logged + 1
+    key = next(iter(second.records))
+    record = second.fastest(key)[0][1]
+    assert not second.checks.vetoed(key, record)
+    pass_checks.PassChecks(str(tmp_path)).add_record(key, record, "vetoed")
+    third = records.cached_index(str(tmp_path))
+    assert third is not second and third.checks.vetoed(key, record)
+    assert records.cached_index(str(tmp_path)) is third
