@@ -67,7 +67,11 @@ def test_the_log_index_serves_the_best_records_and_counts_all(tuned_logs):
     folder = os.path.join(log_dir, records.target_key(tvmrnn.device.host_target()))
     every, logs = records.load_records(folder), records.LogIndex(folder)
     assert len(records.records_of(every, task.kernel)) == trials == logs.trials(task.kernel)
-    expected = every.get_top_k(every.commit_workload(records.workload(task.kernel)), 3)
+    # (without the records the tuning run's confirm_best vetoed: it vetoes by timing, and under
+    # load it may veto the best)
+    key = records.LogIndex._key(records.workload(task.kernel))
+    expected = [r for r in every.get_top_k(every.commit_workload(records.workload(task.kernel)), trials)
+                if not logs.checks.vetoed(key, r.as_json())][:3]
     kept = list(logs.best(task.kernel, 3))
     assert [str(r.trace) for r in kept] == [str(r.trace) for r in expected]
     assert [list(map(float, r.run_secs)) for r in kept] == [list(map(float, r.run_secs)) for r in expected]
