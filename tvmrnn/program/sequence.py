@@ -736,9 +736,12 @@ def _tvmrnn_pipeline():
     The ``cp.async`` copies that GPU schedules ask for (software-pipeline stages marked async:
     :func:`tvmrnn.schedules.cuda.gpu_matmul`) are injected after TVM's pipeline rather than by
     its ``tirx.use_async_copy`` option, which also runs ``LowerAsyncDMA`` (Hexagon's DMA
-    lowering: it changes nothing in a CUDA kernel, yet took half of the pipeline's time, 2.9 of
-    5.8 s in a 2-layer bidirectional LSTM's build; the CUDA source is the same either way,
-    notes/performance.md v85)."""
+    lowering). That pass left tvmrnn's kernels as they were (the CUDA source of whole builds and
+    of ~350 tiled-GEMM settings was the same either way, notes/performance.md v85), yet took half
+    of the pipeline's time (2.9 of 5.8 s in a 2-layer bidirectional LSTM's build); where a thread
+    copies a contiguous run in a serial loop of an async stage (no tvmrnn schedule does), it
+    makes a Hexagon DMA call that CUDA code cannot compile, and ``InjectPTXAsyncCopy`` alone
+    gives ``cp.async``."""
     base, finalize_host, finalize_device = tirx.get_tir_pipeline("s_tir")
     # TVM 0.27's LowerWarpMemory turns the first warp-scope allocation of a statement sequence
     # into registers and leaves its siblings in warp scope (later TVM continues through them);

@@ -19,6 +19,7 @@ The workload of a kernel (:func:`workload`) is defined here once, for tuning and
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import glob
@@ -256,24 +257,25 @@ class LogIndex:
             yield parse()
 
 
-_INDEXES: dict[str, tuple] = {}  # folder -> (its files' stamp, LogIndex): what cached_index reads
+_INDEX: list = []  # [(folder, its files' stamp, LogIndex)]: the last folder cached_index read
 
 
 def cached_index(folder: str) -> LogIndex:
     """The folder's :class:`LogIndex`, read once in a process while its files stay as they are
-    (the same names, files, sizes and modification times; a tuning run appending records or a pass check
-    changes them, and the next call reads the folder again). Builds read through it: reading the
-    H100's logs took ~1 s of every build for that target (its workloads' JSON), as much as a
-    small build's kernels. Read-only use: the index is shared."""
+    (the same names, files, sizes and modification times; a tuning run appending records or a
+    pass check changes them, and the next call reads the folder again). Builds read through it:
+    reading the H100's logs took ~1 s of every build for that target (its workloads' JSON), as
+    much as a small build's kernels. One folder is held (the H100's index: ~90 MB; pass tuning
+    builds from a temporary mirror a candidate, which replaces it). Read-only use: the index is
+    shared (:func:`scheduler` hands out copies of its records)."""
     folder = os.path.abspath(folder)
     try:
         stamp = tuple(sorted((e.name, e.inode(), e.stat().st_mtime_ns, e.stat().st_size) for e in os.scandir(folder)))
     except OSError:
         return LogIndex(folder)  # (LogIndex says what is wrong with it)
-    held = _INDEXES.get(folder)
-    if held is None or held[0] != stamp:
-        held = _INDEXES[folder] = (stamp, LogIndex(folder))
-    return held[1]
+    if not (_INDEX and _INDEX[0][:2] == (folder, stamp)):
+        _INDEX[:] = [(folder, stamp, LogIndex(folder))]
+    return _INDEX[0][2]
 
 
 def records_of(db, kernel: Kernel) -> list:
@@ -790,7 +792,8 @@ def scheduler(target: tvm.target.Target, tuning_logs=None, allow_tf32: bool = Fa
 
     def take(kernel, how, func, key, where, record_json):
         used[kernel.name] = how
-        picked[kernel.name] = {"workload": key, "where": where, "record": record_json}
+        # (a copy: the JSON is the log index's, which later builds of this process read: cached_index)
+        picked[kernel.name] = {"workload": key, "where": where, "record": copy.deepcopy(record_json)}
         return func
 
     def pick(kernel: Kernel):
