@@ -167,6 +167,17 @@ class BuildOptions:
         of split-K's blocks of a few units each and a grid barrier a step. The blocks' code is that
         of the row tiles measured at 128 rows (notes v57-v59). None: on (where it applies and
         ``persistent_blocks`` is not given); ``tvmrnn-tune``'s whole-pass stage tries it off.
+    layer_wavefront : bool or None
+        The inference forward of a unidirectional stack (2 layers or more, without projections)
+        runs its layers as a wavefront, as cuDNN does: chunks of :data:`tvmrnn.program.passes.WAVE_STEPS`
+        steps, layer l on chunk k while layer l+1 runs chunk k-1, all layers' steps in one launch
+        (a leading axis over layers, as over the two directions of a bidirectional layer). A step
+        that leaves most of the GPU idle (few rows, small hidden sizes) then does the work of
+        every layer in the time of one. None: GPUs, where every layer's recurrent weights fit the
+        chip's shared memory at once (:func:`tvmrnn.program.passes.layer_wavefront`) and the
+        stacked steps run persistent (else the build takes the layers one after another);
+        ``tvmrnn-tune``'s whole-pass stage tries the other choice. True on a CPU: correct, for
+        tests (its steps are not faster there).
     """
 
     persistent: str = field(default_factory=_persistent_default)
@@ -187,6 +198,7 @@ class BuildOptions:
     tensor_core_steps: bool | None = None
     half_operands: bool | None = None
     row_groups: bool | None = None
+    layer_wavefront: bool | None = None
 
     def __post_init__(self):
         persistent = _PERSISTENT_ALIASES.get(self.persistent, self.persistent) if isinstance(
@@ -201,7 +213,7 @@ class BuildOptions:
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected True or False, got {getattr(self, name)!r}")
         for name in ("stack_directions", "interleave_projections", "time_loop_regions", "weight_panels", "gradient_panels",
-                     "tensor_core_steps", "half_operands", "row_groups"):
+                     "tensor_core_steps", "half_operands", "row_groups", "layer_wavefront"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 raise TypeError(f"options.{name}: expected None, True or False, got {getattr(self, name)!r}")
         if self.chunk_steps is not None:
@@ -268,7 +280,8 @@ class BuildOptions:
 # the pass-level choices that ``tvmrnn-tune`` measures as whole passes (tvmrnn.runtime.pass_tuning)
 # and ``build`` applies from its verdicts where the options leave them to the target: each one's
 # "the target decides" value
-TUNED_FIELDS = {"persistent": "auto", "persistent_blocks": None, "row_groups": None, "stack_directions": None, "interleave_projections": None,
+TUNED_FIELDS = {"persistent": "auto", "persistent_blocks": None, "row_groups": None, "layer_wavefront": None,
+                "stack_directions": None, "interleave_projections": None,
                 "weight_panels": None, "gradient_panels": None, "chunk_steps": None, "time_loop_regions": None}
 
 

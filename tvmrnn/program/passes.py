@@ -44,7 +44,7 @@ from ..options import BuildOptions
 from ..schedules.cpu import backward_panel, gradient_panel, input_panel, packed_units, padded_inputs, weight_panel
 from ..schedules.common import is_gpu
 from ..cells.parameters import Layout
-from ..device import dependent_launch, persistent_block_caps, shared_kernels
+from ..device import dependent_launch, device_model, persistent_block_caps, shared_kernels
 from .sequence import GpuKernels, Program, Stacked, Subroutines, _const
 
 # The all-steps GEMMs (input projection, weight and input gradients) run over chunks of steps with
@@ -360,6 +360,37 @@ def stack_directions(target, options: BuildOptions) -> bool:
 CPU_STACK_MIN_CORES = 8
 
 
+# A unidirectional stack's inference forward as a wavefront of its layers (``BuildOptions.layer_wavefront``):
+# chunks of this many steps (even: a layer's state rows alternate with the step's parity, the
+# same in every layer of a wave), layer l on chunk k while layer l+1 runs chunk k-1. Per wave, a
+# projection launch per layer and one launch of every layer's steps; the first and last waves
+# run fewer layers (L - 1 chunks of skew in all).
+WAVE_STEPS = 64
+# the share of the chip's shared memory (SMs x a block's) that all layers' recurrent weights may
+# take for the wavefront to be the default: each layer's steps keep their weights on chip, and
+# the stacked step runs every layer's blocks at once
+WAVE_WEIGHT_SHARE = 0.5
+
+
+def layer_wavefront(config: Config, target, options: BuildOptions) -> bool:
+    """Whether the inference forward runs its layers as a wavefront (:func:`_wavefront_forward`):
+    unidirectional stacks of 2 layers or more without projections, where ``options.layer_wavefront``
+    says so; where it is None, GPUs whose SMs' shared memory holds every layer's recurrent
+    weights with room to spare (:data:`WAVE_WEIGHT_SHARE`). A build whose stacked steps then do
+    not all run persistent takes the layers one after another (:func:`all_programs`)."""
+    if config.num_directions != 1 or config.num_layers < 2 or config.proj_size:
+        return False
+    if options.layer_wavefront is not None:
+        return options.layer_wavefront
+    if target is None or not is_gpu(target):
+        return False
+    model = device_model(target)
+    if not model.multiprocessors:
+        return False
+    weights = 4 * config.cell.num_gates * config.hidden_size * config.state_size * config.num_layers
+    return weights <= WAVE_WEIGHT_SHARE * model.multiprocessors * model.shared_bytes_per_block
+
+
 def _direction_groups(config: Config, stacked: bool) -> list[tuple[int, ...]]:
     """The directions whose time loops run together (one launch per step for each group)."""
     D = config.num_directions
@@ -465,7 +496,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
                     subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
-                    tail_rows: int = 0, proj_panel: int = 0, skip_ended: bool = False) -> Program:
+                    tail_rows: int = 0, proj_panel: int = 0, skip_ended: bool = False, wave: int = 0) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
@@ -478,7 +509,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     two calls, the recurrent step into ``r`` and its projection (:func:`kernels.projection_step`,
     its weights in panels of ``proj_panel`` units), both stacked where the directions are.
     ``skip_ended`` (variable lengths, CPUs): the input projections take the chunk's mask and skip
-    the rows that have ended (:func:`kernels.input_projection`'s ``masked``)."""
+    the rows that have ended (:func:`kernels.input_projection`'s ``masked``). ``wave``: the
+    inference forward of a unidirectional stack without projections runs its layers as a
+    wavefront of chunks of that many steps (:func:`_wavefront_forward`; 0: layer after layer)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
@@ -497,7 +530,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     # the input projections of the directions that run together (one, or both)
     gate_axes = kernels.gate_axes(panel)
     interleave = interleave and persistent_blocks is None
-    gx = prog.tensor("gx", (len(groups[0]), max(chunks) if interleave else T, N, *kernels.gate_shape(H, G, panel)),
+    wave = wave if wave and not train and D == 1 and L > 1 and not P else 0
+    gx_steps = wave or (max(chunks) if interleave else T)
+    gx = prog.tensor("gx", (L if wave else len(groups[0]), gx_steps, N, *kernels.gate_shape(H, G, panel)),
                      ("d", "t", "n", *gate_axes))
     masked = config.options.variable_lengths
     # per step and row, 1 while the row's sequence runs (variable lengths; see kernels.recurrent_step)
@@ -514,9 +549,15 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     else:
         hs = prog.tensor("h_state", (LD, 2, N, S), ("ld", "t", "n", "j"))
         cs = prog.tensor("c_state", (LD, 2, N, H), ("ld", "t", "n", "j")) if c.has_cell_state else None
-        outs = prog.tensor("layer_out", (min(L - 1, 2), T, N, D * S), ("l", "t", "n", "j")) if L > 1 else None
+        # (a wavefront's layers each write their own: one tensor for every layer's steps, the last's too)
+        outs = prog.tensor("layer_out", (L if wave else min(L - 1, 2), T, N, D * S),
+                           ("l", "t", "n", "j")) if L > 1 else None
         # a step's r, projected at once (a direction each where they run together)
         rs = prog.tensor("r_state", (len(groups[0]), N, H), ("d", "n", "j")) if P else None
+    if wave:
+        _wavefront_forward(prog, config, T, wave, chunks, panel, x=x, h0=h0, c0=c0, w=w, y=y, hy=hy, cy=cy, gx=gx,
+                           mask=mask, hs=hs, cs=cs, outs=outs)
+        return prog
 
     copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
     for l in range(L):
@@ -629,6 +670,125 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                 if cs is not None:
                     prog.call(copy, src=cs.at("n", "j", ld=ld, t=last), dst=cy.at("n", "j", ld=ld))
     return prog
+
+
+def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[int, ...], panel: int, *, x, h0, c0,
+                       w, y, hy, cy, gx, mask, hs, cs, outs) -> None:
+    """A unidirectional stack's inference forward as a wavefront of its layers (cuDNN runs its
+    stacks so): the time axis in chunks of ``C`` steps, wave ``k`` runs layer l's chunk ``k - l``
+    for every layer that has one, all of them in one launch a step (the step kernel with a leading
+    axis over the wave's layers, as over the two directions of a bidirectional layer), after each
+    layer's input projection of its chunk (layer l+1's reads what layer l wrote in the wave before).
+    A step of few rows leaves most of a GPU idle: L layers' steps take about the time of one.
+
+    ``q``, the whole chunks the waves cover, is T // C where that is at least L - 1 (so that the
+    first L - 1 waves, which start the layers one after another, and the last L - 1, which finish
+    them, have static sets of layers), else 0; the steps after ``q * C`` (all of them where q is
+    0) run layer after layer in interleaved chunks (each chunk's projection, then its steps). The
+    stacked step reads the layers' recurrent weights one stride apart (copies, made first: the
+    packed layout puts each layer's input weights between them) and writes every layer's output
+    into ``outs`` (the last layer's too: one tensor for the stack), the last layer's chunk then
+    copied into ``y``. States ping-pong between two rows by the step's parity, which a wave's
+    layers share (``C`` is even)."""
+    c, N, H, L, G, I = config.cell, config.rows, config.hidden_size, config.num_layers, config.cell.num_gates, config.input_size
+    S, layout = config.state_size, config.layout
+    if C % 2:
+        raise AssertionError(f"wavefront chunks of {C} steps: an even number is needed (states by parity)")
+    gate_axes = kernels.gate_axes(panel)
+    masked = mask is not None
+    copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
+    for l in range(L):
+        prog.call(copy_h, src=h0.at("n", "j", ld=l), dst=hs.at("n", "j", ld=l, t=0))
+        if cs is not None:
+            prog.call(copy, src=c0.at("n", "j", ld=l), dst=cs.at("n", "j", ld=l, t=0))
+
+    def offsets(l):  # where layer l's recurrent parameters sit in the packed buffer, by the step's role
+        found = {"w": layout.packed_offset(layout.slot(l, 0, "weight_hh")),
+                 "b": layout.packed_offset(layout.slot(l, 0, "bias_hh"))}
+        if c.unit_params:
+            found["unit"] = layout.unit_offset(l, 0, packed=True)
+        return found
+    single = kernels.recurrent_step(c, N, H, False, panel=panel, masked=masked)
+    sizes = {role: math.prod(int(d) for d in single.func.params[single.roles.index(role)].shape)
+             for role in offsets(0)}
+    stride = sum(sizes.values())
+    stacked_w = prog.flat("wave_weights", L * stride)
+    for l in range(L):
+        start = l * stride
+        for role, offset in offsets(l).items():
+            prog.call(kernels.copy(1, sizes[role]), src=w.piece(offset), dst=stacked_w.piece(start))
+            start += sizes[role]
+
+    def weights(l, stacked: bool):
+        if not stacked:
+            return {role: w.piece(offset) for role, offset in offsets(l).items()}
+        found, start = {}, l * stride
+        for role in offsets(l):
+            found[role] = stacked_w.piece(start)
+            start += sizes[role]
+        return found
+
+    def project(l, t0, size, slot):  # layer l's input projection of steps t0.. into gx[slot]
+        k = kernels.input_projection(size, N, I if l == 0 else S, H, G, panel=panel)
+        src = x.at("t", "n", "k", t=t0) if l == 0 else outs.at("t", "n", "j", l=l - 1, t=t0)
+        prog.call(k, x=src, w=w.piece(layout.packed_offset(layout.slot(l, 0, "weight_ih"))),
+                  b=w.piece(layout.packed_offset(layout.slot(l, 0, "bias_ih"))),
+                  gx=gx.at("t", "n", *gate_axes, d=slot, t=0))
+
+    def views(l, s, t_gx, slot, parity, stacked, out):  # layer l's step at time s
+        rows = (tirx.floormod(parity, 2), tirx.floormod(parity + 1, 2))
+        found = dict(gx=gx.at("n", *gate_axes, d=slot, t=t_gx), h_prev=hs.at("n", "j", ld=l, t=rows[0]),
+                     h=hs.at("n", "j", ld=l, t=rows[1]), y=out, **weights(l, stacked))
+        if cs is not None:
+            found.update(c_prev=cs.at("n", "j", ld=l, t=rows[0]), c=cs.at("n", "j", ld=l, t=rows[1]))
+        if masked:
+            found["mask"] = mask.at("n", t=s)
+        return found
+
+    chunks_whole = tirx.floordiv(T, C)
+    q = tirx.Select(chunks_whole >= L - 1, chunks_whole, _const(0))
+    some = tirx.Select(q > 0, _const(1), _const(0))
+
+    def wave(k, lo, hi):  # wave k: layers lo..hi, layer l on its chunk k - l
+        for l in range(lo, hi + 1):
+            project(l, (k - l) * C, C, l)
+        step = kernels.recurrent_step(c, N, H, False, directions=hi - lo + 1, panel=panel, masked=masked)
+        with prog.loop(C, "step") as v:
+            per_layer = [views(l, (k - l) * C + v, v, l, v, hi > lo, outs.at("n", "j", l=l, t=(k - l) * C + v))
+                         for l in range(lo, hi + 1)]
+            if hi == lo:
+                prog.call(step, **per_layer[0])
+            else:
+                prog.call(step, **{role: Stacked(tuple(p[role] for p in per_layer)) for role in per_layer[0]})
+        if hi == L - 1:  # the last layer's chunk, into y
+            t0 = (k - L + 1) * C
+            prog.call(kernels.copy_steps(C, N, S), src=outs.at("t", "n", "j", l=L - 1, t=t0), dst=y.at("t", "n", "j", t=t0))
+
+    for first in range(L - 1):  # the layers starting: wave `first` runs layers 0..first
+        with prog.loop(some, f"wave_start{first}"):
+            wave(first, 0, first)
+    with prog.loop(tirx.Select(q > 0, q - (L - 1), _const(0)), "wave") as i:  # every layer
+        wave(i + L - 1, 0, L - 1)
+    for lo in range(1, L):  # the layers finishing: wave q - 1 + lo runs layers lo..L-1
+        with prog.loop(some, f"wave_end{lo}"):
+            wave(q - 1 + lo, lo, L - 1)
+    # the steps after the waves' chunks, layer after layer
+    sizes_left = tuple(sorted({C, *(s for s in chunks if s < C)}, reverse=True))
+    step = kernels.recurrent_step(c, N, H, False, panel=panel, masked=masked)
+    for l in range(L):
+        def chunk(start, size, _l=l):
+            t0 = q * C + start
+            project(_l, t0, size, 0)
+            with prog.loop(size, "step") as v:
+                s = t0 + v
+                out = y.at("n", "j", t=s) if _l == L - 1 else outs.at("n", "j", l=_l, t=s)
+                prog.call(step, **views(_l, s, v, 0, s, False, out))
+        prog.chunked(T - q * C, sizes_left, chunk)
+    for l in range(L):
+        last = tirx.floormod(T, 2)
+        prog.call(copy_h, src=hs.at("n", "j", ld=l, t=last), dst=hy.at("n", "j", ld=l))
+        if cs is not None:
+            prog.call(copy, src=cs.at("n", "j", ld=l, t=last), dst=cy.at("n", "j", ld=l))
 
 
 # From how many units a cell whose dgh is not its dgx (the GRU) packs each into panels for its
@@ -1165,8 +1325,17 @@ def all_programs(config: Config, schedule, target=None,
     tails = dict(tail_flops=tail_flops(target), tail_rows=tail_rows(target))
     # (CPU schedules skip ended rows' products: tvmrnn.schedules.ended_rows; GPU ones do not)
     how["skip_ended"] = options.variable_lengths and not (target is not None and is_gpu(target))
-    programs = (forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
-                                interleave=interleave, proj_panel=proj_panel, **tails, **how),
+    inference = None
+    if layer_wavefront(config, target, options):
+        inference = forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
+                                    interleave=interleave, proj_panel=proj_panel, wave=WAVE_STEPS, **tails, **how)
+        if (options.layer_wavefront is None and inference.persistent_blocks is not None
+                and not inference.all_step_loops_persistent):
+            inference = None  # a wave of launches a step: the layers one after another instead
+    if inference is None:
+        inference = forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
+                                    interleave=interleave, proj_panel=proj_panel, **tails, **how)
+    programs = (inference,
                 forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
                                 interleave=interleave, proj_panel=proj_panel, **tails, **how),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),

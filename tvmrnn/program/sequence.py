@@ -142,9 +142,11 @@ class FlatTensor(SequenceTensor):
 @dataclass
 class Stacked:
     """Views of one tensor for a kernel with a leading batch axis (:attr:`Kernel.batch`): the
-    axis's i-th entry is ``views[i]``. Its stride is the distance between the two views, an
-    expression in the loop variables that may be negative: both directions of a layer at step
-    ``u`` sit at times ``u`` and ``T-1-u``, so one of them is ``T-1-2u`` rows further on."""
+    axis's i-th entry is ``views[i]``. Its stride is the distance between consecutive views (the
+    same between every two), an expression in the loop variables that may be negative: both
+    directions of a layer at step ``u`` sit at times ``u`` and ``T-1-u``, so one of them is
+    ``T-1-2u`` rows further on; a wavefront's layers (``passes.WAVE_STEPS``) a layer's slot on and
+    a chunk of steps back."""
 
     views: tuple[View, ...]
 
@@ -158,13 +160,18 @@ def _offset(view: View):
 
 def _view_layout(view, param) -> tuple:
     """(data pointer, element offset, strides) of the view that binds kernel parameter ``param``
-    (a :class:`View`, or a :class:`Stacked` pair for a leading axis of 2)."""
+    (a :class:`View`, or a :class:`Stacked` of them for a leading axis)."""
     shape = list(param.shape)
     lead = []
     if isinstance(view, Stacked):
-        if len(view.views) != 2 or int(shape[0]) != 2 or view.views[0].tensor is not view.views[1].tensor:
-            raise AssertionError(f"{param.name}: a stack of two views of one tensor for a leading axis of 2")
-        lead = [_offset(view.views[1]) - _offset(view.views[0])]
+        views = view.views
+        if len(views) < 2 or int(shape[0]) != len(views) or any(v.tensor is not views[0].tensor for v in views):
+            raise AssertionError(f"{param.name}: a stack of {int(shape[0])} views of one tensor for its leading axis")
+        lead = [_offset(views[1]) - _offset(views[0])]
+        analyzer = tvm.sym.Analyzer()
+        for a, b in zip(views[1:], views[2:]):
+            if not analyzer.can_prove_equal(_offset(b) - _offset(a), lead[0]):
+                raise AssertionError(f"{param.name}: the stacked views are not one stride apart")
         shape = shape[1:]
         view = view.views[0]
     t = view.tensor
@@ -1335,6 +1342,11 @@ class Program:
         offsets, own = self._placed(scratch)
         pooled = [tirx.const(o, I32) for o in offsets if o is not None]
         return pooled + ([_byte_offset(tirx.buffer_data(self._pool), 0)] if pooled else []) + own
+
+    @property
+    def all_step_loops_persistent(self) -> bool:
+        """Whether every time loop became a persistent kernel (none stayed a loop of launches)."""
+        return self._persistent_loops == len(self._step_loops)
 
     @property
     def uses_persistent_loops(self) -> bool:

@@ -42,7 +42,7 @@ import tvm
 from ..device import FEW_ROWS_BATCH, multiprocessors
 from ..options import BuildOptions, left_to_target
 from ..program.passes import (GPU_CHUNK_STEPS, GPU_SHORT_CHUNK_STEPS, GPU_WIDE_CHUNK_STEPS, chunk_steps,
-                              loop_block_caps, stack_directions)
+                              layer_wavefront, loop_block_caps, stack_directions)
 from ..schedules import common
 from ..schedules.common import is_gpu
 from ..tune import records
@@ -295,6 +295,8 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
         found.append(("row_groups", False))
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
+    elif gpu and config.num_layers > 1 and not config.proj_size:  # the other choice than the target's
+        found.append(("layer_wavefront", not layer_wavefront(config, target, config.options)))
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False),
                   ("time_loop_regions", False)]

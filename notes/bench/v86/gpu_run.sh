@@ -3,6 +3,7 @@
 #   cuda     every CUDA test (v85's pipeline change: 65% of them ran in v85), LIMIT seconds
 #   masks    the masked DS2 bidirectional LSTM profiled with training (forward_train, backward), and unmasked
 #   gruab    issue 37's GRU at 32-160 rows: row groups against the few-row tiles / split-K (v85's A/B)
+#   wave     v86's layer wavefront (inference of unidirectional stacks) against the layers one after another
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 part=${1:-cuda}
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $OUT/device.txt
@@ -23,4 +24,10 @@ if [ $part = gruab ]; then
     FLAG=tvmrnn.schedules.common.GPU_FEW_ROW_TILE_GATES OLD=None NEW=4 NEW_OPTIONS='{"row_groups": False}' \
         timeout ${LIMIT:-400} python3 notes/bench/v78/const_ab.py ${SHAPES:-gru:32:126:126:700:3 gru:64:128:128:300 gru:48:160:160:300} \
         2>&1 | grep -v Warn | tee $OUT/gru_rowgroups_ab.txt | tail -20
+fi
+if [ $part = wave ]; then
+    # the layer wavefront (v86, on by default where it applies) against the layers one after another
+    FLAG=tvmrnn.program.passes.WAVE_STEPS OLD=None NEW=64 NEW_OPTIONS='{"layer_wavefront": False}' \
+        timeout ${LIMIT:-400} python3 notes/bench/v78/const_ab.py ${SHAPES:-gru:32:126:126:700:3 lstm:32:126:126:700:3 lstm:8:455:455:300:2 lstm:64:256:256:100:2 gru:16:320:320:200:4} \
+        2>&1 | grep -v Warn | tee $OUT/wavefront_ab.txt | grep -v "^ "
 fi

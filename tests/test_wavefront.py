@@ -1,0 +1,118 @@
+"""A unidirectional stack's inference forward as a wavefront of its layers
+(``BuildOptions.layer_wavefront``, ``passes._wavefront_forward``): every layer's steps of a wave
+in one launch, layer l one chunk of steps behind layer l-1. Checked on the CPU, where the option
+forces it, against torch.nn in float64 (and a custom cell against its own layer-by-layer build),
+with short chunks so that every part runs: the waves that start and finish the layers, the full
+waves between, the steps left after them, and sequences too short for any wave."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tvmrnn
+from tvmrnn.cells import examples as ex
+from tvmrnn.cells import get_cell
+from tvmrnn.program import passes
+from tvmrnn.program.sequence import FlatTensor, Stacked, _view_layout
+from conftest import rel_error, torch_module
+
+I, H, N, L = 13, 37, 3, 3
+WAVE = tvmrnn.BuildOptions(layer_wavefront=True)
+# chunks of 4 steps: at L = 3 waves need T >= 8; T = 13 runs 2 starting waves, 1 full, 2 finishing
+# and 1 step after; T = 9 none full; T = 7 no wave at all
+LENGTHS = (7, 9, 13, 22)
+
+
+@pytest.fixture
+def short_waves(monkeypatch):
+    monkeypatch.setattr(passes, "WAVE_STEPS", 4)
+
+
+def _build(cell, options=WAVE, batch_first=False, hidden=H):
+    return tvmrnn.build(cell, input_size=I, hidden_size=hidden, num_layers=L, batch_size=N, batch_first=batch_first,
+                        options=options, cache=False)
+
+
+def _steps(rnn):
+    return {k for k in rnn.schedules if k.startswith("recurrent_step") and "infer" in k}
+
+
+@pytest.mark.parametrize("cell,batch_first", [("lstm", False), ("gru", True), ("rnn_relu", False)])
+def test_wavefront_forward_matches_torch(short_waves, cell, batch_first):
+    rnn = _build(cell, batch_first=batch_first)
+    steps = _steps(rnn)
+    assert any(k.endswith("_d3") for k in steps) and any(k.endswith("_d2") for k in steps), steps
+    torch.manual_seed(1)
+    ref = torch_module(cell, I, H, L, False, batch_first).double()
+    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
+    rng = np.random.default_rng(2)
+    for T in LENGTHS:
+        shape = (N, T, I) if batch_first else (T, N, I)
+        x, h0 = rng.standard_normal(shape).astype(np.float32), rng.standard_normal((L, N, H)).astype(np.float32)
+        c0 = rng.standard_normal((L, N, H)).astype(np.float32) if cell == "lstm" else None
+        y, hy, cy = rnn.forward(w, x, h0, c0)
+        states = (torch.from_numpy(h0).double(), torch.from_numpy(c0).double()) if c0 is not None \
+            else torch.from_numpy(h0).double()
+        with torch.no_grad():
+            yr, sr = ref(torch.from_numpy(x).double(), states)
+        assert rel_error(y, yr) < 1e-5, T
+        assert rel_error(hy, sr[0] if c0 is not None else sr) < 1e-5, T
+        if c0 is not None:
+            assert rel_error(cy, sr[1]) < 1e-5, T
+    # the training forward is the layer-by-layer one, and agrees
+    y_train = rnn.forward_train(w, x, h0, c0)[0]
+    assert rel_error(y_train, y) < 1e-6
+
+
+def test_wavefront_with_lengths_and_per_unit_parameters(short_waves):
+    """A custom cell with per-unit parameters (they stack with the recurrent weights) on rows of
+    different lengths: the same as its layer-by-layer build, and as its reference."""
+    options = tvmrnn.BuildOptions(variable_lengths=True)
+    cell = ex.PEEPHOLE_LSTM
+    wave = _build(cell, options=tvmrnn.BuildOptions(variable_lengths=True, layer_wavefront=True))
+    plain = _build(cell, options=options)
+    assert any(k.endswith("_masked") and "_d3" in k for k in _steps(wave)), _steps(wave)
+    assert not any("_d" in k.rsplit("h37", 1)[-1] for k in _steps(plain)), _steps(plain)
+    rng = np.random.default_rng(3)
+    params = {name: (rng.standard_normal(shape) * 0.3).astype(np.float32)
+              for name, shape, _ in wave.config.layout.parameter_list()}
+    T = 22
+    x = rng.standard_normal((T, N, I)).astype(np.float32)
+    lengths = [22, 9, 14]
+    outs = [rnn.forward(rnn.pack_weights(params), x, lengths=lengths) for rnn in (wave, plain)]
+    for a, b in zip(outs[0], outs[1]):
+        assert rel_error(a, b) < 1e-6
+    # full lengths against the cell's reference, one step at a time in float64
+    y, hy, cy = wave.forward(wave.pack_weights(params), x, lengths=[T] * N)
+    with torch.no_grad():
+        yr, hyr, cyr = ex.reference_forward(cell, {k: torch.from_numpy(v).double() for k, v in params.items()},
+                                            torch.from_numpy(x).double(), num_layers=L)
+    assert rel_error(y, yr) < 1e-5 and rel_error(hy, hyr) < 1e-5 and rel_error(cy, cyr) < 1e-5
+
+
+def test_the_wavefront_is_the_default_where_every_layers_weights_fit_the_chip():
+    h100 = tvmrnn.device.resolve("nvidia/nvidia-h100")
+
+    def on(cell="gru", hidden=126, layers=3, bidirectional=False, target=h100, options=tvmrnn.BuildOptions(), proj=0):
+        config = passes.Config(get_cell(cell), hidden, hidden, layers, bidirectional, 32, False, proj_size=proj)
+        return passes.layer_wavefront(config, target, options)
+    assert on() and on("lstm", 455, 2)
+    assert not on(layers=1) and not on(bidirectional=True) and not on("lstm", 126, proj=64)
+    assert not on("lstm", 1024, 2)  # 33 MB of recurrent weights: more than half the H100's shared memory
+    assert not on(target=None) and on(target=None, options=WAVE)  # CPUs: only when asked
+    assert not on(options=tvmrnn.BuildOptions(layer_wavefront=False))
+
+
+def test_stacked_views_must_be_one_stride_apart():
+    """A leading axis over k views: each the same distance from the one before, else no kernel
+    could address them with one stride."""
+    from tvm import tirx
+    flat = FlatTensor("w", 100)
+    param = tirx.decl_buffer((3, 4), "float32", "p")
+    data, offset, strides = _view_layout(Stacked((flat.piece(0), flat.piece(10), flat.piece(20))), param)
+    assert int(strides[0]) == 10 and int(offset) == 0
+    with pytest.raises(AssertionError, match="one stride apart"):
+        _view_layout(Stacked((flat.piece(0), flat.piece(10), flat.piece(30))), param)
+    with pytest.raises(AssertionError, match="a stack of 3 views"):
+        _view_layout(Stacked((flat.piece(0), flat.piece(10))), param)
