@@ -94,10 +94,12 @@ def test_wavefront_with_lengths_and_per_unit_parameters(short_waves):
 def test_the_wavefront_is_the_default_where_every_layers_weights_fit_the_chip():
     h100 = tvmrnn.device.resolve("nvidia/nvidia-h100")
 
-    def on(cell="gru", hidden=126, layers=3, bidirectional=False, target=h100, options=tvmrnn.BuildOptions(), proj=0):
-        config = passes.Config(get_cell(cell), hidden, hidden, layers, bidirectional, 32, False, proj_size=proj)
+    def on(cell="gru", hidden=126, layers=3, bidirectional=False, target=h100, options=tvmrnn.BuildOptions(), proj=0,
+           rows=32):
+        config = passes.Config(get_cell(cell), hidden, hidden, layers, bidirectional, rows, False, proj_size=proj)
         return passes.layer_wavefront(config, target, options)
-    assert on() and on("lstm", 455, 2)
+    assert on() and on("lstm", 455, 2, rows=8) and on("gru", 256, 3, rows=128) and on("lstm", 128, 2, rows=256)
+    assert not on("lstm", 512, 2, rows=64)  # 67 M multiply-adds a step: it keeps the GPU busy alone
     assert not on(layers=1) and not on(bidirectional=True) and not on("lstm", 126, proj=64)
     assert not on("lstm", 1024, 2)  # 33 MB of recurrent weights: more than half the H100's shared memory
     assert not on(target=None) and on(target=None, options=WAVE)  # CPUs: only when asked

@@ -370,13 +370,21 @@ WAVE_STEPS = 64
 # take for the wavefront to be the default: each layer's steps keep their weights on chip, and
 # the stacked step runs every layer's blocks at once
 WAVE_WEIGHT_SHARE = 0.5
+# ... and the most multiply-adds a layer's step may have: a step with more keeps the GPU busy by
+# itself, and the layers' steps in one launch share its blocks. On the H100 (v86, inference, one
+# process, interleaved): GRU N = 128 H = 256 3 layers (25 M a step) 4.00 -> 3.20 ms with the
+# wavefront, LSTM N = 256 H = 128 2 layers (17 M) 1.86 -> 1.64, LSTM N = 8 H = 455 (6.6 M) 2.50 ->
+# 2.11, GRU N = 32 H = 126 3 layers (1.5 M) 2.55 -> 1.36; LSTM N = 64 H = 512 2 layers (67 M)
+# 4.67 -> 6.42, slower
+WAVE_MAX_STEP_WORK = 2**25
 
 
 def layer_wavefront(config: Config, target, options: BuildOptions) -> bool:
     """Whether the inference forward runs its layers as a wavefront (:func:`_wavefront_forward`):
     unidirectional stacks of 2 layers or more without projections, where ``options.layer_wavefront``
     says so; where it is None, GPUs whose SMs' shared memory holds every layer's recurrent
-    weights with room to spare (:data:`WAVE_WEIGHT_SHARE`). A build whose stacked steps then do
+    weights with room to spare (:data:`WAVE_WEIGHT_SHARE`), for steps too small to keep the GPU
+    busy alone (:data:`WAVE_MAX_STEP_WORK`). A build whose stacked steps then do
     not all run persistent takes the layers one after another (:func:`all_programs`)."""
     if config.num_directions != 1 or config.num_layers < 2 or config.proj_size:
         return False
@@ -387,8 +395,10 @@ def layer_wavefront(config: Config, target, options: BuildOptions) -> bool:
     model = device_model(target)
     if not model.multiprocessors:
         return False
-    weights = 4 * config.cell.num_gates * config.hidden_size * config.state_size * config.num_layers
-    return weights <= WAVE_WEIGHT_SHARE * model.multiprocessors * model.shared_bytes_per_block
+    G, H, S = config.cell.num_gates, config.hidden_size, config.state_size
+    weights = 4 * G * H * S * config.num_layers
+    return (weights <= WAVE_WEIGHT_SHARE * model.multiprocessors * model.shared_bytes_per_block
+            and config.rows * G * H * S <= WAVE_MAX_STEP_WORK)
 
 
 def _direction_groups(config: Config, stacked: bool) -> list[tuple[int, ...]]:
