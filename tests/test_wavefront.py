@@ -15,7 +15,8 @@ from tvmrnn.cells import examples as ex
 from tvmrnn.cells import get_cell
 from tvmrnn.program import passes
 from tvmrnn.program.sequence import FlatTensor, Stacked, _view_layout
-from conftest import rel_error, torch_module
+from conftest import built, rel_error
+from test_rnn import _check
 
 I, H, N, L = 13, 37, 3, 3
 WAVE = tvmrnn.BuildOptions(layer_wavefront=True)
@@ -38,31 +39,17 @@ def _steps(rnn):
     return {k for k in rnn.schedules if k.startswith("recurrent_step") and "infer" in k}
 
 
-@pytest.mark.parametrize("cell,batch_first", [("lstm", False), ("gru", True), ("rnn_relu", False)])
-def test_wavefront_forward_matches_torch(short_waves, cell, batch_first):
-    rnn = _build(cell, batch_first=batch_first)
-    steps = _steps(rnn)
-    assert any(k.endswith("_d3") for k in steps) and any(k.endswith("_d2") for k in steps), steps
-    torch.manual_seed(1)
-    ref = torch_module(cell, I, H, L, False, batch_first).double()
-    w = rnn.pack_weights(tvmrnn.params_from_torch(ref))
-    rng = np.random.default_rng(2)
+@pytest.mark.parametrize("cell,batch_first", [("lstm", False), ("gru", True)])
+def test_wavefront_matches_torch(short_waves, cell, batch_first, rng):
+    """Inference and training forward as wavefronts, the backward on their workspace (the last
+    layer's states beside the others'), against torch.nn in float64."""
+    rnn = built(cell, L, False, batch_first, options=WAVE)
+    assert rnn.config.wavefront and "hs" not in rnn.config.workspace_shapes(5)
+    for name in ("forward", "forward_train"):
+        steps = {k for k in rnn.programs[name].kernels if k.startswith("recurrent_step")}
+        assert any(k.endswith("_d3") for k in steps) and any(k.endswith("_d2") for k in steps), steps
     for T in LENGTHS:
-        shape = (N, T, I) if batch_first else (T, N, I)
-        x, h0 = rng.standard_normal(shape).astype(np.float32), rng.standard_normal((L, N, H)).astype(np.float32)
-        c0 = rng.standard_normal((L, N, H)).astype(np.float32) if cell == "lstm" else None
-        y, hy, cy = rnn.forward(w, x, h0, c0)
-        states = (torch.from_numpy(h0).double(), torch.from_numpy(c0).double()) if c0 is not None \
-            else torch.from_numpy(h0).double()
-        with torch.no_grad():
-            yr, sr = ref(torch.from_numpy(x).double(), states)
-        assert rel_error(y, yr) < 1e-5, T
-        assert rel_error(hy, sr[0] if c0 is not None else sr) < 1e-5, T
-        if c0 is not None:
-            assert rel_error(cy, sr[1]) < 1e-5, T
-    # the training forward is the layer-by-layer one, and agrees
-    y_train = rnn.forward_train(w, x, h0, c0)[0]
-    assert rel_error(y_train, y) < 1e-6
+        _check(cell, L, False, batch_first, T, rng, options=WAVE)
 
 
 def test_wavefront_with_lengths_and_per_unit_parameters(short_waves):
@@ -83,6 +70,18 @@ def test_wavefront_with_lengths_and_per_unit_parameters(short_waves):
     outs = [rnn.forward(rnn.pack_weights(params), x, lengths=lengths) for rnn in (wave, plain)]
     for a, b in zip(outs[0], outs[1]):
         assert rel_error(a, b) < 1e-6
+    # training: the wavefront's forward and its workspace's backward, against layer after layer
+    dy = rng.standard_normal((T, N, H)).astype(np.float32)
+    dh = rng.standard_normal((L, N, H)).astype(np.float32)
+    grads = []
+    for rnn in (wave, plain):
+        packed = rnn.pack_weights(params)
+        y, hy, cy, ws = rnn.forward_train(packed, x, lengths=lengths)
+        assert rel_error(y, outs[0][0]) < 1e-6
+        grads.append(rnn.backward(packed, ws, dy, dh, dh))
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        assert rel_error(grads[0][name], grads[1][name]) < 1e-5, name
     # full lengths against the cell's reference, one step at a time in float64
     y, hy, cy = wave.forward(wave.pack_weights(params), x, lengths=[T] * N)
     with torch.no_grad():

@@ -191,6 +191,11 @@ class Config:
     # ((K, Kp), ...): the backward's copies of the weights with K inputs padded to Kp, where a CPU
     # build's backward panels do not divide K (tvmrnn.schedules.cpu.backward_panel; Layout.padded_inputs)
     padded_inputs: tuple[tuple[int, int], ...] = ()
+    # a unidirectional stack's forwards run its layers as a wavefront of chunks of this many steps
+    # (layer_wavefront; build sets it for its target), and its training workspace keeps the last
+    # layer's states in ``layer_out`` with the others' (the stacked step reads every layer's from
+    # one tensor): no ``hs``. 0: layer after layer
+    wave_steps: int = 0
 
     @property
     def state_size(self) -> int:
@@ -231,7 +236,7 @@ class Config:
         """Shapes of the training workspace arrays (beside the input x, which it also keeps)."""
         L, LD, N, H = self.num_layers, self.num_layers * self.num_directions, self.rows, self.hidden_size
         S = self.state_size
-        shapes = {"hs": (self.num_directions, T + 1, N, S)}
+        shapes = {} if self.wavefront else {"hs": (self.num_directions, T + 1, N, S)}
         if self.cell.has_cell_state:
             shapes["cs"] = (LD, T + 1, N, H)
         if self.num_saved:
@@ -239,17 +244,26 @@ class Config:
         if self.proj_size:  # each step's unprojected output r_t, for the gradient of W_hr
             shapes["rs"] = (LD, T, N, H)
         if L > 1:
-            shapes["layer_out"] = (L - 1, T + 2, N, self.num_directions * S)
+            shapes["layer_out"] = (L if self.wavefront else L - 1, T + 2, N, self.num_directions * S)
         return shapes
+
+    @property
+    def wavefront(self) -> bool:
+        """Whether the forwards run the layers as a wavefront (``wave_steps``, where it applies:
+        a unidirectional stack without projections)."""
+        return bool(self.wave_steps) and self.num_directions == 1 and self.num_layers > 1 and not self.proj_size
 
 
 class TrainingStates:
     """Where the training workspace keeps layer l, direction d's h state of row ``row``, rows
     counted as in ``hs`` (T+1 of them; direction 0: h0 at row 0 and step t's state at t+1;
-    direction 1: h0 at row T and step t's state at row t). See the module docstring."""
+    direction 1: h0 at row T and step t's state at row t). See the module docstring. A wavefront's
+    (``Config.wavefront``) last layer keeps them in ``layer_out`` too, in the inner layers' rows."""
 
     def __init__(self, config: Config, hs, layer_out):
         self.last, self.H, self.hs, self.layer_out = config.num_layers - 1, config.state_size, hs, layer_out
+        if config.wavefront:
+            self.last = None
 
     def at(self, l, d, row, axes=("n", "j")):
         if l == self.last:
@@ -506,7 +520,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
                     subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
-                    tail_rows: int = 0, proj_panel: int = 0, skip_ended: bool = False, wave: int = 0) -> Program:
+                    tail_rows: int = 0, proj_panel: int = 0, skip_ended: bool = False, wave: int | None = None) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
@@ -520,8 +534,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     its weights in panels of ``proj_panel`` units), both stacked where the directions are.
     ``skip_ended`` (variable lengths, CPUs): the input projections take the chunk's mask and skip
     the rows that have ended (:func:`kernels.input_projection`'s ``masked``). ``wave``: the
-    inference forward of a unidirectional stack without projections runs its layers as a
-    wavefront of chunks of that many steps (:func:`_wavefront_forward`; 0: layer after layer)."""
+    layers of a unidirectional stack without projections run as a wavefront of chunks of that
+    many steps (:func:`_wavefront_forward`; 0: layer after layer; None: ``config.wave_steps``, which
+    also decides the training workspace's layout, :class:`TrainingStates`)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
@@ -540,7 +555,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     # the input projections of the directions that run together (one, or both)
     gate_axes = kernels.gate_axes(panel)
     interleave = interleave and persistent_blocks is None
-    wave = wave if wave and not train and D == 1 and L > 1 and not P else 0
+    wave = (config.wave_steps if wave is None else wave) if config.wavefront or (not train and wave) else 0
+    if wave and (D != 1 or L < 2 or P):
+        raise AssertionError("a layer wavefront needs a unidirectional stack without projections")
     gx_steps = wave or (max(chunks) if interleave else T)
     gx = prog.tensor("gx", (L if wave else len(groups[0]), gx_steps, N, *kernels.gate_shape(H, G, panel)),
                      ("d", "t", "n", *gate_axes))
@@ -550,7 +567,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     skip = masked and skip_ended
     if train:
         shapes = config.workspace_shapes(T)
-        hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
+        hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j")) if "hs" in shapes else None
         cs = prog.tensor("cs", shapes["cs"], ("ld", "t", "n", "j")) if c.has_cell_state else None
         saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
         outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
@@ -566,7 +583,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
         rs = prog.tensor("r_state", (len(groups[0]), N, H), ("d", "n", "j")) if P else None
     if wave:
         _wavefront_forward(prog, config, T, wave, chunks, panel, x=x, h0=h0, c0=c0, w=w, y=y, hy=hy, cy=cy, gx=gx,
-                           mask=mask, hs=hs, cs=cs, outs=outs)
+                           mask=mask, hs=hs, cs=cs, outs=outs, states=states if train else None,
+                           saved=saved if train else None)
         return prog
 
     copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
@@ -683,33 +701,54 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
 
 
 def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[int, ...], panel: int, *, x, h0, c0,
-                       w, y, hy, cy, gx, mask, hs, cs, outs) -> None:
-    """A unidirectional stack's inference forward as a wavefront of its layers (cuDNN runs its
-    stacks so): the time axis in chunks of ``C`` steps, wave ``k`` runs layer l's chunk ``k - l``
-    for every layer that has one, all of them in one launch a step (the step kernel with a leading
-    axis over the wave's layers, as over the two directions of a bidirectional layer), after each
-    layer's input projection of its chunk (layer l+1's reads what layer l wrote in the wave before).
-    A step of few rows leaves most of a GPU idle: L layers' steps take about the time of one.
+                       w, y, hy, cy, gx, mask, hs, cs, outs, states=None, saved=None) -> None:
+    """A unidirectional stack's forward as a wavefront of its layers (cuDNN runs its stacks so):
+    the time axis in chunks of ``C`` steps, wave ``k`` runs layer l's chunk ``k - l`` for every
+    layer that has one, all of them in one launch a step (the step kernel with a leading axis over
+    the wave's layers, as over the two directions of a bidirectional layer), after each layer's
+    input projection of its chunk (layer l+1's reads what layer l wrote in the wave before). A step
+    of few rows leaves most of a GPU idle: L layers' steps take about the time of one.
 
     ``q``, the whole chunks the waves cover, is T // C where that is at least L - 1 (so that the
     first L - 1 waves, which start the layers one after another, and the last L - 1, which finish
     them, have static sets of layers) and at least 2 (one chunk alone runs no two layers at once:
-    the H100's LSTM N = 64 H = 256, 2 layers, T = 100 took 3% longer so), else 0; the steps after ``q * C`` (all of them where q is
-    0) run layer after layer in interleaved chunks (each chunk's projection, then its steps). The
-    stacked step reads the layers' recurrent weights one stride apart (copies, made first: the
-    packed layout puts each layer's input weights between them) and writes every layer's output
-    into ``outs`` (the last layer's too: one tensor for the stack), the last layer's chunk then
-    copied into ``y``. States ping-pong between two rows by the step's parity, which a wave's
-    layers share (``C`` is even)."""
+    the H100's LSTM N = 64 H = 256, 2 layers, T = 100 took 3% longer so), else 0; the steps
+    after ``q * C`` (all of them where q is 0) run layer after layer in interleaved chunks (each
+    chunk's projection, then its steps). The stacked step reads the layers' recurrent weights one
+    stride apart (copies, made first: the packed layout puts each layer's input weights between
+    them) and writes every layer's output into one tensor (the last layer's too), the last layer's
+    chunk then copied into ``y``. Inference (``states`` None): states ping-pong between two rows
+    by the step's parity, which a wave's layers share (``C`` is even), outputs in ``outs`` (L, T,
+    ...). Training: every layer's states in ``states`` (a wavefront's :class:`TrainingStates`,
+    the last layer's in ``layer_out`` too), which are also the outputs the layer above reads."""
     c, N, H, L, G, I = config.cell, config.rows, config.hidden_size, config.num_layers, config.cell.num_gates, config.input_size
     S, layout = config.state_size, config.layout
+    train = states is not None
     if C % 2:
         raise AssertionError(f"wavefront chunks of {C} steps: an even number is needed (states by parity)")
     gate_axes = kernels.gate_axes(panel)
     masked = mask is not None
     copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
+
+    def state(l, row):  # layer l's h of state row ``row``
+        return states.at(l, 0, row) if train else hs.at("n", "j", ld=l, t=row)
+
+    def rows(s, parity):  # the state rows the step at time s reads and writes
+        return (s, s + 1) if train else (tirx.floormod(parity, 2), tirx.floormod(parity + 1, 2))
+
+    def output(l, s):  # where layer l's output of time s goes in a wave (the last layer's too)
+        return state(l, s + 1) if train else outs.at("n", "j", l=l, t=s)
+
+    def layer_out(l, s):  # ... and outside the waves
+        if l == L - 1:
+            return y.at("n", "j", t=s)
+        return output(l, s)
+
+    def outputs(l, t0):  # layer l's outputs of steps t0.., as the layer above reads them
+        return states.layer_input(l, t0) if train else outs.at("t", "n", "j", l=l, t=t0)
+
     for l in range(L):
-        prog.call(copy_h, src=h0.at("n", "j", ld=l), dst=hs.at("n", "j", ld=l, t=0))
+        prog.call(copy_h, src=h0.at("n", "j", ld=l), dst=state(l, 0))
         if cs is not None:
             prog.call(copy, src=c0.at("n", "j", ld=l), dst=cs.at("n", "j", ld=l, t=0))
 
@@ -719,7 +758,7 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
         if c.unit_params:
             found["unit"] = layout.unit_offset(l, 0, packed=True)
         return found
-    single = kernels.recurrent_step(c, N, H, False, panel=panel, masked=masked)
+    single = kernels.recurrent_step(c, N, H, train, panel=panel, masked=masked)
     sizes = {role: math.prod(int(d) for d in single.func.params[single.roles.index(role)].shape)
              for role in offsets(0)}
     stride = sum(sizes.values())
@@ -741,19 +780,21 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
 
     def project(l, t0, size, slot):  # layer l's input projection of steps t0.. into gx[slot]
         k = kernels.input_projection(size, N, I if l == 0 else S, H, G, panel=panel)
-        src = x.at("t", "n", "k", t=t0) if l == 0 else outs.at("t", "n", "j", l=l - 1, t=t0)
+        src = x.at("t", "n", "k", t=t0) if l == 0 else outputs(l - 1, t0)
         prog.call(k, x=src, w=w.piece(layout.packed_offset(layout.slot(l, 0, "weight_ih"))),
                   b=w.piece(layout.packed_offset(layout.slot(l, 0, "bias_ih"))),
                   gx=gx.at("t", "n", *gate_axes, d=slot, t=0))
 
     def views(l, s, t_gx, slot, parity, stacked, out):  # layer l's step at time s
-        rows = (tirx.floormod(parity, 2), tirx.floormod(parity + 1, 2))
-        found = dict(gx=gx.at("n", *gate_axes, d=slot, t=t_gx), h_prev=hs.at("n", "j", ld=l, t=rows[0]),
-                     h=hs.at("n", "j", ld=l, t=rows[1]), y=out, **weights(l, stacked))
+        before, after = rows(s, parity)
+        found = dict(gx=gx.at("n", *gate_axes, d=slot, t=t_gx), h_prev=state(l, before), h=state(l, after), y=out,
+                     **weights(l, stacked))
         if cs is not None:
-            found.update(c_prev=cs.at("n", "j", ld=l, t=rows[0]), c=cs.at("n", "j", ld=l, t=rows[1]))
+            found.update(c_prev=cs.at("n", "j", ld=l, t=before), c=cs.at("n", "j", ld=l, t=after))
         if masked:
             found["mask"] = mask.at("n", t=s)
+        if train:
+            found.update({f"saved{i}": saved.at("n", "j", ld=l, t=s, s=i) for i in range(config.num_saved)})
         return found
 
     chunks_whole = tirx.floordiv(T, C)
@@ -763,9 +804,9 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
     def wave(k, lo, hi):  # wave k: layers lo..hi, layer l on its chunk k - l
         for l in range(lo, hi + 1):
             project(l, (k - l) * C, C, l)
-        step = kernels.recurrent_step(c, N, H, False, directions=hi - lo + 1, panel=panel, masked=masked)
+        step = kernels.recurrent_step(c, N, H, train, directions=hi - lo + 1, panel=panel, masked=masked)
         with prog.loop(C, "step") as v:
-            per_layer = [views(l, (k - l) * C + v, v, l, v, hi > lo, outs.at("n", "j", l=l, t=(k - l) * C + v))
+            per_layer = [views(l, (k - l) * C + v, v, l, v, hi > lo, output(l, (k - l) * C + v))
                          for l in range(lo, hi + 1)]
             if hi == lo:
                 prog.call(step, **per_layer[0])
@@ -773,7 +814,8 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
                 prog.call(step, **{role: Stacked(tuple(p[role] for p in per_layer)) for role in per_layer[0]})
         if hi == L - 1:  # the last layer's chunk, into y
             t0 = (k - L + 1) * C
-            prog.call(kernels.copy_steps(C, N, S), src=outs.at("t", "n", "j", l=L - 1, t=t0), dst=y.at("t", "n", "j", t=t0))
+            src = outputs(L - 1, t0)
+            prog.call(kernels.copy_steps(C, N, S), src=src, dst=y.at("t", "n", "j", t=t0))
 
     for first in range(L - 1):  # the layers starting: wave `first` runs layers 0..first
         with prog.loop(some, f"wave_start{first}"):
@@ -785,19 +827,17 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
             wave(q - 1 + lo, lo, L - 1)
     # the steps after the waves' chunks, layer after layer
     sizes_left = tuple(sorted({C, *(s for s in chunks if s < C)}, reverse=True))
-    step = kernels.recurrent_step(c, N, H, False, panel=panel, masked=masked)
     for l in range(L):
         def chunk(start, size, _l=l):
             t0 = q * C + start
             project(_l, t0, size, 0)
             with prog.loop(size, "step") as v:
                 s = t0 + v
-                out = y.at("n", "j", t=s) if _l == L - 1 else outs.at("n", "j", l=_l, t=s)
-                prog.call(step, **views(_l, s, v, 0, s, False, out))
+                prog.call(single, **views(_l, s, v, 0, s, False, layer_out(_l, s)))
         prog.chunked(T - q * C, sizes_left, chunk)
     for l in range(L):
-        last = tirx.floormod(T, 2)
-        prog.call(copy_h, src=hs.at("n", "j", ld=l, t=last), dst=hy.at("n", "j", ld=l))
+        last = T if train else tirx.floormod(T, 2)
+        prog.call(copy_h, src=state(l, last), dst=hy.at("n", "j", ld=l))
         if cs is not None:
             prog.call(copy, src=cs.at("n", "j", ld=l, t=last), dst=cy.at("n", "j", ld=l))
 
@@ -871,7 +911,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     w = prog.flat("w", layout.packed_total)
     x = prog.tensor("x", config.seq_shape(T, I), config.seq_axes)
     shapes = config.workspace_shapes(T)
-    hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j"))
+    hs = prog.tensor("hs", shapes["hs"], ("ld", "t", "n", "j")) if "hs" in shapes else None
     cs = prog.tensor("cs", shapes["cs"], ("ld", "t", "n", "j")) if c.has_cell_state else None
     saved = prog.tensor("saved", shapes["saved"], ("ld", "t", "n", "j", "s")) if config.num_saved else None
     outs = prog.tensor("layer_out", shapes["layer_out"], ("l", "t", "n", "j")) if L > 1 else None
@@ -1322,6 +1362,8 @@ def all_programs(config: Config, schedule, target=None,
                          f"{padded} (tvmrnn.runtime.build.with_compiled_rows sets it)")
     if padded:
         config = dataclasses.replace(config, padded_inputs=padded)
+    if not config.wave_steps and layer_wavefront(config, target, options):  # (as build's with_compiled_rows sets it)
+        config = dataclasses.replace(config, wave_steps=WAVE_STEPS)
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)
     proj_panel = weight_panel(target, 1, config.proj_size, options.weight_panels) if config.proj_size else 0
@@ -1336,19 +1378,19 @@ def all_programs(config: Config, schedule, target=None,
     tails = dict(tail_flops=tail_flops(target), tail_rows=tail_rows(target))
     # (CPU schedules skip ended rows' products: tvmrnn.schedules.ended_rows; GPU ones do not)
     how["skip_ended"] = options.variable_lengths and not (target is not None and is_gpu(target))
-    inference = None
-    if layer_wavefront(config, target, options):
-        inference = forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
-                                    interleave=interleave, proj_panel=proj_panel, wave=WAVE_STEPS, **tails, **how)
-        if (options.layer_wavefront is None and inference.persistent_blocks is not None
-                and not inference.all_step_loops_persistent):
-            inference = None  # a wave of launches a step: the layers one after another instead
-    if inference is None:
-        inference = forward_program(config, schedule, train=False, persistent_blocks=blocks("forward"), panel=panel,
-                                    interleave=interleave, proj_panel=proj_panel, **tails, **how)
-    programs = (inference,
-                forward_program(config, schedule, train=True, persistent_blocks=blocks("forward_train"), panel=panel,
-                                interleave=interleave, proj_panel=proj_panel, **tails, **how),
+
+    def forward(train: bool) -> Program:
+        """A forward as the configuration's wavefront where it runs persistent (or was asked for),
+        else layer after layer (the training workspace's layout stays the wavefront's)."""
+        name = "forward_train" if train else "forward"
+        made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
+                               interleave=interleave, proj_panel=proj_panel, **tails, **how)
+        if (config.wavefront and options.layer_wavefront is None and made.persistent_blocks is not None
+                and not made.all_step_loops_persistent):  # a wave of launches a step: layer after layer
+            made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
+                                   interleave=interleave, proj_panel=proj_panel, wave=0, **tails, **how)
+        return made
+    programs = (forward(train=False), forward(train=True),
                 backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                  packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                  grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,

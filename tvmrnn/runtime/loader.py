@@ -107,7 +107,8 @@ def _load(path: str, opened: str, device, device_index: int, stamp=None) -> RNN:
                         int(meta.get("compiled_rows", 0)),  # (packages before v67: none)
                         proj_size=int(meta.get("proj_size", 0)),  # (before v71: none)
                         packed_units=int(meta.get("packed_units", 0)),  # (before v75: none)
-                        padded_inputs=tuple((int(k), int(kp)) for k, kp in meta.get("padded_inputs", ())))  # (v77)
+                        padded_inputs=tuple((int(k), int(kp)) for k, kp in meta.get("padded_inputs", ())),  # (v77)
+                        wave_steps=int(meta.get("wave_steps", 0)))  # (v86)
         _check_layout(meta, config)
     except (KeyError, TypeError, ValueError) as err:
         raise PackageError(f"load: {path!r}: its metadata does not describe a configuration ({err!s}); "

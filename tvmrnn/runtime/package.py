@@ -81,6 +81,7 @@ def metadata(rnn: RNN) -> dict:
                          "or with backward_weight_panels[K] = v > 0 (ceil(K / v), H, G, v), the features past K "
                          "zero; pack_weights(params, w) makes it from PyTorch's flat layout",
         "padded_inputs": [list(pair) for pair in c.padded_inputs],
+        "wave_steps": c.wave_steps,  # the layers as a wavefront (the training workspace's layout)
         "forward_weights_size": c.layout.forward_total,
         "weight_panel": rnn.programs["pack_weights"].weight_panel,
         "backward_weight_panels": {str(k): v for k, v in rnn.programs["pack_weights"].backward_weight_panels.items()},
