@@ -41,12 +41,12 @@ def _steps(rnn):
 
 @pytest.mark.parametrize("cell,batch_first", [("lstm", False), ("gru", True)])
 def test_wavefront_matches_torch(short_waves, cell, batch_first, rng):
-    """Inference and training forward as wavefronts, the backward on their workspace (the last
-    layer's states beside the others'), against torch.nn in float64."""
+    """Inference, training forward and backward as wavefronts (the training workspace keeps the
+    last layer's states beside the others'), against torch.nn in float64."""
     rnn = built(cell, L, False, batch_first, options=WAVE)
     assert rnn.config.wavefront and "hs" not in rnn.config.workspace_shapes(5)
-    for name in ("forward", "forward_train"):
-        steps = {k for k in rnn.programs[name].kernels if k.startswith("recurrent_step")}
+    for name, kind in (("forward", "recurrent_step"), ("forward_train", "recurrent_step"), ("backward", "backward_step")):
+        steps = {k for k in rnn.programs[name].kernels if k.startswith(kind)}
         assert any(k.endswith("_d3") for k in steps) and any(k.endswith("_d2") for k in steps), steps
     for T in LENGTHS:
         _check(cell, L, False, batch_first, T, rng, options=WAVE)

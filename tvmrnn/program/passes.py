@@ -867,7 +867,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                      grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
                      subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
                      tail_rows: int = 0, skip_ended: bool = False, interleave: bool = False,
-                     staged: bool = False) -> Program:
+                     staged: bool = False, wave: int | None = None) -> Program:
     """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
@@ -892,7 +892,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     its steps, walked from the end, while its gate gradients are in cache (stacked directions:
     their weight gradients so, their input gradients after the loop). ``staged``
     (:data:`CPU_STAGED_WEIGHT_GRADIENTS`): the weight gradients of the chunks after the longest
-    ones in one call over a staged copy of their operands, where they are two chunks or more."""
+    ones in one call over a staged copy of their operands, where they are two chunks or more.
+    ``wave``: the layers as a wavefront of chunks of that many steps (:func:`_wavefront_backward`;
+    None: ``config.wave_steps`` where the configuration is a wavefront's; 0: layer after layer)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
@@ -901,6 +903,12 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     masked = config.options.variable_lengths
     groups = _direction_groups(config, stacked)
     DG = len(groups[0])  # directions whose temporaries are live together
+    wave = (config.wave_steps if wave is None else wave) if config.wavefront else 0
+    # the temporaries of a step, one a direction of a group, or one a layer of a wavefront
+    DW = L if wave else DG
+
+    def gslot(l, d):  # layer l, direction d's slot in them
+        return l if wave else d % DG
     prog = Program("backward", schedule, persistent_blocks, one_region, view_pointers=view_pointers,
                    options=config.options, subroutines=subroutines)
     T = tirx.Var("T", "int32")
@@ -921,21 +929,23 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     dh0 = prog.tensor("dh0", (LD, N, S), ("ld", "n", "j"))
     dc0 = prog.tensor("dc0", (LD, N, H), ("ld", "n", "j")) if c.has_cell_state else None
     dw = prog.flat("dw", layout.total)  # PyTorch layout; zeroed first (the pass accumulates into it)
-    dgx = prog.tensor("dgx", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
-    dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (DG, T, N, H, G), ("d", "t", "n", "j", "g"))
+    dgx = prog.tensor("dgx", (DW, T, N, H, G), ("d", "t", "n", "j", "g"))
+    dgh = dgx if deriv.gate_grads_shared else prog.tensor("dgh", (DW, T, N, H, G), ("d", "t", "n", "j", "g"))
     # the gradient of an inner layer's output: written by the layer above's input gradients, read
     # by its own time loop. With one time loop per layer, a layer's input gradients run after
     # its loop has read all it needs, so one slot serves every layer; with one per direction,
     # direction 0's input gradients run before direction 1's loop: two slots, in turn.
-    slots = 1 if len(groups) == 1 else 2
-    dlayer = prog.tensor("dlayer_out", (min(L - 1, slots), T, N, D * S), ("l", "t", "n", "j")) if L > 1 else None
+    # A wavefront: a slot a layer, the last layer's holding the chunks of dy its stacked steps read.
+    slots = L if wave else 1 if len(groups) == 1 else 2
+    dlayer = prog.tensor("dlayer_out", (min(L - 1, slots) if not wave else L, T, N, D * S),
+                         ("l", "t", "n", "j")) if L > 1 else None
     if P:  # each step's gradient of its projected state; the gate math's dy (zeros); masked: dh carried
         dhp = prog.tensor("dhp", (DG, T, N, P, 1), ("d", "t", "n", "j", "g"))
         zero_dy = prog.flat("zero_dy", DG * N * H)  # (a direction each: stacked views need distinct buffers)
         carry = prog.tensor("dh_carry", (DG, 2, N, P), ("d", "slot", "n", "j")) if masked else None
-    dc_carry = prog.tensor("dc_carry", (DG, 2, N, H), ("d", "slot", "n", "j")) if c.has_cell_state else None
+    dc_carry = prog.tensor("dc_carry", (DW, 2, N, H), ("d", "slot", "n", "j")) if c.has_cell_state else None
     # the pointwise's direct part of dh_{t-1}, read by the next launch's GEMM epilogue: two slots
-    dh_direct = (prog.tensor("dh_direct", (DG, 2, N, H), ("d", "slot", "n", "j"))
+    dh_direct = (prog.tensor("dh_direct", (DW, 2, N, H), ("d", "slot", "n", "j"))
                  if kernels.has_direct_part(c, masked) else None)
     mask = prog.tensor("mask", (T, N), ("t", "n")) if masked else None
     skip = masked and skip_ended
@@ -943,12 +953,12 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     def chunk_mask(start):  # a chunk's mask, for its GEMMs that skip ended rows
         return dict(mask=mask.at("t", "n", t=start)) if skip else {}
     U = len(c.unit_params)
-    dunit = prog.tensor("dunit", (DG, T, N, H, U), ("d", "t", "n", "j", "p")) if U else None
+    dunit = prog.tensor("dunit", (DW, T, N, H, U), ("d", "t", "n", "j", "p")) if U else None
     # packed weight gradients: W_ih's (the largest input size) then W_hh's, reused by every layer
     k_most = max(I, D * S) if L > 1 else I
     # (a pair a direction where stacked directions take their chunks' gradients in their loop)
     packed_size = (k_most + S) * H * G
-    chunk_grads = interleave and not P  # (projections: their own time loop, _projected_steps)
+    chunk_grads = interleave and not P and not wave  # (projections: their own time loop, _projected_steps)
     packed_pairs = DG if chunk_grads else 1
     dw_packed = prog.flat("dw_packed", packed_pairs * packed_size) if packed_grads else None
     packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
@@ -998,6 +1008,30 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H, masked=masked)
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
+    layer_fns: dict[int, dict] = {}  # a wavefront's: each layer's views and gradients
+
+    if wave:  # the stacked steps' recurrent weights (their backward copies) and per-unit parameters, one stride apart
+        single = kernels.backward_step(c, N, H, panel=panel_of(H), masked=masked)
+        wave_pieces = {"w": lambda l: layout.backward_copy(layout.slot(l, 0, "weight_hh"))}
+        if "unit" in single.roles:
+            wave_pieces["unit"] = lambda l: layout.unit_offset(l, 0, packed=True)
+        wave_sizes = {role: math.prod(int(d) for d in single.func.params[single.roles.index(role)].shape)
+                      for role in wave_pieces}
+        wave_stride = sum(wave_sizes.values())
+        stacked_w = prog.flat("wave_weights", L * wave_stride)
+        for l in range(L):
+            start = l * wave_stride
+            for role, offset_of in wave_pieces.items():
+                prog.call(kernels.copy(1, wave_sizes[role]), src=w.piece(offset_of(l)), dst=stacked_w.piece(start))
+                start += wave_sizes[role]
+
+    def wave_weights(l):  # layer l's copies: the views a stacked step reads
+        found, start = {}, l * wave_stride
+        for role in wave_pieces:
+            found[role] = stacked_w.piece(start)
+            start += wave_sizes[role]
+        return found
+
     for l in reversed(range(L)):
         in_size = I if l == 0 else D * S
         if l == L - 1:
@@ -1019,12 +1053,18 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             def d_in(start, _l=l):
                 return dlayer.at("t", "n", "j", l=(_l - 1) % slots, t=start)
 
-        def gate_math(d, v, _l=l):
-            """Views for direction d's pointwise backward of the v-th step from the end (its dh aside)."""
-            ld, gd = _l * D + d, d % DG
+        def gate_math(d, v, _l=l, _d_out=d_out, parity=None, stacked=False):
+            """Views for direction d's pointwise backward of the v-th step from the end (its dh aside).
+            ``parity``: the carries' slot (default v; a wavefront's layers share their chunk's); ``stacked``:
+            a wavefront's step of several layers (their dy in dlayer_out, their weights' copies one stride apart)."""
+            ld, gd = _l * D + d, gslot(_l, d)
             s = _time(config, T, d, T - 1 - v)  # walk the forward's steps in reverse
-            cur, nxt = tirx.floormod(v, 2), tirx.floormod(v + 1, 2)
-            views = {"dy": zero_dy.piece(gd * N * H) if P else d_out(axes=("n", "j"), t=s, j=d * S)}
+            parity = v if parity is None else parity
+            cur, nxt = tirx.floormod(parity, 2), tirx.floormod(parity + 1, 2)
+            if P:
+                views = {"dy": zero_dy.piece(gd * N * H)}
+            else:
+                views = {"dy": dlayer.at("n", "j", l=_l, t=s) if stacked else _d_out(axes=("n", "j"), t=s, j=d * S)}
             if c.has_cell_state:  # the first step's dc comes in as dcy
                 views.update(dc=dcy.at("n", "j", ld=ld) if isinstance(v, int) and v == 0
                              else dc_carry.at("n", "j", d=gd, slot=cur), dc_prev=dc_carry.at("n", "j", d=gd, slot=nxt))
@@ -1045,33 +1085,37 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             if dh_direct is not None:
                 views["dh_direct"] = dh_direct.at("n", "j", d=gd, slot=nxt)
             if "unit" in pointwise.roles:
-                views["unit"] = w.piece(layout.unit_offset(_l, d, packed=True))
+                views["unit"] = (wave_weights(_l)["unit"] if stacked
+                                 else w.piece(layout.unit_offset(_l, d, packed=True)))
             views.update({f"dp{i}": dunit.at("n", "j", d=gd, t=s, p=i) for i in range(U)})
             if mask is not None:
                 views["mask"] = mask.at("n", t=s)
             return views
 
-        def recurrent_views(d, v, _l=l):
+        def recurrent_views(d, v, _l=l, parity=None, stacked=False):
             """The GEMM of direction d's v-th step from the end: its dgh (and direct part of dh) in."""
             s = _time(config, T, d, T - 1 - v)
-            w_hh = w.piece(layout.backward_copy(layout.slot(_l, d, "weight_hh")))  # (G, H, H) or its panels
-            views = dict(dgh=dgh.at("n", "j", "g", d=d % DG, t=s), w=w_hh)
+            w_hh = (wave_weights(_l)["w"] if stacked  # (G, H, H) or its panels
+                    else w.piece(layout.backward_copy(layout.slot(_l, d, "weight_hh"))))
+            views = dict(dgh=dgh.at("n", "j", "g", d=gslot(_l, d), t=s), w=w_hh)
             if dh_direct is not None:
-                views["dh_direct"] = dh_direct.at("n", "j", d=d % DG, slot=tirx.floormod(v + 1, 2))
+                parity = v if parity is None else parity
+                views["dh_direct"] = dh_direct.at("n", "j", d=gslot(_l, d), slot=tirx.floormod(parity + 1, 2))
             return views
 
-        def _gradient_emitters(l, d, inputs_after=False):
+        def _gradient_emitters(l, d, inputs_after=False, inputs=True, in_size=in_size, layer_in=layer_in, d_in=d_in):
             """Direction d's weight, bias and input gradients of layer l: ``chunk(start, size)``
             emits one chunk's, ``zero()`` and ``finish()`` what comes before and after all chunks
             (packed weight gradients), ``all()`` all three over the whole sequence. ``inputs_after``:
-            the input gradients in ``finish()``, over the whole sequence, not in the chunks."""
+            the input gradients in ``finish()``, over the whole sequence, not in the chunks;
+            ``inputs`` False: none (a wavefront's run after each chunk's steps: ``inputs(start, size)``)."""
             slot = {k: layout.slot(l, d, k).offset for k in ("weight_ih", "weight_hh", "bias_ih", "bias_hh",
                                                               *(("weight_hr",) if P else ()))}
             w_ih = layout.backward_copy(layout.slot(l, d, "weight_ih"))
             shared_bias = SHARED_BIAS_GRADIENTS and deriv.gate_grads_shared
 
             def input_gradient(start, size):
-                views = dict(dg=dgx.at("t", "n", "j", "g", d=d % DG, t=start),
+                views = dict(dg=dgx.at("t", "n", "j", "g", d=gslot(l, d), t=start),
                              w=w.piece(w_ih), dx=d_in(start))
                 if d > 0:
                     views["acc"] = d_in(start)
@@ -1079,6 +1123,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                                                  panel=panel_of(in_size), masked=skip), **views, **chunk_mask(start))
             # the first direction's input gradients write dx: a cover of their own may overlap
             own_cover = inputs_after or (GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows))
+            own_cover = own_cover and inputs
             base = (d % DG) * packed_size if packed_pairs > 1 else 0
 
             def weight_gradients(size, operands, mask_views):
@@ -1109,7 +1154,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 return views, (dict(mask=stage["mask"].at("t", "n", d=gd, t=row)) if skip else {})
 
             def gradients(start, size):
-                gd = d % DG
+                gd = gslot(l, d)
                 h_before = states.at(l, d, prev_row(d, start), ("t", "n", "j"))  # the steps' h_{t-1}
                 operands = {"dgx": dgx.at("t", "n", "j", "g", d=gd, t=start),
                             "dgh": dgh.at("t", "n", "j", "g", d=gd, t=start), "ih": layer_in(start), "hh": h_before}
@@ -1140,7 +1185,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     unit = dw.piece(layout.unit_offset(l, d))
                     prog.call(kernels.bias_gradient(size, N, H, U), dg=dunit.at("t", "n", "j", "p", d=gd, t=start),
                               acc=unit, db=unit)
-                if not own_cover:
+                if not own_cover and inputs:
                     input_gradient(start, size)
 
             def zero():
@@ -1168,8 +1213,12 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 zero()
                 prog.chunked(T, chunks, gradients)
                 finish()
-            return dict(chunk=gradients, zero=zero, finish=finish, all=whole)
+            return dict(chunk=gradients, zero=zero, finish=finish, all=whole, inputs=input_gradient)
 
+        if wave:  # the layers' steps together after the loop (_wavefront_backward)
+            layer_fns[l] = dict(gate_math=gate_math, recurrent_views=recurrent_views,
+                                emitters=_gradient_emitters(l, 0, inputs=False))
+            continue
         for group in groups:
             # each chunk's gradients right after the chunk's steps, while its gate gradients are
             # in cache. Stacked directions (one loop, time walked in opposite orders) take their
@@ -1227,7 +1276,90 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     emitters[d]["finish"]()
                 else:
                     emitters[d]["all"]()
+    if wave:
+        _wavefront_backward(prog, config, T, wave, chunks, layer_fns, pointwise=pointwise, recurrent=recurrent,
+                            single=single, panel=panel_of(H), dy=dy, dhy=dhy, dh0=dh0, dc0=dc0, dlayer=dlayer,
+                            dc_carry=dc_carry, dh_direct=dh_direct, mask=mask)
     return prog
+
+
+def _wavefront_backward(prog: Program, config: Config, T, C: int, chunks: tuple[int, ...], layer_fns: dict, *,
+                        pointwise, recurrent, single, panel: int, dy, dhy, dh0, dc0, dlayer, dc_carry, dh_direct,
+                        mask) -> None:
+    """:func:`backward_program`'s time loops as a wavefront of the layers (the forward's,
+    :func:`_wavefront_forward`, backwards): from the last step on, layer l's chunk j of ``C``
+    steps runs in one launch a step with the layer above's chunk j - 1 and the layer below's
+    j + 1 (the fused backward step with a leading axis over the wave's layers); after a wave's
+    steps, each layer's input gradients of its chunk (what the layer below's gate math reads in
+    the next wave, or ``dx``). A chunk of steps here is the gate math of its steps: launch u runs
+    step u's recurrent GEMM and step u+1's gate math (from the end), so a chunk's launches start
+    one step before it.
+
+    First, layer after layer from the top, the ``r`` steps that end the sequence (1 to C; all of
+    them where the waves would be fewer than :func:`_wavefront_forward`'s least): the last step's
+    gate math with ``dhy`` alone, then launches, then their input gradients. Then the waves over
+    the ``q`` chunks before them; then each layer's first step's GEMM (into ``dh0``), ``dc0``, and
+    its weight and bias gradients over every step. The carried slots (``dc_carry``, ``dh_direct``)
+    alternate with the launch's parity, the same in every layer of a wave (``C`` is even); the
+    last layer's ``dy`` is copied chunk by chunk into its slot of ``dlayer_out``, where its stacked
+    steps read it with the other layers'."""
+    c, N, H, L, S = config.cell, config.rows, config.hidden_size, config.num_layers, config.state_size
+    masked = mask is not None
+    whole = tirx.floordiv(T - 1, C)
+    q = tirx.Select(whole >= max(L - 1, 2), whole, _const(0))
+    r = T - q * C
+    some = tirx.Select(q > 0, _const(1), _const(0))
+
+    def launch(l, u, parity, stacked):  # layer l's launch u: step u's GEMM, step u+1's gate math
+        fns = layer_fns[l]
+        views = fns["gate_math"](0, u + 1, parity=parity + 1, stacked=stacked)
+        gemm = fns["recurrent_views"](0, u, parity=parity, stacked=stacked)
+        views.update(dgh=gemm["dgh"], w=gemm["w"])
+        if dh_direct is not None:
+            views["dh_direct_in"] = gemm["dh_direct"]
+        if masked:  # the GEMM's step's mask (views["mask"]: its epilogue's step's)
+            views["gemm_mask"] = mask.at("n", t=T - 1 - u)
+        return views
+
+    def inputs(l, start, length):  # layer l's input gradients of the times start..start+length-1
+        prog.chunked(length, chunks, lambda first, size: layer_fns[l]["emitters"]["inputs"](start + first, size))
+
+    for l in reversed(range(L)):  # the steps that end the sequence, layer after layer
+        prog.call(pointwise, dh=dhy.at("n", "j", ld=l), **layer_fns[l]["gate_math"](0, 0))
+        with prog.loop(r - 1, "step") as i:
+            prog.call(single, **launch(l, i, i, False))
+        inputs(l, T - r, r)
+
+    def wave(k, lo, hi):  # wave k: layers lo..hi, layer l on its chunk k - (L-1-l) before them
+        def start_of(l):  # the first time of layer l's chunk
+            return T - r - (k - (L - 1 - l) + 1) * C
+        if hi == L - 1 and hi > lo:  # the last layer's dy, where the stacked step reads it
+            t0 = start_of(L - 1)
+            prog.call(kernels.copy_steps(C, N, S), src=dy.at("t", "n", "j", t=t0), dst=dlayer.at("t", "n", "j", l=L - 1, t=t0))
+        step = single if hi == lo else kernels.backward_step(c, N, H, directions=hi - lo + 1, panel=panel, masked=masked)
+        with prog.loop(C, "step") as i:
+            per_layer = [launch(l, r - 1 + (k - (L - 1 - l)) * C + i, r - 1 + i, hi > lo) for l in range(lo, hi + 1)]
+            if hi == lo:
+                prog.call(step, **per_layer[0])
+            else:
+                prog.call(step, **{role: Stacked(tuple(p[role] for p in per_layer)) for role in per_layer[0]})
+        for l in range(lo, hi + 1):
+            inputs(l, start_of(l), C)
+
+    for depth in range(L - 1):  # the layers starting, from the top: wave `depth` runs layers L-1-depth..L-1
+        with prog.loop(some, f"wave_start{depth}"):
+            wave(depth, L - 1 - depth, L - 1)
+    with prog.loop(tirx.Select(q > 0, q - (L - 1), _const(0)), "wave") as i:  # every layer
+        wave(i + L - 1, 0, L - 1)
+    for depth in range(1, L):  # the layers finishing: wave q - 1 + depth runs layers 0..L-1-depth
+        with prog.loop(some, f"wave_end{depth}"):
+            wave(q - 1 + depth, 0, L - 1 - depth)
+    for l in reversed(range(L)):
+        fns = layer_fns[l]
+        prog.call(recurrent, dh=dh0.at("n", "j", ld=l), **fns["recurrent_views"](0, T - 1))
+        if dc_carry is not None:
+            prog.call(kernels.copy(N, H), src=dc_carry.at("n", "j", d=l, slot=tirx.floormod(T, 2)), dst=dc0.at("n", "j", ld=l))
+        fns["emitters"]["all"]()
 
 
 def _projected_steps(prog: Program, config: Config, l: int, group: tuple, T, gate_math, *, d_out, w, dgh, dhp, dhy,
@@ -1390,15 +1522,21 @@ def all_programs(config: Config, schedule, target=None,
             made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
                                    interleave=interleave, proj_panel=proj_panel, wave=0, **tails, **how)
         return made
+    def backward(wave=None) -> Program:  # (as the forwards: a wavefront's where it runs persistent)
+        made = backward_program(config, schedule, persistent_blocks=blocks("backward"),
+                                packed_grads=packed_weight_gradients(target), panel_of=panel_of,
+                                grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
+                                                           options.gradient_panels, options.weight_panels),
+                                input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
+                                                                        config.rows),
+                                interleave=interleave and BACKWARD_CHUNK_GRADIENTS,
+                                staged=staged_weight_gradients(target, config), wave=wave, **tails, **how)
+        if (wave is None and config.wavefront and options.layer_wavefront is None and made.persistent_blocks is not None
+                and not made.all_step_loops_persistent):
+            return backward(wave=0)
+        return made
     programs = (forward(train=False), forward(train=True),
-                backward_program(config, schedule, persistent_blocks=blocks("backward"),
-                                 packed_grads=packed_weight_gradients(target), panel_of=panel_of,
-                                 grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
-                                                            options.gradient_panels, options.weight_panels),
-                                 input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
-                                                                         config.rows),
-                                 interleave=interleave and BACKWARD_CHUNK_GRADIENTS,
-                                 staged=staged_weight_gradients(target, config), **tails, **how),
+                backward(),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
                                 subroutines=subroutines, proj_panel=proj_panel),
                 packing_program(config, schedule, panel=panel, view_pointers=pointers, subroutines=subroutines,
