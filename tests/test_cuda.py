@@ -1073,21 +1073,26 @@ def test_row_group_steps_of_few_rows_match_torch_on_cuda(cell, batch, hidden, bi
 
 @pytest.mark.parametrize("cell,batch,hidden,num_layers", [("gru", 5, 37, 3), ("lstm", 32, 126, 2)])
 def test_layer_wavefront_matches_torch_on_cuda(cell, batch, hidden, num_layers, rng):
-    """Unidirectional stacks run their forwards as a wavefront by default on GPUs
+    """Unidirectional stacks run their inference forward as a wavefront by default on GPUs
     (``passes.layer_wavefront``): every layer's steps in one launch, each layer a 64-step chunk
-    behind the one below. T = 7 runs no wave; 130 the waves that start and finish the layers and
-    the steps after; 300 full waves too (3 layers) and a longer tail. Inference, training forward
-    and the backward on its workspace (the last layer's states beside the others') against
-    torch.nn in float64; then rows of different lengths on the masked build."""
-    for T in (7, 130, 300):
-        _check(cell, num_layers, False, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
-               input_size=hidden, batch=batch, tol=1e-4)
-    rnn = built(cell, num_layers, False, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
-                target="cuda")
-    for name in ("forward", "forward_train"):
-        steps = [k for k in rnn.programs[name].kernels if k.startswith("recurrent_step")]
-        assert any(f"_d{num_layers}_" in k for k in steps), steps
-        assert rnn.programs[name].all_step_loops_persistent
-    from test_lengths import _check as check_lengths
-    check_lengths(cell, num_layers, False, False, [130, 200, 64, 199, 1][:batch] + [200] * (batch - 5), T=200,
-                  as_array=to_cuda, target="cuda", batch=batch, hidden=hidden)
+    behind the one below; with ``layer_wavefront=True`` the training forward and the backward
+    too (``passes.training_wavefront``: not yet the default). T = 7 runs no wave; 130 the waves
+    that start and finish the layers and the steps after; 300 full waves too (3 layers) and a
+    longer tail. Every pass against torch.nn in float64; then rows of different lengths on the
+    masked builds."""
+    from test_lengths import VARIABLE, _check as check_lengths
+    every = BuildOptions(layer_wavefront=True)
+    for options in (None, every):
+        for T in (7, 130, 300):
+            _check(cell, num_layers, False, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
+                   input_size=hidden, batch=batch, tol=1e-4, options=options)
+        rnn = built(cell, num_layers, False, False, input_size=hidden, hidden_size=hidden, batch_size=batch,
+                    target="cuda", options=options)
+        for name, kind in (("forward", "recurrent_step"), ("forward_train", "recurrent_step"), ("backward", "backward_step")):
+            steps = [k for k in rnn.programs[name].kernels if k.startswith(kind)]
+            assert any(f"_d{num_layers}_" in k for k in steps) == (name == "forward" or options is every), (name, steps)
+            assert rnn.programs[name].all_step_loops_persistent
+        lengths = [130, 200, 64, 199, 1][:batch] + [200] * (batch - 5)
+        check_lengths(cell, num_layers, False, False, lengths, T=200, as_array=to_cuda, target="cuda", batch=batch,
+                      hidden=hidden, options=VARIABLE if options is None else tvmrnn.BuildOptions(
+                          variable_lengths=True, layer_wavefront=True))

@@ -401,7 +401,8 @@ def test_option_candidates_follow_the_target_and_configuration():
     assert ("chunk_steps", (256, 32, 4, 1)) not in many_rows
     assert not any(name == "layer_wavefront" for name, _ in gpu + many_rows)  # 1 layer; bidirectional
     stack = pass_tuning.option_candidates(Config(CELLS["gru"], 126, 126, 3, False, 32, False), h100)
-    assert ("layer_wavefront", False) in stack  # a wavefront by default: tried without
+    # the inference forward a wavefront by default: tried without, and with the training passes too
+    assert ("layer_wavefront", False) in stack and ("layer_wavefront", True) in stack
     cpu = pass_tuning.option_candidates(CONFIG, TARGET)
     assert {name for name, _ in cpu} == {"interleave_projections", "weight_panels", "gradient_panels", "chunk_steps",
                                          "time_loop_regions"}

@@ -103,6 +103,10 @@ def test_the_wavefront_is_the_default_where_every_layers_weights_fit_the_chip():
     assert not on("lstm", 1024, 2)  # 33 MB of recurrent weights: more than half the H100's shared memory
     assert not on(target=None) and on(target=None, options=WAVE)  # CPUs: only when asked
     assert not on(options=tvmrnn.BuildOptions(layer_wavefront=False))
+    # the training passes only where asked for (not yet run on a GPU)
+    stack = passes.Config(get_cell("gru"), 126, 126, 3, False, 32, False)
+    assert not passes.training_wavefront(stack, tvmrnn.BuildOptions())
+    assert passes.training_wavefront(stack, WAVE)
 
 
 def test_stacked_views_must_be_one_stride_apart():

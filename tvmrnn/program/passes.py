@@ -399,7 +399,8 @@ def layer_wavefront(config: Config, target, options: BuildOptions) -> bool:
     says so; where it is None, GPUs whose SMs' shared memory holds every layer's recurrent
     weights with room to spare (:data:`WAVE_WEIGHT_SHARE`), for steps too small to keep the GPU
     busy alone (:data:`WAVE_MAX_STEP_WORK`). A build whose stacked steps then do
-    not all run persistent takes the layers one after another (:func:`all_programs`)."""
+    not all run persistent takes the layers one after another (:func:`all_programs`). The
+    training passes: :func:`training_wavefront`."""
     if config.num_directions != 1 or config.num_layers < 2 or config.proj_size:
         return False
     if options.layer_wavefront is not None:
@@ -413,6 +414,16 @@ def layer_wavefront(config: Config, target, options: BuildOptions) -> bool:
     weights = 4 * G * H * S * config.num_layers
     return (weights <= WAVE_WEIGHT_SHARE * model.multiprocessors * model.shared_bytes_per_block
             and config.rows * G * H * S <= WAVE_MAX_STEP_WORK)
+
+
+def training_wavefront(config: Config, options: BuildOptions) -> bool:
+    """Whether the training passes (forward and backward, and their workspace's layout:
+    ``Config.wave_steps``) run the layers as a wavefront too: only where ``options.layer_wavefront``
+    is True, for now. They are correct on CPUs (tests against torch.nn and the layer-by-layer
+    passes) and compile for the H100, but have not run on a GPU yet (v86); whole-pass tuning
+    (``tvmrnn-tune``) tries them where the inference forward's default is a wavefront."""
+    return (options.layer_wavefront is True and config.num_directions == 1 and config.num_layers > 1
+            and not config.proj_size)
 
 
 def _direction_groups(config: Config, stacked: bool) -> list[tuple[int, ...]]:
@@ -1494,7 +1505,7 @@ def all_programs(config: Config, schedule, target=None,
                          f"{padded} (tvmrnn.runtime.build.with_compiled_rows sets it)")
     if padded:
         config = dataclasses.replace(config, padded_inputs=padded)
-    if not config.wave_steps and layer_wavefront(config, target, options):  # (as build's with_compiled_rows sets it)
+    if not config.wave_steps and training_wavefront(config, options):  # (as build's with_compiled_rows sets it)
         config = dataclasses.replace(config, wave_steps=WAVE_STEPS)
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)
@@ -1512,29 +1523,28 @@ def all_programs(config: Config, schedule, target=None,
     how["skip_ended"] = options.variable_lengths and not (target is not None and is_gpu(target))
 
     def forward(train: bool) -> Program:
-        """A forward as the configuration's wavefront where it runs persistent (or was asked for),
-        else layer after layer (the training workspace's layout stays the wavefront's)."""
+        """A forward, as a wavefront where it is one (the inference forward: :func:`layer_wavefront`,
+        layer after layer where its stacked steps would not all run persistent unless asked for;
+        the training forward: the configuration's, :func:`training_wavefront`)."""
         name = "forward_train" if train else "forward"
+        wave = None if train else WAVE_STEPS if layer_wavefront(config, target, options) else 0
         made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
-                               interleave=interleave, proj_panel=proj_panel, **tails, **how)
-        if (config.wavefront and options.layer_wavefront is None and made.persistent_blocks is not None
+                               interleave=interleave, proj_panel=proj_panel, wave=wave, **tails, **how)
+        if (wave and options.layer_wavefront is None and made.persistent_blocks is not None
                 and not made.all_step_loops_persistent):  # a wave of launches a step: layer after layer
             made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
                                    interleave=interleave, proj_panel=proj_panel, wave=0, **tails, **how)
         return made
-    def backward(wave=None) -> Program:  # (as the forwards: a wavefront's where it runs persistent)
-        made = backward_program(config, schedule, persistent_blocks=blocks("backward"),
+
+    def backward() -> Program:  # (a wavefront where the configuration is one's)
+        return backward_program(config, schedule, persistent_blocks=blocks("backward"),
                                 packed_grads=packed_weight_gradients(target), panel_of=panel_of,
                                 grad_panel=gradient_panel(target, config.cell.num_gates, config.hidden_size,
-                                                           options.gradient_panels, options.weight_panels),
+                                                          options.gradient_panels, options.weight_panels),
                                 input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
-                                                                        config.rows),
+                                                                       config.rows),
                                 interleave=interleave and BACKWARD_CHUNK_GRADIENTS,
-                                staged=staged_weight_gradients(target, config), wave=wave, **tails, **how)
-        if (wave is None and config.wavefront and options.layer_wavefront is None and made.persistent_blocks is not None
-                and not made.all_step_loops_persistent):
-            return backward(wave=0)
-        return made
+                                staged=staged_weight_gradients(target, config), **tails, **how)
     programs = (forward(train=False), forward(train=True),
                 backward(),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,

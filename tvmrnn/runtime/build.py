@@ -21,7 +21,7 @@ from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..schedules.cpu import packed_units, padded_batch, padded_inputs
 from ..program.passes import (Config, all_programs, half_precision_choices, loop_block_caps,
-                              layer_wavefront, projections_refused, WAVE_STEPS)
+                              projections_refused, training_wavefront, WAVE_STEPS)
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import as_built, report_untuned, scheduler, tuned_options
 
@@ -181,9 +181,9 @@ def with_compiled_rows(config: Config, target) -> Config:
     """``config`` with the batch rows its kernels are built for (``Config.compiled_rows``): on a
     CPU, fp32, a batch whose register tiles would be short (7, 11, 13 rows...) gets a few rows more,
     every call padded to them (:func:`tvmrnn.schedules.cpu.padded_batch`: 2x faster at 7 rows).
-    And the other choices of the target that the passes' arrays depend on: whether a stack's
-    layers run as a wavefront (``Config.wave_steps``: its training workspace's layout)."""
-    if layer_wavefront(config, target, config.options):
+    And the other choices that the passes' arrays depend on: whether a stack's training passes
+    run its layers as a wavefront (``Config.wave_steps``: its training workspace's layout)."""
+    if training_wavefront(config, config.options):
         config = dataclasses.replace(config, wave_steps=WAVE_STEPS)
     if is_gpu(target):
         return config

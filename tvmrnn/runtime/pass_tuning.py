@@ -295,8 +295,11 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
         found.append(("row_groups", False))
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
-    elif gpu and config.num_layers > 1 and not config.proj_size:  # the other choice than the target's
-        found.append(("layer_wavefront", not layer_wavefront(config, target, config.options)))
+    elif gpu and config.num_layers > 1 and not config.proj_size:
+        # every pass as a wavefront (the default: the inference forward alone, where it pays), and none
+        found.append(("layer_wavefront", True))
+        if layer_wavefront(config, target, config.options):
+            found.append(("layer_wavefront", False))
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False),
                   ("time_loop_regions", False)]
