@@ -1076,14 +1076,14 @@ def test_layer_wavefront_matches_torch_on_cuda(cell, batch, hidden, num_layers, 
     """Unidirectional stacks run their inference forward as a wavefront by default on GPUs
     (``passes.layer_wavefront``): every layer's steps in one launch, each layer a 64-step chunk
     behind the one below; with ``layer_wavefront=True`` the training forward and the backward
-    too (``passes.training_wavefront``: not yet the default). T = 7 runs no wave; 130 the waves
-    that start and finish the layers and the steps after; 300 full waves too (3 layers) and a
-    longer tail. Every pass against torch.nn in float64; then rows of different lengths on the
+    too (``passes.training_wavefront``: not yet the default). T = 7 runs no wave; 128 and 130
+    the waves that start and finish the layers, without and with steps after them (backward:
+    64 and 2 steps before them); 300 full waves too (3 layers) and a longer tail. Every pass against torch.nn in float64; then rows of different lengths on the
     masked builds."""
     from test_lengths import VARIABLE, _check as check_lengths
     every = BuildOptions(layer_wavefront=True)
     for options in (None, every):
-        for T in (7, 130, 300):
+        for T in (7, 128, 130, 300):
             _check(cell, num_layers, False, False, T, rng, target="cuda", as_array=to_cuda, hidden=hidden,
                    input_size=hidden, batch=batch, tol=1e-4, options=options)
         rnn = built(cell, num_layers, False, False, input_size=hidden, hidden_size=hidden, batch_size=batch,

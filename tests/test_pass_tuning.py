@@ -403,6 +403,8 @@ def test_option_candidates_follow_the_target_and_configuration():
     stack = pass_tuning.option_candidates(Config(CELLS["gru"], 126, 126, 3, False, 32, False), h100)
     # the inference forward a wavefront by default: tried without, and with the training passes too
     assert ("layer_wavefront", False) in stack and ("layer_wavefront", True) in stack
+    big = pass_tuning.option_candidates(Config(CELLS["lstm"], 512, 512, 2, False, 64, False), h100)
+    assert not any(name == "layer_wavefront" for name, _ in big)  # a step that fills the GPU alone
     cpu = pass_tuning.option_candidates(CONFIG, TARGET)
     assert {name for name, _ in cpu} == {"interleave_projections", "weight_panels", "gradient_panels", "chunk_steps",
                                          "time_loop_regions"}

@@ -21,8 +21,9 @@ from test_rnn import _check
 I, H, N, L = 13, 37, 3, 3
 WAVE = tvmrnn.BuildOptions(layer_wavefront=True)
 # chunks of 4 steps: at L = 3 waves need T >= 8; T = 13 runs 2 starting waves, 1 full, 2 finishing
-# and 1 step after; T = 9 none full; T = 7 no wave at all
-LENGTHS = (7, 9, 13, 22)
+# and 1 step after; T = 9 none full; T = 7 no wave at all; T = 12 no step after the forward's
+# waves, and the backward's 4 steps before its waves (T - 1 = 11: 2 chunks, 3 steps: r = 4 at 12)
+LENGTHS = (7, 9, 12, 13, 22)
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_wavefront_matches_torch(short_waves, cell, batch_first, rng):
     """Inference, training forward and backward as wavefronts (the training workspace keeps the
     last layer's states beside the others'), against torch.nn in float64."""
     rnn = built(cell, L, False, batch_first, options=WAVE)
-    assert rnn.config.wavefront and "hs" not in rnn.config.workspace_shapes(5)
+    assert rnn.config.wavefront and rnn.config.wave_steps == 4 and "hs" not in rnn.config.workspace_shapes(5)
     for name, kind in (("forward", "recurrent_step"), ("forward_train", "recurrent_step"), ("backward", "backward_step")):
         steps = {k for k in rnn.programs[name].kernels if k.startswith(kind)}
         assert any(k.endswith("_d3") for k in steps) and any(k.endswith("_d2") for k in steps), steps
@@ -59,6 +60,7 @@ def test_wavefront_with_lengths_and_per_unit_parameters(short_waves):
     cell = ex.PEEPHOLE_LSTM
     wave = _build(cell, options=tvmrnn.BuildOptions(variable_lengths=True, layer_wavefront=True))
     plain = _build(cell, options=options)
+    assert wave.config.wave_steps == 4
     assert any(k.endswith("_masked") and "_d3" in k for k in _steps(wave)), _steps(wave)
     assert not any("_d" in k.rsplit("h37", 1)[-1] for k in _steps(plain)), _steps(plain)
     rng = np.random.default_rng(3)
@@ -100,9 +102,10 @@ def test_the_wavefront_is_the_default_where_every_layers_weights_fit_the_chip():
     assert on() and on("lstm", 455, 2, rows=8) and on("gru", 256, 3, rows=128) and on("lstm", 128, 2, rows=256)
     assert not on("lstm", 512, 2, rows=64)  # 67 M multiply-adds a step: it keeps the GPU busy alone
     assert not on(layers=1) and not on(bidirectional=True) and not on("lstm", 126, proj=64)
-    assert not on("lstm", 1024, 2)  # 33 MB of recurrent weights: more than half the H100's shared memory
+    assert not on("lstm", 1024, 2, rows=1)  # 33 MB of recurrent weights: more than half the H100's shared memory
     assert not on(target=None) and on(target=None, options=WAVE)  # CPUs: only when asked
     assert not on(options=tvmrnn.BuildOptions(layer_wavefront=False))
+    assert not on(options=tvmrnn.BuildOptions(layer_wavefront=True, dtype="float16"))  # fp32 kernels only
     # the training passes only where asked for (not yet run on a GPU)
     stack = passes.Config(get_cell("gru"), 126, 126, 3, False, 32, False)
     assert not passes.training_wavefront(stack, tvmrnn.BuildOptions())

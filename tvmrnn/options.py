@@ -264,6 +264,8 @@ class BuildOptions:
             del out["half_operands"]
         if out["row_groups"] is None:  # (the same)
             del out["row_groups"]
+        if out["layer_wavefront"] is None:  # (the same)
+            del out["layer_wavefront"]
         if out["chunk_steps"] is not None:
             out["chunk_steps"] = list(out["chunk_steps"])
         return out

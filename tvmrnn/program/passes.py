@@ -191,10 +191,10 @@ class Config:
     # ((K, Kp), ...): the backward's copies of the weights with K inputs padded to Kp, where a CPU
     # build's backward panels do not divide K (tvmrnn.schedules.cpu.backward_panel; Layout.padded_inputs)
     padded_inputs: tuple[tuple[int, int], ...] = ()
-    # a unidirectional stack's forwards run its layers as a wavefront of chunks of this many steps
-    # (layer_wavefront; build sets it for its target), and its training workspace keeps the last
-    # layer's states in ``layer_out`` with the others' (the stacked step reads every layer's from
-    # one tensor): no ``hs``. 0: layer after layer
+    # a unidirectional stack's training passes run its layers as a wavefront of chunks of this many
+    # steps (training_wavefront; build sets it from the options), and its training workspace keeps
+    # the last layer's states in ``layer_out`` with the others' (the stacked step reads every
+    # layer's from one tensor): no ``hs``. 0: layer after layer
     wave_steps: int = 0
 
     @property
@@ -258,7 +258,8 @@ class TrainingStates:
     """Where the training workspace keeps layer l, direction d's h state of row ``row``, rows
     counted as in ``hs`` (T+1 of them; direction 0: h0 at row 0 and step t's state at t+1;
     direction 1: h0 at row T and step t's state at row t). See the module docstring. A wavefront's
-    (``Config.wavefront``) last layer keeps them in ``layer_out`` too, in the inner layers' rows."""
+    (``Config.wavefront``) last layer keeps them in ``layer_out`` as the inner layers do (there
+    is no ``hs``; ``y`` holds its outputs too)."""
 
     def __init__(self, config: Config, hs, layer_out):
         self.last, self.H, self.hs, self.layer_out = config.num_layers - 1, config.state_size, hs, layer_out
@@ -398,10 +399,12 @@ def layer_wavefront(config: Config, target, options: BuildOptions) -> bool:
     unidirectional stacks of 2 layers or more without projections, where ``options.layer_wavefront``
     says so; where it is None, GPUs whose SMs' shared memory holds every layer's recurrent
     weights with room to spare (:data:`WAVE_WEIGHT_SHARE`), for steps too small to keep the GPU
-    busy alone (:data:`WAVE_MAX_STEP_WORK`). A build whose stacked steps then do
-    not all run persistent takes the layers one after another (:func:`all_programs`). The
-    training passes: :func:`training_wavefront`."""
-    if config.num_directions != 1 or config.num_layers < 2 or config.proj_size:
+    busy alone (:data:`WAVE_MAX_STEP_WORK`). A build with persistent forwards whose stacked
+    steps would not all run persistent then takes the layers one after another
+    (:func:`all_programs`). fp32 only (the wavefront's kernels are the fp32 ones: not
+    ``bf16_projections``' packed pairs, nor half builds, which were not tried). The training
+    passes: :func:`training_wavefront`."""
+    if not _wavefront_applies(config, options):
         return False
     if options.layer_wavefront is not None:
         return options.layer_wavefront
@@ -422,8 +425,13 @@ def training_wavefront(config: Config, options: BuildOptions) -> bool:
     is True, for now. They are correct on CPUs (tests against torch.nn and the layer-by-layer
     passes) and compile for the H100, but have not run on a GPU yet (v86); whole-pass tuning
     (``tvmrnn-tune``) tries them where the inference forward's default is a wavefront."""
-    return (options.layer_wavefront is True and config.num_directions == 1 and config.num_layers > 1
-            and not config.proj_size)
+    return options.layer_wavefront is True and _wavefront_applies(config, options)
+
+
+def _wavefront_applies(config: Config, options: BuildOptions) -> bool:
+    """A unidirectional stack without projections, fp32 throughout."""
+    return (config.num_directions == 1 and config.num_layers > 1 and not config.proj_size
+            and options.dtype == "float32" and not options.bf16_projections)
 
 
 def _direction_groups(config: Config, stacked: bool) -> list[tuple[int, ...]]:
@@ -1299,8 +1307,9 @@ def _wavefront_backward(prog: Program, config: Config, T, C: int, chunks: tuple[
                         mask) -> None:
     """:func:`backward_program`'s time loops as a wavefront of the layers (the forward's,
     :func:`_wavefront_forward`, backwards): from the last step on, layer l's chunk j of ``C``
-    steps runs in one launch a step with the layer above's chunk j - 1 and the layer below's
-    j + 1 (the fused backward step with a leading axis over the wave's layers); after a wave's
+    steps (chunks counted from the end) runs in one launch a step with the layer above's chunk
+    j + 1 and the layer below's j - 1 (the fused backward step with a leading axis over the
+    wave's layers); after a wave's
     steps, each layer's input gradients of its chunk (what the layer below's gate math reads in
     the next wave, or ``dx``). A chunk of steps here is the gate math of its steps: launch u runs
     step u's recurrent GEMM and step u+1's gate math (from the end), so a chunk's launches start
@@ -1315,6 +1324,8 @@ def _wavefront_backward(prog: Program, config: Config, T, C: int, chunks: tuple[
     last layer's ``dy`` is copied chunk by chunk into its slot of ``dlayer_out``, where its stacked
     steps read it with the other layers'."""
     c, N, H, L, S = config.cell, config.rows, config.hidden_size, config.num_layers, config.state_size
+    if C % 2:
+        raise AssertionError(f"wavefront chunks of {C} steps: an even number is needed (carried slots by parity)")
     masked = mask is not None
     whole = tirx.floordiv(T - 1, C)
     q = tirx.Select(whole >= max(L - 1, 2), whole, _const(0))
@@ -1528,12 +1539,18 @@ def all_programs(config: Config, schedule, target=None,
         the training forward: the configuration's, :func:`training_wavefront`)."""
         name = "forward_train" if train else "forward"
         wave = None if train else WAVE_STEPS if layer_wavefront(config, target, options) else 0
+        trial = wave and options.layer_wavefront is None and blocks(name) is not None
+        shared = how["subroutines"]
+        kernels_table = shared.trial() if trial and isinstance(shared, GpuKernels) else shared
         made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
-                               interleave=interleave, proj_panel=proj_panel, wave=wave, **tails, **how)
-        if (wave and options.layer_wavefront is None and made.persistent_blocks is not None
-                and not made.all_step_loops_persistent):  # a wave of launches a step: layer after layer
-            made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
+                               interleave=interleave, proj_panel=proj_panel, wave=wave, **tails,
+                               **dict(how, subroutines=kernels_table))
+        if trial and not made.all_step_loops_persistent:  # a wave of launches a step: layer after layer
+            return forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
                                    interleave=interleave, proj_panel=proj_panel, wave=0, **tails, **how)
+        if kernels_table is not shared:
+            shared.adopt(kernels_table)
+            made.subroutines = shared
         return made
 
     def backward() -> Program:  # (a wavefront where the configuration is one's)

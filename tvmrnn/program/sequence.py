@@ -1118,6 +1118,20 @@ class GpuKernels:
         # False, "wait" or "early"; ``device.dependent_launch``)
         self.dependent_launch = dependent_launch
 
+    def trial(self) -> "GpuKernels":
+        """A copy whose new functions stay its own until :meth:`adopt` takes them: for a program
+        that may be discarded (a layer wavefront that would not run persistent), whose kernels
+        the module should not hold."""
+        copy = GpuKernels.__new__(GpuKernels)
+        copy.__dict__.update(self.__dict__)
+        copy._entries, copy.functions = dict(self._entries), dict(self.functions)
+        return copy
+
+    def adopt(self, trial: "GpuKernels") -> None:
+        """Take a :meth:`trial`'s functions as this table's."""
+        self._entries.update(trial._entries)
+        self.functions.update(trial.functions)
+
     def call(self, program: "Program", kernel: Kernel, views: dict) -> tirx.Stmt | None:
         """The calls of ``kernel``'s launches on ``views`` (role -> view), defining their
         functions at the first call with these constant strides and these shared views; None

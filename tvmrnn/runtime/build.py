@@ -21,7 +21,8 @@ from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..schedules.cpu import packed_units, padded_batch, padded_inputs
 from ..program.passes import (Config, all_programs, half_precision_choices, loop_block_caps,
-                              projections_refused, training_wavefront, WAVE_STEPS)
+                              projections_refused, training_wavefront)
+from ..program import passes
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import as_built, report_untuned, scheduler, tuned_options
 
@@ -184,7 +185,7 @@ def with_compiled_rows(config: Config, target) -> Config:
     And the other choices that the passes' arrays depend on: whether a stack's training passes
     run its layers as a wavefront (``Config.wave_steps``: its training workspace's layout)."""
     if training_wavefront(config, config.options):
-        config = dataclasses.replace(config, wave_steps=WAVE_STEPS)
+        config = dataclasses.replace(config, wave_steps=passes.WAVE_STEPS)
     if is_gpu(target):
         return config
     # and the units of its forward gate columns (Config.packed_units): weight panels that do not

@@ -295,11 +295,11 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
         found.append(("row_groups", False))
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
-    elif gpu and config.num_layers > 1 and not config.proj_size:
-        # every pass as a wavefront (the default: the inference forward alone, where it pays), and none
-        found.append(("layer_wavefront", True))
-        if layer_wavefront(config, target, config.options):
-            found.append(("layer_wavefront", False))
+    elif gpu and layer_wavefront(config, target, config.options):
+        # where the inference forward is a wavefront by default: the training passes too, and none
+        # (elsewhere a stack's steps fill the GPU, or its weights do not fit it, or a training
+        # wavefront's backward would hold every layer's gate gradients at once: passes.WAVE_WEIGHT_SHARE)
+        found += [("layer_wavefront", True), ("layer_wavefront", False)]
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False),
                   ("time_loop_regions", False)]
