@@ -124,3 +124,22 @@ def test_stacked_views_must_be_one_stride_apart():
         _view_layout(Stacked((flat.piece(0), flat.piece(10), flat.piece(30))), param)
     with pytest.raises(AssertionError, match="a stack of 3 views"):
         _view_layout(Stacked((flat.piece(0), flat.piece(10))), param)
+
+
+def test_a_wavefront_that_would_not_run_persistent_leaves_no_kernel_behind(monkeypatch):
+    """The H100's default tries the inference wavefront; where its stacked steps would not all run
+    persistent (forced here), the layers run one after another, and the module holds as many CUDA
+    kernels as a build without the wavefront (compiled here, not run)."""
+    from tvmrnn.program.sequence import Program
+
+    def kernels_of(**build):
+        rnn = tvmrnn.build("gru", input_size=I, hidden_size=H, num_layers=L, batch_size=N,
+                           target="nvidia/nvidia-h100", cache=False, **build)
+        return rnn, rnn.executable.mod.imports[0].inspect_source().count("__global__")
+    plain, without = kernels_of(options=tvmrnn.BuildOptions(layer_wavefront=False))
+    kept, with_wave = kernels_of()
+    assert any("_d3" in k for k in kept.programs["forward"].kernels) and with_wave > without
+    monkeypatch.setattr(Program, "all_step_loops_persistent", property(lambda self: False))
+    rnn, fallback = kernels_of()
+    assert not any("_d" in k for k in rnn.programs["forward"].kernels)
+    assert fallback == without
