@@ -1030,8 +1030,11 @@ def test_cuda_shared_kernels(tmp_path):
     _ptxas(source_on, tmp_path)
     # one direction: every pass's time loops are persistent (the backward's small split-K steps
     # too), one kernel per layer and pass (their views stay offsets), launched cooperatively
+    # (layer after layer: the default's inference wavefront has a kernel for each set of layers
+    # its waves run, tests/test_wavefront.py)
     rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False,
-                       options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=True))
+                       options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=True,
+                                            layer_wavefront=False))
     definitions = _kernel_definitions(rnn.executable.mod.imports[0].inspect_source())
     assert all(rnn.programs[p].uses_persistent_loops for p in ("forward", "forward_train", "backward"))
     # 4 rows, H = 40: blocks of row groups, a row a block, each holding every weight, whose threads
@@ -1043,7 +1046,7 @@ def test_cuda_shared_kernels(tmp_path):
     # with a grid barrier (8 blocks asked for), the 6 persistent kernels are launched cooperatively
     rnn = tvmrnn.build("lstm", **dict(sizes, bidirectional=False), target="nvidia/nvidia-h100", tuning_logs=False,
                        options=BuildOptions(persistent="auto", chunk_steps=(1,), shared_kernels=True,
-                                            persistent_blocks=8))
+                                            persistent_blocks=8, layer_wavefront=False))
     assert rnn.persistent_blocks == 8 and _launch_flags(rnn, tmp_path)[0] == 6
 
 
