@@ -249,8 +249,8 @@ class Config:
 
     @property
     def wavefront(self) -> bool:
-        """Whether the forwards run the layers as a wavefront (``wave_steps``, where it applies:
-        a unidirectional stack without projections)."""
+        """Whether the training passes run the layers as a wavefront, their workspace laid out
+        for it (``wave_steps``, where it applies: a unidirectional stack without projections)."""
         return bool(self.wave_steps) and self.num_directions == 1 and self.num_layers > 1 and not self.proj_size
 
 
@@ -375,7 +375,7 @@ def stack_directions(target, options: BuildOptions) -> bool:
 CPU_STACK_MIN_CORES = 8
 
 
-# A unidirectional stack's inference forward as a wavefront of its layers (``BuildOptions.layer_wavefront``):
+# A unidirectional stack's passes as a wavefront of its layers (``BuildOptions.layer_wavefront``):
 # chunks of this many steps (even: a layer's state rows alternate with the step's parity, the
 # same in every layer of a wave), layer l on chunk k while layer l+1 runs chunk k-1. Per wave, a
 # projection launch per layer and one launch of every layer's steps; the first and last waves
