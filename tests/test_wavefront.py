@@ -1,7 +1,7 @@
-"""A unidirectional stack's inference forward as a wavefront of its layers
-(``BuildOptions.layer_wavefront``, ``passes._wavefront_forward``): every layer's steps of a wave
-in one launch, layer l one chunk of steps behind layer l-1. Checked on the CPU, where the option
-forces it, against torch.nn in float64 (and a custom cell against its own layer-by-layer build),
+"""A unidirectional stack's passes as a wavefront of its layers (``BuildOptions.layer_wavefront``,
+``passes._wavefront_forward``, ``_wavefront_backward``): every layer's steps of a wave in one
+launch, layer l one chunk of steps behind layer l-1. Checked on the CPU, where the option forces
+it, against torch.nn in float64 (and a custom cell against its own layer-by-layer build),
 with short chunks so that every part runs: the waves that start and finish the layers, the full
 waves between, the steps left after them, and sequences too short for any wave."""
 from __future__ import annotations
