@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, Phase, event, given, settings, strategies as
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import tvmrnn
+from tvmrnn.program import passes
 from conftest import built, torch_module
 
 EXAMPLES = int(os.environ.get("TVMRNN_FUZZ_EXAMPLES", "200"))
@@ -52,15 +53,17 @@ class Build:
     batch_first: bool = False
     variable_lengths: bool = False
     proj_size: int = 0  # an LSTM's projections
+    wavefront: bool = False  # every pass as a layer wavefront (BuildOptions.layer_wavefront)
 
     def rnn(self, target):
+        options = tvmrnn.BuildOptions(variable_lengths=self.variable_lengths,
+                                      layer_wavefront=True if self.wavefront else None)
         return built(self.cell, self.num_layers, self.bidirectional, self.batch_first, self.input_size,
-                     self.hidden_size, self.batch_size, target=target,
-                     options=tvmrnn.BuildOptions(variable_lengths=self.variable_lengths), proj_size=self.proj_size)
+                     self.hidden_size, self.batch_size, target=target, options=options, proj_size=self.proj_size)
 
 
 # A fixed pool, so that the builds (about a second each) stay few: every cell, 1 everywhere, odd
-# sizes, stacks, both directions, batch-first, variable lengths.
+# sizes, stacks, both directions, batch-first, variable lengths, a layer wavefront.
 BUILDS = (
     Build("lstm", 1, 1, 1),
     Build("gru", 1, 1, 1, 1, True),
@@ -74,6 +77,7 @@ BUILDS = (
     Build("gru", 7, 4, 1, 1, False, False, True),
     Build("lstm", 3, 6, 3, 3, False, True),
     Build("gru", 2, 5, 4, 1, True, False, True),
+    Build("gru", 4, 6, 3, 3, False, True, True, wavefront=True),  # (waves from T = 128: 64-step chunks)
     Build("lstm", 3, 7, 3, 2, True, False, True, proj_size=2),  # (last: explicit_examples indexes the others)
 )
 
@@ -325,6 +329,8 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
         SEEN["lengths"] += 1
     _rel_ok(y, yr, y32, "y")
     _rel_ok(hy, hyr, hy32, "hy")
+    if b.wavefront and c.T >= 2 * passes.WAVE_STEPS:  # (waves ran: T // 64 >= 2)
+        SEEN["wavefront matched"] += 1
     if has_c:
         _rel_ok(cy, cyr, cy32, "cy")
     else:
@@ -372,10 +378,15 @@ def fuzz_test(target=None, device="cpu", examples=EXAMPLES, shrink=True, explici
 
 def explicit_examples() -> list:
     """One case per fault besides the drawn ones, so that every argument's refusal is tried in every
-    run (a training call, on a build with variable lengths where the fault is about lengths)."""
+    run (a training call, on a build with variable lengths where the fault is about lengths), and
+    one that runs the layer wavefront's waves."""
     out = []
     for k, fault in enumerate(f for f in sorted(FAULTS, key=str) if f):
         build = (BUILDS[6] if fault.startswith("lengths") else BUILDS[4] if fault == "c0_shape"
                  else BUILDS[1] if fault == "c0_extra" else BUILDS[k % len(BUILDS)])  # where it is a fault
         out.append(Case(build, False, k % 2 == 0, (Call(5, 1, k % 2 == 1, True, True, True, True, None, fault, k),)))
+    # and the layer wavefront's waves (T // 64 >= 2), trained, through a package, rows of other lengths
+    wave = next(b for b in BUILDS if b.wavefront)
+    out.append(Case(wave, True, True, (Call(200, wave.batch_size, True, True, True, False, True,
+                                            (200, 131, 64)[:wave.batch_size], None, 7),)))
     return out

@@ -16,6 +16,7 @@ def test_every_call_matches_torch_or_names_its_wrong_argument():
     # the cases reached every kind of outcome: matches of each pass, every argument refused
     assert seen["cases"] >= fuzz.EXAMPLES and seen["forward matched"] >= fuzz.EXAMPLES // 2, seen
     assert seen["gradients matched"] >= fuzz.EXAMPLES // 5 and seen["lengths"] and seen["loaded package"], seen
+    assert seen["wavefront matched"], seen
     named = {name for name in fuzz.FAULTS.values() if name}
     assert {k.split(": ")[1] for k in seen if k.startswith("refused")} == named, seen
 

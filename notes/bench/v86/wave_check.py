@@ -69,7 +69,8 @@ def main(shapes):
         vs = ", ".join(f"{k}: wavefront {ours[k]:.3f} ms ({theirs[k] / ours[k]:.2f}x cuDNN), layer by layer {layers[k]:.3f} "
                        f"({theirs[k] / layers[k]:.2f}x), cuDNN {theirs[k]:.3f}" for k in ours if k in theirs)
         print(f"{shape}: builds {built:.0f} s; stacked kernels {kinds}; wavefront vs layer by layer {vs_plain:.1e}, "
-              f"vs torch float64 {vs_torch:.1e} (layer by layer {plain_torch:.1e}); {vs}", flush=True)
+              f"vs torch float64 {vs_torch:.1e} (layer by layer {plain_torch:.1e}); wavefront -> layer by layer: "
+              f"{result.line()}; {vs}", flush=True)
 
 
 if __name__ == "__main__":
