@@ -719,6 +719,52 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     return prog
 
 
+def _stacked_copies(prog: Program, w, L: int, kernel, pieces: dict):
+    """Copies of every layer's pieces of the packed weights ``w`` that ``kernel`` (one layer's step)
+    reads, one stride apart, as a wavefront's stacked step reads them (the packed layout puts other
+    pieces between two layers'): ``pieces`` maps a role of the kernel to ``offset_of(l)``, layer
+    l's piece. Emits the copies; returns ``at(l)``, layer l's copies by role."""
+    sizes = {role: math.prod(int(d) for d in kernel.func.params[kernel.roles.index(role)].shape) for role in pieces}
+    stride = sum(sizes.values())
+    copies = prog.flat("wave_weights", L * stride)
+
+    def at(l):
+        found, start = {}, l * stride
+        for role in pieces:
+            found[role] = copies.piece(start)
+            start += sizes[role]
+        return found
+    for l in range(L):
+        for role, view in at(l).items():
+            prog.call(kernels.copy(1, sizes[role]), src=w.piece(pieces[role](l)), dst=view)
+    return at
+
+
+def _wave_count(steps, C: int, L: int):
+    """The whole chunks of ``C`` of ``steps`` that a wavefront of L layers runs as waves: where
+    fewer than L - 1 (the waves that start and finish the layers would have no static set of
+    layers) or than 2 (one chunk alone runs no two layers at once: the H100's LSTM N = 64 H = 256,
+    2 layers, T = 100 took 3% longer so), none."""
+    whole = tirx.floordiv(steps, C)
+    return tirx.Select(whole >= max(L - 1, 2), whole, _const(0))
+
+
+def _wave_loops(prog: Program, q, L: int, wave) -> None:
+    """The waves over ``q`` chunks (:func:`_wave_count`): ``wave(k, first, last)`` emits wave k,
+    which runs the layers ``first``..``last`` in the order the pass takes them (from 0, the
+    first: layer ``first + i`` on its chunk ``k - first - i``): L - 1 waves that start them,
+    ``q - (L - 1)`` with all of them, L - 1 that finish them."""
+    some = tirx.Select(q > 0, _const(1), _const(0))
+    for first in range(L - 1):
+        with prog.loop(some, f"wave_start{first}"):
+            wave(first, 0, first)
+    with prog.loop(tirx.Select(q > 0, q - (L - 1), _const(0)), "wave") as i:
+        wave(i + L - 1, 0, L - 1)
+    for first in range(1, L):
+        with prog.loop(some, f"wave_end{first}"):
+            wave(q - 1 + first, first, L - 1)
+
+
 def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[int, ...], panel: int, *, x, h0, c0,
                        w, y, hy, cy, gx, mask, hs, cs, outs, states=None, saved=None) -> None:
     """A unidirectional stack's forward as a wavefront of its layers (cuDNN runs its stacks so):
@@ -778,24 +824,10 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
             found["unit"] = layout.unit_offset(l, 0, packed=True)
         return found
     single = kernels.recurrent_step(c, N, H, train, panel=panel, masked=masked)
-    sizes = {role: math.prod(int(d) for d in single.func.params[single.roles.index(role)].shape)
-             for role in offsets(0)}
-    stride = sum(sizes.values())
-    stacked_w = prog.flat("wave_weights", L * stride)
-    for l in range(L):
-        start = l * stride
-        for role, offset in offsets(l).items():
-            prog.call(kernels.copy(1, sizes[role]), src=w.piece(offset), dst=stacked_w.piece(start))
-            start += sizes[role]
+    copies = _stacked_copies(prog, w, L, single, {role: lambda l, _r=role: offsets(l)[_r] for role in offsets(0)})
 
     def weights(l, stacked: bool):
-        if not stacked:
-            return {role: w.piece(offset) for role, offset in offsets(l).items()}
-        found, start = {}, l * stride
-        for role in offsets(l):
-            found[role] = stacked_w.piece(start)
-            start += sizes[role]
-        return found
+        return copies(l) if stacked else {role: w.piece(offset) for role, offset in offsets(l).items()}
 
     def project(l, t0, size, slot):  # layer l's input projection of steps t0.. into gx[slot]
         k = kernels.input_projection(size, N, I if l == 0 else S, H, G, panel=panel)
@@ -816,9 +848,7 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
             found.update({f"saved{i}": saved.at("n", "j", ld=l, t=s, s=i) for i in range(config.num_saved)})
         return found
 
-    chunks_whole = tirx.floordiv(T, C)
-    q = tirx.Select(chunks_whole >= max(L - 1, 2), chunks_whole, _const(0))
-    some = tirx.Select(q > 0, _const(1), _const(0))
+    q = _wave_count(T, C, L)
 
     def wave(k, lo, hi):  # wave k: layers lo..hi, layer l on its chunk k - l
         for l in range(lo, hi + 1):
@@ -836,14 +866,7 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
             src = outputs(L - 1, t0)
             prog.call(kernels.copy_steps(C, N, S), src=src, dst=y.at("t", "n", "j", t=t0))
 
-    for first in range(L - 1):  # the layers starting: wave `first` runs layers 0..first
-        with prog.loop(some, f"wave_start{first}"):
-            wave(first, 0, first)
-    with prog.loop(tirx.Select(q > 0, q - (L - 1), _const(0)), "wave") as i:  # every layer
-        wave(i + L - 1, 0, L - 1)
-    for lo in range(1, L):  # the layers finishing: wave q - 1 + lo runs layers lo..L-1
-        with prog.loop(some, f"wave_end{lo}"):
-            wave(q - 1 + lo, lo, L - 1)
+    _wave_loops(prog, q, L, wave)  # (layers from the first)
     # the steps after the waves' chunks, layer after layer
     sizes_left = tuple(sorted({C, *(s for s in chunks if s < C)}, reverse=True))
     for l in range(L):
@@ -1029,27 +1052,13 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
     layer_fns: dict[int, dict] = {}  # a wavefront's: each layer's views and gradients
 
-    if wave:  # the stacked steps' recurrent weights (their backward copies) and per-unit parameters, one stride apart
+    wave_weights = None  # a wavefront's: layer l's copies of its step's weights, one stride apart
+    if wave:  # (the recurrent weights' backward copies, and per-unit parameters)
         single = kernels.backward_step(c, N, H, panel=panel_of(H), masked=masked)
-        wave_pieces = {"w": lambda l: layout.backward_copy(layout.slot(l, 0, "weight_hh"))}
+        pieces = {"w": lambda l: layout.backward_copy(layout.slot(l, 0, "weight_hh"))}
         if "unit" in single.roles:
-            wave_pieces["unit"] = lambda l: layout.unit_offset(l, 0, packed=True)
-        wave_sizes = {role: math.prod(int(d) for d in single.func.params[single.roles.index(role)].shape)
-                      for role in wave_pieces}
-        wave_stride = sum(wave_sizes.values())
-        stacked_w = prog.flat("wave_weights", L * wave_stride)
-        for l in range(L):
-            start = l * wave_stride
-            for role, offset_of in wave_pieces.items():
-                prog.call(kernels.copy(1, wave_sizes[role]), src=w.piece(offset_of(l)), dst=stacked_w.piece(start))
-                start += wave_sizes[role]
-
-    def wave_weights(l):  # layer l's copies: the views a stacked step reads
-        found, start = {}, l * wave_stride
-        for role in wave_pieces:
-            found[role] = stacked_w.piece(start)
-            start += wave_sizes[role]
-        return found
+            pieces["unit"] = lambda l: layout.unit_offset(l, 0, packed=True)
+        wave_weights = _stacked_copies(prog, w, L, single, pieces)
 
     for l in reversed(range(L)):
         in_size = I if l == 0 else D * S
@@ -1327,10 +1336,8 @@ def _wavefront_backward(prog: Program, config: Config, T, C: int, chunks: tuple[
     if C % 2:
         raise AssertionError(f"wavefront chunks of {C} steps: an even number is needed (carried slots by parity)")
     masked = mask is not None
-    whole = tirx.floordiv(T - 1, C)
-    q = tirx.Select(whole >= max(L - 1, 2), whole, _const(0))
+    q = _wave_count(T - 1, C, L)
     r = T - q * C
-    some = tirx.Select(q > 0, _const(1), _const(0))
 
     def launch(l, u, parity, stacked):  # layer l's launch u: step u's GEMM, step u+1's gate math
         fns = layer_fns[l]
@@ -1368,14 +1375,8 @@ def _wavefront_backward(prog: Program, config: Config, T, C: int, chunks: tuple[
         for l in range(lo, hi + 1):
             inputs(l, start_of(l), C)
 
-    for depth in range(L - 1):  # the layers starting, from the top: wave `depth` runs layers L-1-depth..L-1
-        with prog.loop(some, f"wave_start{depth}"):
-            wave(depth, L - 1 - depth, L - 1)
-    with prog.loop(tirx.Select(q > 0, q - (L - 1), _const(0)), "wave") as i:  # every layer
-        wave(i + L - 1, 0, L - 1)
-    for depth in range(1, L):  # the layers finishing: wave q - 1 + depth runs layers 0..L-1-depth
-        with prog.loop(some, f"wave_end{depth}"):
-            wave(q - 1 + depth, 0, L - 1 - depth)
+    # (layers from the top: the i-th the pass takes is layer L-1-i)
+    _wave_loops(prog, q, L, lambda k, first, last: wave(k, L - 1 - last, L - 1 - first))
     for l in reversed(range(L)):
         fns = layer_fns[l]
         prog.call(recurrent, dh=dh0.at("n", "j", ld=l), **fns["recurrent_views"](0, T - 1))
