@@ -248,10 +248,16 @@ class Config:
         return shapes
 
     @property
+    def unidirectional_stack(self) -> bool:
+        """A unidirectional stack of 2 layers or more without projections: the configurations whose
+        layers may run as a wavefront (:func:`layer_wavefront`)."""
+        return self.num_directions == 1 and self.num_layers > 1 and not self.proj_size
+
+    @property
     def wavefront(self) -> bool:
         """Whether the training passes run the layers as a wavefront, their workspace laid out
-        for it (``wave_steps``, where it applies: a unidirectional stack without projections)."""
-        return bool(self.wave_steps) and self.num_directions == 1 and self.num_layers > 1 and not self.proj_size
+        for it (``wave_steps``, where it applies: :attr:`unidirectional_stack`)."""
+        return bool(self.wave_steps) and self.unidirectional_stack
 
 
 class TrainingStates:
@@ -430,14 +436,40 @@ def training_wavefront(config: Config, options: BuildOptions) -> bool:
 
 def _wavefront_applies(config: Config, options: BuildOptions) -> bool:
     """A unidirectional stack without projections, fp32 throughout."""
-    return (config.num_directions == 1 and config.num_layers > 1 and not config.proj_size
-            and options.dtype == "float32" and not options.bf16_projections)
+    return config.unidirectional_stack and options.dtype == "float32" and not options.bf16_projections
 
 
 def _direction_groups(config: Config, stacked: bool) -> list[tuple[int, ...]]:
     """The directions whose time loops run together (one launch per step for each group)."""
     D = config.num_directions
     return [tuple(range(D))] if D > 1 and stacked else [(d,) for d in range(D)]
+
+
+def _step_weights(config: Config, l: int, d: int) -> dict:
+    """Where layer l, direction d's recurrent step finds its parameters in the packed buffer
+    (offsets), by the step kernel's role: its weights, bias and, for cells with per-unit
+    parameters, those."""
+    layout = config.layout
+    found = {"w": layout.packed_offset(layout.slot(l, d, "weight_hh")),
+             "b": layout.packed_offset(layout.slot(l, d, "bias_hh"))}
+    if config.cell.unit_params:
+        found["unit"] = layout.unit_offset(l, d, packed=True)
+    return found
+
+
+def _step_states(config: Config, ld, rows, s, *, cs, mask, saved) -> dict:
+    """A step's views beside its gates, weights and hidden states (every forward's, as
+    :func:`tvmrnn.kernels.recurrent_step` names them): the cell state rows ``rows`` (read,
+    written) of layer-direction ``ld`` where the cell has one, the mask of time ``s`` where
+    lengths vary, and the training forward's saved values of time ``s`` (``saved`` None: inference)."""
+    views = {}
+    if cs is not None:
+        views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
+    if mask is not None:
+        views["mask"] = mask.at("n", t=s)
+    if saved is not None:
+        views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i) for i in range(config.num_saved)})
+    return views
 
 
 def _bind(group, views_of):
@@ -575,7 +607,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     gate_axes = kernels.gate_axes(panel)
     interleave = interleave and persistent_blocks is None
     wave = (config.wave_steps if wave is None else wave) if config.wavefront or (not train and wave) else 0
-    if wave and (D != 1 or L < 2 or P):
+    if wave and not config.unidirectional_stack:
         raise AssertionError("a layer wavefront needs a unidirectional stack without projections")
     gx_steps = wave or (max(chunks) if interleave else T)
     gx = prog.tensor("gx", (L if wave else len(groups[0]), gx_steps, N, *kernels.gate_shape(H, G, panel)),
@@ -672,23 +704,14 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                         else:
                             rows = (tirx.floormod(u, 2), tirx.floormod(u + 1, 2))
                         t_gx = s - base(d, start, size) if interleave else s
-                        views = dict(gx=gx.at("n", *gate_axes, d=gd, t=t_gx),
-                                     w=w.piece(layout.packed_offset(layout.slot(_l, d, "weight_hh"))),
-                                     b=w.piece(layout.packed_offset(layout.slot(_l, d, "bias_hh"))),
-                                     h_prev=h_row(d, rows[0]))
+                        views = dict(gx=gx.at("n", *gate_axes, d=gd, t=t_gx), h_prev=h_row(d, rows[0]),
+                                     **{role: w.piece(o) for role, o in _step_weights(config, _l, d).items()},
+                                     **_step_states(config, ld, rows, s, cs=cs, mask=mask,
+                                                    saved=saved if train else None))
                         if P:  # the step's r, then its projection (below) into the state and output
                             views["r"] = rs.at("n", "j", ld=ld, t=s) if train else rs.at("n", "j", d=gd)
                         else:
                             views.update(h=h_row(d, rows[1]), y=layer_out(s, d))
-                        if cs is not None:
-                            views.update(c_prev=cs.at("n", "j", ld=ld, t=rows[0]), c=cs.at("n", "j", ld=ld, t=rows[1]))
-                        if c.unit_params:
-                            views["unit"] = w.piece(layout.unit_offset(_l, d, packed=True))
-                        if mask is not None:
-                            views["mask"] = mask.at("n", t=s)
-                        if train:
-                            views.update({f"saved{i}": saved.at("n", "j", ld=ld, t=s, s=i)
-                                          for i in range(config.num_saved)})
                         return views
                     prog.call(_step, **_bind(_group, views_of))
                     if P:
@@ -817,17 +840,12 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
         if cs is not None:
             prog.call(copy, src=c0.at("n", "j", ld=l), dst=cs.at("n", "j", ld=l, t=0))
 
-    def offsets(l):  # where layer l's recurrent parameters sit in the packed buffer, by the step's role
-        found = {"w": layout.packed_offset(layout.slot(l, 0, "weight_hh")),
-                 "b": layout.packed_offset(layout.slot(l, 0, "bias_hh"))}
-        if c.unit_params:
-            found["unit"] = layout.unit_offset(l, 0, packed=True)
-        return found
     single = kernels.recurrent_step(c, N, H, train, panel=panel, masked=masked)
-    copies = _stacked_copies(prog, w, L, single, {role: lambda l, _r=role: offsets(l)[_r] for role in offsets(0)})
+    copies = _stacked_copies(prog, w, L, single,
+                             {role: lambda l, _r=role: _step_weights(config, l, 0)[_r] for role in _step_weights(config, 0, 0)})
 
     def weights(l, stacked: bool):
-        return copies(l) if stacked else {role: w.piece(offset) for role, offset in offsets(l).items()}
+        return copies(l) if stacked else {role: w.piece(o) for role, o in _step_weights(config, l, 0).items()}
 
     def project(l, t0, size, slot):  # layer l's input projection of steps t0.. into gx[slot]
         k = kernels.input_projection(size, N, I if l == 0 else S, H, G, panel=panel)
@@ -838,15 +856,8 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
 
     def views(l, s, t_gx, slot, parity, stacked, out):  # layer l's step at time s
         before, after = rows(s, parity)
-        found = dict(gx=gx.at("n", *gate_axes, d=slot, t=t_gx), h_prev=state(l, before), h=state(l, after), y=out,
-                     **weights(l, stacked))
-        if cs is not None:
-            found.update(c_prev=cs.at("n", "j", ld=l, t=before), c=cs.at("n", "j", ld=l, t=after))
-        if masked:
-            found["mask"] = mask.at("n", t=s)
-        if train:
-            found.update({f"saved{i}": saved.at("n", "j", ld=l, t=s, s=i) for i in range(config.num_saved)})
-        return found
+        return dict(gx=gx.at("n", *gate_axes, d=slot, t=t_gx), h_prev=state(l, before), h=state(l, after), y=out,
+                    **weights(l, stacked), **_step_states(config, l, (before, after), s, cs=cs, mask=mask, saved=saved))
 
     q = _wave_count(T, C, L)
 
