@@ -4,6 +4,8 @@ instruction, a target without it refused by name; the AMX tile microkernel compi
 and run against float64 where the CPU has AMX-BF16."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import tvm
@@ -388,6 +390,13 @@ def test_bfloat16_builds_at_batch_one_match_torch_in_float64(cell):
     check_half_build(cell, 11, 32, 1, True, "bfloat16", target=None, device="cpu", N=1, n=1)
 
 
+@functools.lru_cache(maxsize=None)
+def _bf16_lstm(input_size: int, hidden_size: int, batch_size: int):
+    """A bidirectional bf16 LSTM build, shared by the tests that ask for the same sizes."""
+    return tvmrnn.build("lstm", input_size=input_size, hidden_size=hidden_size, bidirectional=True,
+                        batch_size=batch_size, dtype="bfloat16", cache=False, tuning_logs=False)
+
+
 @pytest.mark.parametrize("place", ["x", "h0", "c0", "weight", "inf", "dy"])
 def test_nan_and_inf_through_a_bfloat16_build_reach_what_they_reach_in_torch(place):
     """test_numerics' cases through a bf16 LSTM build (bf16 inputs, states and output gradient,
@@ -401,8 +410,7 @@ def test_nan_and_inf_through_a_bfloat16_build_reach_what_they_reach_in_torch(pla
     hidden = 32  # 16-unit panels: the bf16 GEMMs, not the fp32 fallback
     ref, params, x, h0, c0, dy = _case("lstm", place, hidden)
     want, want_grads = _torch_side("lstm", ref, params, x, h0, c0, dy)
-    rnn = tvmrnn.build("lstm", input_size=x.shape[2], hidden_size=hidden, bidirectional=True, batch_size=x.shape[1],
-                       dtype="bfloat16", cache=False, tuning_logs=False)
+    rnn = _bf16_lstm(x.shape[2], hidden, x.shape[1])  # (one build for every place)
 
     def bf16(a):
         return torch.from_numpy(a).bfloat16()

@@ -21,6 +21,32 @@ def _kernel_definitions(source: str) -> list[str]:
     return [k for k in source.split("extern \"C\" __global__")[1:] if k.split("\n", 1)[0].rstrip().endswith("{")]
 
 
+@pytest.mark.parametrize("target", [None, "nvidia/nvidia-h100"])
+def test_a_plan_is_what_build_compiles(target):
+    """``tvmrnn.plan`` (what many of these tests read: a build's programs and schedules, without
+    compiling) gives what ``build`` compiles: the same configuration, the same kernels with the
+    same schedules and records, the same TIR for every pass, the same persistent blocks; its
+    arguments are checked as ``build``'s are. A GPU plan needs no CUDA compiler."""
+    sizes = dict(input_size=13, hidden_size=37, num_layers=2, batch_size=5, target=target, tuning_logs=False,
+                 options=BuildOptions(variable_lengths=True))
+    plan = tvmrnn.plan("lstm", bidirectional=True, **sizes)
+    assert set(plan.programs) == {"forward", "forward_train", "backward", "pack_forward", "pack_weights"} \
+        and plan.schedules and set(plan.records) <= set(plan.schedules)
+    if target is None or shutil.which("nvcc"):
+        rnn = tvmrnn.build("lstm", bidirectional=True, cache=False, **sizes)
+        assert (plan.config, plan.target.export(), plan.allow_tf32, plan.persistent_blocks) == (
+            rnn.config, rnn.target.export(), rnn.allow_tf32, rnn.persistent_blocks)
+        assert (plan.schedules, plan.records) == (rnn.schedules, rnn.records)
+        assert {name: p.build().script() for name, p in plan.programs.items()} == {
+            name: p.build().script() for name, p in rnn.programs.items()}
+    with pytest.raises(ValueError, match="hidden_size: expected >= 1, got 0"):
+        tvmrnn.plan("lstm", 13, 0, target=target)
+    with pytest.raises(ValueError, match="proj_size"):
+        tvmrnn.plan("gru", 13, 37, proj_size=5, target=target)
+    with pytest.raises(TypeError, match="cache"):
+        tvmrnn.plan("lstm", 13, 37, cache=False)
+
+
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_avx512_code_uses_zmm_registers(cell):
     rnn = tvmrnn.build(cell, **SIZES, target={"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16})
@@ -66,9 +92,9 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     assert 128 * 1800 * 600 >= GPU_TF32_STEP_WORK and GPU_TF32_STEP_ROWS <= 128
 
     def steps(batch, **options):
-        rnn = tvmrnn.build("gru", input_size=24, hidden_size=600, batch_size=batch, dtype="float16",
-                           target="nvidia/nvidia-h100", tuning_logs=False, cache=False,
-                           options=BuildOptions(chunk_steps=(1,), **options))  # (the steps alone: one GEMM chunk)
+        rnn = tvmrnn.plan("gru", input_size=24, hidden_size=600, batch_size=batch, dtype="float16",
+                          target="nvidia/nvidia-h100", tuning_logs=False,
+                          options=BuildOptions(chunk_steps=(1,), **options))  # (the steps alone: one GEMM chunk)
         return {k: v for k, v in rnn.schedules.items() if "step" in k}
     on = steps(128)
     assert {v for k, v in on.items() if k.startswith("recurrent_step")} == {"tf32"}
@@ -77,9 +103,9 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     assert "tf32" not in steps(100).values()
     # per direction: two stacked directions of 128 x 1620 x 540 (2 x 112 M multiply-adds) stay
     # persistent, as one direction does; a backward step on the SIMT tiled GEMM stays there
-    bidirectional = tvmrnn.build("gru", input_size=24, hidden_size=540, batch_size=128, bidirectional=True,
-                                 dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False, cache=False,
-                                 options=BuildOptions(chunk_steps=(1,)))
+    bidirectional = tvmrnn.plan("gru", input_size=24, hidden_size=540, batch_size=128, bidirectional=True,
+                                dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False,
+                                options=BuildOptions(chunk_steps=(1,)))
     assert not any(v == "tf32" for k, v in bidirectional.schedules.items() if "step" in k), bidirectional.schedules
     assert any(k.endswith("_d2_persistent") for k in bidirectional.schedules)
     large = tvmrnn.build("lstm", input_size=24, hidden_size=1024, batch_size=256, dtype="float16",
@@ -255,7 +281,7 @@ def test_cuda_row_tiles_for_many_rows(tmp_path, sampled):
         assert found is None or (_grid_blocks(found.mod["main"]) or 0) <= 132 \
             or not keeps_weights_on_chip(found.mod["main"], persistent), values
     many = tvmrnn.build("lstm", input_size=16, hidden_size=184, batch_size=128, target=target, cache=False)
-    few = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=20, target=target, cache=False)
+    few = tvmrnn.plan("lstm", input_size=16, hidden_size=24, batch_size=20, target=target)
     assert many.programs["forward"].uses_persistent_loops and few.programs["forward"].uses_persistent_loops
     # the backward's time loop too where its step takes row tiles, and where split-K's step is small
     # (common.GPU_BACKWARD_PERSISTENT_WORK: 20 x 24 x 96 multiply-adds here)
@@ -323,8 +349,8 @@ def test_cuda_step_reductions_split_over_blocks(monkeypatch):
     # launch a function of its own, sequence.GpuKernels)
     from tvmrnn.schedules import split_k
     monkeypatch.setattr(split_k, "GPU_BLOCK_SLICE", 8)  # read by split_k.default_block_slices
-    rnn = tvmrnn.build("lstm", input_size=13, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
-                       target="nvidia/nvidia-h100", options=BuildOptions(chunk_steps=(1,)))  # (a quicker build)
+    rnn = tvmrnn.plan("lstm", input_size=13, hidden_size=40, num_layers=2, bidirectional=True, batch_size=3,
+                      target="nvidia/nvidia-h100", options=BuildOptions(chunk_steps=(1,)))  # (a quicker build)
     kernels_table = rnn.programs["forward"].subroutines  # one table for every pass
     sizes = [math.prod(int(d) for d in shape) for entry in kernels_table._entries.values() if entry
              for shape, _, _ in entry[1]]
@@ -423,24 +449,24 @@ def test_cuda_chunks_cover_sequences_with_few_large_gemms():
     def calls(rnn, program, T, kind):
         return {name.split("_")[2]: n for name, n in rnn.programs[program].calls(T).items()
                 if name.startswith(kind) and "_k16_h24_g4" in name and n}
-    wide = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=64, target="nvidia/nvidia-h100",
-                        tuning_logs=False, cache=False)
+    wide = tvmrnn.plan("lstm", input_size=16, hidden_size=24, batch_size=64, target="nvidia/nvidia-h100",
+                       tuning_logs=False)
     assert calls(wide, "backward", 200, "weight_gradient") == {"t128": 1, "t64": 1, "t4": 2}
     assert calls(wide, "backward", 300, "weight_gradient") == {"t256": 1, "t32": 1, "t4": 3}
     assert calls(wide, "backward", 200, "input_gradient") == {"t128": 2}
     assert calls(wide, "backward", 300, "input_gradient") == {"t256": 1, "t64": 1}
     assert calls(wide, "forward", 200, "input_projection") == {"t128": 2}
-    mid = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=63, target="nvidia/nvidia-h100",
-                       tuning_logs=False, cache=False)
+    mid = tvmrnn.plan("lstm", input_size=16, hidden_size=24, batch_size=63, target="nvidia/nvidia-h100",
+                      tuning_logs=False)
     assert calls(mid, "backward", 200, "weight_gradient") == {"t128": 1, "t64": 1, "t8": 1}
     assert calls(mid, "backward", 300, "weight_gradient") == {"t256": 1, "t32": 1, "t8": 1, "t4": 1}
     assert calls(mid, "backward", 237, "weight_gradient") == {"t128": 1, "t64": 1, "t32": 1, "t8": 1, "t4": 1,
                                                               "t1": 1}
-    narrow = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=15, target="nvidia/nvidia-h100",
-                          tuning_logs=False, cache=False)
+    narrow = tvmrnn.plan("lstm", input_size=16, hidden_size=24, batch_size=15, target="nvidia/nvidia-h100",
+                         tuning_logs=False)
     assert calls(narrow, "backward", 200, "weight_gradient") == {"t32": 6, "t8": 1}
     assert calls(narrow, "backward", 300, "weight_gradient") == {"t256": 1, "t32": 1, "t8": 1, "t4": 1}
-    cpu = tvmrnn.build("lstm", input_size=16, hidden_size=24, batch_size=64, tuning_logs=False)
+    cpu = tvmrnn.plan("lstm", input_size=16, hidden_size=24, batch_size=64, tuning_logs=False)
     assert calls(cpu, "backward", 200, "input_gradient") == {"t16": 12, "t4": 2}
 
 
@@ -1074,8 +1100,8 @@ def test_builds_for_other_gpus_fit_their_shared_memory():
     within those limits (the build checks every kernel's shared memory against the device model).
     Where a persistent kernel's template asks for more than the device has (the L40S at batch 1,
     H = 800), the build says so and builds without persistent kernels rather than failing."""
-    a100 = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20,
-                        target={"kind": "cuda", "arch": "sm_80"}, tuning_logs=False)
+    a100 = tvmrnn.plan("lstm", input_size=800, hidden_size=800, batch_size=20,
+                       target={"kind": "cuda", "arch": "sm_80"}, tuning_logs=False)
     assert a100.persistent_blocks == 108 and a100.config.options.persistent == "auto"
     with pytest.warns(RuntimeWarning, match="does not fit this GPU.*building without persistent kernels"):
         l40s = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=1,
@@ -1238,7 +1264,7 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
     import tvmrnn
     from tvmrnn.schedules import common
     assert common.GPU_PERSISTENT_SPLIT_K_ROWS > 128
-    unsplit = tvmrnn.build("gru", input_size=8, hidden_size=784, batch_size=128, target=target, cache=False)
+    unsplit = tvmrnn.plan("gru", input_size=8, hidden_size=784, batch_size=128, target=target)
     split = tvmrnn.build("gru", input_size=8, hidden_size=1024, batch_size=128, target=target, cache=False)
     more = tvmrnn.build("lstm", input_size=8, hidden_size=768, batch_size=192, target=target, cache=False)
     assert unsplit.programs["forward"].uses_persistent_loops
@@ -1269,8 +1295,7 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
         tasks = {t.kernel.name for t in extract_tasks([rnn.config], target=target)}
         assert tasks == {name for p in rnn.programs.values() for name in p.kernels}
     # a persistent form that fit no block count is not listed (both directions' weights at H = 1024)
-    both = tvmrnn.build("gru", input_size=8, hidden_size=1024, batch_size=128, bidirectional=True, target=target,
-                        cache=False)
+    both = tvmrnn.plan("gru", input_size=8, hidden_size=1024, batch_size=128, bidirectional=True, target=target)
     assert not both.programs["forward"].uses_persistent_loops
     assert "recurrent_step_gru_infer_n128_h1024_d2" in both.schedules
     assert not any(name.endswith("_persistent") for name in both.schedules) and set(both.records) <= set(both.schedules)
@@ -1331,9 +1356,9 @@ def test_cells_whose_gate_gradients_are_shared_sum_their_bias_gradient_once(rng)
     def calls(rnn, T, prefix):
         return sum(n for k, n in rnn.programs["backward"].calls(T).items() if k.startswith(prefix))
     for target in ("llvm", "nvidia/nvidia-h100"):
-        kw = dict(target=target, tuning_logs=False, cache=False)
-        lstm = tvmrnn.build("lstm", 12, 16, batch_size=3, num_layers=2, bidirectional=True, **kw)
-        gru = tvmrnn.build("gru", 12, 16, batch_size=3, **kw)
+        kw = dict(target=target, tuning_logs=False)
+        lstm = tvmrnn.plan("lstm", 12, 16, batch_size=3, num_layers=2, bidirectional=True, **kw)
+        gru = tvmrnn.plan("gru", 12, 16, batch_size=3, **kw)
         lstm_sums, gru_sums = calls(lstm, 21, "bias_gradient"), calls(gru, 21, "bias_gradient")
         assert lstm_sums == 2 * gru_sums > 0, (target, lstm_sums, gru_sums)  # 4 directions x 1 sum; 1 x 2
         assert calls(lstm, 21, "copy_4x16") == 4, target  # (G, H): a copy per direction and layer
@@ -1677,7 +1702,7 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 
     def weight_gradient_tiles():
-        rnn = tvmrnn.build(cell, 37, hidden, batch_size=5, target=target, tuning_logs=False, cache=False)
+        rnn = tvmrnn.plan(cell, 37, hidden, batch_size=5, target=target, tuning_logs=False)
         program = rnn.programs["backward"]
         found = {re.search(r"T\.parallel\((\d+)", program.scheduled(name).script()).group(1)
                  for name in program.kernels if name.startswith(f"weight_gradient_packed_t16_n5_k{hidden}_")}
@@ -1690,12 +1715,12 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     import tvm
     from tvmrnn import schedules
     from tvmrnn.schedules import knobs
-    rnn = tvmrnn.build(cell, 37, hidden, batch_size=5, target=target, tuning_logs=False, cache=False)
+    rnn = tvmrnn.plan(cell, 37, hidden, batch_size=5, target=target, tuning_logs=False)
     program = rnn.programs["backward"]
     kernel = next(k for name, k in program.kernels.items() if name.startswith(f"weight_gradient_packed_t16_n5_k{hidden}_"))
     avx512 = tvm.target.Target(target)
     assert "guarded_vectors" in [k.name for k in knobs.knobs(kernel, avx512)]
-    whole = tvmrnn.build(cell, 37, 64, batch_size=5, target=target, tuning_logs=False, cache=False).programs["backward"]
+    whole = tvmrnn.plan(cell, 37, 64, batch_size=5, target=target, tuning_logs=False).programs["backward"]
     assert all("guarded_vectors" not in [k.name for k in knobs.knobs(k, avx512)]
                for name, k in whole.kernels.items() if name.startswith("weight_gradient"))
     parallel = {v: re.search(r"T\.parallel\((\d+)", schedules.default_schedule(kernel, avx512, guarded_vectors=v).script()).group(1)
@@ -1703,7 +1728,7 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     assert parallel[1] == str(tiles_before) and parallel[2] == str(tiles)
     # not a step kernel: an Elman RNN's backward step (no fused epilogue; one whole vector at H =
     # 208) keeps its tile, and its time loops stay one parallel region each
-    elman = tvmrnn.build("rnn_tanh", 37, 208, batch_size=5, target=target, tuning_logs=False, cache=False)
+    elman = tvmrnn.plan("rnn_tanh", 37, 208, batch_size=5, target=target, tuning_logs=False)
     assert "pragma_parallel_launch_point" in elman.programs["backward"].build().script()
     if "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
@@ -1727,8 +1752,8 @@ def test_cpu_gate_blocked_tiles_widen_past_four_vectors_where_only_one_divides(m
     monkeypatch.setattr(cpu, "CPU_WIDE_TILE_VECTORS", 0)
     assert cpu.weight_panel(avx512, 4, 220) == 16  # (padded panels: 224 units)
     monkeypatch.setattr(cpu, "CPU_WIDE_TILE_VECTORS", 6)
-    rnn = tvmrnn.build("lstm", 37, 220, num_layers=2, bidirectional=True, batch_size=5, target=target,
-                       tuning_logs=False, cache=False)
+    rnn = tvmrnn.plan("lstm", 37, 220, num_layers=2, bidirectional=True, batch_size=5, target=target,
+                      tuning_logs=False)
     names = [name for program in rnn.programs.values() for name in program.kernels]
     assert any(n.startswith("recurrent_step_lstm_infer") and n.endswith("_p20") for n in names), names
     assert any(n.startswith("weight_gradient_panels_p20") for n in names), names
@@ -1952,23 +1977,23 @@ def test_cpu_backward_of_few_rows_sums_its_tails_weight_gradients_in_one_call(mo
         return ({int(re.search(r"_t(\d+)_", k).group(1)): n for k, n in calls.items()
                  if k.startswith("weight_gradient") and "_k20_" in k and n},
                 sum(n for k, n in calls.items() if k.startswith("copy_steps")))
-    one = tvmrnn.build("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False, cache=False)
+    one = tvmrnn.plan("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False)
     assert weight_calls(one, 125) == ({64: 2}, 3 * 7)  # 61 steps of tail: 7 chunks staged, one span
     assert weight_calls(one, 128) == ({64: 2}, 0)
     assert weight_calls(one, 65) == ({64: 1, 1: 1}, 0)  # (one chunk: nothing to save)
     assert weight_calls(one, 66) == ({64: 1, 4: 1}, 3 * 2)
     assert weight_calls(one, 75) == ({64: 1, 16: 1}, 3 * 5)
     assert weight_calls(one, 9) == ({16: 1}, 3 * 3)
-    four = tvmrnn.build("lstm", 20, 33, batch_size=4, target="llvm", tuning_logs=False, cache=False)
+    four = tvmrnn.plan("lstm", 20, 33, batch_size=4, target="llvm", tuning_logs=False)
     # 36 steps of tail in 3 chunks: 2 calls saved (64 rows) against 28 x 4 padding rows: as they were
     assert weight_calls(four, 100) == ({64: 1, 16: 2, 4: 1}, 0)
     assert weight_calls(four, 125) == ({64: 2}, 3 * 7)
     monkeypatch.setattr(passes, "CPU_STAGED_WEIGHT_GRADIENTS", False)
-    off = tvmrnn.build("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False, cache=False)
+    off = tvmrnn.plan("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False)
     assert weight_calls(off, 125) == ({64: 1, 16: 3, 4: 3, 1: 1}, 0)
     monkeypatch.setattr(passes, "CPU_STAGED_WEIGHT_GRADIENTS", True)
     monkeypatch.setattr(passes, "CPU_STAGED_MIN_BYTES", 1 << 20)
-    assert weight_calls(tvmrnn.build("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False, cache=False),
+    assert weight_calls(tvmrnn.plan("lstm", 20, 33, batch_size=1, target="llvm", tuning_logs=False),
                         125)[1] == 0
     monkeypatch.setattr(passes, "CPU_STAGED_MIN_BYTES", 0)
     from conftest import _cache_clear

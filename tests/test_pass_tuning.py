@@ -174,7 +174,7 @@ def test_options_measured_faster_are_recorded_and_build_applies_them(tmp_path, m
     assert _build(root, cache=True).from_cache
     # options that set a pass-level choice, or another configuration: as given
     assert _build(root, options=tvmrnn.BuildOptions(weight_panels=False)).config.options.chunk_steps is None
-    other = tvmrnn.build("rnn_tanh", 4, 8, batch_size=3, target=TARGET, tuning_logs=root, cache=False)
+    other = tvmrnn.plan("rnn_tanh", 4, 8, batch_size=3, target=TARGET, tuning_logs=root)
     assert other.config.options.chunk_steps is None
     assert _build(False).config.options.chunk_steps is None  # records off: no verdicts either
     # nothing faster: the defaults are kept, and said so

@@ -278,8 +278,8 @@ def test_a_cpu_with_the_same_cores_uses_the_others_logs(tuned_logs, tmp_path):
     emr = dict(spr, mcpu="emeraldrapids")
     with pytest.warns(records.UntunedWarning, match="no tuning logs for llvm-emeraldrapids-2c; using those of "
                                                    "llvm-sapphirerapids-2c"):
-        rnn = tvmrnn.build("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, target=emr,
-                           tuning_logs=str(tmp_path))
+        rnn = tvmrnn.plan("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, target=emr,
+                          tuning_logs=str(tmp_path))
     assert rnn.schedules[STEP] == "tuned"
     assert records.logs_folder(str(tmp_path), tvm.target.Target(dict(emr, **{"num-cores": 4}))) is None
     assert records.logs_folder(str(tmp_path), tvm.target.Target(dict(spr, mcpu="znver5"))) is None
@@ -684,7 +684,7 @@ def test_records_made_before_the_guarded_vectors_knob_are_older_defaults(monkeyp
     at AUTO it is ``default``, at another value ``searched``."""
     from tvmrnn.schedules import knobs
     target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
-    rnn = tvmrnn.build("lstm", 37, 67, batch_size=5, target=target, tuning_logs=False, cache=False)
+    rnn = tvmrnn.plan("lstm", 37, 67, batch_size=5, target=target, tuning_logs=False)
     kernel = next(k for name, k in rnn.programs["backward"].kernels.items()
                   if name.startswith("weight_gradient_packed_t16_n5_k67_"))
     seeded = records.seeded_traces(kernel, target)

@@ -11,11 +11,11 @@ from .cells.autodiff import CellDefinitionError
 from .options import BuildOptions
 from .cells.definition import CELLS, Cell, define_cell, get_cell
 from .runtime.rnn import RNN, PackedWeights, Workspace
-from .runtime.build import build
+from .runtime.build import Plan, build, plan
 from .runtime.params import params_from_torch
 from .runtime.package import PackageError
 from .runtime.loader import load
 from .program.sequence import SharedMemoryError
 
-__all__ = ["build", "BuildOptions", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
+__all__ = ["build", "plan", "Plan", "BuildOptions", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
            "define_cell", "get_cell", "CellDefinitionError", "load", "PackageError", "SharedMemoryError"]

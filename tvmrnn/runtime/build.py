@@ -113,6 +113,67 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     -------
     RNN
     """
+    config, target, allow_tf32, device_index = _configure(
+        cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, target, tuning_logs,
+        allow_tf32, options, dtype, proj_size)
+    options = config.options
+    if not is_gpu(target):
+        prepare_cpu_threads(options)  # before any module of this build is loaded
+    if cache is None:
+        cache = not build_cache.cache_off()
+    elif not isinstance(cache, bool):
+        raise TypeError(f"cache: expected None or bool, got {type(cache).__name__}")
+
+    def make():
+        return _compile(config, target, tuning_logs, allow_tf32, options, device_index)
+
+    if not (cache and build_cache.runnable_here(target)):
+        return make()
+    key = build_cache.build_key(config, target, options, allow_tf32, tuning_logs)  # the same for every GPU of a kind
+    rnn, hit = build_cache.cached_build(
+        key, make, lambda path: load(path, device=f"cuda:{device_index}" if is_gpu(target) else None))
+    if hit:
+        rnn.from_cache = True
+        report_untuned(target, rnn.schedules)
+    return rnn
+
+
+@dataclasses.dataclass
+class Plan:
+    """What :func:`build` would compile for a configuration, without compiling it (:func:`plan`)."""
+    config: Config  # the configuration as the build would have it (options, the rows its kernels take)
+    target: tvm.target.Target
+    allow_tf32: bool
+    programs: dict  # pass name -> tvmrnn.program.sequence.Program (scheduled kernels; .build() gives its TIR)
+    schedules: dict  # kernel name -> "tuned", "default", "tf32" or "unmasked record", as RNN.schedules
+    records: dict  # kernel name -> the tuning record it takes, as RNN.records
+    persistent_blocks: int | None  # the most blocks a persistent loop takes (GPUs), as RNN.persistent_blocks
+
+
+def plan(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirectional: bool = False,
+         batch_size: int = 1, batch_first: bool = False, target=None, tuning_logs=None,
+         allow_tf32: bool = False, options=None, dtype=None, proj_size: int = 0) -> Plan:
+    """What :func:`build` with the same arguments would compile, without compiling: the passes'
+    programs with every kernel scheduled, and which kernels take a tuning record and which a
+    default schedule (``plan(...).schedules``; no warning about untuned kernels). A few seconds
+    less than a build (the compile is half or more of one), and it needs no compiler for the
+    target (no CUDA toolkit for a GPU). The arguments are :func:`build`'s (no ``cache``), checked
+    the same way. What only compiling finds is not here: a persistent kernel whose shared memory
+    does not fit the device makes :func:`build` fall back to launched steps (with a warning),
+    which a plan does not show."""
+    config, target, allow_tf32, _ = _configure(
+        cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, target, tuning_logs,
+        allow_tf32, options, dtype, proj_size)
+    programs, used, picked = _programs(config, target, tuning_logs, allow_tf32, config.options)
+    return Plan(config, target, allow_tf32 and is_gpu(target), {p.name: p for p in programs}, used, picked,
+                _persistent_blocks(programs))
+
+
+def _configure(cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, target,
+               tuning_logs, allow_tf32, options, dtype, proj_size):
+    """:func:`build`'s arguments checked and resolved: ``(config, target, allow_tf32, device_index)``,
+    the configuration with the options that apply (tuned pass choices, half precision's, the rows
+    its kernels take)."""
     cell = get_cell(cell)
     if cell.math is None:
         raise ValueError(f"cell: {cell.name!r} came from a package and carries no math to build from; "
@@ -157,25 +218,7 @@ def build(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirect
     options, allow_tf32 = half_precision_choices(config, options, target, allow_tf32)
     config = dataclasses.replace(config, options=options)
     config = with_compiled_rows(config, target)
-    if not is_gpu(target):
-        prepare_cpu_threads(options)  # before any module of this build is loaded
-    if cache is None:
-        cache = not build_cache.cache_off()
-    elif not isinstance(cache, bool):
-        raise TypeError(f"cache: expected None or bool, got {type(cache).__name__}")
-
-    def make():
-        return _compile(config, target, tuning_logs, allow_tf32, options, device_index)
-
-    if not (cache and build_cache.runnable_here(target)):
-        return make()
-    key = build_cache.build_key(config, target, options, allow_tf32, tuning_logs)  # the same for every GPU of a kind
-    rnn, hit = build_cache.cached_build(
-        key, make, lambda path: load(path, device=f"cuda:{device_index}" if is_gpu(target) else None))
-    if hit:
-        rnn.from_cache = True
-        report_untuned(target, rnn.schedules)
-    return rnn
+    return config, target, allow_tf32, device_index
 
 
 def with_compiled_rows(config: Config, target) -> Config:
@@ -216,14 +259,31 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
                              device_index)
 
 
-def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
+def _programs(config: Config, target, tuning_logs, allow_tf32: bool, options):
+    """The passes' programs, their kernels scheduled: ``(programs, used, picked)``, ``used`` and
+    ``picked`` the schedule each called kernel took and its record (``RNN.schedules``, ``RNN.records``)."""
     schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32, tf32_steps=options.tf32_steps,
                                        operands=options.tensor_core_operands)
-    blocks = loop_block_caps(config, target)
+    programs = all_programs(config, schedule, target, loop_block_caps(config, target))
+    # the kernels the passes call (a step's launched form scheduled to decide on its persistence,
+    # a persistent form that fit no block count: scheduled, not called)
+    called = {as_built(k, target, allow_tf32, options.tf32_steps, options.tensor_core_operands).name
+              for p in programs for k in p.kernels.values()}
+    used = {name: how for name, how in used.items() if name in called}
+    picked = {name: record for name, record in picked.items() if name in called}
+    return programs, used, picked
+
+
+def _persistent_blocks(programs) -> int | None:
+    """The most blocks a persistent loop took (a package's load checks the GPU has that many SMs)."""
+    return max((p.blocks_used for p in programs if p.uses_persistent_loops), default=None)
+
+
+def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options, device_index: int) -> RNN:
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
     with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
               dynamic_ncols=True) as bar:
-        programs = all_programs(config, schedule, target, blocks)
+        programs, used, picked = _programs(config, target, tuning_logs, allow_tf32, options)
         bar.update(1)
         functions = {}
         for p in programs:
@@ -239,20 +299,13 @@ def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options
         executable = compile_module(module, target)
         bar.update(1)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
-    # the kernels the passes call (a step's launched form scheduled to decide on its persistence,
-    # a persistent form that fit no block count: scheduled, not called)
-    called = {as_built(k, target, allow_tf32, options.tf32_steps, options.tensor_core_operands).name
-              for p in programs for k in p.kernels.values()}
-    used = {name: how for name, how in used.items() if name in called}
-    picked = {name: record for name, record in picked.items() if name in called}
     report_untuned(target, used)
     rnn = RNN(config, target, executable.jit(), signatures, executable, device_index=device_index)
     rnn.schedules = used  # kernel name -> "tuned", "default", "tf32" or "unmasked record"
     rnn.records = picked  # kernel name -> the record it took (workload key, where, its JSON)
     rnn.allow_tf32 = allow_tf32 and is_gpu(target)
     rnn.programs = {p.name: p for p in programs}  # what was compiled, for tvmrnn.runtime.profile
-    # the most blocks a persistent loop took (a package's load checks the GPU has that many SMs)
-    rnn.persistent_blocks = max((p.blocks_used for p in programs if p.uses_persistent_loops), default=None)
+    rnn.persistent_blocks = _persistent_blocks(programs)
     return rnn
 
 
