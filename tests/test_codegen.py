@@ -1631,10 +1631,10 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng,
     # time loops as one parallel region: a kernel with guarded tiles joins it since v79, its tile
     # loop given whole (sequence._whole_tiles: the provably whole tiles unguarded, the rest at
     # constant indices); before, LoopPartition would cut its parallel loop at lowering (the barrier
-    # on one part) and such loops stayed a region a step. The same bits either way
+    # on one part) and such loops stayed a region a step. The same bits either way (``rnn``: CPU
+    # builds' time loops are regions by default)
     from tvmrnn.program import sequence
-    regions = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
-                           options=BuildOptions(time_loop_regions=True), tuning_logs=False, cache=False)
+    regions = rnn
     assert "pragma_parallel_launch_point" in regions.programs["forward"].build().script()
     monkeypatch.setattr(sequence, "WHOLE_GUARDED_TILES", False)
     per_step = tvmrnn.build("lstm", 37, 129, num_layers=2, bidirectional=True, batch_size=5, target=target,
@@ -1644,7 +1644,6 @@ def test_cpu_guarded_tiles_run_whole_vectors_and_a_peeled_tail(mcpu, lanes, rng,
     params = tvmrnn.params_from_torch(torch.nn.LSTM(37, 129, num_layers=2, bidirectional=True))
     x = rng.standard_normal((6, 5, 37)).astype(np.float32)
     y = regions.forward(regions.pack_weights(params), x)[0]
-    assert np.array_equal(y, rnn.forward(rnn.pack_weights(params), x)[0])
     assert np.array_equal(y, per_step.forward(per_step.pack_weights(params), x)[0])
 
 
@@ -1664,13 +1663,14 @@ def test_cpu_guarded_tiles_of_gates_that_do_not_divide_the_lanes(mcpu, lanes, mo
     target = {"kind": "llvm", "mcpu": mcpu, "num-cores": 2}
     tile = lanes // 3 * 3
 
-    def widths():
-        rnn = tvmrnn.build("gru", 37, 53, num_layers=2, bidirectional=True, batch_size=5, target=target,
-                           tuning_logs=False, cache=False)
+    def widths(rnn):
         return {int(w) for w in re.findall(r"<(\d+) x float>", rnn.executable.mod.inspect_source("ll"))}
-    assert tile in widths(), f"{mcpu}: no {tile}-float tiles"
+    # (the build _check runs below)
+    assert tile in widths(built("gru", 2, True, False, input_size=37, hidden_size=53, batch_size=5, target=target)), \
+        f"{mcpu}: no {tile}-float tiles"
     monkeypatch.setattr(cpu, "CPU_GUARDED_GATE_TILES", False)
-    assert tile not in widths()
+    assert tile not in widths(tvmrnn.build("gru", 37, 53, num_layers=2, bidirectional=True, batch_size=5, target=target,
+                                           tuning_logs=False, cache=False))
     monkeypatch.setattr(cpu, "CPU_GUARDED_GATE_TILES", True)
     if mcpu == "skylake-avx512" and "avx512f" not in open("/proc/cpuinfo").read():
         pytest.skip("this CPU does not run AVX-512 code")
@@ -1821,8 +1821,7 @@ def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, 
         assert (cpu.weight_panel(avx512, 4, h), cpu.packed_units(avx512, 4, h)) == (p, u), h
     hidden, panel, units = 124, 16, 128
     assert cpu.gradient_panel(avx512, 4, hidden) == 0  # (the weight gradients in rows)
-    rnn = tvmrnn.build("lstm", 29, hidden, num_layers=2, bidirectional=True, batch_size=3, target=target,
-                       tuning_logs=False, cache=False)
+    rnn = built("lstm", 2, True, False, input_size=29, hidden_size=hidden, batch_size=3, target=target)  # (_check's)
     layout = rnn.config.layout
     # per layer and direction 4 (Hp - H) rows more of weight_ih (29 or 2H inputs), weight_hh and 2 biases
     assert rnn.config.packed_units == units and layout.forward_total - layout.total == 8 * (units - hidden) * (
@@ -1922,8 +1921,7 @@ def test_cpu_backward_weight_copies_whose_panels_do_not_divide_k_pad_the_last(mo
     assert cpu.backward_panel(avx512, 1220) == 0 and cpu.backward_panel(avx512, 1216) == 64
     monkeypatch.setattr(cpu, "CPU_PADDED_BACKWARD_PANELS", True)
     I, H, G = 90, 123, 3
-    rnn = tvmrnn.build("gru", I, H, num_layers=2, bidirectional=True, batch_size=3, target=target,
-                       tuning_logs=False, cache=False)
+    rnn = built("gru", 2, True, False, input_size=I, hidden_size=H, batch_size=3, target=target)  # (_check's)
     padded = dict(rnn.config.padded_inputs)
     assert padded == {90: 96, 123: 128, 246: 256}
     layout = rnn.config.layout
