@@ -203,6 +203,38 @@ def rng():
     return np.random.default_rng(1234)
 
 
+# TVMRNN_TEST_BUILD_LOG=FOLDER: every build and plan a test makes, a JSON line each (the test, the
+# configuration and target, seconds) in FOLDER/<xdist worker>.jsonl, to find where the suite's
+# time goes (notes/performance.md v87: which builds repeat within and across files)
+if os.environ.get("TVMRNN_TEST_BUILD_LOG"):
+    import time
+
+    from tvmrnn.runtime import build as _build_module
+
+    _inside = []  # a build's own planning is not logged apart
+
+    def _logged(fn, kind):
+        @functools.wraps(fn)
+        def wrapper(config, target, *args, **kwargs):
+            if _inside:
+                return fn(config, target, *args, **kwargs)
+            start = time.perf_counter()
+            _inside.append(kind)
+            try:
+                return fn(config, target, *args, **kwargs)
+            finally:
+                _inside.pop()
+                folder = os.environ["TVMRNN_TEST_BUILD_LOG"]
+                os.makedirs(folder, exist_ok=True)
+                line = dict(kind=kind, test=os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0],
+                            config=repr(config), target=str(target), seconds=round(time.perf_counter() - start, 2))
+                with open(os.path.join(folder, os.environ.get("PYTEST_XDIST_WORKER", "main") + ".jsonl"), "a") as f:
+                    f.write(json.dumps(line) + "\n")
+        return wrapper
+    _build_module._compile = _logged(_build_module._compile, "build")
+    _build_module._programs = _logged(_build_module._programs, "plan")
+
+
 
 def check_half_build(cell, I, H, layers, bidirectional, dtype, target, device, bound=(1e-2, 3e-2), N=5, n=4,
                      options=None):

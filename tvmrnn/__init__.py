@@ -17,5 +17,5 @@ from .runtime.package import PackageError
 from .runtime.loader import load
 from .program.sequence import SharedMemoryError
 
-__all__ = ["build", "plan", "Plan", "BuildOptions", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell", "CELLS",
-           "define_cell", "get_cell", "CellDefinitionError", "load", "PackageError", "SharedMemoryError"]
+__all__ = ["build", "plan", "Plan", "BuildOptions", "RNN", "PackedWeights", "Workspace", "params_from_torch", "Cell",
+           "CELLS", "define_cell", "get_cell", "CellDefinitionError", "load", "PackageError", "SharedMemoryError"]

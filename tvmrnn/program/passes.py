@@ -841,8 +841,8 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
             prog.call(copy, src=c0.at("n", "j", ld=l), dst=cs.at("n", "j", ld=l, t=0))
 
     single = kernels.recurrent_step(c, N, H, train, panel=panel, masked=masked)
-    copies = _stacked_copies(prog, w, L, single,
-                             {role: lambda l, _r=role: _step_weights(config, l, 0)[_r] for role in _step_weights(config, 0, 0)})
+    copies = _stacked_copies(prog, w, L, single, {role: lambda l, _r=role: _step_weights(config, l, 0)[_r]
+                                                  for role in _step_weights(config, 0, 0)})
 
     def weights(l, stacked: bool):
         return copies(l) if stacked else {role: w.piece(o) for role, o in _step_weights(config, l, 0).items()}
