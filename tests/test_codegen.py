@@ -39,6 +39,12 @@ def test_a_plan_is_what_build_compiles(target):
         assert (plan.schedules, plan.records) == (rnn.schedules, rnn.records)
         assert {name: p.build().script() for name, p in plan.programs.items()} == {
             name: p.build().script() for name, p in rnn.programs.items()}
+    if target is not None:  # the records a plan reports: the shipped H100 records of the DS2 LSTM, every kernel
+        import tempfile
+        with tempfile.TemporaryDirectory() as no_raw_logs:
+            ds2 = tvmrnn.plan("lstm", 800, 800, batch_size=20, target=target, tuning_logs=no_raw_logs)
+        tuned = {name for name, how in ds2.schedules.items() if how == "tuned"}
+        assert set(ds2.schedules) - tuned == {"copy_4x800"} and set(ds2.records) == tuned  # (the bias copy: none yet)
     with pytest.raises(ValueError, match="hidden_size: expected >= 1, got 0"):
         tvmrnn.plan("lstm", 13, 0, target=target)
     with pytest.raises(ValueError, match="proj_size"):
@@ -103,8 +109,8 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     assert "tf32" not in steps(100).values()
     # per direction: two stacked directions of 128 x 1620 x 540 (2 x 112 M multiply-adds) stay
     # persistent, as one direction does; a backward step on the SIMT tiled GEMM stays there
-    bidirectional = tvmrnn.plan("gru", input_size=24, hidden_size=540, batch_size=128, bidirectional=True,
-                                dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False,
+    bidirectional = tvmrnn.build("gru", input_size=24, hidden_size=540, batch_size=128, bidirectional=True,
+                                 dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False, cache=False,
                                 options=BuildOptions(chunk_steps=(1,)))
     assert not any(v == "tf32" for k, v in bidirectional.schedules.items() if "step" in k), bidirectional.schedules
     assert any(k.endswith("_d2_persistent") for k in bidirectional.schedules)
@@ -1100,8 +1106,8 @@ def test_builds_for_other_gpus_fit_their_shared_memory():
     within those limits (the build checks every kernel's shared memory against the device model).
     Where a persistent kernel's template asks for more than the device has (the L40S at batch 1,
     H = 800), the build says so and builds without persistent kernels rather than failing."""
-    a100 = tvmrnn.plan("lstm", input_size=800, hidden_size=800, batch_size=20,
-                       target={"kind": "cuda", "arch": "sm_80"}, tuning_logs=False)
+    a100 = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=20,
+                        target={"kind": "cuda", "arch": "sm_80"}, tuning_logs=False)
     assert a100.persistent_blocks == 108 and a100.config.options.persistent == "auto"
     with pytest.warns(RuntimeWarning, match="does not fit this GPU.*building without persistent kernels"):
         l40s = tvmrnn.build("lstm", input_size=800, hidden_size=800, batch_size=1,
@@ -1264,7 +1270,7 @@ def test_large_steps_take_the_tiled_gemm_then_their_epilogue(tmp_path, monkeypat
     import tvmrnn
     from tvmrnn.schedules import common
     assert common.GPU_PERSISTENT_SPLIT_K_ROWS > 128
-    unsplit = tvmrnn.plan("gru", input_size=8, hidden_size=784, batch_size=128, target=target)
+    unsplit = tvmrnn.build("gru", input_size=8, hidden_size=784, batch_size=128, target=target, cache=False)
     split = tvmrnn.build("gru", input_size=8, hidden_size=1024, batch_size=128, target=target, cache=False)
     more = tvmrnn.build("lstm", input_size=8, hidden_size=768, batch_size=192, target=target, cache=False)
     assert unsplit.programs["forward"].uses_persistent_loops

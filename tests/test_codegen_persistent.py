@@ -184,7 +184,7 @@ def test_cuda_persistent_loops_take_at_most_the_blocks_asked_for():
     assert wide.persistent_blocks == _sms() and max(grids(wide)) > 8
     # left to the target, a step of one row whose weights fit a block takes one block
     # (device.small_step_blocks)
-    assert tvmrnn.plan("lstm", options=BuildOptions(**STEPS), **sizes).persistent_blocks == 1
+    assert tvmrnn.build("lstm", options=BuildOptions(**STEPS), **sizes).persistent_blocks == 1
     from tvmrnn.runtime.package import metadata
     assert metadata(capped)["options"]["persistent_blocks"] == 8
     # one block: the grid barrier is the block's own __syncthreads, no atomics, no polling
@@ -282,14 +282,14 @@ def test_small_steps_that_do_not_fit_one_block_take_more():
     partial sums, so the forwards' persistent loops take 2 blocks (rnn.persistent_blocks says so),
     not launches a step; with 1 block asked for, no retry: launches (the backward's split-K step,
     whose block holds its weights and fewer partial sums, stays persistent in its one block)."""
-    sizes = dict(input_size=128, hidden_size=128, batch_size=8, target=H100, tuning_logs=False)
+    sizes = dict(input_size=128, hidden_size=128, batch_size=8, target=H100, tuning_logs=False, cache=False)
     # (split-K's blocks: by default these steps take blocks of row groups, a row a block)
-    rnn = tvmrnn.plan("gru", options=BuildOptions(row_groups=False, **STEPS), **sizes)
+    rnn = tvmrnn.build("gru", options=BuildOptions(row_groups=False, **STEPS), **sizes)
     assert rnn.programs["forward"].uses_persistent_loops and rnn.programs["forward"].blocks_used == 2
     # the backward's step (8 x 128 x 384 multiply-adds) in 4 blocks, not 1 that would hold its weights
     # (common.GPU_BACKWARD_BLOCK_WORK); the package needs the most any loop takes
     assert rnn.programs["backward"].blocks_used == 4 and rnn.persistent_blocks == 4
-    one = tvmrnn.plan("gru", options=BuildOptions(persistent_blocks=1, **STEPS), **sizes)
+    one = tvmrnn.build("gru", options=BuildOptions(persistent_blocks=1, **STEPS), **sizes)
     assert not one.programs["forward"].uses_persistent_loops
     assert one.persistent_blocks == (1 if one.programs["backward"].uses_persistent_loops else None)
 
