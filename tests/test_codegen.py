@@ -111,7 +111,7 @@ def test_cuda_half_builds_put_large_steps_on_tensor_cores_unless_told_not_to():
     # persistent, as one direction does; a backward step on the SIMT tiled GEMM stays there
     bidirectional = tvmrnn.build("gru", input_size=24, hidden_size=540, batch_size=128, bidirectional=True,
                                  dtype="float16", target="nvidia/nvidia-h100", tuning_logs=False, cache=False,
-                                options=BuildOptions(chunk_steps=(1,)))
+                                 options=BuildOptions(chunk_steps=(1,)))
     assert not any(v == "tf32" for k, v in bidirectional.schedules.items() if "step" in k), bidirectional.schedules
     assert any(k.endswith("_d2_persistent") for k in bidirectional.schedules)
     large = tvmrnn.build("lstm", input_size=24, hidden_size=1024, batch_size=256, dtype="float16",
