@@ -361,11 +361,11 @@ def _run_call(case: Case, call: Call, rnn, ref, params, w, device) -> None:
     SEEN["gradients matched"] += 1
 
 
-def fuzz_test(target=None, device="cpu", examples=EXAMPLES, shrink=True, explicit=True):
-    """A test function running :func:`run_case` on ``examples`` seeded cases (and, with
-    ``explicit``, one case per fault)."""
+def fuzz_test(target=None, device="cpu", examples=EXAMPLES, shrink=True, explicit=True, seed=None):
+    """A test function running :func:`run_case` on ``examples`` seeded cases (``seed``; None:
+    :data:`SEED`) and, with ``explicit``, one case per fault."""
     phases = tuple(Phase) if shrink else tuple(p for p in Phase if p != Phase.shrink)
-    @hypothesis.seed(SEED)  # (derandomize=True drew differently in another checkout's folder)
+    @hypothesis.seed(SEED if seed is None else seed)  # (derandomize=True drew differently in another checkout's folder)
     @settings(max_examples=examples, deadline=None, database=None, print_blob=True,
               suppress_health_check=list(HealthCheck), phases=phases)
     @given(cases())
