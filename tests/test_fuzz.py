@@ -33,7 +33,7 @@ def test_the_fuzzer_catches_a_slightly_wrong_answer(monkeypatch):
         return (y * 1.001, *rest)
     monkeypatch.setattr(rnn_module.RNN, "_forward", off)
     with pytest.raises(AssertionError, match="relative error"):
-        fuzz.fuzz_test(examples=5, shrink=False, explicit=False, seed=40)()
+        fuzz.fuzz_test(examples=5, shrink=False, explicit=False, seed=fuzz.CI_SEED)()
     monkeypatch.undo()
 
     check = rnn_module.Frame.check
@@ -42,4 +42,4 @@ def test_the_fuzzer_catches_a_slightly_wrong_answer(monkeypatch):
         return check(self, "the input" if name == "x" else name, a, shape)
     monkeypatch.setattr(rnn_module.Frame, "check", misnamed)
     with pytest.raises(AssertionError, match="does not start with 'x'"):
-        fuzz.fuzz_test(examples=60, shrink=False, explicit=False, seed=40)()
+        fuzz.fuzz_test(examples=60, shrink=False, explicit=False, seed=fuzz.CI_SEED)()
