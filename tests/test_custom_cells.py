@@ -304,6 +304,7 @@ def exported(tmp_path_factory):
     return str(path)
 
 
+@pytest.mark.llvm_optimized  # (the package's bits against a build's in this process)
 def test_package_runs_without_the_cells_math(exported, tmp_path):
     """A fresh interpreter that never imports the example cells loads and runs the package."""
     params = _params(ex.PEEPHOLE_LSTM, 1, True)[0]
@@ -333,6 +334,7 @@ assert "tvmrnn.cells.examples" not in sys.modules and rnn.config.cell.math is No
         assert np.array_equal(out["d_" + key], value), key
 
 
+@pytest.mark.llvm_optimized  # (shares the package above)
 def test_package_metadata_and_loaded_cell(exported):
     meta = package.read_metadata(exported)
     assert meta["format_version"] == package.FORMAT_VERSION == 5

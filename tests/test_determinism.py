@@ -9,10 +9,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 import tvmrnn
 from conftest import H, I, N, built, torch_module
+
+# whole builds at LLVM's own optimisation level, as users get them (tests/conftest.py)
+pytestmark = pytest.mark.llvm_optimized
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -51,6 +51,22 @@ def test_bad_build_options(kwargs, error, match):
         tvmrnn.build("gru", **args)
 
 
+def test_llvm_opt_level_from_the_environment(monkeypatch):
+    """TVMRNN_LLVM_OPT_LEVEL (the suite's quick builds, tests/conftest.py) goes into every LLVM
+    target that names no level itself, the GPU's host code's too, and a bad value is refused by name."""
+    from tvmrnn.device import host_target, resolve
+    monkeypatch.setenv("TVMRNN_LLVM_OPT_LEVEL", "1")
+    assert int(host_target().attrs["opt-level"]) == 1
+    assert int(resolve({"kind": "llvm", "mcpu": "haswell"}).attrs["opt-level"]) == 1
+    assert int(resolve("nvidia/nvidia-h100").host.attrs["opt-level"]) == 1
+    assert int(resolve({"kind": "llvm", "opt-level": 2}).attrs["opt-level"]) == 2
+    monkeypatch.delenv("TVMRNN_LLVM_OPT_LEVEL")
+    assert "opt-level" not in host_target().attrs
+    monkeypatch.setenv("TVMRNN_LLVM_OPT_LEVEL", "fast")
+    with pytest.raises(ValueError, match="TVMRNN_LLVM_OPT_LEVEL: expected 0, 1, 2 or 3, got 'fast'"):
+        tvmrnn.build("gru", 3, 4, batch_size=2)
+
+
 def test_dtypes_by_any_name():
     from tvmrnn.runtime.build import dtype_name
     assert {dtype_name(d) for d in ("float32", np.float32, np.dtype("float32"), torch.float32, "float")} == {"float32"}

@@ -6,6 +6,9 @@ import pytest
 import fuzz
 import tvmrnn.runtime.rnn as rnn_module
 
+# whole builds at LLVM's own optimisation level, as users get them (tests/conftest.py)
+pytestmark = pytest.mark.llvm_optimized
+
 
 @pytest.mark.timeout(1200)
 def test_every_call_matches_torch_or_names_its_wrong_argument():

@@ -17,6 +17,9 @@ import tvmrnn
 from tvmrnn.runtime import package
 from conftest import H, I, N, built, cli, torch_module
 
+# whole builds at LLVM's own optimisation level, as users get them (tests/conftest.py)
+pytestmark = pytest.mark.llvm_optimized
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

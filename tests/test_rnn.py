@@ -16,6 +16,9 @@ import torch
 import tvmrnn
 from conftest import H, I, N, built, grid, rel_error, slow, torch_module
 
+# whole builds at LLVM's own optimisation level, as users get them (tests/conftest.py)
+pytestmark = pytest.mark.llvm_optimized
+
 CELLS = ["lstm", "gru", "rnn_tanh", "rnn_relu"]
 TOL = 1e-4
 

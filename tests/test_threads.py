@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# whole builds at LLVM's own optimisation level, as users get them (tests/conftest.py)
+pytestmark = pytest.mark.llvm_optimized
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 # A fresh process (the pool is chosen once per process): a 2-layer bidirectional LSTM and GRU on 2
