@@ -42,7 +42,8 @@ from ..device import device_model
 from ..kernels import Kernel
 
 from . import bf16
-from .common import CPU_MIN_PARALLEL, GPU_THREADS, _copy_applied, _extent, _gpu_kind, _writes_param, is_gpu, uses_tf32
+from .common import (CPU_MIN_PARALLEL, GPU_THREADS, _IN_PLACE, _Unfit, _copy_applied, _extent, _gpu_kind, _writes_param,
+                     is_gpu, uses_tf32)
 from .cpu import cpu_column_tile, cpu_copy, cpu_gemm, cpu_transpose, gradient_panel, l1_blocks, weight_panel
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, default_matmul_shape, gpu_column_sum, gpu_matmul, gpu_matmul_tf32,
                    matmul_defaults, matmul_k_slices, matmul_shape, slice_variants, tf32_applies, tf32_k_slices, tf32_tile)
@@ -95,7 +96,16 @@ def gpu_gemm(sch, kernel: Kernel, target, **tiles) -> bool:
 def default_schedule(kernel: Kernel, target: tvm.target.Target, **tiles) -> tvm.tirx.PrimFunc:
     """The default schedule; ``tiles`` (``accumulators``, ``column_vectors``) override the CPU
     GEMM's register tile (the ``tile_study`` (a study script, at 34424c0) compares them)."""
-    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))  # a copy: Schedule edits its input in place
+    in_place = _IN_PLACE.set(True)  # (schedules that may not fit tried on sch itself: no replays)
+    try:
+        sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))  # a copy: Schedule edits its input in place
+        apply(sch, kernel, target, **tiles)
+        return sch.mod["main"]
+    except _Unfit:  # one did not fit, half applied: again, each on a copy first
+        pass
+    finally:
+        _IN_PLACE.reset(in_place)
+    sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
     apply(sch, kernel, target, **tiles)
     return sch.mod["main"]
 

@@ -4,6 +4,7 @@ and which GPU GEMM template a kernel takes.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 import math
 import sys
@@ -438,9 +439,31 @@ def _uses(expr, var) -> bool:
     return bool(found)
 
 
+class _Unfit(Exception):
+    """A schedule tried on ``sch`` itself did not fit (:data:`_IN_PLACE`): ``sch`` is left half
+    scheduled, so the caller starts again on a fresh one, with copies."""
+
+
+# Set by :func:`tvmrnn.schedules.default_schedule`, which needs the scheduled function and not the
+# trace: a schedule that may not fit goes on ``sch`` itself, not on a copy replayed into it (the
+# replay was 8% of a small H100 build's time), and if it does not fit the whole kernel is
+# scheduled again with copies.
+_IN_PLACE = contextvars.ContextVar("tvmrnn_schedule_in_place", default=False)
+
+
 def _copy_applied(sch, schedule) -> bool:
     """Apply ``schedule(sch_copy)`` to a copy of ``sch``'s function and replay its trace through
-    ``sch`` (so that tuning can measure it); False where it does not fit this kernel."""
+    ``sch`` (so that tuning can measure it); False where it does not fit this kernel. Under
+    :data:`_IN_PLACE`, ``schedule(sch)`` itself, raising :class:`_Unfit` where it does not fit."""
+    if _IN_PLACE.get():
+        done = len(sch.trace.insts)
+        try:
+            schedule(sch)
+        except tvm.s_tir.ScheduleError:
+            if len(sch.trace.insts) == done:  # refused before it changed anything
+                return False
+            raise _Unfit() from None
+        return True
     copy = s_tir.Schedule(s_tir.renew_defs(sch.mod["main"]))
     try:
         schedule(copy)
