@@ -106,10 +106,13 @@ def test_the_wavefront_is_the_default_where_every_layers_weights_fit_the_chip():
     assert not on(target=None) and on(target=None, options=WAVE)  # CPUs: only when asked
     assert not on(options=tvmrnn.BuildOptions(layer_wavefront=False))
     assert not on(options=tvmrnn.BuildOptions(layer_wavefront=True, dtype="float16"))  # fp32 kernels only
-    # the training passes only where asked for (not yet run on a GPU)
+    # the training passes where the inference forward is one (v88: run and timed on the H100)
     stack = passes.Config(get_cell("gru"), 126, 126, 3, False, 32, False)
-    assert not passes.training_wavefront(stack, tvmrnn.BuildOptions())
-    assert passes.training_wavefront(stack, WAVE)
+    assert passes.training_wavefront(stack, h100, tvmrnn.BuildOptions())
+    assert not passes.training_wavefront(stack, None, tvmrnn.BuildOptions()) and passes.training_wavefront(stack, None, WAVE)
+    assert not passes.training_wavefront(stack, h100, tvmrnn.BuildOptions(layer_wavefront=False))
+    big = passes.Config(get_cell("lstm"), 512, 512, 2, False, 64, False)
+    assert not passes.training_wavefront(big, h100, tvmrnn.BuildOptions())
 
 
 def test_stacked_views_must_be_one_stride_apart():
@@ -127,9 +130,11 @@ def test_stacked_views_must_be_one_stride_apart():
 
 
 def test_a_wavefront_that_would_not_run_persistent_leaves_no_kernel_behind(monkeypatch):
-    """The H100's default tries the inference wavefront; where its stacked steps would not all run
-    persistent (forced here), the layers run one after another, and the module holds as many CUDA
-    kernels as a build without the wavefront (compiled here, not run)."""
+    """The H100's default makes every pass a wavefront (the training workspace's layout too),
+    with its stacked steps persistent; where they would not all run persistent (forced here),
+    the layers run one after another in every pass, the training workspace is layer by layer's,
+    and the module holds as many CUDA kernels as a build without the wavefront (compiled here,
+    not run)."""
     from tvmrnn.program.sequence import Program
 
     def kernels_of(**build):
@@ -139,7 +144,14 @@ def test_a_wavefront_that_would_not_run_persistent_leaves_no_kernel_behind(monke
     plain, without = kernels_of(options=tvmrnn.BuildOptions(layer_wavefront=False))
     config = passes.Config(get_cell("gru"), I, H, L, False, N, False)
     assert passes.layer_wavefront(config, tvmrnn.device.resolve("nvidia/nvidia-h100"), tvmrnn.BuildOptions())
+    default = tvmrnn.plan("gru", input_size=I, hidden_size=H, num_layers=L, batch_size=N, target="nvidia/nvidia-h100")
+    assert default.config.wave_steps == passes.WAVE_STEPS
+    for name in ("forward", "forward_train", "backward"):
+        assert any(f"_d{L}_" in k for k in default.programs[name].kernels), name
+        assert default.programs[name].all_step_loops_persistent, name
     monkeypatch.setattr(Program, "all_step_loops_persistent", property(lambda self: False))
     rnn, fallback = kernels_of()
-    assert not any("_d" in k for k in rnn.programs["forward"].kernels)
+    for name in ("forward", "forward_train", "backward"):
+        assert not any(f"_d{L}_" in k for k in rnn.programs[name].kernels), name
+    assert rnn.config.wave_steps == 0 and plain.config.wave_steps == 0
     assert fallback == without

@@ -174,13 +174,13 @@ class BuildOptions:
         leading axis over layers, as over the two directions of a bidirectional layer). A step
         that leaves most of the GPU idle (few rows, small hidden sizes) then does the work of
         every layer in the time of one: the H100's GRU N = 32, H = 126, 3 layers, T = 700
-        inference 2.55 -> 1.36 ms (cuDNN 1.93; notes v86). None: the inference forward on GPUs
-        where every layer's recurrent weights fit half the chip's shared memory and a step has at
-        most 2^25 multiply-adds (:func:`tvmrnn.program.passes.layer_wavefront`), layer after
-        layer elsewhere. True: the training forward and the backward too (their workspace keeps
-        the last layer's states with the others'), which are correct on CPUs and compile for the
-        H100 but have not been timed on a GPU yet (v86), so they are not the default;
-        ``tvmrnn-tune``'s whole-pass stage measures them. On a CPU: correct, for tests.
+        inference 2.55 -> 1.36 ms (cuDNN 1.93; notes v86), training 8.08 -> 4.97 ms (cuDNN 5.67;
+        notes v88). None: every pass (the training forward's workspace then keeps the last
+        layer's states with the others') on GPUs where every layer's recurrent weights fit half
+        the chip's shared memory and a step has at most 2^25 multiply-adds
+        (:func:`tvmrnn.program.passes.layer_wavefront`), and where its stacked steps run
+        persistent; layer after layer elsewhere. True: wherever it applies, persistent or not
+        (on a CPU: correct, slower on 2 cores); ``tvmrnn-tune``'s whole-pass stage measures both.
     """
 
     persistent: str = field(default_factory=_persistent_default)

@@ -164,7 +164,7 @@ def plan(cell, input_size: int, hidden_size: int, num_layers: int = 1, bidirecti
     config, target, allow_tf32, _ = _configure(
         cell, input_size, hidden_size, num_layers, bidirectional, batch_size, batch_first, target, tuning_logs,
         allow_tf32, options, dtype, proj_size)
-    programs, used, picked = _programs(config, target, tuning_logs, allow_tf32, config.options)
+    config, programs, used, picked = _programs(config, target, tuning_logs, allow_tf32, config.options)
     return Plan(config, target, allow_tf32 and is_gpu(target), {p.name: p for p in programs}, used, picked,
                 _persistent_blocks(programs))
 
@@ -227,7 +227,7 @@ def with_compiled_rows(config: Config, target) -> Config:
     every call padded to them (:func:`tvmrnn.schedules.cpu.padded_batch`: 2x faster at 7 rows).
     And the other choices that the passes' arrays depend on: whether a stack's training passes
     run its layers as a wavefront (``Config.wave_steps``: its training workspace's layout)."""
-    if training_wavefront(config, config.options):
+    if training_wavefront(config, target, config.options):
         config = dataclasses.replace(config, wave_steps=passes.WAVE_STEPS)
     if is_gpu(target):
         return config
@@ -260,18 +260,34 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 
 
 def _programs(config: Config, target, tuning_logs, allow_tf32: bool, options):
-    """The passes' programs, their kernels scheduled: ``(programs, used, picked)``, ``used`` and
-    ``picked`` the schedule each called kernel took and its record (``RNN.schedules``, ``RNN.records``)."""
+    """The passes' programs, their kernels scheduled: ``(config, programs, used, picked)``, ``used``
+    and ``picked`` the schedule each called kernel took and its record (``RNN.schedules``,
+    ``RNN.records``); ``config`` as :func:`with_training_wavefront` leaves it."""
     schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32, tf32_steps=options.tf32_steps,
                                        operands=options.tensor_core_operands)
     programs = all_programs(config, schedule, target, loop_block_caps(config, target))
+    if not with_training_wavefront(config, programs):  # layer after layer: the training passes again
+        config = dataclasses.replace(config, wave_steps=0)
+        programs = all_programs(config, schedule, target, loop_block_caps(config, target))
     # the kernels the passes call (a step's launched form scheduled to decide on its persistence,
     # a persistent form that fit no block count: scheduled, not called)
     called = {as_built(k, target, allow_tf32, options.tf32_steps, options.tensor_core_operands).name
               for p in programs for k in p.kernels.values()}
     used = {name: how for name, how in used.items() if name in called}
     picked = {name: record for name, record in picked.items() if name in called}
-    return programs, used, picked
+    return config, programs, used, picked
+
+
+def with_training_wavefront(config: Config, programs) -> bool:
+    """Whether a build keeps its training passes as a wavefront (``config.wave_steps``, by
+    default where the inference forward is one: :func:`tvmrnn.program.passes.training_wavefront`):
+    not where that was the default and a stacked step of theirs that was to run persistent does
+    not (a wave of launches a step: the layers run one after another instead, as the inference
+    forward's default does)."""
+    if not config.wave_steps or config.options.layer_wavefront is not None:
+        return True
+    asked = config.options.persistent_passes
+    return all(p.all_step_loops_persistent for p in programs if p.name in ("forward_train", "backward") and p.name in asked)
 
 
 def _persistent_blocks(programs) -> int | None:
@@ -283,7 +299,7 @@ def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options
     # a long build (a 5-layer GPU build: a minute or more) shows its stages on a terminal
     with tqdm(total=2 + len(PASSES), desc=f"tvmrnn build ({target.kind.name})", unit="stage", leave=False, disable=None,
               dynamic_ncols=True) as bar:
-        programs, used, picked = _programs(config, target, tuning_logs, allow_tf32, options)
+        config, programs, used, picked = _programs(config, target, tuning_logs, allow_tf32, options)
         bar.update(1)
         functions = {}
         for p in programs:

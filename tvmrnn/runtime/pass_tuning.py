@@ -296,9 +296,9 @@ def option_candidates(config, target) -> list[tuple[str, object]]:
     if config.bidirectional:
         found.append(("stack_directions", not stack_directions(target, config.options)))
     elif gpu and layer_wavefront(config, target, config.options):
-        # where the inference forward is a wavefront by default: the training passes too, and none
-        # (elsewhere a stack's steps fill the GPU, or its weights do not fit it, or a training
-        # wavefront's backward would hold every layer's gate gradients at once: passes.WAVE_WEIGHT_SHARE)
+        # where the passes are a wavefront by default: one even where its stacked steps would not
+        # all run persistent, and none (elsewhere a stack's steps fill the GPU, or its weights do
+        # not fit it: passes.WAVE_WEIGHT_SHARE, WAVE_MAX_STEP_WORK)
         found += [("layer_wavefront", True), ("layer_wavefront", False)]
     if not gpu:
         found += [("interleave_projections", False), ("weight_panels", False), ("gradient_panels", False),
