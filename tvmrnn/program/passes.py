@@ -438,6 +438,19 @@ def training_wavefront(config: Config, target, options: BuildOptions) -> bool:
     return layer_wavefront(config, target, options)
 
 
+def with_training_wavefront(config: Config, programs) -> bool:
+    """Whether a build keeps its training passes as a wavefront (``config.wave_steps``, by
+    default where the inference forward is one: :func:`training_wavefront`): not where that was
+    the default and a stacked step of theirs that was to run persistent does not (a wave of
+    launches a step: the layers run one after another instead, as the inference forward's
+    default does). ``programs``: :func:`all_programs`' for ``config``; build and the tuning
+    tasks then plan again with ``wave_steps`` 0."""
+    if not config.wave_steps or config.options.layer_wavefront is not None:
+        return True
+    asked = config.options.persistent_passes
+    return all(p.all_step_loops_persistent for p in programs if p.name in ("forward_train", "backward") and p.name in asked)
+
+
 def _wavefront_applies(config: Config, options: BuildOptions) -> bool:
     """A unidirectional stack without projections, fp32 throughout."""
     return config.unidirectional_stack and options.dtype == "float32" and not options.bf16_projections

@@ -21,7 +21,7 @@ from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..schedules.cpu import packed_units, padded_batch, padded_inputs
 from ..program.passes import (Config, all_programs, half_precision_choices, loop_block_caps,
-                              projections_refused, training_wavefront)
+                              projections_refused, training_wavefront, with_training_wavefront)
 from ..program import passes
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import as_built, report_untuned, scheduler, tuned_options
@@ -262,7 +262,7 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 def _programs(config: Config, target, tuning_logs, allow_tf32: bool, options):
     """The passes' programs, their kernels scheduled: ``(config, programs, used, picked)``, ``used``
     and ``picked`` the schedule each called kernel took and its record (``RNN.schedules``,
-    ``RNN.records``); ``config`` as :func:`with_training_wavefront` leaves it."""
+    ``RNN.records``); ``config`` as :func:`tvmrnn.program.passes.with_training_wavefront` leaves it."""
     schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32, tf32_steps=options.tf32_steps,
                                        operands=options.tensor_core_operands)
     programs = all_programs(config, schedule, target, loop_block_caps(config, target))
@@ -276,18 +276,6 @@ def _programs(config: Config, target, tuning_logs, allow_tf32: bool, options):
     used = {name: how for name, how in used.items() if name in called}
     picked = {name: record for name, record in picked.items() if name in called}
     return config, programs, used, picked
-
-
-def with_training_wavefront(config: Config, programs) -> bool:
-    """Whether a build keeps its training passes as a wavefront (``config.wave_steps``, by
-    default where the inference forward is one: :func:`tvmrnn.program.passes.training_wavefront`):
-    not where that was the default and a stacked step of theirs that was to run persistent does
-    not (a wave of launches a step: the layers run one after another instead, as the inference
-    forward's default does)."""
-    if not config.wave_steps or config.options.layer_wavefront is not None:
-        return True
-    asked = config.options.persistent_passes
-    return all(p.all_step_loops_persistent for p in programs if p.name in ("forward_train", "backward") and p.name in asked)
 
 
 def _persistent_blocks(programs) -> int | None:

@@ -456,11 +456,11 @@ def _copy_applied(sch, schedule) -> bool:
     ``sch`` (so that tuning can measure it); False where it does not fit this kernel. Under
     :data:`_IN_PLACE`, ``schedule(sch)`` itself, raising :class:`_Unfit` where it does not fit."""
     if _IN_PLACE.get():
-        done = len(sch.trace.insts)
+        before = sch.mod["main"]
         try:
             schedule(sch)
         except tvm.s_tir.ScheduleError:
-            if len(sch.trace.insts) == done:  # refused before it changed anything
+            if sch.mod["main"].same_as(before):  # refused after look-ups alone: nothing changed
                 return False
             raise _Unfit() from None
         return True

@@ -12,7 +12,7 @@ from ..schedules import default_schedule
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..kernels import Kernel
-from ..program.passes import all_programs, half_precision_choices, loop_block_caps
+from ..program.passes import all_programs, half_precision_choices, loop_block_caps, with_training_wavefront
 
 from .records import as_built, best_latency_us, is_fused_step, workload
 
@@ -97,7 +97,10 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
                 config, config.options, target, allow_tf32 or bool(config.options.tensor_core_steps))
             config = dataclasses.replace(config, options=options)
         blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
-        for program in all_programs(config, schedule, target, blocks):
+        programs = all_programs(config, schedule, target, blocks)
+        if not with_training_wavefront(config, programs):  # (as build plans them: layer after layer)
+            programs = all_programs(dataclasses.replace(config, wave_steps=0), schedule, target, blocks)
+        for program in programs:
             for name, count in program.calls(length).items():
                 kernel = as_built(tuned_as(program.kernels[name]), target, tf32_on, config.options.tf32_steps,
                                   config.options.tensor_core_operands)
