@@ -434,21 +434,25 @@ def training_wavefront(config: Config, target, options: BuildOptions) -> bool:
     8.08 -> 4.97 ms, LSTM the same 15.99 -> 12.05, GRU N = 128 H = 256 3 layers 11.50 -> 10.04;
     outputs and gradients the same as layer by layer's within 4e-7. Where the default's stacked
     training steps would not all run persistent, build takes the layers one after another
-    (:func:`tvmrnn.runtime.build.with_training_wavefront`)."""
+    (:func:`planned_programs`)."""
     return layer_wavefront(config, target, options)
 
 
-def with_training_wavefront(config: Config, programs) -> bool:
-    """Whether a build keeps its training passes as a wavefront (``config.wave_steps``, by
-    default where the inference forward is one: :func:`training_wavefront`): not where that was
-    the default and a stacked step of theirs that was to run persistent does not (a wave of
-    launches a step: the layers run one after another instead, as the inference forward's
-    default does). ``programs``: :func:`all_programs`' for ``config``; build and the tuning
-    tasks then plan again with ``wave_steps`` 0."""
+def planned_programs(config: Config, schedule, target=None,
+                     persistent_blocks: int | tuple[int, ...] | None = None) -> tuple[Config, tuple[Program, ...]]:
+    """:func:`all_programs`, as build and the tuning tasks take them: ``(config, programs)``, the
+    training passes a wavefront where ``config.wave_steps`` says so (by default where the
+    inference forward is one: :func:`training_wavefront`), but not where that was the default
+    and a stacked step of theirs that was to run persistent does not (a wave of launches a step):
+    then the layers one after another (``wave_steps`` 0), as the inference forward's default does."""
+    programs = all_programs(config, schedule, target, persistent_blocks)
     if not config.wave_steps or config.options.layer_wavefront is not None:
-        return True
+        return config, programs
     asked = config.options.persistent_passes
-    return all(p.all_step_loops_persistent for p in programs if p.name in ("forward_train", "backward") and p.name in asked)
+    if all(p.all_step_loops_persistent for p in programs if p.name in ("forward_train", "backward") and p.name in asked):
+        return config, programs
+    config = dataclasses.replace(config, wave_steps=0)
+    return config, all_programs(config, schedule, target, persistent_blocks)
 
 
 def _wavefront_applies(config: Config, options: BuildOptions) -> bool:
@@ -1546,7 +1550,7 @@ def all_programs(config: Config, schedule, target=None,
     if padded:
         config = dataclasses.replace(config, padded_inputs=padded)
     if not config.wave_steps and options.layer_wavefront is True and _wavefront_applies(config, options):
-        config = dataclasses.replace(config, wave_steps=WAVE_STEPS)  # (as build's with_training_wavefront sets it)
+        config = dataclasses.replace(config, wave_steps=WAVE_STEPS)  # (as build's with_compiled_rows sets it)
     if options.bf16_projections:
         _check_bf16_projections(target, config, panel)
     proj_panel = weight_panel(target, 1, config.proj_size, options.weight_panels) if config.proj_size else 0

@@ -20,8 +20,8 @@ from ..cells.definition import get_cell
 from ..options import DTYPES, as_options
 from ..schedules.common import is_gpu
 from ..schedules.cpu import packed_units, padded_batch, padded_inputs
-from ..program.passes import (Config, all_programs, half_precision_choices, loop_block_caps,
-                              projections_refused, training_wavefront, with_training_wavefront)
+from ..program.passes import (Config, half_precision_choices, loop_block_caps, planned_programs,
+                              projections_refused, training_wavefront)
 from ..program import passes
 from ..program.sequence import SharedMemoryError, compile_module
 from ..tune.records import as_built, report_untuned, scheduler, tuned_options
@@ -262,13 +262,10 @@ def _compile(config: Config, target, tuning_logs, allow_tf32: bool, options, dev
 def _programs(config: Config, target, tuning_logs, allow_tf32: bool, options):
     """The passes' programs, their kernels scheduled: ``(config, programs, used, picked)``, ``used``
     and ``picked`` the schedule each called kernel took and its record (``RNN.schedules``,
-    ``RNN.records``); ``config`` as :func:`tvmrnn.program.passes.with_training_wavefront` leaves it."""
+    ``RNN.records``); ``config`` as :func:`tvmrnn.program.passes.planned_programs` leaves it."""
     schedule, used, picked = scheduler(target, tuning_logs, allow_tf32=allow_tf32, tf32_steps=options.tf32_steps,
                                        operands=options.tensor_core_operands)
-    programs = all_programs(config, schedule, target, loop_block_caps(config, target))
-    if not with_training_wavefront(config, programs):  # layer after layer: the training passes again
-        config = dataclasses.replace(config, wave_steps=0)
-        programs = all_programs(config, schedule, target, loop_block_caps(config, target))
+    config, programs = planned_programs(config, schedule, target, loop_block_caps(config, target))
     # the kernels the passes call (a step's launched form scheduled to decide on its persistence,
     # a persistent form that fit no block count: scheduled, not called)
     called = {as_built(k, target, allow_tf32, options.tf32_steps, options.tensor_core_operands).name

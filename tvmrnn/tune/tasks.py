@@ -12,7 +12,7 @@ from ..schedules import default_schedule
 from ..schedules.common import is_gpu
 from ..schedules.split_k import persistent_blocks
 from ..kernels import Kernel
-from ..program.passes import all_programs, half_precision_choices, loop_block_caps, with_training_wavefront
+from ..program.passes import half_precision_choices, loop_block_caps, planned_programs
 
 from .records import as_built, best_latency_us, is_fused_step, workload
 
@@ -70,7 +70,7 @@ def select_tasks(configs, target, kernels=None, max_tasks=None, db=None) -> list
 def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf32: bool = False) -> list[Task]:
     """One task per distinct kernel over all ``configs``, weighted by runs per step at ``length``.
 
-    ``target`` picks the programs as build does (``passes.all_programs``: chunk sizes, direction
+    ``target`` picks the programs as build does (``passes.planned_programs``: chunk sizes, direction
     stacking, and on GPUs the persistent time loops, whose step kernel is a task of its own:
     :func:`is_persistent`), and the choices a build makes for the configuration's dtype
     (:func:`tvmrnn.program.passes.half_precision_choices`): on CPUs a bf16 build's bf16 kernels;
@@ -97,10 +97,7 @@ def extract_tasks(configs, length: int = REFERENCE_LENGTH, target=None, allow_tf
                 config, config.options, target, allow_tf32 or bool(config.options.tensor_core_steps))
             config = dataclasses.replace(config, options=options)
         blocks = loop_block_caps(config, target) if target is not None and is_gpu(target) else None
-        programs = all_programs(config, schedule, target, blocks)
-        if not with_training_wavefront(config, programs):  # (as build plans them: layer after layer)
-            programs = all_programs(dataclasses.replace(config, wave_steps=0), schedule, target, blocks)
-        for program in programs:
+        for program in planned_programs(config, schedule, target, blocks)[1]:
             for name, count in program.calls(length).items():
                 kernel = as_built(tuned_as(program.kernels[name]), target, tf32_on, config.options.tf32_steps,
                                   config.options.tensor_core_operands)
