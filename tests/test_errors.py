@@ -67,6 +67,24 @@ def test_llvm_opt_level_from_the_environment(monkeypatch):
         tvmrnn.build("gru", 3, 4, batch_size=2)
 
 
+def test_a_build_below_llvms_top_level_runs_linked_not_jitted(monkeypatch):
+    """TVM's JIT compiles at LLVM's top level whatever the target says, so a build at a lower
+    level (the suite's) is linked as a library when it first runs, and computes what the same build
+    through the JIT does (to rounding: LLVM's levels may contract or reorder differently)."""
+    from tvmrnn.device import llvm_opt_level
+    monkeypatch.setenv("TVMRNN_LLVM_OPT_LEVEL", "0")
+    low = tvmrnn.build("gru", 5, 7, batch_size=3)
+    assert llvm_opt_level(low.target) == 0 and low._module is None
+    monkeypatch.setenv("TVMRNN_LLVM_OPT_LEVEL", "3")
+    top = tvmrnn.build("gru", 5, 7, batch_size=3)
+    assert llvm_opt_level(top.target) == 3 and top._module is not None  # TVM's JIT, at its first call
+    x = np.random.default_rng(4).standard_normal((6, 3, 5), dtype=np.float32)
+    params = tvmrnn.params_from_torch(torch_module("gru", 5, 7, 1, False, False))
+    ys = [rnn.forward(rnn.pack_weights(params), x)[0] for rnn in (low, top)]
+    assert low.module.kind == "library"
+    np.testing.assert_allclose(ys[0], ys[1], rtol=1e-5, atol=1e-6)
+
+
 def test_dtypes_by_any_name():
     from tvmrnn.runtime.build import dtype_name
     assert {dtype_name(d) for d in ("float32", np.float32, np.dtype("float32"), torch.float32, "float")} == {"float32"}

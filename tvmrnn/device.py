@@ -73,6 +73,15 @@ def _with_llvm_opt_level(target: tvm.target.Target) -> tvm.target.Target:
     return tvm.target.Target({**target.export(), "opt-level": int(level)})
 
 
+def llvm_opt_level(target: tvm.target.Target) -> int | None:
+    """LLVM's optimisation level that ``target`` names for its CPU code (a GPU target's: its
+    host's), None where it names none (LLVM's default, 3)."""
+    llvm = target if target.kind.name == "llvm" else target.host
+    if llvm is None or llvm.kind.name != "llvm" or "opt-level" not in llvm.attrs:
+        return None
+    return int(llvm.attrs["opt-level"])
+
+
 # A virtual machine can report a CPU model older than its features (a KVM guest with AMX-BF16 and
 # AVX512-BF16 that LLVM named ``rocketlake``, 2026-11-28): then the oldest CPU LLVM knows with
 # the feature. (/proc/cpuinfo's flag, LLVM's feature, the CPU)

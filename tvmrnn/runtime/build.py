@@ -301,7 +301,11 @@ def _compile_once(config: Config, target, tuning_logs, allow_tf32: bool, options
         bar.update(1)
     signatures = {p.name: [t.signature() for t in p.params] for p in programs}
     report_untuned(target, used)
-    rnn = RNN(config, target, executable.jit(), signatures, executable, device_index=device_index)
+    # TVM's JIT compiles at LLVM's highest level whatever the target says: a build that names a lower
+    # one (TVMRNN_LLVM_OPT_LEVEL, the tests) is linked as a library instead, when it first runs
+    level = targets.llvm_opt_level(target)
+    linked = level is not None and level < 3
+    rnn = RNN(config, target, None if linked else executable.jit(), signatures, executable, device_index=device_index)
     rnn.schedules = used  # kernel name -> "tuned", "default", "tf32" or "unmasked record"
     rnn.records = picked  # kernel name -> the record it took (workload key, where, its JSON)
     rnn.allow_tf32 = allow_tf32 and is_gpu(target)

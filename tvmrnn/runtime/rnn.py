@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
+import tempfile
 import threading
 import weakref
 
@@ -151,6 +153,17 @@ def _allow_amx(config: Config, target) -> None:
                            "process their use (arch_prctl ARCH_REQ_XCOMP_PERM); build for a target without AMX")
 
 
+def _linked(executable) -> tvm.runtime.Module:
+    """``executable`` linked into a shared library and loaded, for builds at an LLVM level below 3
+    (``TVMRNN_LLVM_OPT_LEVEL``): TVM's JIT generates machine code at LLVM's highest level whatever
+    the target says (``LLVMModuleNode::InitMCJIT``/``InitORCJIT``), 1.2 s for a small LSTM's
+    module, where the object file at -O0 took 0.35 s (the library's file may go: it stays mapped)."""
+    with tempfile.TemporaryDirectory(prefix="tvmrnn-link-") as workdir:
+        path = os.path.join(workdir, "passes.so")
+        executable.export_library(path)
+        return tvm.runtime.load_module(path)
+
+
 class RNN:
     """A built (or loaded) RNN. Arrays are float32 (a half build's: its ``dtype``, the weight
     gradients float32), seq-first ``(T, N, ·)`` unless ``batch_first``.
@@ -161,7 +174,9 @@ class RNN:
 
     def __init__(self, config: Config, target: tvm.target.Target, module, signatures: dict,
                  executable=None, device_index: int = 0):
+        # (module None: the executable linked into a shared library at first use, _linked)
         self.config, self.target, self._module = config, target, module
+        self._link_lock = threading.Lock()
         self._host_checked = False  # (whether this CPU can run it: checked before it first runs)
         self.signatures = signatures  # {pass: [[argument name, [[a, b] per dim: a*T + b]], ...]}
         self.executable = executable  # the compiled Executable, when built here
@@ -209,6 +224,10 @@ class RNN:
                                    f"or run the build (or its export) on a CPU that has them")
             _allow_amx(self.config, self.target)
             self._host_checked = True
+        if self._module is None:
+            with self._link_lock:
+                if self._module is None:
+                    self._module = _linked(self.executable)
         return self._module
 
     def __repr__(self):
