@@ -276,7 +276,8 @@ def test_a_cpu_with_the_same_cores_uses_the_others_logs(tuned_logs, tmp_path):
     shutil.copytree(src, tmp_path / "llvm-sapphirerapids-2c")
     spr = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
     emr = dict(spr, mcpu="emeraldrapids")
-    with pytest.warns(records.UntunedWarning, match="no tuning logs for llvm-emeraldrapids-2c; using those of "
+    # (the suite's builds are at LLVM -O0, TVMRNN_LLVM_OPT_LEVEL: their key says so)
+    with pytest.warns(records.UntunedWarning, match="no tuning logs for llvm-emeraldrapids-2c(-O0)?; using those of "
                                                    "llvm-sapphirerapids-2c"):
         rnn = tvmrnn.plan("rnn_tanh", input_size=4, hidden_size=8, batch_size=2, target=emr,
                           tuning_logs=str(tmp_path))
@@ -285,6 +286,26 @@ def test_a_cpu_with_the_same_cores_uses_the_others_logs(tuned_logs, tmp_path):
     assert records.logs_folder(str(tmp_path), tvm.target.Target(dict(spr, mcpu="znver5"))) is None
     os.makedirs(tmp_path / "llvm-emeraldrapids-2c")
     assert records.logs_folder(str(tmp_path), tvm.target.Target(emr)).endswith("llvm-emeraldrapids-2c")
+
+
+def test_timings_at_a_lower_llvm_level_are_logged_apart(tmp_path):
+    """Code at a lower LLVM level (TVMRNN_LLVM_OPT_LEVEL) runs slower, so tuning under it logs to a
+    folder of its own (its timings would rank schedules against the top level's wrongly); its
+    builds read the top level's logs and records too (they are schedules, good at any level),
+    without the warning of borrowed ones."""
+    import tvm
+    spr = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
+    low = tvm.target.Target(dict(spr, **{"opt-level": 0}))
+    assert records.target_key(tvm.target.Target(spr)) == "llvm-sapphirerapids-2c"
+    assert records.target_key(tvm.target.Target(dict(spr, **{"opt-level": 3}))) == "llvm-sapphirerapids-2c"
+    assert records.target_key(low) == "llvm-sapphirerapids-2c-O0"
+    assert records.same_cores(low) == ["llvm-sapphirerapids-2c-O0", "llvm-sapphirerapids-2c", "llvm-emeraldrapids-2c"]
+    os.makedirs(tmp_path / "llvm-sapphirerapids-2c")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert records.logs_folder(str(tmp_path), low).endswith("llvm-sapphirerapids-2c")
+    os.makedirs(tmp_path / "llvm-sapphirerapids-2c-O0")
+    assert records.logs_folder(str(tmp_path), low).endswith("llvm-sapphirerapids-2c-O0")
 
 
 def _copy_logs(src_dir, dst_dir):

@@ -35,6 +35,7 @@ from tvm import s_tir
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.schedule import Trace
 
+from ..device import llvm_opt_level
 from ..kernels import Kernel, reads_gradients, tf32
 from ..schedules import apply, default_schedule, ended_rows, fast_math
 from ..schedules.variants import variants
@@ -84,7 +85,16 @@ def target_key(target: tvm.target.Target) -> str:
         return f"cuda-{str(target.attrs['arch']).rstrip('a')}"
     mcpu = str(target.attrs.get("mcpu", "generic"))
     cores = target.attrs.get("num-cores")
-    return f"llvm-{mcpu}" + (f"-{int(cores)}c" if cores else "")
+    level = llvm_opt_level(target)
+    # (code at a lower LLVM level, TVMRNN_LLVM_OPT_LEVEL, runs slower: its timings go apart,
+    # ``llvm-...-O0``; its builds read the top level's records too, _folder_names)
+    return f"llvm-{mcpu}" + (f"-{int(cores)}c" if cores else "") + (f"-O{level}" if level is not None and level < 3 else "")
+
+
+def _top_level_key(key: str) -> str:
+    """``key`` (:func:`target_key`) without a lower LLVM level's ``-O<n>``."""
+    head, _, level = key.rpartition("-O")
+    return head if head and level.isdigit() else key
 
 
 def is_fused_step(kernel: Kernel) -> bool:
@@ -312,10 +322,11 @@ def _folder_names(target) -> list[str]:
     (:func:`target_key`), then, for a CPU, those of CPUs with the same cores and as many of them
     (:data:`SAME_CORES`)."""
     key = target_key(target)
-    names = [key]
+    top = _top_level_key(key)  # a lower LLVM level's builds: records are schedules, good at any level
+    names = [key] + ([top] if top != key else [])
     if target.kind.name == "llvm":
         mcpu = str(target.attrs.get("mcpu", "generic"))
-        names += [key.replace(f"llvm-{mcpu}", f"llvm-{other}", 1) for other in SAME_CORES.get(mcpu, ())]
+        names += [top.replace(f"llvm-{mcpu}", f"llvm-{other}", 1) for other in SAME_CORES.get(mcpu, ())]
     return names
 
 
@@ -326,7 +337,7 @@ def same_cores(target) -> list[str]:
 
 
 def _warn_borrowed(key: str, name: str, what: str) -> None:
-    if name != key and (key, name) not in _reported:
+    if name != _top_level_key(key) and name != key and (key, name) not in _reported:
         _reported.add((key, name))
         warnings.warn(f"tvmrnn: no {what} for {key}; using those of {name} (the same cores)",
                       UntunedWarning, stacklevel=4)
