@@ -3,6 +3,7 @@
 #   cuda   every CUDA test, LIMIT seconds (TESTS: a -k filter)
 #   sweep  tvmrnn-bench --sweep SWEEP (default: this folder's held-out-like seed 8901) on the H100
 #   xsweep the same on the Xeon (16 threads)
+#   xscale issue 39: the Xeon's bf16 DS2 LSTM step on 4, 8 and 16 threads (profiled)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $OUT/device.txt
 git log -1 --format=%h >> $OUT/device.txt 2>/dev/null
@@ -20,5 +21,12 @@ fi
 if [ $part = xsweep ]; then
     timeout ${LIMIT:-400} python3 -m tvmrnn.cli.bench --device cpu --threads 16 --sweep ${SWEEP:-notes/bench/v89/gpu_sweep_8901.json} \
         --json $OUT/xsweep.json 2>&1 | grep -v Warn | tee $OUT/xsweep.txt | tail -30
+fi
+if [ $part = xscale ]; then
+    for n in ${THREADS:-4 8 16}; do
+        timeout ${LIMIT:-150} python3 -m tvmrnn.cli.bench --device cpu --threads $n --preset ds2 --num-layers 1 --no-train \
+            --dtype bfloat16 --profile lstm 2>&1 | grep -v Warn > $OUT/xscale_$n.txt
+        echo "threads $n"; grep -E "recurrent_step|input_projection_t16|bf16 both" $OUT/xscale_$n.txt
+    done
 fi
 done
