@@ -1696,6 +1696,8 @@ def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, 
     RNN matches torch.nn in float64, outputs, states and every gradient (the peeled tails cover
     each column once)."""
     from tvmrnn.schedules import cpu
+    # (the weight gradients in rows: an LSTM's at such an H are summed in padded panels since v89)
+    monkeypatch.setattr(cpu, "CPU_PADDED_GRADIENT_PANELS", False)
     units = cpu.guarded_tile_units
     assert (units(16, 467, 4, 16), units(16, 467, 3, 2), units(16, 467, 1, 2)) == (8, 16, 32)
     assert units(16, 236, 4, 16) == 0  # 30 tiles of 8 units: fewer than two a core of 16
@@ -1818,7 +1820,8 @@ def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, 
     the PyTorch-layout copy after it); kernels say so in their names; a 2-layer bidirectional LSTM
     matches torch.nn in float64, outputs, states and every gradient; a package of it loads with its
     layout and gives the same bits; and without the rule the build is the old one. (The suite's
-    default LSTM, H = 37, runs padded 8-unit panels on AVX-512 machines.)"""
+    default LSTM, H = 37, runs padded 8-unit panels on AVX-512 machines.) Since v89 the weight
+    gradients are summed in the same padded panels, the gate gradients packed with zeros past H."""
     import tvm
     from tvmrnn.schedules import cpu
     target = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
@@ -1826,7 +1829,11 @@ def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, 
     for h, p, u in ((124, 16, 128), (67, 12, 72), (37, 8, 40), (151, 16, 160), (20, 4, 20), (512, 16, 512)):
         assert (cpu.weight_panel(avx512, 4, h), cpu.packed_units(avx512, 4, h)) == (p, u), h
     hidden, panel, units = 124, 16, 128
-    assert cpu.gradient_panel(avx512, 4, hidden) == 0  # (the weight gradients in rows)
+    # the weight gradients in the same padded panels (v89, cpu.CPU_PADDED_GRADIENT_PANELS; in rows before)
+    assert cpu.gradient_panel(avx512, 4, hidden) == panel
+    monkeypatch.setattr(cpu, "CPU_PADDED_GRADIENT_PANELS", False)
+    assert cpu.gradient_panel(avx512, 4, hidden) == 0
+    monkeypatch.setattr(cpu, "CPU_PADDED_GRADIENT_PANELS", True)
     rnn = built("lstm", 2, True, False, input_size=29, hidden_size=hidden, batch_size=3, target=target)  # (_check's)
     layout = rnn.config.layout
     # per layer and direction 4 (Hp - H) rows more of weight_ih (29 or 2H inputs), weight_hh and 2 biases
@@ -1838,6 +1845,21 @@ def test_cpu_lstm_panels_that_do_not_divide_the_units_pad_the_last(monkeypatch, 
     assert layout.packed_total == layout.forward_total + layout.total + 4 * hidden * 2 * (4 + 8 + 4)
     names = [n for program in rnn.programs.values() for n in program.kernels]
     assert any(n.startswith("recurrent_step_lstm_infer") and f"_h{hidden}_p{panel}" in n for n in names), names
+    # the chunks' gate gradients packed: the whole panels, then the padded last one (its own copy)
+    assert any(n.startswith(f"weight_gradient_panels_p{panel}") and f"_h{hidden}_" in n for n in names), names
+    assert any(n.startswith("gradient_panels_") and n.endswith(f"_h{hidden}_g4_p{panel}") for n in names), names
+    assert any(n.startswith("gradient_panel_last_") and n.endswith(f"_h{hidden}_g4_p{panel}") for n in names), names
+
+    def guarded_rows(plan):  # the 29-input weight gradients' tiles: as tall as they fit, the last peeled
+        program = plan.programs["backward"]
+        found = [program.scheduled(n).script() for n in program.kernels
+                 if n.startswith(f"weight_gradient_panels_p{panel}_t16_") and "_k29_" in n]
+        assert found, list(program.kernels)
+        return all("pragma_loop_partition_hint" in script for script in found)
+    assert guarded_rows(rnn)  # (cpu.CPU_GUARDED_PANEL_ROWS, v89; 29 has no divisor near 6 rows)
+    monkeypatch.setattr(cpu, "CPU_GUARDED_PANEL_ROWS", False)
+    assert not guarded_rows(tvmrnn.plan("lstm", 29, hidden, 2, True, batch_size=3, target=target, tuning_logs=False))
+    monkeypatch.setattr(cpu, "CPU_GUARDED_PANEL_ROWS", True)
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS", False)
     assert cpu.packed_units(avx512, 4, hidden) == hidden
     monkeypatch.setattr(cpu, "CPU_PADDED_PANELS", True)

@@ -687,18 +687,27 @@ def gradient_panels_shape(steps, batch, hidden, gates, panel: int) -> tuple[int,
     p holds the ``panel * G`` columns ``(j, g)`` of units ``p * panel ...`` for every row ``(t, n)``,
     so that a weight-gradient tile, which streams those columns along its reduction over ``(t,
     n)``, walks one contiguous block (in ``(T, N, H, G)`` each step of it jumps a 12.8 KB row for a
-    DS2 LSTM). :func:`gradient_panels` packs them."""
-    if hidden % panel:
-        raise ValueError(f"panel: {panel} units do not divide hidden_size {hidden}")
-    return (hidden // panel, steps, batch, panel, gates)
+    DS2 LSTM). :func:`gradient_panels` packs them. Where ``panel`` does not divide H the last panel
+    is padded (:func:`panels`), its units past H zero gradients."""
+    return (panels(hidden, panel), steps, batch, panel, gates)
 
 
-def gradient_panels(steps, batch, hidden, gates, panel: int) -> Kernel:
+def gradient_panels(steps, batch, hidden, gates, panel: int, last: bool = False) -> Kernel:
     """``(T, N, H, G)`` gate gradients -> :func:`gradient_panels_shape`'s panels (a block copy:
-    each panel's row is ``panel * G`` consecutive floats of a gradient row)."""
+    each panel's row is ``panel * G`` consecutive floats of a gradient row), the whole panels
+    alone where ``panel`` does not divide H; with ``last``, that last padded panel alone (its
+    units past H zeros: a guarded copy, kept apart so that the whole panels' copies stay plain)."""
     src = te.placeholder((steps, batch, hidden, gates), F32, "src")
-    dst = te.compute(gradient_panels_shape(steps, batch, hidden, gates, panel),
-                     lambda p, t, n, u, g: src[t, n, p * panel + u, g], name="dst")
+    whole = hidden // panel
+    if last:
+        first, width = whole * panel, hidden % panel
+        if not width:
+            raise ValueError(f"panel: {panel} units divide hidden_size {hidden}: no padded last panel")
+        dst = te.compute((1, steps, batch, panel, gates), lambda p, t, n, u, g: tirx.if_then_else(
+            u < width, src[t, n, first + tirx.min(u, width - 1), g], tirx.const(0.0, F32)), name="dst")
+        return _make(f"gradient_panel_last_t{steps}_n{batch}_h{hidden}_g{gates}_p{panel}", {"src": src}, {"dst": dst})
+    dst = te.compute((whole, steps, batch, panel, gates), lambda p, t, n, u, g: src[t, n, p * panel + u, g],
+                     name="dst")
     return _make(f"gradient_panels_t{steps}_n{batch}_h{hidden}_g{gates}_p{panel}", {"src": src}, {"dst": dst})
 
 
@@ -717,12 +726,11 @@ def input_panels(steps, batch, in_size, rows: int) -> Kernel:
 
 def weight_gradient_shape(in_size, hidden, gates, panel: int = 0) -> tuple[int, ...]:
     """A weight gradient as :func:`weight_gradient` sums it on a CPU: ``(K, H, G)``, or in the
-    column panels of ``panel`` units ``(H / panel, K, panel, G)``."""
+    column panels of ``panel`` units ``(H / panel, K, panel, G)``, the last one padded where
+    ``panel`` does not divide H (:func:`panels`; its units past H sum zero gradients)."""
     if not panel:
         return (in_size, hidden, gates)
-    if hidden % panel:
-        raise ValueError(f"panel: {panel} units do not divide hidden_size {hidden}")
-    return (hidden // panel, in_size, panel, gates)
+    return (panels(hidden, panel), in_size, panel, gates)
 
 
 def weight_gradient(steps, batch, in_size, hidden, gates, packed: bool = False, panel: int = 0,

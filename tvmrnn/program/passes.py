@@ -1028,20 +1028,22 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
         return dict(mask=mask.at("t", "n", t=start)) if skip else {}
     U = len(c.unit_params)
     dunit = prog.tensor("dunit", (DW, T, N, H, U), ("d", "t", "n", "j", "p")) if U else None
-    # packed weight gradients: W_ih's (the largest input size) then W_hh's, reused by every layer
-    k_most = max(I, D * S) if L > 1 else I
-    # (a pair a direction where stacked directions take their chunks' gradients in their loop)
-    packed_size = (k_most + S) * H * G
-    chunk_grads = interleave and not P and not wave  # (projections: their own time loop, _projected_steps)
-    packed_pairs = DG if chunk_grads else 1
-    dw_packed = prog.flat("dw_packed", packed_pairs * packed_size) if packed_grads else None
-    packed_at = {"weight_ih": 0, "weight_hh": k_most * H * G}
     # the gate gradients in panels: one pack of a chunk serves both weights where dgh is dgx (the
     # LSTM, the RNNs), the GRU packs each at many units (TWO_GRADIENT_PACKS_MIN_UNITS)
     two_packs = H >= TWO_GRADIENT_PACKS_MIN_UNITS
     grad_panel = grad_panel if packed_grads and (deriv.gate_grads_shared or two_packs) else 0
+    # the units the packed weight gradients hold: H, or the panels' (the last one padded)
+    HP = kernels.panels(H, grad_panel) * grad_panel if grad_panel else H
+    # packed weight gradients: W_ih's (the largest input size) then W_hh's, reused by every layer
+    k_most = max(I, D * S) if L > 1 else I
+    # (a pair a direction where stacked directions take their chunks' gradients in their loop)
+    packed_size = (k_most + S) * HP * G
+    chunk_grads = interleave and not P and not wave  # (projections: their own time loop, _projected_steps)
+    packed_pairs = DG if chunk_grads else 1
+    dw_packed = prog.flat("dw_packed", packed_pairs * packed_size) if packed_grads else None
+    packed_at = {"weight_ih": 0, "weight_hh": k_most * HP * G}
     # a chunk's gate gradients in panels (kernels.gradient_panels_shape), for the weight gradients
-    dg_panels = prog.flat("dg_panels", max(chunks) * N * H * G) if grad_panel else None
+    dg_panels = prog.flat("dg_panels", max(chunks) * N * HP * G) if grad_panel else None
     # and the inputs they multiply (x, a layer's h_{t-1}) in row panels (kernels.input_panels)
     input_rows = {k: input_rows_of(k, grad_panel) if grad_panel else 0 for k in {I, D * S, S}}
     paneled = [k for k, rows in input_rows.items() if rows]
@@ -1196,8 +1198,13 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     if grad_panel:  # packed once where dgh is dgx
                         operand = dg_panels.piece(0)
                         if kind_w == "weight_ih" or not deriv.gate_grads_shared:
-                            prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=operands[dg],
-                                      dst=operand)
+                            if H >= grad_panel:
+                                prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=operands[dg],
+                                          dst=operand)
+                            if H % grad_panel:  # the padded last panel, after the whole ones
+                                prog.call(kernels.gradient_panels(size, N, H, G, grad_panel, last=True),
+                                          src=operands[dg],
+                                          dst=dg_panels.piece(H // grad_panel * size * N * grad_panel * G))
                     rows = input_rows[k_size]
                     if rows:
                         prog.call(kernels.input_panels(size, N, k_size, rows), src=a, dst=a_panels.piece(0))
@@ -1251,7 +1258,7 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
             def zero():
                 if packed_grads:
                     for kind, k_size in (("weight_ih", in_size), ("weight_hh", S)):
-                        prog.call(kernels.fill_zero(k_size * H * G), dst=dw_packed.piece(base + packed_at[kind]))
+                        prog.call(kernels.fill_zero(k_size * HP * G), dst=dw_packed.piece(base + packed_at[kind]))
 
             def finish():
                 if shared_bias:  # both biases' gradients are the sum of the same gate gradients

@@ -196,7 +196,7 @@ def gradient_panel(target, gates: int, hidden: int, enabled: bool | None = None,
     if target is None:
         target = host_target()
     panel = weight_panel(target, gates, hidden, weight_panels)
-    if panel and hidden % panel:  # padded panels: the weight gradients in rows
+    if panel and hidden % panel and not CPU_PADDED_GRADIENT_PANELS:  # padded panels: the weight gradients in rows
         return 0
     return panel if panel and cpu_column_tile(vector_lanes(target), panel, gates, min_tiles=1) == panel else 0
 
@@ -426,8 +426,12 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     # the tallest tile, the last one guarded and peeled (CPU_GUARDED_ROWS). One row axis of the
     # GEMM's own, not fused steps x rows (a tile must hold whole steps: see above)
     cap = max(1, (min(accumulators, 12) if lanes == 8 else accumulators) // -(-width // lanes))
-    short = (CPU_GUARDED_ROWS and len(row_loops) == len(spatial) - ncols == 1 and column_vectors is None
-             and rows * 2 <= cap < row_extents[-1]
+    # a weight gradient in panels (p, k, u, g): its rows are K of each panel p, whose tiles then
+    # run in turn in the panel's task (CPU_GUARDED_PANEL_ROWS)
+    panel_rows = (CPU_GUARDED_PANEL_ROWS and kernel.name.startswith("weight_gradient_panels")
+                  and len(row_loops) == len(spatial) - ncols == 2 and not guarded)
+    short = (CPU_GUARDED_ROWS and (len(row_loops) == len(spatial) - ncols == 1 or panel_rows)
+             and column_vectors is None and rows * 2 <= cap < row_extents[-1]
              and (not guarded or -(-col_extents[0] // lead_tile) >= 2 * (device_model(target).cores or 1)))
     if row_block is None and red_block is None and not (short and CPU_GUARDED_ROWS_UNBLOCKED):
         row_block, red_block = l1_blocks(kernel)
@@ -455,7 +459,10 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     else:
         # columns outermost: a core keeps its columns (its slice of the weights) from call to call
         sch.reorder(col_outer, *outer, *row_mid, *reduction, row_inner, col_inner, *col_loops[1:])
-    if guarded_rows and guarded:  # the column tiles in parallel, each running its row tiles in turn
+    if guarded_rows and panel_rows:  # the panels in parallel, each running its row tiles in turn
+        tile = sch.fuse(col_outer, outer[0])
+        sch.annotate(outer[-1], "pragma_loop_partition_hint", 1)
+    elif guarded_rows and guarded:  # the column tiles in parallel, each running its row tiles in turn
         tile = col_outer
         sch.annotate(outer[-1], "pragma_loop_partition_hint", 1)  # (the tile's hint: below)
     elif guarded_rows:  # rows outermost: the last row tile is the parallel loop's last tiles
@@ -602,6 +609,11 @@ CPU_GUARDED_ROWS = True
 # Where the guarded rows applied before (row_block came out 1: AVX-512 at K = 37, 129, 257) the
 # reduction's blocks go too: the same time (0.98-1.01x alone, vm_avx512_unblocked_ab.txt).
 CPU_GUARDED_ROWS_UNBLOCKED = True
+# Whether a weight gradient summed in gradient panels (``(H / u, K, u, G)``, :func:`gradient_panel`)
+# takes such guarded rows too, where K has no divisor near its tile's rows (K = 161, 247): the
+# panels are the parallel loop, each task running its K's tiles in turn, the last peeled. Before, a
+# tile one row tall (4 vectors of the panel loaded for 4 multiply-adds).
+CPU_GUARDED_PANEL_ROWS = True
 
 # Whether a CPU's gate-blocked weight panels may leave the last one padded: where no panel of 2-4
 # whole vectors of units divides H (an AVX-512 LSTM at H = 124, 151, 292, 467, 883), panels of
@@ -633,6 +645,12 @@ CPU_PADDED_PANELS_AVX2 = True
 # PyTorch's (G, H, K), a tile's reduction walking rows K floats apart: the backward step at N = 1,
 # H = 1220 513 us against 233 at H = 1216 in panels (a 2-core Zen 5, notes/performance.md v76, v77).
 CPU_PADDED_BACKWARD_PANELS = True
+
+# Whether the weight gradients are summed in the forward weights' padded panels too (where the
+# panel does not divide H, CPU_PADDED_PANELS; :func:`gradient_panel`): each chunk's gate gradients
+# packed into panels whose last one is padded with zeros, the sums over its padded units wasted
+# (at most 1/8 more: _padded_panel). Before, such an H summed them in rows (K, H, G).
+CPU_PADDED_GRADIENT_PANELS = True
 
 # Whether CPU_GUARDED_TILES applies also where the gates do not divide the lanes (the GRU's 3 on
 # AVX-512 and AVX2): the tile is then lanes // gates units, one partial vector (15 floats on AVX-512,
