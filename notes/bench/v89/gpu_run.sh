@@ -3,6 +3,7 @@
 #   cuda   every CUDA test, LIMIT seconds (TESTS: a -k filter)
 #   sweep  tvmrnn-bench --sweep SWEEP (default: this folder's held-out-like seed 8901) on the H100
 #   xsweep the same on the Xeon (16 threads)
+#   xpanels the padded gradient panels (v89) off -> on on the Xeon, whole passes, one process
 #   xscale issue 39: the Xeon's bf16 DS2 LSTM step on 4, 8 and 16 threads (profiled)
 export PYTHONPATH=/opt/tvmsite:$PWD TVMRNN_CACHE=off
 nvidia-smi --query-gpu=name --format=csv,noheader | tee -a $OUT/device.txt
@@ -21,6 +22,10 @@ fi
 if [ $part = xsweep ]; then
     timeout ${LIMIT:-400} python3 -m tvmrnn.cli.bench --device cpu --threads 16 --sweep ${SWEEP:-notes/bench/v89/gpu_sweep_8901.json} \
         --json $OUT/xsweep.json 2>&1 | grep -v Warn | tee $OUT/xsweep.txt | tail -30
+fi
+if [ $part = xpanels ]; then
+    timeout ${LIMIT:-300} python3 notes/bench/v89/cpu_flag_ab.py ${SHAPES:-lstm:20:467:467:100 lstm:13:354:354:50 lstm:20:247:161:62 lstm:5:1471:1024:50} \
+        2>&1 | grep -v Warn | tee $OUT/xeon_padded_panels_ab.txt
 fi
 if [ $part = xscale ]; then
     for n in ${THREADS:-4 8 16}; do
