@@ -987,6 +987,18 @@ def test_views_as_pointers_match_torch(cell, rng, monkeypatch):
         assert rel_error(grads[name], getattr(ref, name).grad) < 1e-4, name
 
 
+def test_a_called_kernels_tile_index_is_bounded():
+    """A CPU kernel called once a tile (``sequence.Subroutines``) takes the tile's index as a
+    parameter; its body runs under the index's range, so that TVM's analyzer bounds it. Unbounded,
+    LowerIntrin's bound of an index into a weight panel (``tile // 4 * 2 // 3 * 89664``) passed
+    int32 and the whole build failed: an LSTM backward step at N=20 H=467 on a 16-core target
+    ("Literal value 32091995695488 exceeds range of int32", v89; a Xeon held-out-like shape)."""
+    target = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 16}
+    rnn = tvmrnn.build("lstm", 467, 467, batch_size=20, target=target, cache=False, tuning_logs=False)
+    called = {gvar.name_hint for gvar in rnn.programs["backward"].subroutines.functions}
+    assert "backward_step_lstm_n20_h467_p48_16" in called, called
+
+
 def test_cpu_kernels_compile_once_and_give_the_same_bits_as_inline(rng):
     """A CPU build calls each kernel as a function of the module (``sequence.Subroutines``), so
     LLVM compiles each parallel loop once, not once per call site (layer, direction, chunk size):

@@ -1039,9 +1039,15 @@ class Subroutines:
             loop = _tile_loop(func)
             tile_params.append(loop.loop_var)
             root = func.body.block
+            # the body under the loop's range as a condition, so that TVM's analyzer bounds the tile
+            # index: unbounded, LowerIntrin's bound of ``tile // 4 * 2 // 3 * 89664`` (a weight
+            # panel's stride) passed int32 and the build failed (an LSTM backward step, N=20 H=467, on
+            # 16 cores: "Literal value 32091995695488 exceeds range of int32", v89)
+            var = loop.loop_var
+            in_range = tirx.And(var >= loop.min, var < loop.min + loop.extent)
             func = func.with_body(s_tir.SBlockRealize(func.body.iter_values, func.body.predicate, s_tir.SBlock(
-                root.iter_vars, root.reads, root.writes, root.name_hint, loop.body, root.init, root.alloc_buffers,
-                root.match_buffers, root.annotations)))
+                root.iter_vars, root.reads, root.writes, root.name_hint, tirx.IfThenElse(in_range, loop.body, None),
+                root.init, root.alloc_buffers, root.match_buffers, root.annotations)))
         # named after their tensors: one_alias_root_per_tensor makes each name one variable
         bases = [tirx.Var(name, tvm.ir.PointerType(tvm.ir.PrimType(F32))) for name in names]
         params, stride_params, decls, mapping = [], [], [], []
