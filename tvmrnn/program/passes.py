@@ -922,8 +922,12 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
 # pass 4-10% slower; notes v25). With the inputs in panels too (schedules.cpu.input_panel), the
 # GRU's backward on a 2-core Sapphire Rapids VM, interleaved: T=20 N=64 I=H=1024 170.8 -> 130.4
 # ms, N=256 I=H=512 159.2 -> 144.3; but T=50 N=64 I=H=256 23.5 -> 24.9 ms, N=256 I=H=64 8.7 ->
-# 11.4 (notes v46)
-TWO_GRADIENT_PACKS_MIN_UNITS = 512
+# 11.4 (notes v46). 512 -> 288 in v89 (the gate gradients' pack split, padded panels at odd H:
+# schedules.cpu.CPU_PADDED_GRADIENT_PANELS): a 2-core Sapphire Rapids VM, 2 threads, one process,
+# interleaved, the same bits, GRU training, T=50 unless said: N=13 I=H=354 21.8 -> 19.7 ms, N=20
+# I=H=467 51.9 -> 46.9, N=64 I=H=300 91.9 -> 85.8; the same at N=8 I=H=384, N=64 I=H=256, T=62 N=20
+# I=161 H=247 (not measured on the Xeon)
+TWO_GRADIENT_PACKS_MIN_UNITS = 288
 
 
 # A/B switch (v74): CPU backwards take each chunk's gradients right after its steps
