@@ -83,6 +83,18 @@ def test_a_build_below_llvms_top_level_runs_linked_not_jitted(monkeypatch):
     ys = [rnn.forward(rnn.pack_weights(params), x)[0] for rnn in (low, top)]
     assert low.module.kind == "library"
     np.testing.assert_allclose(ys[0], ys[1], rtol=1e-5, atol=1e-6)
+    # where linking fails (no C++ compiler, a noexec temp folder), TVM's JIT runs it, with a warning
+    from tvmrnn.runtime import rnn as rnn_module
+
+    class Unlinkable:
+        def export_library(self, path):
+            raise OSError("no compiler here")
+
+        def jit(self):
+            return "jitted"
+    with pytest.warns(RuntimeWarning, match="linking the build failed .OSError: no compiler here.; running it "
+                                            "through TVM's JIT"):
+        assert rnn_module._linked(Unlinkable()) == "jitted"
 
 
 def test_dtypes_by_any_name():

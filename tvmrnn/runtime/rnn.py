@@ -12,6 +12,7 @@ import os
 import sys
 import tempfile
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -158,10 +159,15 @@ def _linked(executable) -> tvm.runtime.Module:
     (``TVMRNN_LLVM_OPT_LEVEL``): TVM's JIT generates machine code at LLVM's highest level whatever
     the target says (``LLVMModuleNode::InitMCJIT``/``InitORCJIT``), 1.2 s for a small LSTM's
     module, where the object file at -O0 took 0.35 s (the library's file may go: it stays mapped)."""
-    with tempfile.TemporaryDirectory(prefix="tvmrnn-link-") as workdir:
-        path = os.path.join(workdir, "passes.so")
-        executable.export_library(path)
-        return tvm.runtime.load_module(path)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tvmrnn-link-") as workdir:
+            path = os.path.join(workdir, "passes.so")
+            executable.export_library(path)
+            return tvm.runtime.load_module(path)
+    except Exception as err:  # noqa: BLE001 (no C++ compiler, a noexec temp folder: the JIT still runs it)
+        warnings.warn(f"tvmrnn: linking the build failed ({type(err).__name__}: {str(err)[:200]}); "
+                      f"running it through TVM's JIT instead", RuntimeWarning, stacklevel=3)
+        return executable.jit()
 
 
 class RNN:

@@ -4,6 +4,7 @@ it streams (:func:`weight_panel`, :func:`gradient_panel`).
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 from tvm import s_tir
@@ -428,8 +429,10 @@ def cpu_gemm(sch, kernel: Kernel, target, accumulators: int = 24, column_vectors
     cap = max(1, (min(accumulators, 12) if lanes == 8 else accumulators) // -(-width // lanes))
     # a weight gradient in panels (p, k, u, g): its rows are K of each panel p, whose tiles then
     # run in turn in the panel's task (CPU_GUARDED_PANEL_ROWS)
-    panel_rows = (CPU_GUARDED_PANEL_ROWS and kernel.name.startswith("weight_gradient_panels")
-                  and len(row_loops) == len(spatial) - ncols == 2 and not guarded)
+    # (not with the inputs in row panels, whose tile is the panel's rows; and a task a core at least)
+    panel_rows = (CPU_GUARDED_PANEL_ROWS and re.match(r"weight_gradient_panels_p\d+_t", kernel.name) is not None
+                  and len(row_loops) == len(spatial) - ncols == 2 and not guarded
+                  and row_extents[0] * -(-col_extents[0] // lead_tile) >= (device_model(target).cores or 1))
     short = (CPU_GUARDED_ROWS and (len(row_loops) == len(spatial) - ncols == 1 or panel_rows)
              and column_vectors is None and rows * 2 <= cap < row_extents[-1]
              and (not guarded or -(-col_extents[0] // lead_tile) >= 2 * (device_model(target).cores or 1)))
@@ -612,7 +615,9 @@ CPU_GUARDED_ROWS_UNBLOCKED = True
 # Whether a weight gradient summed in gradient panels (``(H / u, K, u, G)``, :func:`gradient_panel`)
 # takes such guarded rows too, where K has no divisor near its tile's rows (K = 161, 247): the
 # panels are the parallel loop, each task running its K's tiles in turn, the last peeled. Before, a
-# tile one row tall (4 vectors of the panel loaded for 4 multiply-adds).
+# tile one row tall (4 vectors of the panel loaded for 4 multiply-adds). Only where there are as many
+# panels as cores (16 cores: H >= 241 with 16-unit panels); not where the inputs come in row
+# panels (``input_rows``: the tile is a panel's rows). Measured on 2 cores only (v89).
 CPU_GUARDED_PANEL_ROWS = True
 
 # Whether a CPU's gate-blocked weight panels may leave the last one padded: where no panel of 2-4

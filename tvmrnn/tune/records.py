@@ -318,9 +318,10 @@ SAME_CORES = {"sapphirerapids": ("emeraldrapids",), "emeraldrapids": ("sapphirer
 
 
 def _folder_names(target) -> list[str]:
-    """The per-target folder (or file) names whose records serve ``target``: its own
-    (:func:`target_key`), then, for a CPU, those of CPUs with the same cores and as many of them
-    (:data:`SAME_CORES`)."""
+    """The per-target folder (or file) names whose records serve ``target``, first found first: its
+    own (:func:`target_key`), a lower LLVM level's then the top level's (``llvm-x-O0``, ``llvm-x``),
+    then, for a CPU, those of CPUs with the same cores and as many of them (:data:`SAME_CORES`, the
+    top level's)."""
     key = target_key(target)
     top = _top_level_key(key)  # a lower LLVM level's builds: records are schedules, good at any level
     names = [key] + ([top] if top != key else [])
