@@ -252,9 +252,14 @@ def _ended_rows_mask(steps, batch, masked: bool) -> dict:
 _U32 = "uint32"
 
 
+def _zero_past(load, k, size: int):
+    """``load(k)``, 0 where ``k >= size`` (the load's index kept in bounds)."""
+    return tirx.if_then_else(k < size, load(tirx.min(k, size - 1)), tirx.const(0, F32))
+
+
 def _operand(load, k, size: int):
     """``load(k)``, 0 past ``size`` (an odd K's last pair)."""
-    return tirx.if_then_else(k < size, load(tirx.min(k, size - 1)), tirx.const(0, F32)) if size % 2 else load(k)
+    return _zero_past(load, k, size) if size % 2 else load(k)
 
 
 def bf16_bits(v):
@@ -703,8 +708,8 @@ def gradient_panels(steps, batch, hidden, gates, panel: int, last: bool = False)
         first, width = whole * panel, hidden % panel
         if not width:
             raise ValueError(f"panel: {panel} units divide hidden_size {hidden}: no padded last panel")
-        dst = te.compute((1, steps, batch, panel, gates), lambda p, t, n, u, g: tirx.if_then_else(
-            u < width, src[t, n, first + tirx.min(u, width - 1), g], tirx.const(0.0, F32)), name="dst")
+        dst = te.compute((1, steps, batch, panel, gates),
+                         lambda p, t, n, u, g: _zero_past(lambda v: src[t, n, first + v, g], u, width), name="dst")
         return _make(f"gradient_panel_last_t{steps}_n{batch}_h{hidden}_g{gates}_p{panel}", {"src": src}, {"dst": dst})
     dst = te.compute((whole, steps, batch, panel, gates), lambda p, t, n, u, g: src[t, n, p * panel + u, g],
                      name="dst")

@@ -1202,9 +1202,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                     if grad_panel:  # packed once where dgh is dgx
                         operand = dg_panels.piece(0)
                         if kind_w == "weight_ih" or not deriv.gate_grads_shared:
-                            if H >= grad_panel:
-                                prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=operands[dg],
-                                          dst=operand)
+                            prog.call(kernels.gradient_panels(size, N, H, G, grad_panel), src=operands[dg],
+                                      dst=operand)
                             if H % grad_panel:  # the padded last panel, after the whole ones
                                 prog.call(kernels.gradient_panels(size, N, H, G, grad_panel, last=True),
                                           src=operands[dg],

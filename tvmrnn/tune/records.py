@@ -75,7 +75,7 @@ class UntunedWarning(UserWarning):
     """Some kernels of a build had no tuning record for the target and use default schedules."""
 
 
-def target_key(target: tvm.target.Target) -> str:
+def target_key(target: tvm.target.Target, with_level: bool = True) -> str:
     """The log folder name of a target: ``cuda-sm_90``, ``llvm-sapphirerapids-16c``.
 
     ``sm_90a`` (the H100 tag's arch) and ``sm_90`` (what the driver reports) share a folder: the
@@ -85,16 +85,11 @@ def target_key(target: tvm.target.Target) -> str:
         return f"cuda-{str(target.attrs['arch']).rstrip('a')}"
     mcpu = str(target.attrs.get("mcpu", "generic"))
     cores = target.attrs.get("num-cores")
-    level = llvm_opt_level(target)
+    level = llvm_opt_level(target) if with_level else None
     # (code at a lower LLVM level, TVMRNN_LLVM_OPT_LEVEL, runs slower: its timings go apart,
-    # ``llvm-...-O0``; its builds read the top level's records too, _folder_names)
+    # ``llvm-...-O0``; its builds read the top level's records too, _folder_names; ``with_level``
+    # False: the top level's key)
     return f"llvm-{mcpu}" + (f"-{int(cores)}c" if cores else "") + (f"-O{level}" if level is not None and level < 3 else "")
-
-
-def _top_level_key(key: str) -> str:
-    """``key`` (:func:`target_key`) without a lower LLVM level's ``-O<n>``."""
-    head, _, level = key.rpartition("-O")
-    return head if head and level.isdigit() else key
 
 
 def is_fused_step(kernel: Kernel) -> bool:
@@ -323,7 +318,7 @@ def _folder_names(target) -> list[str]:
     then, for a CPU, those of CPUs with the same cores and as many of them (:data:`SAME_CORES`, the
     top level's)."""
     key = target_key(target)
-    top = _top_level_key(key)  # a lower LLVM level's builds: records are schedules, good at any level
+    top = target_key(target, with_level=False)  # a lower LLVM level's builds: records are schedules, good at any level
     names = [key] + ([top] if top != key else [])
     if target.kind.name == "llvm":
         mcpu = str(target.attrs.get("mcpu", "generic"))
@@ -337,8 +332,11 @@ def same_cores(target) -> list[str]:
     return _folder_names(target)
 
 
-def _warn_borrowed(key: str, name: str, what: str) -> None:
-    if name != _top_level_key(key) and name != key and (key, name) not in _reported:
+def _warn_borrowed(target, name: str, what: str) -> None:
+    """Said once: ``target`` takes records of another CPU's folder ``name`` (not its own, nor, at a
+    lower LLVM level, its top level's)."""
+    key = target_key(target)
+    if name not in (key, target_key(target, with_level=False)) and (key, name) not in _reported:
         _reported.add((key, name))
         warnings.warn(f"tvmrnn: no {what} for {key}; using those of {name} (the same cores)",
                       UntunedWarning, stacklevel=4)
@@ -367,22 +365,21 @@ def logs_folder(tuning_logs, target) -> str | None:
     """The folder of raw tuning logs ``build`` reads for ``target`` (see :func:`_folder_names`), or None."""
     if records_off(tuning_logs):
         return None
-    root, key = logs_root(tuning_logs), target_key(target)
+    root = logs_root(tuning_logs)
     for name in _folder_names(target):
         folder = os.path.join(root, name)
         if os.path.isdir(folder):
-            _warn_borrowed(key, name, "tuning logs")
+            _warn_borrowed(target, name, "tuning logs")
             return folder
     return None
 
 
 def records_file(target, records_dir: str = RECORDS_DIR) -> str | None:
     """The shipped records file for ``target`` (see :func:`_folder_names`), or None."""
-    key = target_key(target)
     for name in _folder_names(target):
         path = os.path.join(records_dir, name + ".jsonl")
         if os.path.exists(path):
-            _warn_borrowed(key, name, "shipped records")
+            _warn_borrowed(target, name, "shipped records")
             return path
     return None
 
