@@ -220,6 +220,59 @@ def test_bf16_projection_builds_match_torch(cell, num_layers, bidirectional, opt
         assert np.linalg.norm(grads[name] - p.grad.numpy()) / np.linalg.norm(p.grad.numpy()) < 2e-2, name
 
 
+@pytest.mark.parametrize("target", ["avx512bf16", "amx"])
+def test_bf16_time_loops_are_one_parallel_region(target, rng):
+    """A bf16 step reads its state rounded by a kernel of its own (``kernels.bf16_state``), run
+    before it: both are one parallel loop each, so each time loop of a bf16 forward is one
+    parallel region with a barrier after each of the two (``sequence.Program._region_loop``; with
+    the rounding inside the step, on the calling thread, every step started and joined the
+    thread pool, v90), the AMX step's C tile on each tile function's stack. The same bits as the
+    passes with a region a step, both directions in one step and apart, a batch of one row too."""
+    if target == "amx" and not _amx_runs():
+        pytest.skip("this CPU (or OS) offers no AMX-BF16")
+    if target == "avx512bf16" and not _cpu_has("avx512_bf16"):
+        pytest.skip("this CPU has no AVX512-BF16 (avx512_bf16)")
+    import torch
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(13, 48, bidirectional=True)
+    params = {k: v.numpy() for k, v in ref.state_dict().items()}
+    for stacked, N in ((True, 20), (False, 3), (True, 1)):
+        x = rng.standard_normal((9, N, 13)).astype(np.float32)
+        got = {}
+        for regions in (True, False):
+            options = tvmrnn.BuildOptions(bf16_projections=True, time_loop_regions=regions, stack_directions=stacked)
+            rnn = tvmrnn.build("lstm", input_size=13, hidden_size=48, bidirectional=True, batch_size=N,
+                               options=options, cache=False, tuning_logs=False, target=SPR if target == "amx" else ZEN4)
+            if regions:
+                if target == "amx" and N > 1:  # the step on AMX tiles (its C tile local to each task)
+                    from tvmrnn import kernels
+                    from tvmrnn.cells.definition import get_cell
+                    from tvmrnn.schedules import default_schedule
+                    step = kernels.recurrent_step(get_cell("lstm"), N, 48, False, directions=2 if stacked else 1,
+                                                  panel=16, bf16=True)
+                    assert "tvmrnn_amx_" in default_schedule(step, rnn.target).script()
+                for name in ("forward", "forward_train"):
+                    script = rnn.programs[name].build().script()
+                    loops = script.count("pragma_parallel_launch_point")  # a time loop a chunk size
+                    assert loops >= (1 if stacked else 2) and loops % (1 if stacked else 2) == 0, (name, stacked, N)
+                    # a barrier after the rounding and after the step
+                    assert script.count("pragma_parallel_barrier_when_finish") == 2 * loops, (name, stacked, N)
+            w = rnn.pack_weights(params)
+            got[regions] = (rnn.forward(w, x), rnn.forward_train(w, x)[:3])
+        for a, b in zip(_arrays(got[True]), _arrays(got[False])):
+            np.testing.assert_array_equal(a, b)
+        y = got[True][0][0]
+        yr = ref(torch.from_numpy(x))[0].detach().numpy()
+        assert np.linalg.norm(y - yr) / np.linalg.norm(yr) < 1e-2
+
+
+def _arrays(nested):
+    """The arrays of nested tuples, in order."""
+    if isinstance(nested, (tuple, list)):
+        return [a for item in nested for a in _arrays(item)]
+    return [np.asarray(nested)]
+
+
 @needs_bf16
 def test_weights_packed_for_fp32_are_refused_by_a_bf16_build(rng):
     """The bf16 build packs its recurrent weights rounded, in pairs: weights packed by an fp32
@@ -254,8 +307,12 @@ def test_bf16_projections_refused_where_they_cannot_run():
         tvmrnn.build("gru", target=ZEN4, **dict(sizes, hidden_size=37))
     with pytest.raises(ValueError, match="panels that divide the hidden size: hidden_size 124 takes 16-unit panels"):
         tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=124))  # (padded: cpu.CPU_PADDED_PANELS)
-    with pytest.raises(ValueError, match="batch_size x hidden_size too large"):
-        tvmrnn.build("lstm", target=ZEN4, **dict(sizes, hidden_size=1024, batch_size=4096))
+    # a large state is not refused: a step's rounded state is a tensor of the pass (kernels.bf16_state),
+    # not the calling thread's stack (until v91: refused over 1 MB)
+    from tvmrnn.cells.definition import get_cell
+    from tvmrnn.program.passes import Config, bf16_projections_refused
+    large = Config(get_cell("lstm"), 1024, 1024, 1, True, 4096, False, options=on)
+    assert bf16_projections_refused(tvm.target.Target(ZEN4), large) is None
     with pytest.raises(TypeError, match="options.bf16_projections: expected True or False"):
         tvmrnn.BuildOptions(bf16_projections="yes")
 

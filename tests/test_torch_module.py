@@ -672,11 +672,11 @@ def test_bf16_preference_is_per_thread_and_yields_to_rebuild_false():
     refused = mock.patch.object(bf16, "request_amx", lambda: False)
     with refused:
         assert not _cpu_bf16_pays.__wrapped__(spr)
-    # what a build of given sizes refuses, by build's own rule (panels; the step's stack state)
+    # what a build of given sizes refuses, by build's own rule (panels; a large state is no reason)
     sizes = dict(input_size=8, num_layers=1, bidirectional=True, batch_first=False)
     assert _bf16_refused("lstm", spr, hidden_size=32, batch_size=4, **sizes) is None
     assert "column panels" in _bf16_refused("lstm", spr, hidden_size=20, batch_size=4, **sizes)
-    assert "too large" in _bf16_refused("lstm", spr, hidden_size=2048, batch_size=256, **sizes)
+    assert _bf16_refused("lstm", spr, hidden_size=2048, batch_size=256, **sizes) is None
     other = tt.GRU(8, 32, target={"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
     with torch.autocast("cpu", dtype=torch.bfloat16):
         if cpu_has("avx512f"):

@@ -770,11 +770,15 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
     wide = Config(CELLS["gru"], 256, 256, 1, False, 2, False)  # transpositions large enough to tile
     # a half build: its all-steps GEMMs and (128 rows, 1800 x 600) its forward steps on TF32 tiles
     half = Config(CELLS["gru"], 24, 600, 1, False, 128, False, tvmrnn.BuildOptions(dtype="float16"))
+    # bf16 steps and their state rounding (scheduled for Sapphire Rapids, whatever this CPU)
+    bf16 = Config(CELLS["lstm"], 16, 32, 1, True, 4, False, tvmrnn.BuildOptions(bf16_projections=True))
+    spr = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
     families = set()
-    for target in (tvmrnn.device.host_target(), tvm.target.Target("nvidia/nvidia-h100")):
+    for target in (tvmrnn.device.host_target(), tvm.target.Target("nvidia/nvidia-h100"), spr):
         # (on the GPU also without row groups: at 3 rows split-K's persistent step is their alternative)
         split = Config(CELLS["gru"], 5, 24, 1, False, 3, False, tvmrnn.BuildOptions(row_groups=False))
-        for task in tasks.extract_tasks([config, split, half] if is_gpu(target) else [config, wide], target=target):
+        configs = [config, split, half] if is_gpu(target) else [bf16] if target is spr else [config, wide]
+        for task in tasks.extract_tasks(configs, target=target):
             kernel = task.kernel
             family = (knobs.family(kernel, target), "_t" in kernel.name and kernel.name.split("_t")[0])
             if family in families:  # one kernel of each template and kind (the test's time)
@@ -803,7 +807,8 @@ def test_template_spaces_hold_the_default_and_the_listed_variants():
                 after = spaces.knob_values(replayed.trace)
                 assert sum(after[k] != settings[0][k] for k in after) == 1, kernel.name
     assert {f for f, _ in families} >= {"cpu_gemm", "cpu_pointwise", "cpu_transpose", "split_k", "matmul", "column_sum",
-                                        "gpu_pointwise", "persistent", "row_tiles", "matmul_tf32"}
+                                        "gpu_pointwise", "persistent", "row_tiles", "matmul_tf32", "cpu_step_bf16",
+                                        "cpu_gemm_bf16", "cpu_round_bf16"}
     assert any(f == "matmul_tf32" and str(name).startswith("recurrent_step") for f, name in families)  # the TF32 step
 
 

@@ -29,8 +29,9 @@ F32 = "float32"
 
 # The kernels a pass's time loop calls at every step (their names' families; their persistent
 # and masked forms share them): :func:`recurrent_step`, :func:`backward_step`, an LSTMP's
-# :func:`projection_step` and :func:`projected_recurrent_backward`
-STEP_FAMILIES = ("recurrent_step_", "backward_step_", "projection_step_", "projected_recurrent_backward_")
+# :func:`projection_step` and :func:`projected_recurrent_backward`, a bf16 step's :func:`bf16_state`
+STEP_FAMILIES = ("recurrent_step_", "backward_step_", "projection_step_", "projected_recurrent_backward_",
+                 "bf16_state_")
 
 
 def is_step(kernel) -> bool:
@@ -303,8 +304,12 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     ``BuildOptions.bf16_projections``; panels required): the recurrent projection on bf16
     operands summed in fp32, as the input projection's (:func:`input_projection`): ``w`` holds the
     weights already rounded, k-pairs packed one to a word, ``(H / panel, H / 2, G, panel)`` words
-    (:func:`bf16_weight_pairs`: the first half of the fp32 panels' place), and a stage ``hb``
-    rounds ``h_prev`` the same way.
+    (:func:`bf16_weight_pairs`: the first half of the fp32 panels' place), and an input ``hb``
+    holds ``h_prev`` rounded the same way (:func:`bf16_state`, a kernel of its own that the pass
+    runs before the step: both are then one parallel loop each, and a time loop of them one
+    parallel region, :meth:`tvmrnn.program.sequence.Program._region_loop`; rounded inside the
+    step, on the calling thread before its tasks, each step started and joined the thread pool:
+    15.5 us of a 56 us DS2 step on the Xeon's 16 threads, v90).
 
     ``state_size`` S (an LSTM with projections, :attr:`tvmrnn.program.passes.Config.proj_size`):
     ``h_prev`` has S features and ``w`` S rows (``weight_shape(S, H, G, panel)``), and the step
@@ -336,14 +341,15 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     if masked:
         inputs["mask"] = te.placeholder(lead + (batch,), F32, "mask")
     if bf16:
-        hb = te.compute(lead + (batch, hidden // 2),
-                        lambda *i: bf16_pair(h_prev[(*i[:-1], 2 * i[-1])], h_prev[(*i[:-1], 2 * i[-1] + 1)]), name="hb")
+        hb = inputs["hb"] = te.placeholder(lead + (batch, hidden // 2), F32, "hb")
+        if masked:  # (the mask last, as in the fp32 step)
+            inputs["mask"] = inputs.pop("mask")
         k2 = te.reduce_axis((0, hidden // 2), "k2")
 
         def projection(*i):
             *s, n, col = i
             word = tirx.reinterpret(_U32, w[(*s, col[0], k2, *col[1:])])
-            return te.sum(dot2(hb[(*s, n, k2)], word), axis=k2)
+            return te.sum(dot2(tirx.reinterpret(_U32, hb[(*s, n, k2)]), word), axis=k2)
     else:
         k = te.reduce_axis((0, S), "k")
 
@@ -391,6 +397,20 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
                    inputs, outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
     return _with_unmasked(kernel, masked, lambda: recurrent_step(cell, batch, hidden, train, directions, panel,
                                                                  bf16=bf16, state_size=state_size))
+
+
+def bf16_state(batch, hidden, directions: int = 1) -> Kernel:
+    """A bf16 step's state operand (:func:`recurrent_step`'s ``hb``): ``h_prev`` rounded to bf16,
+    each k-pair one word (:func:`bf16_pair`, the bits held in an fp32 tensor), ``directions``
+    steps' at once (:func:`_lead`)."""
+    if hidden % 2:
+        raise ValueError("bf16 projections need the CPU weight panels (BuildOptions.weight_panels)")
+    lead = _lead(directions)
+    h_prev = te.placeholder(lead + (batch, hidden), F32, "h_prev")
+    hb = te.compute(lead + (batch, hidden // 2), lambda *i: tirx.reinterpret(F32, bf16_pair(
+        h_prev[(*i[:-1], 2 * i[-1])], h_prev[(*i[:-1], 2 * i[-1] + 1)])), name="hb")
+    return _make(f"bf16_state_n{batch}_h{hidden}{_lead_suffix(directions)}", {"h_prev": h_prev}, {"hb": hb},
+                 batch=len(lead))
 
 
 def projection_step(batch, hidden, proj, panel: int = 0, masked: bool = False, directions: int = 1) -> Kernel:

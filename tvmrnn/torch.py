@@ -541,8 +541,8 @@ class _Mixin:
                      bidirectional=self.bidirectional, batch_size=batch_size, batch_first=self.batch_first)
         if bf16 and (proj_size or (device.type != "cuda" and _bf16_refused(self._cell, _hashable(self._target),
                                                                              **sizes))):
-            # a build that cannot take bf16 projections (no 16-unit panels, a state too large for
-            # the step) or, with projections, any half-precision GEMMs: the fp32 build, which fp32
+            # a build that cannot take bf16 projections (no 16-unit panels that divide the hidden
+            # size) or, with projections, any half-precision GEMMs: the fp32 build, which fp32
             # calls share
             bf16 = False
 

@@ -557,7 +557,7 @@ def projections_refused(config: Config, target, allow_tf32: bool = False) -> str
 def bf16_projections_refused(target, config: Config, panel: int | None = None) -> str | None:
     """Why ``options.bf16_projections`` cannot apply to ``config`` on ``target``, a CPU target
     with bf16 dot products (:func:`tvmrnn.schedules.bf16.check_target`), or None."""
-    from ..schedules import bf16, weight_panel
+    from ..schedules import weight_panel
     if panel is None:
         panel = weight_panel(target, config.cell.num_gates, config.hidden_size, config.options.weight_panels)
     if not panel or panel % 16:
@@ -567,10 +567,6 @@ def bf16_projections_refused(target, config: Config, panel: int | None = None) -
     if config.hidden_size % panel:
         return (f"needs column panels that divide the hidden size: hidden_size {config.hidden_size} takes "
                 f"{panel}-unit panels, the last one padded")
-    state = bf16.step_state_bytes(config.num_directions, config.rows, config.hidden_size)
-    if state > bf16.STEP_STATE_BYTES:
-        return (f"batch_size x hidden_size too large: the step's rounded state would take {state} bytes of the "
-                f"stack (at most {bf16.STEP_STATE_BYTES}); use a smaller batch or fp32")
     return None
 
 
@@ -653,6 +649,9 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                            ("l", "t", "n", "j")) if L > 1 else None
         # a step's r, projected at once (a direction each where they run together)
         rs = prog.tensor("r_state", (len(groups[0]), N, H), ("d", "n", "j")) if P else None
+    bf16 = config.options.bf16_projections
+    # a bf16 step's state rounded (kernels.bf16_state), a direction each where they run together
+    hb = prog.tensor("h_bf16", (len(groups[0]), N, H // 2), ("d", "n", "j")) if bf16 else None
     if wave:
         _wavefront_forward(prog, config, T, wave, chunks, panel, x=x, h0=h0, c0=c0, w=w, y=y, hy=hy, cy=cy, gx=gx,
                            mask=mask, hs=hs, cs=cs, outs=outs, states=states if train else None,
@@ -685,15 +684,15 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
             return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
             step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel, masked=masked,
-                                          bf16=config.options.bf16_projections, state_size=P)
+                                          bf16=bf16, state_size=P)
+            rounding = kernels.bf16_state(N, H, directions=len(group)) if bf16 else None
 
             def base(d, start, size):  # with interleave: the first time step of a chunk (direction d's order)
                 return start if d == 0 else T - start - size
 
             def project(start, size, _group=group, _l=l, _in=in_size):
                 for gd, d in enumerate(_group):
-                    k = kernels.input_projection(size, N, _in, H, G, panel=panel, bf16=config.options.bf16_projections,
-                                                 masked=skip)
+                    k = kernels.input_projection(size, N, _in, H, G, panel=panel, bf16=bf16, masked=skip)
                     t0 = base(d, start, size) if interleave else start
                     views = dict(mask=mask.at("t", "n", t=t0)) if skip else {}
                     prog.call(k, x=layer_in(t0, size), w=w.piece(layout.packed_offset(layout.slot(_l, d, "weight_ih"))),
@@ -713,7 +712,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                 if cs is not None:
                     prog.call(copy, src=c0.at("n", "j", ld=ld), dst=cs.at("n", "j", ld=ld, t=first))
 
-            def steps(start, size, _l=l, _group=group, _step=step):
+            def steps(start, size, _l=l, _group=group, _step=step, _rounding=rounding):
                 with prog.loop(size, "step") as v:
                     u = v if start is None else start + v
 
@@ -733,7 +732,12 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                             views["r"] = rs.at("n", "j", ld=ld, t=s) if train else rs.at("n", "j", d=gd)
                         else:
                             views.update(h=h_row(d, rows[1]), y=layer_out(s, d))
+                        if hb is not None:
+                            views["hb"] = hb.at("n", "j", d=gd)
                         return views
+                    if _rounding is not None:  # the state rounded to bf16 first, in a kernel of its own
+                        prog.call(_rounding, **_bind(_group, lambda d: {k: v for k, v in views_of(d).items()
+                                                                        if k in ("h_prev", "hb")}))
                     prog.call(_step, **_bind(_group, views_of))
                     if P:
                         def projection_views(d):

@@ -855,11 +855,14 @@ def _scratch_parameters(scratch, decls: list, mapping: list, prefix: str = "") -
 
 def _tile_loop(func):
     """The parallel loop that is the whole of a scheduled CPU kernel ``func`` (its root block
-    holding nothing else: no allocation left after :func:`_hoist_scratch`'s), or None. A loop that
-    LoopPartition would cut (guarded tiles: :func:`_whole_tiles`) is given whole, or None where
-    that cannot be done (:meth:`Program._region_loop`)."""
+    holding nothing else, bar ``local`` allocations, which only the loop can use: a task's own,
+    such as the bf16 AMX step's C tile, which each tile function then allocates on its stack,
+    :meth:`Subroutines._define`; global ones go to the pass's pool, :func:`_hoist_scratch`), or
+    None. A loop that LoopPartition would cut (guarded tiles: :func:`_whole_tiles`) is given
+    whole, or None where that cannot be done (:meth:`Program._region_loop`)."""
     body = _hoist_scratch(func.body, [])
-    if not isinstance(body, s_tir.SBlockRealize) or body.block.alloc_buffers or body.block.init is not None:
+    if not isinstance(body, s_tir.SBlockRealize) or body.block.init is not None or any(
+            b.scope() != "local" for b in body.block.alloc_buffers):
         return None
     loop = body.block.body
     if not (isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.PARALLEL):

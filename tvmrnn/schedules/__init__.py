@@ -147,6 +147,9 @@ def apply(sch, kernel: Kernel, target: tvm.target.Target, **tiles) -> None:
             tiles = {**PERSISTENT_TILES, "stationary_bytes": budget, "max_blocks": blocks, **tiles}
     if kernel.gemm is not None and gpu_gemm(sch, kernel, target, **tiles):
         return
+    if kernel.gemm is None and not is_gpu(target) and bf16.is_state_rounding(sch):
+        bf16.cpu_round_state(sch, kernel, target, **{k: v for k, v in tiles.items() if k == "tasks_per_core"})
+        return
     if kernel.gemm is None and not is_gpu(target) and tiles.get("transpose", 1) and _copy_applied(
             sch, lambda s: _transposed(s, kernel, target, tiles.get("row_tile", 32), tiles.get("column_tile", 16))):
         return

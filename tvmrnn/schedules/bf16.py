@@ -339,12 +339,16 @@ def register() -> str:
 DOT_PAIR_WORDS_PACKED = "tvmrnn_dot_pair_words_packed_bf16"
 
 
-def _pair_words_intrinsic():
+def _pair_words_intrinsic(state: bool = False):
     """``C[16] += dot2(A, B[16])`` (:func:`tvmrnn.kernels.dot2`) for k-pairs packed one to a
     32-bit word, A's broadcast: its description and implementation, B the packed weights
-    themselves (a kernel parameter holding the words as float32)."""
+    themselves (a kernel parameter holding the words as float32). A: a task's rounded inputs
+    (uint32, local), or with ``state`` a step's rounded state (:func:`tvmrnn.kernels.bf16_state`'s
+    words held as float32, in memory)."""
+    a_dtype, a_scope = ("float32", "global") if state else ("uint32", "local")
+
     @T.prim_func(s_tir=True)
-    def desc(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
+    def desc(A: T.Buffer((1,), a_dtype, offset_factor=1, scope=a_scope, align=4),
              B: T.Buffer((16,), "float32", offset_factor=1, align=4),
              C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
         with T.sblock("root"):
@@ -353,22 +357,23 @@ def _pair_words_intrinsic():
             for i in T.serial(16):
                 with T.sblock("update"):
                     vi = T.axis.spatial(16, i)
-                    C[vi] = C[vi] + (T.reinterpret("float32", T.shift_left(A[0], T.uint32(16)))
+                    C[vi] = C[vi] + (T.reinterpret("float32", T.shift_left(T.reinterpret("uint32", A[0]), T.uint32(16)))
                                      * T.reinterpret("float32", T.shift_left(T.reinterpret("uint32", B[vi]),
                                                                              T.uint32(16)))
-                                     + T.reinterpret("float32", T.bitwise_and(A[0], T.uint32(0xFFFF0000)))
+                                     + T.reinterpret("float32", T.bitwise_and(T.reinterpret("uint32", A[0]),
+                                                                              T.uint32(0xFFFF0000)))
                                      * T.reinterpret("float32", T.bitwise_and(T.reinterpret("uint32", B[vi]),
                                                                               T.uint32(0xFFFF0000))))
 
     @T.prim_func(s_tir=True)
-    def impl(A: T.Buffer((1,), "uint32", offset_factor=1, scope="local", align=4),
+    def impl(A: T.Buffer((1,), a_dtype, offset_factor=1, scope=a_scope, align=4),
              B: T.Buffer((16,), "float32", offset_factor=1, align=4),
              C: T.Buffer((16,), "float32", offset_factor=1, align=4)) -> None:
         with T.sblock("root"):
             T.reads(C[0:16], A[0:1], B[0:16])
             T.writes(C[0:16])
             with T.attr(0, "pragma_import_llvm", _LLVM_IR):
-                a = T.reinterpret(T.broadcast(A[0], 16), dtype="int16x32")
+                a = T.reinterpret(T.broadcast(T.reinterpret("uint32", A[0]), 16), dtype="int16x32")
                 b = T.reinterpret(B.vload([0], dtype="float32x16"), dtype="int16x32")
                 C[T.ramp(T.int32(0), 1, 16)] = T.call_extern("float32x16", "tvmrnn_dpbf16",
                                                              C.vload([0], dtype="float32x16"), a, b)
@@ -389,45 +394,61 @@ def _register(name: str, make) -> str:
     return name
 
 
-def register_pair_words_packed() -> str:
+def register_pair_words_packed(state: bool = False) -> str:
     """:data:`DOT_PAIR_WORDS_PACKED`: B the packed weights themselves (a kernel parameter holding
-    the words as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`)."""
-    return _register(DOT_PAIR_WORDS_PACKED, _pair_words_intrinsic)
+    the words as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`); with ``state``, A a step's
+    rounded state (:data:`STATE_SUFFIX`)."""
+    return _register(DOT_PAIR_WORDS_PACKED + (STATE_SUFFIX if state else ""), lambda: _pair_words_intrinsic(state))
 
 
-# The recurrent step's rounded state (``hb``, ``D x N x H / 2`` words) sits on the calling thread's
-# stack (:func:`tvmrnn.program.sequence.cpu_locals_on_stack`); builds whose state would take more
-# than this are refused (``passes._check_bf16_projections``) rather than overflow an 8 MB stack.
-STEP_STATE_BYTES = 1 << 20
+# an intrinsic whose A is a step's rounded state: words held as float32, in memory
+# (:func:`tvmrnn.kernels.bf16_state`), not a task's own rounded inputs (uint32, on its stack)
+STATE_SUFFIX = "_state"
 
 
-def step_state_bytes(directions: int, batch: int, hidden: int) -> int:
-    """Bytes of a bf16 step's rounded state (:data:`STEP_STATE_BYTES` bounds it)."""
-    return directions * batch * (hidden // 2) * 4
+# A bf16 projection's rounded inputs (``xb``) sit on the calling thread's stack
+# (:func:`tvmrnn.program.sequence.cpu_locals_on_stack`) where they take at most this, shared by
+# its tasks; beyond it each task rounds its own row tile (:func:`cpu_gemm_amx`).
+STACK_ROUNDED_BYTES = 1 << 20
 
 
-def round_state(sch, target) -> None:
-    """``hb``, the step's state rounded to bf16 pairs, in whole vectors (the widest that divides
-    its words): it runs on the calling thread before the step's tasks; left to LLVM, a DS2 LSTM
-    step alone took 84 us on the Xeon's 16 cores, vectorised 74 (v44)."""
+def is_state_rounding(sch) -> bool:
+    """Whether the kernel held by ``sch`` is a bf16 step's state rounding
+    (:func:`tvmrnn.kernels.bf16_state`: its one block ``hb``)."""
+    return [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))] == ["hb"]
+
+
+def cpu_round_state(sch, kernel, target, tasks_per_core: int = 1) -> None:
+    """:func:`tvmrnn.kernels.bf16_state`'s schedule: one parallel loop over the state's rows (both
+    directions' where they run together), ``tasks_per_core`` tasks a core where there are rows
+    enough, each row's words in whole vectors (the widest that divides them). One parallel loop
+    and nothing else, so that it joins its time loop's parallel region with the step after it (a
+    barrier between them). Left to LLVM inside the step, a DS2 LSTM step took 84 us on the Xeon's
+    16 cores, vectorised 74 (v44)."""
     from .common import _extent, vector_lanes
-    hb = sch.get_sblock("hb")
-    sch.set_scope(hb, 0, "local")
-    words = sch.fuse(*sch.get_loops(hb)[-2:])
+    block = sch.get_sblock("hb")
+    *rows, words = sch.get_loops(block)
+    rows = sch.fuse(*rows) if len(rows) > 1 else rows[0]
+    cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
+    tasks = min(_extent(sch, rows), cores * tasks_per_core)
+    outer, rows = sch.split(rows, [tasks, None])
+    sch.parallel(outer)
     lanes = vector_lanes(target)
-    width = next(w for w in (lanes, lanes // 2, lanes // 4, 1) if _extent(sch, words) % w == 0)
+    width = next(w for w in (lanes, lanes // 2, lanes // 4, 1) if w >= 1 and _extent(sch, words) % w == 0)
     if width > 1:
         sch.vectorize(sch.split(words, [None, width])[1])
 
 
 def is_bf16_step(sch) -> bool:
-    """Whether the kernel held by ``sch`` is a bf16 recurrent step (its ``hb`` stage)."""
-    return "hb" in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+    """Whether the kernel held by ``sch`` is a bf16 recurrent step (its rounded state ``hb``, an
+    input: :func:`tvmrnn.kernels.recurrent_step`)."""
+    func = sch.mod["main"]
+    return any(p.name == "hb" for p in func.params) and not is_state_rounding(sch)
 
 
 def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     """The bf16 recurrent step's schedule (:func:`tvmrnn.kernels.recurrent_step` with ``bf16``):
-    ``hb`` (the state rounded, pairs in words) first, once a step; then, as the fp32 step
+    (its state rounded, pairs in words: ``hb``, :func:`cpu_round_state`'s), as the fp32 step
     (:func:`tvmrnn.schedules.cpu.output_tiles`), a task per (panel of units, tile of rows)
     runs the GEMM for its tile, ``rows x G x u / 16`` vectors summed over the k-pairs with one
     ``vdpbf16ps`` each straight from the packed weights (:data:`DOT_PAIR_WORDS_PACKED`), then the
@@ -441,7 +462,6 @@ def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     output = sch.get_consumers(gemm)[0]
     spatial, _ = _gemm_axes(sch, gemm)
     gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
-    round_state(sch, target)
     batch = int(sch.get(sch.get_loops(output)[-2]).extent)
     rows = _divisor(batch, max(1, accumulators // (gates * units // 16)))
     _, lead, j_inner, _ = output_tiles(sch, gemm, output, units, rows)
@@ -450,7 +470,7 @@ def cpu_step_bf16(sch, kernel, target, accumulators: int = 24) -> None:
     sch.reorder(*reduction, gn, gp, gg, gu)
     u_out, u_in = sch.split(gu, [None, 16])
     sch.decompose_reduction(gemm, reduction[0])
-    sch.tensorize(u_in, register_pair_words_packed())
+    sch.tensorize(u_in, register_pair_words_packed(state=True))
     for loop in (gn, gg, u_out):
         sch.unroll(loop)
     _vectorize(sch, j_inner, lanes)
@@ -548,22 +568,24 @@ def cpu_gemm_bf16(sch, kernel, target, accumulators: int = 24, tasks_per_core: i
 # GEMM's block as the schedules leave it (rows, an optional unit loop of the weight panel, gates,
 # units, k-pairs); its implementation one call of the microkernel (:func:`amx_gemm_ir`) for the
 # whole reduction. Records name these intrinsics in their traces: :func:`register_from_trace`.
-_AMX_NAME = re.compile(r"tvmrnn_amx_l(\d)_r([\dx]+)_p(\d)_g(\d+)_u(\d+)_k(\d+)(_single)?")
+_AMX_NAME = re.compile(r"tvmrnn_amx_l(\d)_r([\dx]+)_p(\d)_g(\d+)_u(\d+)_k(\d+)(_single)?(_state)?")
 
 
 def amx_intrinsic(lead: int, rows: tuple, unit_loop: bool, gates: int, units: int, pairs: int,
-                  row_pairs: bool | None = None) -> str:
+                  row_pairs: bool | None = None, state: bool = False) -> str:
     """Register (once) and return the AMX intrinsic ``C[rows, G, units] += A[rows, pairs] .
     B[pairs, G, units]``: ``rows`` the extents of the tensorized row loops (a batch tile, or
     steps x batch rows: one call where they are evenly spaced, else a call per step), ``lead``
     leading unit axes of every operand (a direction), ``unit_loop`` a loop of extent 1 after the
     rows (the weight panel's, where the GEMM is computed under its task); B the packed weights
     (k-pair words held as float32, :func:`tvmrnn.kernels.bf16_weight_pairs`). ``row_pairs``: the
-    microkernel's (None: :data:`AMX_ROW_PAIRS`; the name ends in ``_single`` without them)."""
+    microkernel's (None: :data:`AMX_ROW_PAIRS`; the name ends in ``_single`` without them).
+    ``state``: A a step's rounded state (:data:`STATE_SUFFIX`), not a task's rounded inputs."""
     row_pairs = AMX_ROW_PAIRS if row_pairs is None else row_pairs
     name = f"tvmrnn_amx_l{lead}_r{'x'.join(map(str, rows))}_p{int(unit_loop)}_g{gates}_u{units}_k{pairs}" \
-        + ("" if row_pairs else "_single")
-    return _register(name, lambda: _amx_functions(lead, tuple(rows), unit_loop, gates, units, pairs, row_pairs))
+        + ("" if row_pairs else "_single") + (STATE_SUFFIX if state else "")
+    return _register(name, lambda: _amx_functions(lead, tuple(rows), unit_loop, gates, units, pairs, row_pairs,
+                                                  state))
 
 
 def register_from_trace(trace_json) -> None:
@@ -572,17 +594,19 @@ def register_from_trace(trace_json) -> None:
     function takes TVM's parser about 0.5 s (``inspect.stack``), which every ``import tvmrnn``
     (and each measuring or RPC process) would pay."""
     text = json.dumps(trace_json) if not isinstance(trace_json, str) else trace_json
-    if DOT_PAIR_WORDS_PACKED in text:
+    if DOT_PAIR_WORDS_PACKED + STATE_SUFFIX in text:
+        register_pair_words_packed(state=True)
+    if re.search(DOT_PAIR_WORDS_PACKED + r"\b", text):
         register_pair_words_packed()
     if DOT_16X2 in text:
         register()
     for m in _AMX_NAME.finditer(text):
-        lead, rows, unit, gates, units, pairs, single = m.groups()
+        lead, rows, unit, gates, units, pairs, single, state = m.groups()
         amx_intrinsic(int(lead), tuple(int(r) for r in rows.split("x")), unit == "1", int(gates), int(units), int(pairs),
-                      row_pairs=not single)
+                      row_pairs=not single, state=bool(state))
 
 
-def _amx_functions(lead, rows, unit_loop, gates, units, pairs, row_pairs):
+def _amx_functions(lead, rows, unit_loop, gates, units, pairs, row_pairs, state=False):
     """The description and implementation of :func:`amx_intrinsic`, as TVMScript text: the row
     loops of extent 1 have no block axis (as the scheduled block has none), so the text is made
     for each shape."""
@@ -602,8 +626,10 @@ def _amx_functions(lead, rows, unit_loop, gates, units, pairs, row_pairs):
     extents = [*rows, *([1] if unit_loop else []), gates, units, pairs]
     spatial = [f"r{i}" for i, r in enumerate(rows) if r > 1]
     word = f'T.reinterpret("uint32", B[{b_at}])'
-    body = (f"C[{c_at}] = C[{c_at}] + (T.reinterpret(\"float32\", A[{a_at}] << T.uint32(16)) * "
-            f"T.reinterpret(\"float32\", {word} << T.uint32(16)) + T.reinterpret(\"float32\", A[{a_at}] & "
+    a_word = f'T.reinterpret("uint32", A[{a_at}])' if state else f"A[{a_at}]"
+    a_form = '"float32", offset_factor=1' if state else '"uint32", offset_factor=1, scope="local"'
+    body = (f"C[{c_at}] = C[{c_at}] + (T.reinterpret(\"float32\", {a_word} << T.uint32(16)) * "
+            f"T.reinterpret(\"float32\", {word} << T.uint32(16)) + T.reinterpret(\"float32\", {a_word} & "
             f"T.uint32(4294901760)) * T.reinterpret(\"float32\", {word} & T.uint32(4294901760)))")
     regions = f"C[{full(c_shape)}], A[{full(a_shape)}], B[{full(b_shape)}]"
     n_rows = len(rows)
@@ -643,7 +669,7 @@ def _amx_functions(lead, rows, unit_loop, gates, units, pairs, row_pairs):
     src_desc = f"""
 @T.prim_func(s_tir=True)
 def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
-    A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4)
+    A = T.match_buffer(a, {a_shape}, {a_form}, align=4)
     B = T.match_buffer(b, {b_shape}, "float32", offset_factor=1, align=4)
     C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, scope="local", align=4)
     with T.sblock("root"):
@@ -658,7 +684,7 @@ def desc(a: T.handle, b: T.handle, c: T.handle) -> None:
 @T.prim_func(s_tir=True)
 def impl(a: T.handle, b: T.handle, c: T.handle) -> None:
 {declare}
-    A = T.match_buffer(a, {a_shape}, "uint32", offset_factor=1, scope="local", align=4, strides=[{", ".join(a_strides)}])
+    A = T.match_buffer(a, {a_shape}, {a_form}, align=4, strides=[{", ".join(a_strides)}])
     B = T.match_buffer(b, {b_shape}, "float32", offset_factor=1, align=4, strides=[{", ".join(b_strides)}])
     C = T.match_buffer(c, {c_shape}, "float32", offset_factor=1, scope="local", align=4, strides=[{", ".join(c_strides)}])
     with T.sblock("root"):
@@ -699,7 +725,7 @@ AMX_MIN_TILE_ROWS = 8
 
 
 def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
-    """The bf16 recurrent step on AMX: as :func:`cpu_step_bf16` (``hb`` once a step, a task per
+    """The bf16 recurrent step on AMX: as :func:`cpu_step_bf16` (a task per
     (panel of units, tile of rows), the gate math on the tile), the task's GEMM one call of the
     AMX microkernel over the whole reduction (:func:`amx_intrinsic`), straight from the packed
     weights (a panel's k-pair words are AMX's B layout)."""
@@ -710,7 +736,6 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     spatial, reduction = _gemm_axes(sch, gemm)
     gates, units = (int(sch.get(l).extent) for l in spatial[-2:])
     pairs = int(sch.get(reduction[0]).extent)
-    round_state(sch, target)
     batch = int(sch.get(sch.get_loops(output)[-2]).extent)
     # the divisor of the batch up to ``rows`` that leaves the fewest 16-row AMX tiles (the most rows on
     # a tie): a tile's products cost as much whatever its rows (at 48 rows, 16 a task: 3 tiles; 24: 4)
@@ -725,7 +750,7 @@ def cpu_step_amx(sch, kernel, target, rows: int = AMX_STEP_ROWS) -> None:
     sch.set_scope(gemm, 0, "local")  # the task's tile, on its stack (global: the whole step's, through memory)
     init = sch.decompose_reduction(gemm, gn)
     _vectorize(sch, sch.fuse(*sch.get_loops(init)[-2:]), vector_lanes(target))
-    sch.tensorize(gn, amx_intrinsic(len(lead), (tile_rows,), True, gates, units, pairs))
+    sch.tensorize(gn, amx_intrinsic(len(lead), (tile_rows,), True, gates, units, pairs, state=True))
     _vectorize(sch, j_inner, vector_lanes(target))
 
 
@@ -742,7 +767,7 @@ AMX_PROJECTION_ROWS = 160
 
 def cpu_gemm_amx(sch, kernel, target, tasks_per_core: int = 2, panel_blocks: int = 0) -> None:
     """The bf16 projection on AMX. The inputs are rounded once a call (``xb``, in parallel over
-    the rows; where they would take more than :data:`STEP_STATE_BYTES` of the stack, once a row
+    the rows; where they would take more than :data:`STACK_ROUNDED_BYTES` of the stack, once a row
     tile by each task, for its block of panels); then a task per (block of panels, block of row
     tiles) runs, per panel and row tile, one call of the AMX microkernel over the whole reduction
     (:func:`amx_intrinsic`: rows of several steps stored one after another, up to
@@ -755,7 +780,7 @@ def cpu_gemm_amx(sch, kernel, target, tasks_per_core: int = 2, panel_blocks: int
     steps, batch, panels, gates, units = (int(sch.get(l).extent) for l in (t, n, p, g, u))
     pairs = int(sch.get(k2).extent)
     cores = max(1, int(target.attrs.get("num-cores", 0) or 0))
-    shared = steps * batch * pairs * 4 <= STEP_STATE_BYTES
+    shared = steps * batch * pairs * 4 <= STACK_ROUNDED_BYTES
     if not panel_blocks:  # the fewest blocks of panels that make the tasks wanted
         per_t, per_n = _row_tile(steps, batch, AMX_PROJECTION_ROWS)
         row_tiles = (steps // per_t) * (batch // per_n)

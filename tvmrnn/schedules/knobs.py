@@ -24,7 +24,7 @@ from tvm import s_tir
 from ..device import device_model
 from ..kernels import Kernel
 
-from .bf16 import is_bf16_gemm, is_bf16_step, supports_amx
+from .bf16 import is_bf16_gemm, is_bf16_step, is_state_rounding, supports_amx
 from .common import GPU_THREADS, _gemm_axes, _gpu_kind, is_gpu, uses_tf32, vector_lanes
 from .cpu import guarded_gemm, is_transposition
 from .cuda import (GPU_MATMUL, GPU_MATMUL_SHAPES, GPU_SMS, TF32_SHAPES, matmul_defaults, matmul_extents, matmul_shape,
@@ -59,6 +59,8 @@ def family(kernel: Kernel, target: tvm.target.Target) -> str:
         sch = s_tir.Schedule(s_tir.renew_defs(kernel.func))
         return "cpu_step_bf16" if is_bf16_step(sch) else "cpu_gemm_bf16" if is_bf16_gemm(sch) else "cpu_gemm"
     if not is_gpu(target):
+        if is_state_rounding(s_tir.Schedule(s_tir.renew_defs(kernel.func))):
+            return "cpu_round_bf16"
         return "cpu_transpose" if is_transposition(kernel, target) else "cpu_pointwise"
     if kernel.gemm is not None:
         kind = _gpu_kind(s_tir.Schedule(s_tir.renew_defs(kernel.func)), kernel)
@@ -106,6 +108,8 @@ def knobs(kernel: Kernel, target: tvm.target.Target) -> tuple[Knob, ...]:
         return (Knob("accumulators", (8, 12, 16, 24, 28), 24), Knob("tasks_per_core", (1, 2, 4, 8), 2), *amx)
     if kind == "cpu_pointwise":
         return (Knob("tasks_per_core", (1, 2, 4, 8), 4),)
+    if kind == "cpu_round_bf16":  # (bf16.cpu_round_state: rows a task)
+        return (Knob("tasks_per_core", (1, 2, 4), 1),)
     if kind == "cpu_transpose":  # transpose 0: the pointwise rule (tasks_per_core) instead of tiles
         return (Knob("transpose", (0, 1), 1), Knob("row_tile", (8, 16, 32, 64), 32),
                 Knob("column_tile", (16, 32, 64), 16), Knob("tasks_per_core", (1, 2, 4, 8), 4))
