@@ -6,6 +6,8 @@
 #        (a time loop of bf16 steps one parallel region). "old" is the package at 338715b, unpacked
 #        into ab_old/ (untracked; `git archive 338715b tvmrnn | tar -x -C ab_old`), "new" this tree;
 #        each side's build cached in a folder of its own, the runs alternated (THREADS, REPS)
+#   pkab the same A/B in one process: notes/bench/v91/package_ab.py on ab_pk/old_NAME.so and
+#        ab_pk/new_NAME.so (tvmrnn-export on the dev VM for the Xeon, untracked) for NAME in PKGS
 export SWEEP=${SWEEP:-notes/bench/v91/gpu_sweep_8901_last.json}
 for part in "$@"; do
 if [ $part = xab ]; then
@@ -19,6 +21,13 @@ if [ $part = xab ]; then
                     --dtype bfloat16 lstm 2>&1 | grep -v Warn > $OUT/xab_${n}_${tree}_$rep.txt)
                 echo "threads $n $tree rep $rep: $(grep -E 'bf16 both|bf16 vs' $OUT/xab_${n}_${tree}_$rep.txt | tr -s ' ' | cut -c1-200)"
             done
+        done
+    done
+elif [ $part = pkab ]; then  # package_ab.py on ab_pk/old_NAME.so, new_NAME.so (exported on the dev VM, untracked)
+    for n in ${THREADS:-16 8}; do
+        for name in ${PKGS:-lstm1 gru1 lstm5bi}; do
+            TVM_NUM_THREADS=$n PYTHONPATH=/opt/tvmsite:$PWD timeout ${LIMIT:-200} python3 notes/bench/v91/package_ab.py \
+                ab_pk/old_$name.so ab_pk/new_$name.so ${REPS:-20} 2>&1 | grep -v Warn | tee $OUT/pkab_${name}_$n.txt
         done
     done
 else
