@@ -2225,3 +2225,59 @@ def test_cuda_masked_steps_select_without_branching_on_the_mask(cell, monkeypatc
     monkeypatch.setattr(sequence, "MASKED_SELECTS_WITHOUT_BRANCHES", False)  # (the test can fail)
     for source in sources():
         assert "masked_value" not in source and "condval" in source
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_a_padded_step_reduction_computes_the_same_step(cell, rng):
+    """``kernels.recurrent_step(reduction=...)``: the GEMM over more indices than the state has,
+    each past it a guarded zero, gives the step's own outputs bit for bit (run on this CPU; its
+    GPU use, ``passes.GPU_PADDED_REDUCTION``, is off until run on a GPU: test_cuda.py), a
+    reduction below the state is refused, and the GPU rule pads only a state without a divisor
+    near split-K's slices, to a multiple of 32."""
+    import tvm
+    from tvmrnn import kernels
+    from tvmrnn.cells.definition import get_cell
+    from tvmrnn.program import passes
+    from tvmrnn.schedules import default_schedule
+    target = tvm.target.Target("llvm")
+    results = []
+    for reduction in (0, 64):
+        kernel = kernels.recurrent_step(get_cell(cell), 3, 37, True, reduction=reduction)
+        assert kernel.name.endswith("_k64") == bool(reduction)
+        func = default_schedule(kernel, target)
+        lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+        if not results:
+            data = [np.random.default_rng(0).standard_normal([int(d) for d in p.shape]).astype(np.float32)
+                    for p in func.params]
+        arrays = [tvm.runtime.tensor(a.copy()) for a in data]
+        lib["main"](*arrays)
+        results.append([a.numpy() for a in arrays])
+    for role, a, b in zip(kernel.roles, *results):
+        np.testing.assert_array_equal(a, b, err_msg=role)
+    with pytest.raises(ValueError, match="reduction: 30 for an fp32 step of state size 37"):
+        kernels.recurrent_step(get_cell(cell), 3, 37, False, reduction=30)
+    h100 = tvm.target.Target("nvidia/nvidia-h100")
+    config = passes.Config(get_cell(cell), 40, 947, 1, False, 2, False)
+    assert passes.step_reduction(h100, config) == 0  # (off by default)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(passes, "GPU_PADDED_REDUCTION", True)
+        assert passes.step_reduction(h100, config) == 960  # 947: prime
+        assert passes.step_reduction(h100, passes.Config(get_cell(cell), 40, 800, 1, False, 2, False)) == 0
+        assert passes.step_reduction(h100, passes.Config(get_cell(cell), 40, 201, 1, False, 2, False)) == 224  # 3 x 67
+        assert passes.step_reduction(None, config) == 0  # CPUs: guarded tiles
+        assert passes.step_reduction(h100, passes.Config(get_cell(cell), 40, 947, 1, False, 128, False)) == 0
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA compiler) on PATH")
+def test_padded_step_reductions_compile_for_the_h100(monkeypatch):
+    """With ``passes.GPU_PADDED_REDUCTION``, an LSTM of a prime hidden size (947) at batch 2
+    builds for the H100: its forward steps run a reduction of 960 (split-K's blocks of 512
+    threads, 64 slices, where 947 left one slice of 8 threads: 135 us a step, v91)."""
+    from tvmrnn.program import passes
+    monkeypatch.setattr(passes, "GPU_PADDED_REDUCTION", True)
+    rnn = tvmrnn.build("lstm", input_size=40, hidden_size=947, batch_size=2, target="nvidia/nvidia-h100", cache=False,
+                       tuning_logs=False)
+    assert {n for n in rnn.schedules if "_k960" in n} == {"recurrent_step_lstm_infer_n2_h947_k960_persistent",
+                                                           "recurrent_step_lstm_train_n2_h947_k960_persistent"}
+    source = rnn.executable.mod.imports[0].inspect_source()
+    assert re.search(r"__launch_bounds__\(512\) forward_kernel\(", source)

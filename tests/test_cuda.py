@@ -86,6 +86,24 @@ def test_builds_held_to_other_gpus_limits_run_correctly(limits, cell, batch, hid
         built.cache_clear()
 
 
+@pytest.mark.parametrize("cell,layers,bidirectional,batch", [("lstm", 2, False, 2), ("gru", 1, True, 3),
+                                                               ("rnn_tanh", 1, False, 1)])
+def test_padded_step_reductions_match_torch_on_cuda(cell, layers, bidirectional, batch, rng, monkeypatch):
+    """Forward steps whose state size is prime (H = 131) with ``passes.GPU_PADDED_REDUCTION``: the
+    GEMM's reduction padded to 160, the products past 131 guarded to zero (written in v91, first
+    run here): persistent and launched steps, a wavefront of two layers, both directions in one
+    step, batch 1; forward and training against torch.nn."""
+    from tvmrnn.program import passes
+    monkeypatch.setattr(passes, "GPU_PADDED_REDUCTION", True)
+    built.cache_clear()  # builds are cached by their arguments, which do not say this
+    try:
+        rnn = built(cell, layers, bidirectional, False, input_size=I, hidden_size=131, batch_size=batch, target="cuda")
+        assert any("_k160" in name for name in rnn.schedules), rnn.schedules
+        _check(cell, layers, bidirectional, False, 50, rng, target="cuda", as_array=to_cuda, hidden=131, batch=batch)
+    finally:
+        built.cache_clear()
+
+
 @pytest.mark.parametrize("cell", CELLS)
 def test_reductions_split_over_blocks_match_torch_on_cuda(cell, rng, monkeypatch):
     """Every per-step GEMM's reduction split over blocks (``GPU_BLOCK_SLICE`` made small: the test

@@ -290,7 +290,7 @@ def dot2(a, b):
 
 
 def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, panel: int = 0,
-                   masked: bool = False, bf16: bool = False, state_size: int = 0) -> Kernel:
+                   masked: bool = False, bf16: bool = False, state_size: int = 0, reduction: int = 0) -> Kernel:
     """The recurrent GEMM fused with the cell's gate math, for one step.
 
     Outputs h_t twice (into the state and into the layer output), c_t, and for training the
@@ -316,11 +316,18 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     outputs the cell's unprojected ``h`` as ``r`` (with ``c`` and the saved values; masked: ``r``
     zero where the row has ended), which :func:`projection_step` projects to the next state. The
     cell may read ``h_prev`` only through its gates (no direct part).
+
+    ``reduction`` (fp32 steps; :func:`tvmrnn.program.passes.step_reduction`): the recurrent GEMM's
+    reduction runs over this many indices, more than the state's S, each past S a zero (a guard in
+    the product, ``if_then_else``): a GPU split-K schedule splits it evenly where S has no
+    divisor near the slices it wants (a prime S left one slice, v91). 0: S.
     """
     d = derivation(cell)
     G = cell.num_gates
     lead = _lead(directions)
     S = state_size or hidden
+    if reduction and (bf16 or reduction < S):
+        raise ValueError(f"reduction: {reduction} for an fp32 step of state size {S} needs at least {S}")
     if state_size and (bf16 or has_direct_part(cell)):
         raise ValueError(f"state_size: a {cell.name} step with a projected state needs fp32 projections and a cell "
                          f"that reads h_prev only through its gates")
@@ -351,11 +358,15 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
             word = tirx.reinterpret(_U32, w[(*s, col[0], k2, *col[1:])])
             return te.sum(dot2(tirx.reinterpret(_U32, hb[(*s, n, k2)]), word), axis=k2)
     else:
-        k = te.reduce_axis((0, S), "k")
+        K = reduction or S
+        k = te.reduce_axis((0, K), "k")
 
         def projection(*i):
             *s, n, col = i  # s: the direction, if any
-            return te.sum(h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, col, panel), axis=k)
+            product = h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, col, panel)
+            if K != S:  # (lazy: the loads past S never run)
+                product = tirx.if_then_else(k < S, product, tirx.const(0.0, F32))
+            return te.sum(product, axis=k)
     gh = _gates_compute(lead + (batch,), hidden, G, panel, projection, "recurrent_projection",
                         _axis_names(lead, "n"))
 
@@ -393,10 +404,11 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
     kernel = _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{f'_s{S}' if state_size else ''}"
+                   f"{f'_k{reduction}' if reduction and reduction != S else ''}"
                    f"{_panel_suffix(panel)}{_lead_suffix(directions)}{_MASKED if masked else ''}{'_bf16' if bf16 else ''}",
                    inputs, outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
     return _with_unmasked(kernel, masked, lambda: recurrent_step(cell, batch, hidden, train, directions, panel,
-                                                                 bf16=bf16, state_size=state_size))
+                                                                 bf16=bf16, state_size=state_size, reduction=reduction))
 
 
 def bf16_state(batch, hidden, directions: int = 1) -> Kernel:

@@ -154,6 +154,27 @@ def tail_rows(target) -> int:
     return GPU_GEMM_FULL_ROWS if target is not None and is_gpu(target) else 0
 
 
+# GPU builds: a forward step's reduction (its state's S inputs) padded where S has no divisor
+# near the slices split-K wants (kernels.recurrent_step's ``reduction``; step_reduction). Off
+# until run on a GPU: written in v91 (no device time left) after the H100's LSTM N=2 H=947 took
+# 135 us a step, 0.08x cuDNN (one slice: 947 is prime, 8 threads a block).
+GPU_PADDED_REDUCTION = False
+# ... where S's largest divisor up to 64 is below this, to the next multiple of 32
+PADDED_REDUCTION_BELOW = 8
+
+
+def step_reduction(target, config: "Config") -> int:
+    """The forward steps' padded reduction on ``target`` (:data:`GPU_PADDED_REDUCTION`), or 0."""
+    S = config.state_size
+    if not (GPU_PADDED_REDUCTION and target is not None and is_gpu(target)) or config.options.dtype != "float32":
+        return 0
+    if config.rows >= 128 or config.proj_size:  # (steps of 128+ rows may take TF32 tiles; LSTMP: not tried)
+        return 0
+    if S <= 64 or max(d for d in range(1, 65) if S % d == 0) >= PADDED_REDUCTION_BELOW:
+        return 0
+    return -(-S // 32) * 32
+
+
 def chunk_steps(target, options: BuildOptions, batch: int = 1) -> tuple[int, ...]:
     """The chunk sizes the all-steps GEMMs use on ``target`` (a ``tvm.target.Target``, or None: CPU)
     for a build of ``batch`` rows."""
@@ -588,7 +609,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
                     chunks: tuple[int, ...] = CHUNK_STEPS, stacked: bool = False, one_region: bool = False,
                     panel: int = 0, view_pointers: bool = False, interleave: bool = False,
                     subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
-                    tail_rows: int = 0, proj_panel: int = 0, skip_ended: bool = False, wave: int | None = None) -> Program:
+                    tail_rows: int = 0, proj_panel: int = 0, skip_ended: bool = False, wave: int | None = None,
+                    reduction: int = 0) -> Program:
     """The inference or training forward. ``panel``: the forward weights' column panels, as
     :func:`packing_program` packed them (:func:`tvmrnn.kernels.weight_shape`). ``interleave``
     (:func:`interleaved_projections`): each chunk's input projection just before the chunk's steps,
@@ -604,7 +626,8 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     the rows that have ended (:func:`kernels.input_projection`'s ``masked``). ``wave``: the
     layers of a unidirectional stack without projections run as a wavefront of chunks of that
     many steps (:func:`_wavefront_forward`; 0: layer after layer; None: ``config.wave_steps``, which
-    also decides the training workspace's layout, :class:`TrainingStates`)."""
+    also decides the training workspace's layout, :class:`TrainingStates`). ``reduction``: the
+    steps' (:func:`step_reduction`)."""
     c, N, H, L, D = config.cell, config.rows, config.hidden_size, config.num_layers, config.num_directions
     G, LD, I = c.num_gates, L * D, config.input_size
     S, P = config.state_size, config.proj_size
@@ -655,7 +678,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
     if wave:
         _wavefront_forward(prog, config, T, wave, chunks, panel, x=x, h0=h0, c0=c0, w=w, y=y, hy=hy, cy=cy, gx=gx,
                            mask=mask, hs=hs, cs=cs, outs=outs, states=states if train else None,
-                           saved=saved if train else None)
+                           saved=saved if train else None, reduction=reduction)
         return prog
 
     copy, copy_h = kernels.copy(N, H), kernels.copy(N, S)
@@ -684,7 +707,7 @@ def forward_program(config: Config, schedule, train: bool, persistent_blocks: in
             return states.at(_l, d, row) if train else hs.at("n", "j", ld=_l * D + d, t=row)
         for group in groups:
             step = kernels.recurrent_step(c, N, H, train, directions=len(group), panel=panel, masked=masked,
-                                          bf16=bf16, state_size=P)
+                                          bf16=bf16, state_size=P, reduction=reduction)
             rounding = kernels.bf16_state(N, H, directions=len(group)) if bf16 else None
 
             def base(d, start, size):  # with interleave: the first time step of a chunk (direction d's order)
@@ -814,7 +837,7 @@ def _wave_loops(prog: Program, q, L: int, wave) -> None:
 
 
 def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[int, ...], panel: int, *, x, h0, c0,
-                       w, y, hy, cy, gx, mask, hs, cs, outs, states=None, saved=None) -> None:
+                       w, y, hy, cy, gx, mask, hs, cs, outs, states=None, saved=None, reduction: int = 0) -> None:
     """A unidirectional stack's forward as a wavefront of its layers (cuDNN runs its stacks so):
     the time axis in chunks of ``C`` steps, wave ``k`` runs layer l's chunk ``k - l`` for every
     layer that has one, all of them in one launch a step (the step kernel with a leading axis over
@@ -889,7 +912,8 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
     def wave(k, lo, hi):  # wave k: layers lo..hi, layer l on its chunk k - l
         for l in range(lo, hi + 1):
             project(l, (k - l) * C, C, l)
-        step = kernels.recurrent_step(c, N, H, train, directions=hi - lo + 1, panel=panel, masked=masked)
+        step = kernels.recurrent_step(c, N, H, train, directions=hi - lo + 1, panel=panel, masked=masked,
+                                      reduction=reduction)
         with prog.loop(C, "step") as v:
             per_layer = [views(l, (k - l) * C + v, v, l, v, hi > lo, output(l, (k - l) * C + v))
                          for l in range(lo, hi + 1)]
@@ -1576,6 +1600,7 @@ def all_programs(config: Config, schedule, target=None,
     def blocks(name):  # (a step of two kernels, with projections, is never one persistent launch)
         return persistent_blocks if name in passes and not config.proj_size else None
     interleave = interleaved_projections(target, options)
+    reduction = step_reduction(target, config)
     tails = dict(tail_flops=tail_flops(target), tail_rows=tail_rows(target))
     # (CPU schedules skip ended rows' products: tvmrnn.schedules.ended_rows; GPU ones do not)
     how["skip_ended"] = options.variable_lengths and not (target is not None and is_gpu(target))
@@ -1590,11 +1615,12 @@ def all_programs(config: Config, schedule, target=None,
         shared = how["subroutines"]
         kernels_table = shared.trial() if trial and isinstance(shared, GpuKernels) else shared
         made = forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
-                               interleave=interleave, proj_panel=proj_panel, wave=wave, **tails,
+                               interleave=interleave, proj_panel=proj_panel, wave=wave, reduction=reduction, **tails,
                                **dict(how, subroutines=kernels_table))
         if trial and not made.all_step_loops_persistent:  # a wave of launches a step: layer after layer
             return forward_program(config, schedule, train=train, persistent_blocks=blocks(name), panel=panel,
-                                   interleave=interleave, proj_panel=proj_panel, wave=0, **tails, **how)
+                                   interleave=interleave, proj_panel=proj_panel, wave=0, reduction=reduction, **tails,
+                                   **how)
         if kernels_table is not shared:
             shared.adopt(kernels_table)
             made.subroutines = shared
