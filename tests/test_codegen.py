@@ -2229,8 +2229,9 @@ def test_cuda_masked_steps_select_without_branching_on_the_mask(cell, monkeypatc
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_a_padded_step_reduction_computes_the_same_step(cell, rng):
-    """``kernels.recurrent_step(reduction=...)``: the GEMM over more indices than the state has,
-    each past it a guarded zero, gives the step's own outputs bit for bit (run on this CPU; its
+    """``kernels.recurrent_step(reduction=...)`` (and the backward's state-gradient GEMMs'): the GEMM
+    over more indices than the state has, each past it a guarded zero, gives the kernel's own
+    outputs bit for bit (run on this CPU; its
     GPU use, ``passes.GPU_PADDED_REDUCTION``, is off until run on a GPU: test_cuda.py), a
     reduction below the state is refused, and the GPU rule pads only a state without a divisor
     near split-K's slices, to a multiple of 32."""
@@ -2240,20 +2241,24 @@ def test_a_padded_step_reduction_computes_the_same_step(cell, rng):
     from tvmrnn.program import passes
     from tvmrnn.schedules import default_schedule
     target = tvm.target.Target("llvm")
-    results = []
-    for reduction in (0, 64):
-        kernel = kernels.recurrent_step(get_cell(cell), 3, 37, True, reduction=reduction)
-        assert kernel.name.endswith("_k64") == bool(reduction)
-        func = default_schedule(kernel, target)
-        lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
-        if not results:
-            data = [np.random.default_rng(0).standard_normal([int(d) for d in p.shape]).astype(np.float32)
-                    for p in func.params]
-        arrays = [tvm.runtime.tensor(a.copy()) for a in data]
-        lib["main"](*arrays)
-        results.append([a.numpy() for a in arrays])
-    for role, a, b in zip(kernel.roles, *results):
-        np.testing.assert_array_equal(a, b, err_msg=role)
+    makers = {"step": lambda r: kernels.recurrent_step(get_cell(cell), 3, 37, True, reduction=r),
+              "backward step": lambda r: kernels.backward_step(get_cell(cell), 3, 37, reduction=r),
+              "recurrent backward": lambda r: kernels.recurrent_backward(3, 37, 4, False, reduction=r)}
+    for what, make in makers.items():
+        results = []
+        for reduction in (0, 64):
+            kernel = make(reduction)
+            assert ("_k64" in kernel.name) == bool(reduction), kernel.name
+            func = default_schedule(kernel, target)
+            lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+            if not results:
+                data = [np.random.default_rng(0).standard_normal([int(d) for d in p.shape]).astype(np.float32)
+                        for p in func.params]
+            arrays = [tvm.runtime.tensor(a.copy()) for a in data]
+            lib["main"](*arrays)
+            results.append([a.numpy() for a in arrays])
+        for role, a, b in zip(kernel.roles, *results):
+            np.testing.assert_array_equal(a, b, err_msg=f"{what}: {role}")
     with pytest.raises(ValueError, match="reduction: 30 for an fp32 step of state size 37"):
         kernels.recurrent_step(get_cell(cell), 3, 37, False, reduction=30)
     h100 = tvm.target.Target("nvidia/nvidia-h100")
@@ -2277,7 +2282,9 @@ def test_padded_step_reductions_compile_for_the_h100(monkeypatch):
     monkeypatch.setattr(passes, "GPU_PADDED_REDUCTION", True)
     rnn = tvmrnn.build("lstm", input_size=40, hidden_size=947, batch_size=2, target="nvidia/nvidia-h100", cache=False,
                        tuning_logs=False)
-    assert {n for n in rnn.schedules if "_k960" in n} == {"recurrent_step_lstm_infer_n2_h947_k960_persistent",
-                                                           "recurrent_step_lstm_train_n2_h947_k960_persistent"}
+    assert {n for n in rnn.schedules if "_k960" in n} == {
+        "recurrent_step_lstm_infer_n2_h947_k960_persistent", "recurrent_step_lstm_train_n2_h947_k960_persistent",
+        "backward_step_lstm_n2_h947_k960_persistent", "recurrent_backward_n2_h947_g4_k960"}
     source = rnn.executable.mod.imports[0].inspect_source()
-    assert re.search(r"__launch_bounds__\(512\) forward_kernel\(", source)
+    for loop in ("forward_kernel", "forward_train_kernel", "backward_kernel"):  # (without: 8, 8 and 32 threads)
+        assert re.search(rf"__launch_bounds__\(512\) {loop}\(", source), loop

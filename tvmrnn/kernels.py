@@ -404,7 +404,7 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     outputs = _outputs("step", lead + (batch, hidden), exprs, env)
     mode = "train" if train else "infer"
     kernel = _make(f"recurrent_step_{cell.name}_{mode}_n{batch}_h{hidden}{f'_s{S}' if state_size else ''}"
-                   f"{f'_k{reduction}' if reduction and reduction != S else ''}"
+                   f"{_reduction_suffix(reduction, S)}"
                    f"{_panel_suffix(panel)}{_lead_suffix(directions)}{_MASKED if masked else ''}{'_bf16' if bf16 else ''}",
                    inputs, outputs, gemm="recurrent_projection", columns=gate_axes(panel), batch=len(lead))
     return _with_unmasked(kernel, masked, lambda: recurrent_step(cell, batch, hidden, train, directions, panel,
@@ -487,6 +487,10 @@ def _axis_names(lead: tuple, *names: str) -> list[str]:
     return ["d"] * len(lead) + list(names)
 
 
+def _reduction_suffix(reduction: int, rows: int) -> str:
+    return f"_k{reduction}" if reduction and reduction != rows else ""
+
+
 def _lead_suffix(directions: int) -> str:
     return f"_d{directions}" if directions > 1 else ""
 
@@ -508,28 +512,35 @@ def pointwise_backward(cell: Cell, batch, hidden, masked: bool = False) -> Kerne
     return _with_unmasked(kernel, masked, lambda: pointwise_backward(cell, batch, hidden))
 
 
-def _state_gradient_gemm(lead: tuple, batch, rows, gates, out_size, panel: int, padded: bool = False):
+def _state_gradient_gemm(lead: tuple, batch, rows, gates, out_size, panel: int, padded: bool = False,
+                         reduction: int = 0):
     """The backward's GEMM onto a state's gradient, ``mm[n, k] = sum_{g,j} dgh[n, j, g] w[g, j, k]``
     with ``w`` a ``(G, rows, K)`` weight in PyTorch's layout or its panels
     (:func:`backward_weight_shape`), ``lead`` axes on every operand: ``({"dgh", "w"}, mm)``.
     ``padded``: over every column of the panels, the last one's padding included (zero weights;
-    a fused epilogue reads the K real ones), so that each tile is one whole panel."""
+    a fused epilogue reads the K real ones), so that each tile is one whole panel. ``reduction``:
+    ``j`` runs over that many rows, each past ``rows`` a guarded zero (as :func:`recurrent_step`'s)."""
+    if reduction and reduction < rows:
+        raise ValueError(f"reduction: {reduction} for a state gradient of {rows} rows needs at least {rows}")
     dgh = te.placeholder(lead + (batch, rows, gates), F32, "dgh")
     w = te.placeholder(lead + backward_weight_shape(gates, rows, out_size, panel), F32, "w")
     if padded and panel:
         out_size = panels(out_size, panel) * panel
-    j = te.reduce_axis((0, rows), "j")
+    j = te.reduce_axis((0, reduction or rows), "j")
     g = te.reduce_axis((0, gates), "g")
 
     def product(*i):
         *s, n, k = i  # s: the direction, if any
-        return te.sum(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel), axis=[j, g])
+        value = dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel)
+        if reduction and reduction != rows:  # (lazy: the loads past the rows never run)
+            value = tirx.if_then_else(j < rows, value, tirx.const(0.0, F32))
+        return te.sum(value, axis=[j, g])
     mm = te.compute(lead + (batch, out_size), product, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
     return {"dgh": dgh, "w": w}, mm
 
 
 def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0, masked: bool = False,
-                  proj: int = 0) -> Kernel:
+                  proj: int = 0, reduction: int = 0) -> Kernel:
     """One launch per backward step: step t's recurrent backward fused with step t-1's pointwise.
 
     ``dh_{t-1} = dgh_t W_hh (+ the direct part of step t's pointwise)`` is, at each ``(n, unit)``,
@@ -548,11 +559,14 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
     dgh W_hr`` with ``dgh`` the step's ``(N, P, 1)`` gradient of its projected state and ``w`` the
     ``(P, H)`` projection as a one-gate weight (``backward_weight_shape(1, P, H, panel)``), and the
     gate math runs on that ``dr`` (its ``dy`` zeros: the output's gradient is in ``dgh``); the
-    recurrent GEMM is :func:`projected_recurrent_backward`'s.
+    recurrent GEMM is :func:`projected_recurrent_backward`'s. ``reduction`` (not with ``proj``):
+    the GEMM's units padded to that many, as :func:`recurrent_step`'s.
     """
     lead = _lead(directions)
     rows, gates = (proj, 1) if proj else (hidden, cell.num_gates)
-    inputs, mm = _state_gradient_gemm(lead, batch, rows, gates, hidden, panel, padded=True)
+    if reduction and proj:
+        raise ValueError("reduction: not for a projection's backward")
+    inputs, mm = _state_gradient_gemm(lead, batch, rows, gates, hidden, panel, padded=True, reduction=reduction)
     if has_direct_part(cell, masked) and not proj:
         inputs["dh_direct_in"] = te.placeholder(lead + (batch, hidden), F32, "dh_direct_in")
         carried = lambda *i: mm[i] + inputs["dh_direct_in"][i]  # noqa: E731
@@ -563,9 +577,10 @@ def backward_step(cell: Cell, batch, hidden, directions: int = 1, panel: int = 0
         inputs["gemm_mask"] = te.placeholder(lead + (batch,), F32, "gemm_mask")
     kernel = _pointwise_backward(cell, batch, hidden, lead, inputs, carried,
                                  f"backward_step_{cell.name}_n{batch}_h{hidden}{f'_proj{proj}' if proj else ''}"
-                                 f"{_panel_suffix(panel)}{_lead_suffix(directions)}{_MASKED if masked else ''}",
+                                 f"{_reduction_suffix(reduction, hidden)}{_panel_suffix(panel)}{_lead_suffix(directions)}{_MASKED if masked else ''}",
                                  gemm="matmul", columns=("k",), masked=masked)
-    return _with_unmasked(kernel, masked, lambda: backward_step(cell, batch, hidden, directions, panel, proj=proj))
+    return _with_unmasked(kernel, masked, lambda: backward_step(cell, batch, hidden, directions, panel, proj=proj,
+                                                                reduction=reduction))
 
 
 def projected_recurrent_backward(batch, hidden, proj, gates, panel: int = 0, masked: bool = False,
@@ -702,20 +717,21 @@ def _pointwise_backward(cell: Cell, batch, hidden, lead: tuple, inputs: dict, ca
     return _make(name, inputs, outputs, gemm=gemm, columns=columns, batch=len(lead))
 
 
-def recurrent_backward(batch, hidden, gates, direct: bool, panel: int = 0) -> Kernel:
+def recurrent_backward(batch, hidden, gates, direct: bool, panel: int = 0, reduction: int = 0) -> Kernel:
     """``dh_{t-1}[n, k] = sum_{g,j} dgh[n, j, g] w[g, j, k]`` (+ the pointwise's direct part).
 
     ``w`` is W_hh in PyTorch's ``(G, H, K)`` layout (kept beside the packed one, see
     :mod:`tvmrnn.cells.parameters`): the output axis ``k`` is then contiguous in the weights too.
     """
-    inputs, mm = _state_gradient_gemm((), batch, hidden, gates, hidden, panel)
+    inputs, mm = _state_gradient_gemm((), batch, hidden, gates, hidden, panel, reduction=reduction)
     if direct:
         inputs["dh_direct"] = te.placeholder((batch, hidden), F32, "dh_direct")
         out = te.compute(mm.shape, lambda n, k: mm[n, k] + inputs["dh_direct"][n, k], name="dh")
     else:
         out = te.compute(mm.shape, lambda n, k: mm[n, k], name="dh")
     suffix = "_direct" if direct else ""
-    return _make(f"recurrent_backward_n{batch}_h{hidden}_g{gates}{suffix}{_panel_suffix(panel)}", inputs, {"dh": out},
+    return _make(f"recurrent_backward_n{batch}_h{hidden}_g{gates}{suffix}{_reduction_suffix(reduction, hidden)}"
+                 f"{_panel_suffix(panel)}", inputs, {"dh": out},
                  gemm="matmul", columns=("k",))
 
 

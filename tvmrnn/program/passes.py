@@ -154,10 +154,12 @@ def tail_rows(target) -> int:
     return GPU_GEMM_FULL_ROWS if target is not None and is_gpu(target) else 0
 
 
-# GPU builds: a forward step's reduction (its state's S inputs) padded where S has no divisor
-# near the slices split-K wants (kernels.recurrent_step's ``reduction``; step_reduction). Off
+# GPU builds: the step GEMMs' reduction over the state (the forward steps' S inputs, the backward
+# steps' and recurrent_backward's H units) padded where S has no divisor near the slices split-K
+# wants (kernels.recurrent_step's and kernels.backward_step's ``reduction``; step_reduction). Off
 # until run on a GPU: written in v91 (no device time left) after the H100's LSTM N=2 H=947 took
-# 135 us a step, 0.08x cuDNN (one slice: 947 is prime, 8 threads a block).
+# 135 us a forward step, 0.08x cuDNN (one slice: 947 is prime, 8 threads a block; padded to 960:
+# 512 threads, and the backward's 32 -> 512; compiled, not run).
 GPU_PADDED_REDUCTION = False
 # ... where S's largest divisor up to 64 is below this, to the next multiple of 32
 PADDED_REDUCTION_BELOW = 8
@@ -973,8 +975,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                      grad_panel: int = 0, input_rows_of=lambda k, panel: 0, view_pointers: bool = False,
                      subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
                      tail_rows: int = 0, skip_ended: bool = False, interleave: bool = False,
-                     staged: bool = False, wave: int | None = None) -> Program:
-    """The backward pass. With ``packed_grads`` the weight gradients are summed in the packed
+                     staged: bool = False, wave: int | None = None, reduction: int = 0) -> Program:
+    """The backward pass. ``reduction``: its step GEMMs' units padded (:func:`step_reduction`). With ``packed_grads`` the weight gradients are summed in the packed
     ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
     time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
     with ``grad_panel`` too, in column panels of that many units, each chunk's gate gradients
@@ -1115,12 +1117,12 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
         prog.call(kernels.fill_zero(DG * N * H), dst=zero_dy.piece(0))
     copy = kernels.copy(N, H)
     pointwise = kernels.pointwise_backward(c, N, H, masked=masked)
-    recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H))
+    recurrent = kernels.recurrent_backward(N, H, G, dh_direct is not None, panel=panel_of(H), reduction=reduction)
     layer_fns: dict[int, dict] = {}  # a wavefront's: each layer's views and gradients
 
     wave_weights = None  # a wavefront's: layer l's copies of its step's weights, one stride apart
     if wave:  # (the recurrent weights' backward copies, and per-unit parameters)
-        single = kernels.backward_step(c, N, H, panel=panel_of(H), masked=masked)
+        single = kernels.backward_step(c, N, H, panel=panel_of(H), masked=masked, reduction=reduction)
         pieces = {"w": lambda l: layout.backward_copy(layout.slot(l, 0, "weight_hh"))}
         if "unit" in single.roles:
             pieces["unit"] = lambda l: layout.unit_offset(l, 0, packed=True)
@@ -1329,7 +1331,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                 _projected_steps(prog, config, l, group, T, gate_math, d_out=d_out, w=w, dgh=dgh, dhp=dhp, dhy=dhy,
                                  dh0=dh0, carry=carry, mask=mask, panel_of=panel_of)
             else:
-                fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked)
+                fused = kernels.backward_step(c, N, H, directions=len(group), panel=panel_of(H), masked=masked,
+                                              reduction=reduction)
                 # the last step's gate math with dhy; then one launch per step: step v's GEMM and
                 # step v+1's gate math (from the end); then the first step's GEMM, into dh0
                 for d in group:
@@ -1377,13 +1380,13 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
     if wave:
         _wavefront_backward(prog, config, T, wave, chunks, layer_fns, pointwise=pointwise, recurrent=recurrent,
                             single=single, panel=panel_of(H), dy=dy, dhy=dhy, dh0=dh0, dc0=dc0, dlayer=dlayer,
-                            dc_carry=dc_carry, dh_direct=dh_direct, mask=mask)
+                            dc_carry=dc_carry, dh_direct=dh_direct, mask=mask, reduction=reduction)
     return prog
 
 
 def _wavefront_backward(prog: Program, config: Config, T, C: int, chunks: tuple[int, ...], layer_fns: dict, *,
                         pointwise, recurrent, single, panel: int, dy, dhy, dh0, dc0, dlayer, dc_carry, dh_direct,
-                        mask) -> None:
+                        mask, reduction: int = 0) -> None:
     """:func:`backward_program`'s time loops as a wavefront of the layers (the forward's,
     :func:`_wavefront_forward`, backwards): from the last step on, layer l's chunk j of ``C``
     steps (chunks counted from the end) runs in one launch a step with the layer above's chunk
@@ -1435,7 +1438,8 @@ def _wavefront_backward(prog: Program, config: Config, T, C: int, chunks: tuple[
         if hi == L - 1 and hi > lo:  # the last layer's dy, where the stacked step reads it
             t0 = start_of(L - 1)
             prog.call(kernels.copy_steps(C, N, S), src=dy.at("t", "n", "j", t=t0), dst=dlayer.at("t", "n", "j", l=L - 1, t=t0))
-        step = single if hi == lo else kernels.backward_step(c, N, H, directions=hi - lo + 1, panel=panel, masked=masked)
+        step = single if hi == lo else kernels.backward_step(c, N, H, directions=hi - lo + 1, panel=panel, masked=masked,
+                                                             reduction=reduction)
         with prog.loop(C, "step") as i:
             per_layer = [launch(l, r - 1 + (k - (L - 1 - l)) * C + i, r - 1 + i, hi > lo) for l in range(lo, hi + 1)]
             if hi == lo:
@@ -1634,7 +1638,7 @@ def all_programs(config: Config, schedule, target=None,
                                 input_rows_of=lambda k, p: input_panel(target, k, config.cell.num_gates, p,
                                                                        config.rows),
                                 interleave=interleave and BACKWARD_CHUNK_GRADIENTS,
-                                staged=staged_weight_gradients(target, config), **tails, **how)
+                                staged=staged_weight_gradients(target, config), reduction=reduction, **tails, **how)
     programs = (forward(train=False), forward(train=True),
                 backward(),
                 packing_program(config, schedule, panel=panel, panel_of=panel_of, view_pointers=pointers,
