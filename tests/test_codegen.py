@@ -954,7 +954,7 @@ def test_dependent_launch_option():
         BuildOptions(dependent_launch="sometimes")
 
 
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("cell", ["lstm", slow("gru")])
 def test_views_as_pointers_match_torch(cell, rng, monkeypatch):
     """Views whose offset is in the data pointer (``sequence._make_view(pointer=True)``, what GPU
     builds with ``shared_kernels=True``, the default, declare) address the same elements: a CPU
@@ -1695,7 +1695,8 @@ def test_cpu_guarded_tiles_of_gates_that_do_not_divide_the_lanes(mcpu, lanes, mo
     _check("gru", 2, True, False, 6, rng, target=target, hidden=53, input_size=37, batch=5)
 
 
-@pytest.mark.parametrize("cell,hidden,tiles,tiles_before", [("lstm", 67, 9, 17), ("gru", 67, 5, 14), ("rnn_tanh", 163, 6, 11)])
+@pytest.mark.parametrize("cell,hidden,tiles,tiles_before", [("lstm", 67, 9, 17), slow("gru", 67, 5, 14),
+                                                             ("rnn_tanh", 163, 6, 11)])
 def test_cpu_backward_gemms_take_guarded_tiles_of_several_vectors(cell, hidden, tiles, tiles_before, monkeypatch, rng):
     """The backward's weight gradients at an H that no whole vector of units divides had guarded
     tiles of one vector (24 rows x 16 floats: 25 loads for 24 multiply-adds); since v79
