@@ -6,6 +6,7 @@
 #        (a time loop of bf16 steps one parallel region). "old" is the package at 338715b, unpacked
 #        into ab_old/ (untracked; `git archive 338715b tvmrnn | tar -x -C ab_old`), "new" this tree;
 #        each side's build cached in a folder of its own, the runs alternated (THREADS, REPS)
+#   padab the GPU's padded step reductions off / on against cuDNN (padded_ab.py; PADSHAPES)
 #   pkab the same A/B in one process: notes/bench/v91/package_ab.py on ab_pk/old_NAME.so and
 #        ab_pk/new_NAME.so (tvmrnn-export on the dev VM for the Xeon, untracked) for NAME in PKGS
 export SWEEP=${SWEEP:-notes/bench/v91/gpu_sweep_8901_last.json}
@@ -23,6 +24,9 @@ if [ $part = xab ]; then
             done
         done
     done
+elif [ $part = padab ]; then  # passes.GPU_PADDED_REDUCTION off / on / cuDNN (SHAPES: CELL:T:N:I:H:L ...)
+    PYTHONPATH=/opt/tvmsite:$PWD timeout ${LIMIT:-400} python3 notes/bench/v91/padded_ab.py ${PADSHAPES:-} 2>&1 \
+        | grep -v Warn | tee $OUT/padded_ab.txt
 elif [ $part = pkab ]; then  # package_ab.py on ab_pk/old_NAME.so, new_NAME.so (exported on the dev VM, untracked)
     for n in ${THREADS:-16 8}; do
         for name in ${PKGS:-lstm1 gru1 lstm5bi}; do
