@@ -2244,12 +2244,13 @@ def test_a_padded_step_reduction_computes_the_same_step(cell, rng):
     target = tvm.target.Target("llvm")
     makers = {"step": lambda r: kernels.recurrent_step(get_cell(cell), 3, 37, True, reduction=r),
               "backward step": lambda r: kernels.backward_step(get_cell(cell), 3, 37, reduction=r),
-              "recurrent backward": lambda r: kernels.recurrent_backward(3, 37, 4, False, reduction=r)}
+              "recurrent backward": lambda r: kernels.recurrent_backward(3, 37, 4, False, reduction=r),
+              "input gradient": lambda r: kernels.input_gradient(2, 3, 11, 37, 4, True, reduction=r)}
     for what, make in makers.items():
         results = []
         for reduction in (0, 64):
             kernel = make(reduction)
-            assert ("_k64" in kernel.name) == bool(reduction), kernel.name
+            assert ("_r64" in kernel.name) == bool(reduction), kernel.name
             func = default_schedule(kernel, target)
             lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
             if not results:
@@ -2283,9 +2284,10 @@ def test_padded_step_reductions_compile_for_the_h100(monkeypatch):
     monkeypatch.setattr(passes, "GPU_PADDED_REDUCTION", True)
     rnn = tvmrnn.build("lstm", input_size=40, hidden_size=947, batch_size=2, target="nvidia/nvidia-h100", cache=False,
                        tuning_logs=False)
-    assert {n for n in rnn.schedules if "_k960" in n} == {
-        "recurrent_step_lstm_infer_n2_h947_k960_persistent", "recurrent_step_lstm_train_n2_h947_k960_persistent",
-        "backward_step_lstm_n2_h947_k960_persistent", "recurrent_backward_n2_h947_g4_k960"}
+    assert {n for n in rnn.schedules if "_r960" in n} == {
+        "recurrent_step_lstm_infer_n2_h947_r960_persistent", "recurrent_step_lstm_train_n2_h947_r960_persistent",
+        "backward_step_lstm_n2_h947_r960_persistent", "recurrent_backward_n2_h947_g4_r960",
+        *(f"input_gradient_t{t}_n2_k40_h947_g4_r960" for t in (256, 32, 16, 8, 4, 1))}
     source = rnn.executable.mod.imports[0].inspect_source()
     for loop in ("forward_kernel", "forward_train_kernel", "backward_kernel"):  # (without: 8, 8 and 32 threads)
         assert re.search(rf"__launch_bounds__\(512\) {loop}\(", source), loop

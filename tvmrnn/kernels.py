@@ -488,7 +488,8 @@ def _axis_names(lead: tuple, *names: str) -> list[str]:
 
 
 def _reduction_suffix(reduction: int, rows: int) -> str:
-    return f"_k{reduction}" if reduction and reduction != rows else ""
+    """A padded reduction's part of a kernel's name (``_r`` and its extent; none where it is not)."""
+    return f"_r{reduction}" if reduction and reduction != rows else ""
 
 
 def _lead_suffix(directions: int) -> str:
@@ -864,22 +865,29 @@ def bias_gradient(steps, batch, hidden, gates) -> Kernel:
 
 
 def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel: int = 0,
-                   masked: bool = False) -> Kernel:
+                   masked: bool = False, reduction: int = 0) -> Kernel:
     """``dx[t, n, k] (+)= sum_{g,j} dg[t, n, j, g] w[g, j, k]`` for a chunk of steps.
 
     ``w`` is W_ih in PyTorch's ``(G, H, K)`` layout, as in :func:`recurrent_backward`. With
     ``accumulate`` the caller passes the same buffer as ``acc`` and ``dx`` (the second
     direction of a bidirectional layer adds to what the first wrote). ``masked``: as for
-    :func:`input_projection` (an ended row's ``dx`` is zero, or ``acc``).
+    :func:`input_projection` (an ended row's ``dx`` is zero, or ``acc``). ``reduction``: ``j`` over
+    that many units, each past ``hidden`` a guarded zero (as :func:`recurrent_step`'s).
     """
+    if reduction and reduction < hidden:
+        raise ValueError(f"reduction: {reduction} for an input gradient of {hidden} units needs at least {hidden}")
     dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
     w = te.placeholder(backward_weight_shape(gates, hidden, in_size, panel), F32, "w")
     inputs = {"dg": dg, "w": w}
-    j = te.reduce_axis((0, hidden), "j")
+    j = te.reduce_axis((0, reduction or hidden), "j")
     g = te.reduce_axis((0, gates), "g")
-    mm = te.compute((steps, batch, in_size),
-                    lambda t, n, k: te.sum(dg[t, n, j, g] * _weight_t_at(w, (), g, j, k, panel), axis=[j, g]),
-                    name="matmul")
+
+    def product(t, n, k):
+        value = dg[t, n, j, g] * _weight_t_at(w, (), g, j, k, panel)
+        if reduction and reduction != hidden:  # (lazy: the loads past the units never run)
+            value = tirx.if_then_else(j < hidden, value, tirx.const(0.0, F32))
+        return te.sum(value, axis=[j, g])
+    mm = te.compute((steps, batch, in_size), product, name="matmul")
     if accumulate:
         inputs["acc"] = te.placeholder(mm.shape, F32, "acc")
         out = te.compute(mm.shape, lambda t, n, k: inputs["acc"][t, n, k] + mm[t, n, k], name="dx")
@@ -887,10 +895,11 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel
         out = te.compute(mm.shape, lambda t, n, k: mm[t, n, k], name="dx")
     inputs.update(_ended_rows_mask(steps, batch, masked))
     suffix = ("_acc" if accumulate else "") + _panel_suffix(panel) + (_MASKED if masked else "")
-    kernel = _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}{suffix}", inputs, {"dx": out},
+    kernel = _make(f"input_gradient_t{steps}_n{batch}_k{in_size}_h{hidden}_g{gates}"
+                   f"{_reduction_suffix(reduction, hidden)}{suffix}", inputs, {"dx": out},
                    gemm="matmul", columns=("k",))
     return _with_unmasked(kernel, masked, lambda: input_gradient(steps, batch, in_size, hidden, gates, accumulate,
-                                                                 panel))
+                                                                 panel, reduction=reduction))
 
 
 def persistent(kernel: Kernel, max_blocks: int, row_groups: bool = False) -> Kernel:

@@ -1215,8 +1215,8 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                              w=w.piece(w_ih), dx=d_in(start))
                 if d > 0:
                     views["acc"] = d_in(start)
-                prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=d > 0,
-                                                 panel=panel_of(in_size), masked=skip), **views, **chunk_mask(start))
+                prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=d > 0, panel=panel_of(in_size),
+                                                 masked=skip, reduction=reduction), **views, **chunk_mask(start))
             # the first direction's input gradients write dx: a cover of their own may overlap
             own_cover = inputs_after or (GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows))
             own_cover = own_cover and inputs

@@ -58,7 +58,7 @@ for shape in shapes:
         builds["on" if on else "off"] = tvmrnn.build(cell, input_size=I, hidden_size=H, num_layers=L, batch_size=N,
                                                      target="cuda" if DEVICE == "cuda" else None, cache=False)
         print(f"{shape}: built {'on' if on else 'off'} in {time.perf_counter() - t0:.1f} s; padded kernels: "
-              f"{sorted(n for n in builds['on' if on else 'off'].schedules if STEPS.match(n) and '_k' in n)}", flush=True)
+              f"{sorted(n for n in builds['on' if on else 'off'].schedules if STEPS.match(n) and '_r' in n)}", flush=True)
     passes.GPU_PADDED_REDUCTION = False
     ws = {k: r.pack_weights(tvmrnn.params_from_torch(ref)) for k, r in builds.items()}
     x = torch.randn(T, N, I, device=DEVICE)
