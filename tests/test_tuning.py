@@ -822,6 +822,9 @@ _INTRINSIC_KERNELS = {
                    {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}, "tvmrnn_dot_pair_words_packed_bf16"),
     "bf16 amx": ("kernels.input_projection(4, 20, 64, 96, 4, panel=16, bf16=True)",
                  {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}, "tvmrnn_amx_"),
+    # a step's: its A the rounded state in memory (kernels.bf16_state), the intrinsics' _state forms
+    "bf16 amx step": ("kernels.recurrent_step(get_cell('gru'), 20, 64, False, panel=16, bf16=True)",
+                      {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}, "tvmrnn_amx_l0_r20_p1_g3_u16_k32_state"),
 }
 
 
