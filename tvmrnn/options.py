@@ -130,7 +130,7 @@ class BuildOptions:
         on half operands read it, and the layers' outputs, rounded (``half_operands``), so its
         errors are at most theirs). CPUs: ``bfloat16`` only, its forward GEMMs those of ``bf16_projections``
         (AMX or AVX512-BF16) where they apply, else fp32 GEMMs on the rounded values (a hidden
-        size without 16-unit weight panels, a state too large for the stack); the casts in and out
+        size without 16-unit weight panels); the casts in and out
         run on TVM's threads. CUDA: both; the all-steps GEMMs on tensor cores (the TF32 tiles of
         ``allow_tf32``, exact on half operands; the forward's on half operands, ``half_operands``),
         the steps' recurrent GEMMs in fp32 except the large steps of ``tensor_core_steps``.

@@ -163,6 +163,10 @@ def tail_rows(target) -> int:
 GPU_PADDED_REDUCTION = False
 # ... where S's largest divisor up to 64 is below this, to the next multiple of 32
 PADDED_REDUCTION_BELOW = 8
+# ... in GEMMs of fewer rows than this (a step's batch; an input gradient's steps x batch): those
+# of more may take TF32 tiles (allow_tf32, tensor_core_steps), whose template refuses the guarded
+# product and left a GEMM of one thread an output (v91's review)
+PADDED_REDUCTION_ROWS = 128
 
 
 def step_reduction(target, config: "Config") -> int:
@@ -170,7 +174,7 @@ def step_reduction(target, config: "Config") -> int:
     S = config.state_size
     if not (GPU_PADDED_REDUCTION and target is not None and is_gpu(target)) or config.options.dtype != "float32":
         return 0
-    if config.rows >= 128 or config.proj_size:  # (steps of 128+ rows may take TF32 tiles; LSTMP: not tried)
+    if config.rows >= PADDED_REDUCTION_ROWS or config.proj_size:  # (LSTMP: not tried)
         return 0
     if S <= 64 or max(d for d in range(1, 65) if S % d == 0) >= PADDED_REDUCTION_BELOW:
         return 0
@@ -552,8 +556,8 @@ def half_precision_choices(config: Config, options: BuildOptions, target, allow_
         bf16.check_target(target)
     except ValueError as err:
         raise ValueError(f"dtype='bfloat16': {err}") from None
-    # bf16 GEMMs where they apply; elsewhere (hidden sizes without 16-unit weight panels, a state
-    # too large for the stack) fp32 GEMMs on the bf16-rounded inputs and weights
+    # bf16 GEMMs where they apply; elsewhere (hidden sizes without 16-unit weight panels) fp32 GEMMs
+    # on the bf16-rounded inputs and weights
     return dataclasses.replace(options, bf16_projections=bf16_projections_refused(target, config) is None), allow_tf32
 
 
@@ -890,7 +894,7 @@ def _wavefront_forward(prog: Program, config: Config, T, C: int, chunks: tuple[i
         if cs is not None:
             prog.call(copy, src=c0.at("n", "j", ld=l), dst=cs.at("n", "j", ld=l, t=0))
 
-    single = kernels.recurrent_step(c, N, H, train, panel=panel, masked=masked)
+    single = kernels.recurrent_step(c, N, H, train, panel=panel, masked=masked, reduction=reduction)
     copies = _stacked_copies(prog, w, L, single, {role: lambda l, _r=role: _step_weights(config, l, 0)[_r]
                                                   for role in _step_weights(config, 0, 0)})
 
@@ -1215,8 +1219,11 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                              w=w.piece(w_ih), dx=d_in(start))
                 if d > 0:
                     views["acc"] = d_in(start)
+                # (padded only where its rows are a step's few, as the steps': a GEMM of 128 rows or
+                # more may take TF32 tiles, whose template refuses the guarded product)
+                padded = reduction if size * N < PADDED_REDUCTION_ROWS else 0
                 prog.call(kernels.input_gradient(size, N, in_size, H, G, accumulate=d > 0, panel=panel_of(in_size),
-                                                 masked=skip, reduction=reduction), **views, **chunk_mask(start))
+                                                 masked=skip, reduction=padded), **views, **chunk_mask(start))
             # the first direction's input gradients write dx: a cover of their own may overlap
             own_cover = inputs_after or (GPU_INPUT_GRADIENT_TAILS and d == 0 and bool(tail_flops or tail_rows))
             own_cover = own_cover and inputs

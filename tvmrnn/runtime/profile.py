@@ -36,7 +36,8 @@ GROUPS = ("input GEMM", "weight grads", "recurrent", "other")
 _PREFIXES = {"input GEMM": ("input_projection", "input_gradient"),
              "weight grads": ("weight_gradient", "bias_gradient", "gate_untranspose"),
              "recurrent": ("recurrent_step", "backward_step", "pointwise_backward", "recurrent_backward",
-                           "projection_step", "projected_recurrent_backward", "projected_gradient_start")}
+                           "projection_step", "projected_recurrent_backward", "projected_gradient_start",
+                           "bf16_state")}
 
 
 def group_of(kernel_name: str) -> str:
