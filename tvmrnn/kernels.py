@@ -326,8 +326,8 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
     G = cell.num_gates
     lead = _lead(directions)
     S = state_size or hidden
-    if reduction and (bf16 or reduction < S):
-        raise ValueError(f"reduction: {reduction} for an fp32 step of state size {S} needs at least {S}")
+    if reduction and bf16:
+        raise ValueError("reduction: for fp32 steps only (a bf16 step's reduction runs over k-pairs)")
     if state_size and (bf16 or has_direct_part(cell)):
         raise ValueError(f"state_size: a {cell.name} step with a projected state needs fp32 projections and a cell "
                          f"that reads h_prev only through its gates")
@@ -358,15 +358,11 @@ def recurrent_step(cell: Cell, batch, hidden, train: bool, directions: int = 1, 
             word = tirx.reinterpret(_U32, w[(*s, col[0], k2, *col[1:])])
             return te.sum(dot2(tirx.reinterpret(_U32, hb[(*s, n, k2)]), word), axis=k2)
     else:
-        K = reduction or S
-        k = te.reduce_axis((0, K), "k")
+        k, guarded = _padded_axis("k", S, reduction, "an fp32 step of state size {rows}")
 
         def projection(*i):
             *s, n, col = i  # s: the direction, if any
-            product = h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, col, panel)
-            if K != S:  # (lazy: the loads past S never run)
-                product = tirx.if_then_else(k < S, product, tirx.const(0.0, F32))
-            return te.sum(product, axis=k)
+            return te.sum(guarded(h_prev[(*s, n, k)] * _weight_at(w, tuple(s), k, col, panel)), axis=k)
     gh = _gates_compute(lead + (batch,), hidden, G, panel, projection, "recurrent_projection",
                         _axis_names(lead, "n"))
 
@@ -487,6 +483,19 @@ def _axis_names(lead: tuple, *names: str) -> list[str]:
     return ["d"] * len(lead) + list(names)
 
 
+def _padded_axis(name: str, rows: int, reduction: int, what: str):
+    """A GEMM's reduce axis over ``rows`` or, padded, over ``reduction`` (0: not padded) indices
+    (``what``: the GEMM, for the error, ``{rows}`` where its size goes),
+    and ``guarded(product)``: the product, a zero past ``rows`` (a lazy ``if_then_else``: the loads
+    past them never run; a schedule cannot drop it, unlike a block predicate, v91)."""
+    if reduction and reduction < rows:
+        raise ValueError(f"reduction: {reduction} for {what.format(rows=rows)} needs at least {rows}")
+    axis = te.reduce_axis((0, reduction or rows), name)
+    if not reduction or reduction == rows:
+        return axis, lambda product: product
+    return axis, lambda product: tirx.if_then_else(axis < rows, product, tirx.const(0.0, F32))
+
+
 def _reduction_suffix(reduction: int, rows: int) -> str:
     """A padded reduction's part of a kernel's name (``_r`` and its extent; none where it is not)."""
     return f"_r{reduction}" if reduction and reduction != rows else ""
@@ -521,21 +530,16 @@ def _state_gradient_gemm(lead: tuple, batch, rows, gates, out_size, panel: int, 
     ``padded``: over every column of the panels, the last one's padding included (zero weights;
     a fused epilogue reads the K real ones), so that each tile is one whole panel. ``reduction``:
     ``j`` runs over that many rows, each past ``rows`` a guarded zero (as :func:`recurrent_step`'s)."""
-    if reduction and reduction < rows:
-        raise ValueError(f"reduction: {reduction} for a state gradient of {rows} rows needs at least {rows}")
+    j, guarded = _padded_axis("j", rows, reduction, "a state gradient of {rows} rows")
     dgh = te.placeholder(lead + (batch, rows, gates), F32, "dgh")
     w = te.placeholder(lead + backward_weight_shape(gates, rows, out_size, panel), F32, "w")
     if padded and panel:
         out_size = panels(out_size, panel) * panel
-    j = te.reduce_axis((0, reduction or rows), "j")
     g = te.reduce_axis((0, gates), "g")
 
     def product(*i):
         *s, n, k = i  # s: the direction, if any
-        value = dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel)
-        if reduction and reduction != rows:  # (lazy: the loads past the rows never run)
-            value = tirx.if_then_else(j < rows, value, tirx.const(0.0, F32))
-        return te.sum(value, axis=[j, g])
+        return te.sum(guarded(dgh[(*s, n, j, g)] * _weight_t_at(w, tuple(s), g, j, k, panel)), axis=[j, g])
     mm = te.compute(lead + (batch, out_size), product, name="matmul", varargs_names=_axis_names(lead, "n", "k"))
     return {"dgh": dgh, "w": w}, mm
 
@@ -874,20 +878,14 @@ def input_gradient(steps, batch, in_size, hidden, gates, accumulate: bool, panel
     :func:`input_projection` (an ended row's ``dx`` is zero, or ``acc``). ``reduction``: ``j`` over
     that many units, each past ``hidden`` a guarded zero (as :func:`recurrent_step`'s).
     """
-    if reduction and reduction < hidden:
-        raise ValueError(f"reduction: {reduction} for an input gradient of {hidden} units needs at least {hidden}")
+    j, guarded = _padded_axis("j", hidden, reduction, "an input gradient of {rows} units")
     dg = te.placeholder((steps, batch, hidden, gates), F32, "dg")
     w = te.placeholder(backward_weight_shape(gates, hidden, in_size, panel), F32, "w")
     inputs = {"dg": dg, "w": w}
-    j = te.reduce_axis((0, reduction or hidden), "j")
     g = te.reduce_axis((0, gates), "g")
-
-    def product(t, n, k):
-        value = dg[t, n, j, g] * _weight_t_at(w, (), g, j, k, panel)
-        if reduction and reduction != hidden:  # (lazy: the loads past the units never run)
-            value = tirx.if_then_else(j < hidden, value, tirx.const(0.0, F32))
-        return te.sum(value, axis=[j, g])
-    mm = te.compute((steps, batch, in_size), product, name="matmul")
+    mm = te.compute((steps, batch, in_size),
+                    lambda t, n, k: te.sum(guarded(dg[t, n, j, g] * _weight_t_at(w, (), g, j, k, panel)), axis=[j, g]),
+                    name="matmul")
     if accumulate:
         inputs["acc"] = te.placeholder(mm.shape, F32, "acc")
         out = te.compute(mm.shape, lambda t, n, k: inputs["acc"][t, n, k] + mm[t, n, k], name="dx")

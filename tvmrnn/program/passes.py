@@ -42,7 +42,7 @@ from .. import kernels
 from ..cells.definition import Cell
 from ..options import BuildOptions
 from ..schedules.cpu import backward_panel, gradient_panel, input_panel, packed_units, padded_inputs, weight_panel
-from ..schedules.common import is_gpu
+from ..schedules.common import _divisor, is_gpu
 from ..cells.parameters import Layout
 from ..device import dependent_launch, device_model, persistent_block_caps, shared_kernels
 from .sequence import GpuKernels, Program, Stacked, Subroutines, _const
@@ -176,7 +176,7 @@ def step_reduction(target, config: "Config") -> int:
         return 0
     if config.rows >= PADDED_REDUCTION_ROWS or config.proj_size:  # (LSTMP: not tried)
         return 0
-    if S <= 64 or max(d for d in range(1, 65) if S % d == 0) >= PADDED_REDUCTION_BELOW:
+    if S <= 64 or _divisor(S, 64) >= PADDED_REDUCTION_BELOW:
         return 0
     return -(-S // 32) * 32
 
@@ -980,9 +980,9 @@ def backward_program(config: Config, schedule, persistent_blocks: int | None = N
                      subroutines: Subroutines | GpuKernels | None = None, tail_flops: int = 0,
                      tail_rows: int = 0, skip_ended: bool = False, interleave: bool = False,
                      staged: bool = False, wave: int | None = None, reduction: int = 0) -> Program:
-    """The backward pass. ``reduction``: its step GEMMs' units padded (:func:`step_reduction`). With ``packed_grads`` the weight gradients are summed in the packed
-    ``(k, j, g)`` layout (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a
-    time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
+    """The backward pass. ``reduction``: its step GEMMs' units padded (:func:`step_reduction`).
+    With ``packed_grads`` the weight gradients are summed in the packed ``(k, j, g)`` layout
+    (:func:`kernels.weight_gradient`) in a scratch buffer, one weight at a time, and transposed into ``dw`` when the weight is done (:func:`packed_weight_gradients`);
     with ``grad_panel`` too, in column panels of that many units, each chunk's gate gradients
     packed into panels first, once for both weights where the cell's dgh is its dgx, else each
     from :data:`TWO_GRADIENT_PACKS_MIN_UNITS` units on (:func:`tvmrnn.schedules.cpu.gradient_panel`),

@@ -434,7 +434,7 @@ def cpu_round_state(sch, kernel, target, tasks_per_core: int = 1) -> None:
     outer, rows = sch.split(rows, [tasks, None])
     sch.parallel(outer)
     lanes = vector_lanes(target)
-    width = next(w for w in (lanes, lanes // 2, lanes // 4, 1) if w >= 1 and _extent(sch, words) % w == 0)
+    width = next(w for w in (lanes, lanes // 2, lanes // 4, 1) if _extent(sch, words) % w == 0)
     if width > 1:
         sch.vectorize(sch.split(words, [None, width])[1])
 
